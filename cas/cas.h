@@ -1,0 +1,121 @@
+/*
+ * cas.h - crest's content-addressed store. cas/ owns every file in a store
+ * directory; nothing else opens them.
+ *
+ *   STORE/FORMAT          "crest-store 1": written first, checked on open
+ *   STORE/lock            flock()ed by the one writer
+ *   STORE/packs/N.pack    append-only chunk records (header + LZ4 or raw data)
+ *   STORE/index/          RocksDB: chunk index, manifests, summaries, tags
+ *
+ * Promises:
+ *  - A chunk record is never rewritten; a pack is only appended to, by one
+ *    writer process at a time, which always starts a fresh pack. Bytes left
+ *    at a pack's end by a killed writer are never referenced.
+ *  - cas_commit makes a snapshot visible whole or not at all: callers sync
+ *    the packs first (cas_pack_sync), then one synced RocksDB batch holds the
+ *    new index entries, the manifest, its summary and its tag.
+ *  - A manifest is immutable; its id is the SHA-256 of its encoding, checked
+ *    on every load, so a damaged manifest is reported, never used.
+ *  - Readers (CAS_READ) open the index read-only and may run beside a writer;
+ *    they see the snapshots committed before they opened.
+ * Directories are created 0700 and files 0600: snapshots hold process memory.
+ */
+#ifndef CREST_CAS_H
+#define CREST_CAS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cas/manifest.h"
+
+#define CAS_FORMAT_VERSION 1
+#define CAS_ID_LEN 32
+#define CAS_REC_HEADER 48              /* bytes before each chunk's data in a pack */
+#define CAS_CHUNK_MAX (32u << 20)     /* largest raw chunk a store accepts */
+
+struct cas_store;
+
+enum cas_mode { CAS_READ, CAS_WRITE };
+enum cas_codec { CAS_CODEC_RAW = 0, CAS_CODEC_LZ4 = 1 };
+
+/* Where a chunk lives. off is the record header's offset in the pack. */
+struct cas_loc {
+	uint32_t pack;
+	uint32_t stored;   /* bytes of data after the header */
+	uint64_t off;
+	uint32_t raw;      /* bytes once decompressed */
+	uint8_t codec;
+};
+
+/* The default store: $CREST_STORE, else ./crest-store. */
+const char *cas_default_path(void);
+
+/* CAS_WRITE creates the store if dir is missing or an empty directory, and
+ * waits (saying so on stderr) while another writer holds it. CAS_READ needs an
+ * existing store. Refuses anything that is not a crest store of this format. */
+int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out);
+void cas_close(struct cas_store *s);
+const char *cas_dir(const struct cas_store *s);
+
+/* 0 and *loc when the index has sha, -ENOENT when not, other negatives on I/O. */
+int cas_chunk_lookup(struct cas_store *s, const uint8_t sha[32], struct cas_loc *loc);
+
+/* Reads the chunk at loc into raw (cap bytes) and decompresses it. The caller
+ * verifies the SHA-256 of what comes back: a read is only as good as the disk.
+ * scratch must hold loc->stored bytes when the chunk is compressed.
+ * Thread-safe. Returns the raw length or a negative code. */
+int cas_chunk_read(struct cas_store *s, const uint8_t sha[32], const struct cas_loc *loc,
+		   void *raw, uint32_t cap, void *scratch);
+
+/* Writer side. cas_pack_reserve assigns a record's place (thread-safe; rolls
+ * to a new pack past the size limit). cas_pack_write writes records to their
+ * reserved places with io_uring; one thread calls it. cas_pack_sync makes all
+ * written records durable. */
+struct cas_write {
+	struct cas_loc loc;
+	const uint8_t *sha;
+	const void *data;  /* loc.stored bytes */
+};
+int cas_pack_reserve(struct cas_store *s, uint32_t stored, uint32_t raw, uint8_t codec,
+		     struct cas_loc *loc);
+int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n);
+int cas_pack_sync(struct cas_store *s);
+
+struct cas_index_entry {
+	uint8_t sha[32];
+	struct cas_loc loc;
+};
+
+/* Encodes m, commits entries + manifest + summary (+ tag when non-NULL) in
+ * one synced batch, and returns the new id. */
+int cas_commit(struct cas_store *s, const struct cas_index_entry *e, size_t n,
+	       const struct cas_manifest *m, const char *tag, uint8_t id[32]);
+
+/* Snapshot names: a full id, a tag, or a unique id prefix of >= 4 hex digits. */
+int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32]);
+int cas_manifest_load(struct cas_store *s, const uint8_t id[32], struct cas_manifest **out);
+
+struct cas_snapinfo {
+	uint8_t id[32];
+	struct cas_manifest *head;   /* header only: no streams */
+	char **tags;
+	size_t ntags;
+};
+/* All committed snapshots, oldest first. */
+int cas_snapshot_list(struct cas_store *s, struct cas_snapinfo **out, size_t *n);
+void cas_snapshot_list_free(struct cas_snapinfo *v, size_t n);
+
+int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32]);
+int cas_tag_check(const char *tag);   /* -EINVAL with a message if unusable */
+
+/* Every index entry, in key order; cb returns non-zero to stop (passed on). */
+int cas_index_foreach(struct cas_store *s,
+		      int (*cb)(const uint8_t sha[32], const struct cas_loc *loc, void *arg), void *arg);
+
+struct cas_pack_stats {
+	uint64_t packs, pack_bytes;
+};
+int cas_pack_stats(struct cas_store *s, struct cas_pack_stats *st);
+
+#endif

@@ -1,0 +1,52 @@
+/* cas_int.h - the store's private state, shared by store.c and pack.c only. */
+#ifndef CREST_CAS_INT_H
+#define CREST_CAS_INT_H
+
+#include "cas/cas.h"
+
+#include <liburing.h>
+#include <pthread.h>
+#include <rocksdb/c.h>
+
+#define CAS_PACK_MAGIC "CRESTPAK"
+#define CAS_PACK_HEADER 16
+#define CAS_PACK_LIMIT_DEFAULT (1ull << 30)
+
+struct cas_store {
+	char *dir;
+	enum cas_mode mode;
+	int lock_fd;
+	rocksdb_t *db;
+	rocksdb_options_t *opts;
+	rocksdb_block_based_table_options_t *topts;
+	rocksdb_filterpolicy_t *bloom;    /* owned by topts once set */
+	rocksdb_cache_t *cache;
+	rocksdb_readoptions_t *ropts;
+	rocksdb_writeoptions_t *wopts;
+
+	/* Read side: one O_RDONLY descriptor per pack, opened on first use. */
+	pthread_mutex_t rfd_lock;
+	int *rfds;
+	uint32_t nrfds;
+
+	/* Write side. reserve_lock guards cur_pack/cur_off; the rest belongs to
+	 * the one thread that calls cas_pack_write and cas_pack_sync. */
+	pthread_mutex_t reserve_lock;
+	uint32_t cur_pack;
+	uint64_t cur_off;
+	uint64_t pack_limit;
+	struct io_uring ring;
+	bool ring_ready;
+	int wfd;              /* descriptor of wfd_pack, the pack being written */
+	uint32_t wfd_pack;
+	int *unsynced;        /* finished packs written since the last sync */
+	unsigned nunsynced;
+	bool dirty;           /* wfd written since the last sync */
+};
+
+int cas_pack_open_writer(struct cas_store *s);
+void cas_pack_close_writer(struct cas_store *s);
+void cas_pack_close_readers(struct cas_store *s);
+void cas_pack_path(const struct cas_store *s, uint32_t pack, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,425 @@
+/*
+ * pack.c - pack files: reserving places, writing records through io_uring,
+ * syncing, and reading records back; see cas.h.
+ *
+ * A pack starts with 16 bytes ("CRESTPAK", u32 version, u32 pack number).
+ * Each record is a 48-byte header (magic "CRCK", codec, 3 zero bytes, u32 raw
+ * length, u32 stored length, the chunk's SHA-256) and then the stored bytes.
+ * The header makes a pack self-describing: the index can be checked against
+ * it on every read and rebuilt from it if lost.
+ *
+ * Invariant: each writer session creates a new pack (numbered one past the
+ * highest on disk) and only ever writes records at places cas_pack_reserve
+ * handed out, so no two records overlap and nothing committed is rewritten.
+ */
+#include "cas/cas_int.h"
+#include "util/err.h"
+#include "util/sha256.h"
+
+#include <assert.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <lz4.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define REC_MAGIC "CRCK"
+#define RING_DEPTH 64
+
+void cas_pack_path(const struct cas_store *s, uint32_t pack, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s/packs/%08u.pack", s->dir, pack);
+}
+
+static int pack_max_on_disk(struct cas_store *s, uint32_t *max)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/packs", s->dir);
+	DIR *d = opendir(path);
+	if (!d)
+		return crest_errf(-errno, "cannot read %s", path);
+	struct dirent *e;
+	*max = 0;
+	while ((e = readdir(d))) {
+		unsigned n;
+		char tail[8];
+		if (sscanf(e->d_name, "%8u.%7s", &n, tail) == 2 && !strcmp(tail, "pack") && n > *max)
+			*max = n;
+	}
+	closedir(d);
+	return 0;
+}
+
+/* Opens (creating with its header when new) the pack for writing. */
+static int pack_open_w(struct cas_store *s, uint32_t pack, int *fd_out)
+{
+	char path[4096];
+	cas_pack_path(s, pack, path, sizeof(path));
+	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return crest_errf(-errno, "cannot open pack %s", path);
+	struct stat st;
+	if (fstat(fd, &st) < 0) {
+		int err = -errno;
+		close(fd);
+		return crest_errf(err, "cannot stat pack %s", path);
+	}
+	if (st.st_size == 0) {
+		uint8_t h[CAS_PACK_HEADER] = CAS_PACK_MAGIC;
+		uint32_t v = CAS_FORMAT_VERSION;
+		memcpy(h + 8, &v, 4);
+		memcpy(h + 12, &pack, 4);
+		if (pwrite(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+			int err = errno ? -errno : -EIO;
+			close(fd);
+			return crest_errf(err, "cannot write pack header of %s", path);
+		}
+	}
+	*fd_out = fd;
+	return 0;
+}
+
+int cas_pack_open_writer(struct cas_store *s)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/packs", s->dir);
+	if (mkdir(path, 0700) < 0 && errno != EEXIST)
+		return crest_errf(-errno, "cannot create %s", path);
+	uint32_t max = 0;
+	int rc = pack_max_on_disk(s, &max);
+	if (rc < 0)
+		return rc;
+	s->cur_pack = max + 1;
+	s->cur_off = CAS_PACK_HEADER;
+	rc = io_uring_queue_init(RING_DEPTH, &s->ring, 0);
+	if (rc < 0)
+		return crest_errf(rc, "cannot set up io_uring for %s", s->dir);
+	s->ring_ready = true;
+	/* Create the first pack now, so that a store we cannot write to fails at
+	 * open rather than in the middle of a snapshot. */
+	rc = pack_open_w(s, s->cur_pack, &s->wfd);
+	if (rc < 0)
+		return rc;
+	s->wfd_pack = s->cur_pack;
+	s->dirty = true;  /* its directory entry is not durable yet */
+	return 0;
+}
+
+void cas_pack_close_writer(struct cas_store *s)
+{
+	if (s->ring_ready)
+		io_uring_queue_exit(&s->ring);
+	s->ring_ready = false;
+	for (unsigned i = 0; i < s->nunsynced; i++)
+		close(s->unsynced[i]);
+	free(s->unsynced);
+	s->unsynced = NULL;
+	s->nunsynced = 0;
+	if (s->wfd >= 0)
+		close(s->wfd);
+	s->wfd = -1;
+}
+
+void cas_pack_close_readers(struct cas_store *s)
+{
+	for (uint32_t i = 0; i < s->nrfds; i++)
+		if (s->rfds[i] > 0)
+			close(s->rfds[i]);
+	free(s->rfds);
+	s->rfds = NULL;
+	s->nrfds = 0;
+}
+
+int cas_pack_reserve(struct cas_store *s, uint32_t stored, uint32_t raw, uint8_t codec,
+		     struct cas_loc *loc)
+{
+	if (s->mode != CAS_WRITE)
+		return crest_errx(-EROFS, "store %s is open read-only", s->dir);
+	const uint64_t rec = CAS_REC_HEADER + (uint64_t)stored;
+	pthread_mutex_lock(&s->reserve_lock);
+	if (s->cur_off > CAS_PACK_HEADER && s->cur_off + rec > s->pack_limit) {
+		s->cur_pack++;
+		s->cur_off = CAS_PACK_HEADER;
+	}
+	loc->pack = s->cur_pack;
+	loc->off = s->cur_off;
+	s->cur_off += rec;
+	pthread_mutex_unlock(&s->reserve_lock);
+	loc->stored = stored;
+	loc->raw = raw;
+	loc->codec = codec;
+	return 0;
+}
+
+/* Makes pack the current write target; the previous one waits for a sync. */
+static int pack_switch(struct cas_store *s, uint32_t pack)
+{
+	int fd;
+	int rc = pack_open_w(s, pack, &fd);
+	if (rc < 0)
+		return rc;
+	int *nu = realloc(s->unsynced, (s->nunsynced + 1) * sizeof(*nu));
+	if (!nu) {
+		close(fd);
+		return crest_errf(-ENOMEM, "switching packs");
+	}
+	s->unsynced = nu;
+	s->unsynced[s->nunsynced++] = s->wfd;
+	s->wfd = fd;
+	s->wfd_pack = pack;
+	return 0;
+}
+
+static void rec_header(uint8_t h[CAS_REC_HEADER], const struct cas_write *w)
+{
+	memset(h, 0, CAS_REC_HEADER);
+	memcpy(h, REC_MAGIC, 4);
+	h[4] = w->loc.codec;
+	memcpy(h + 8, &w->loc.raw, 4);
+	memcpy(h + 12, &w->loc.stored, 4);
+	memcpy(h + 16, w->sha, 32);
+}
+
+/* Finishes a short write synchronously: rare (signals, full disks), so the
+ * simple path is fine there. */
+static int write_rest(int fd, const struct iovec *iov, size_t done, uint64_t off)
+{
+	size_t total = iov[0].iov_len + iov[1].iov_len;
+	while (done < total) {
+		const uint8_t *p;
+		size_t n;
+		if (done < iov[0].iov_len) {
+			p = (const uint8_t *)iov[0].iov_base + done;
+			n = iov[0].iov_len - done;
+		} else {
+			p = (const uint8_t *)iov[1].iov_base + (done - iov[0].iov_len);
+			n = total - done;
+		}
+		ssize_t r = pwrite(fd, p, n, (off_t)(off + done));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
+{
+	uint8_t hdr[RING_DEPTH][CAS_REC_HEADER];
+	struct iovec iov[RING_DEPTH][2];
+	int fds[RING_DEPTH];
+	unsigned done = 0;
+	while (done < n) {
+		unsigned batch = n - done < RING_DEPTH ? n - done : RING_DEPTH;
+		for (unsigned i = 0; i < batch; i++) {
+			const struct cas_write *r = &w[done + i];
+			if (r->loc.pack != s->wfd_pack) {
+				/* Records may arrive slightly out of order across a
+				 * pack boundary; an older pack is reopened for them. */
+				if (r->loc.pack > s->wfd_pack) {
+					int rc = pack_switch(s, r->loc.pack);
+					if (rc < 0)
+						return rc;
+					fds[i] = s->wfd;
+				} else {
+					int fd, rc = pack_open_w(s, r->loc.pack, &fd);
+					if (rc < 0)
+						return rc;
+					int *nu = realloc(s->unsynced, (s->nunsynced + 1) * sizeof(*nu));
+					if (!nu) {
+						close(fd);
+						return crest_errf(-ENOMEM, "writing packs");
+					}
+					s->unsynced = nu;
+					s->unsynced[s->nunsynced++] = fd;
+					fds[i] = fd;
+				}
+			} else {
+				fds[i] = s->wfd;
+			}
+			rec_header(hdr[i], r);
+			iov[i][0] = (struct iovec){ hdr[i], CAS_REC_HEADER };
+			iov[i][1] = (struct iovec){ (void *)r->data, r->loc.stored };
+			/* batch <= RING_DEPTH and every batch is reaped before the
+			 * next: the submission queue always has room. */
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+			assert(sqe);
+			io_uring_prep_writev(sqe, fds[i], iov[i], 2, r->loc.off);
+			io_uring_sqe_set_data64(sqe, i);
+		}
+		int rc = io_uring_submit_and_wait(&s->ring, batch);
+		if (rc < 0)
+			return crest_errf(rc, "submitting pack writes in %s", s->dir);
+		int first_err = 0;
+		for (unsigned got = 0; got < batch; got++) {
+			struct io_uring_cqe *cqe;
+			rc = io_uring_wait_cqe(&s->ring, &cqe);
+			if (rc < 0)
+				return crest_errf(rc, "waiting for pack writes in %s", s->dir);
+			unsigned i = (unsigned)io_uring_cqe_get_data64(cqe);
+			int res = cqe->res;
+			io_uring_cqe_seen(&s->ring, cqe);
+			const struct cas_write *r = &w[done + i];
+			size_t want = CAS_REC_HEADER + r->loc.stored;
+			if (res >= 0 && (size_t)res < want)
+				res = write_rest(fds[i], iov[i], (size_t)res, r->loc.off);
+			if (res < 0 && !first_err) {
+				char path[4096];
+				cas_pack_path(s, r->loc.pack, path, sizeof(path));
+				first_err = crest_errf(res, "writing a chunk to pack %s", path);
+			}
+		}
+		if (first_err)
+			return first_err;
+		done += batch;
+	}
+	s->dirty = true;
+	return 0;
+}
+
+int cas_pack_sync(struct cas_store *s)
+{
+	char path[4096];
+	for (unsigned i = 0; i < s->nunsynced; i++) {
+		if (fdatasync(s->unsynced[i]) < 0)
+			return crest_errf(-errno, "cannot sync a pack in %s", s->dir);
+		close(s->unsynced[i]);
+	}
+	bool new_packs = s->nunsynced > 0;
+	s->nunsynced = 0;
+	if (s->dirty && s->wfd >= 0 && fdatasync(s->wfd) < 0) {
+		cas_pack_path(s, s->wfd_pack, path, sizeof(path));
+		return crest_errf(-errno, "cannot sync pack %s", path);
+	}
+	if (s->dirty || new_packs) {
+		/* New packs' directory entries must be durable before the index
+		 * points into them. */
+		snprintf(path, sizeof(path), "%s/packs", s->dir);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || fsync(fd) < 0) {
+			int err = -errno;
+			if (fd >= 0)
+				close(fd);
+			return crest_errf(err, "cannot sync %s", path);
+		}
+		close(fd);
+	}
+	s->dirty = false;
+	return 0;
+}
+
+static int pack_rfd(struct cas_store *s, uint32_t pack)
+{
+	pthread_mutex_lock(&s->rfd_lock);
+	if (pack >= s->nrfds) {
+		uint32_t n = pack + 16;
+		int *nv = realloc(s->rfds, n * sizeof(*nv));
+		if (!nv) {
+			pthread_mutex_unlock(&s->rfd_lock);
+			return crest_errf(-ENOMEM, "opening pack %u", pack);
+		}
+		memset(nv + s->nrfds, 0, (n - s->nrfds) * sizeof(*nv));
+		s->rfds = nv;
+		s->nrfds = n;
+	}
+	int fd = s->rfds[pack];
+	if (fd <= 0) {
+		char path[4096];
+		cas_pack_path(s, pack, path, sizeof(path));
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			fd = crest_errf(-errno, "cannot open pack %s", path);
+		else
+			s->rfds[pack] = fd;
+	}
+	pthread_mutex_unlock(&s->rfd_lock);
+	return fd;
+}
+
+int cas_chunk_read(struct cas_store *s, const uint8_t sha[32], const struct cas_loc *loc,
+		   void *raw, uint32_t cap, void *scratch)
+{
+	char hex[65], path[4096];
+	if (loc->raw > cap || loc->raw > CAS_CHUNK_MAX || loc->stored > CAS_CHUNK_MAX ||
+	    (loc->codec == CAS_CODEC_RAW && loc->stored != loc->raw) || loc->codec > CAS_CODEC_LZ4) {
+		hex_encode(sha, 32, hex);
+		return crest_errx(-EBADMSG, "index entry of chunk %.16s in %s is damaged", hex, s->dir);
+	}
+	int fd = pack_rfd(s, loc->pack);
+	if (fd < 0)
+		return fd;
+	uint8_t h[CAS_REC_HEADER];
+	void *dst = loc->codec == CAS_CODEC_RAW ? raw : scratch;
+	struct iovec iov[2] = { { h, sizeof(h) }, { dst, loc->stored } };
+	size_t want = sizeof(h) + loc->stored, got = 0;
+	while (got < want) {
+		ssize_t r = preadv(fd, iov, 2, (off_t)(loc->off + got));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			int err = r < 0 ? -errno : -EIO;
+			cas_pack_path(s, loc->pack, path, sizeof(path));
+			hex_encode(sha, 32, hex);
+			return r < 0 ? crest_errf(err, "reading chunk %.16s from %s", hex, path)
+				     : crest_errx(err, "chunk %.16s lies past the end of %s", hex, path);
+		}
+		got += (size_t)r;
+		/* Advance the iovecs past what was read. */
+		size_t adv = (size_t)r;
+		for (int i = 0; i < 2 && adv; i++) {
+			size_t take = adv < iov[i].iov_len ? adv : iov[i].iov_len;
+			iov[i].iov_base = (uint8_t *)iov[i].iov_base + take;
+			iov[i].iov_len -= take;
+			adv -= take;
+		}
+	}
+	uint32_t hraw, hstored;
+	memcpy(&hraw, h + 8, 4);
+	memcpy(&hstored, h + 12, 4);
+	if (memcmp(h, REC_MAGIC, 4) || h[4] != loc->codec || hraw != loc->raw || hstored != loc->stored ||
+	    memcmp(h + 16, sha, 32)) {
+		cas_pack_path(s, loc->pack, path, sizeof(path));
+		hex_encode(sha, 32, hex);
+		return crest_errx(-EBADMSG, "chunk %.16s: record header at %s offset %llu does not match "
+				  "the index (damaged pack)", hex, path, (unsigned long long)loc->off);
+	}
+	if (loc->codec == CAS_CODEC_LZ4) {
+		int n = LZ4_decompress_safe(scratch, raw, (int)loc->stored, (int)cap);
+		if (n < 0 || (uint32_t)n != loc->raw) {
+			cas_pack_path(s, loc->pack, path, sizeof(path));
+			hex_encode(sha, 32, hex);
+			return crest_errx(-EBADMSG, "chunk %.16s at %s offset %llu does not decompress "
+					  "(damaged pack)", hex, path, (unsigned long long)loc->off);
+		}
+	}
+	return (int)loc->raw;
+}
+
+int cas_pack_stats(struct cas_store *s, struct cas_pack_stats *st)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/packs", s->dir);
+	memset(st, 0, sizeof(*st));
+	DIR *d = opendir(path);
+	if (!d)
+		return errno == ENOENT ? 0 : crest_errf(-errno, "cannot read %s", path);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!strstr(e->d_name, ".pack"))
+			continue;
+		struct stat sb;
+		if (fstatat(dirfd(d), e->d_name, &sb, 0) == 0) {
+			st->packs++;
+			st->pack_bytes += (uint64_t)sb.st_size;
+		}
+	}
+	closedir(d);
+	return 0;
+}
