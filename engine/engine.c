@@ -1,0 +1,1216 @@
+/*
+ * engine.c - the ingest pipeline; see engine.h.
+ *
+ * Threads and what they own:
+ *   producers (callers)  cut streams into segments and queue them (jobs);
+ *   workers (N)          chunk a segment, hash each chunk, decide whether the
+ *                        store has it, compress and queue new ones (wq);
+ *   writer (1)           writes queued chunks to packs, syncs on request;
+ *   committer (1)        commits snapshots in begin order.
+ *
+ * Dedup of a chunk, in order of cost: all zeros (a hole, no hash needed
+ * beyond the zero test), the parent snapshot's chunk at the same offset
+ * (a memory compare), the table of chunks written but not yet committed,
+ * then the RocksDB index.
+ *
+ * Write ordering. Every chunk queued for the writer gets a sequence number
+ * (seq) under wlock, in queue order; the writer completes them in that order,
+ * so "completed_seq >= n" means every chunk up to n is written. A snapshot
+ * remembers the highest seq it references (max_seq), whether it queued that
+ * chunk or found it in the table. Before committing, the committer asks the
+ * writer to sync up to max_seq; only then are index entries (all pending up
+ * to synced_seq) and the manifest written in one synced batch.
+ *
+ * Lock order: stripe lock, then wlock. e->lock is never held with either.
+ */
+#include "engine/engine.h"
+#include "util/err.h"
+#include "util/progress.h"
+#include "util/sha256.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <lz4.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NSTRIPES 64
+#define WRITE_BATCH 64
+
+struct release_ref {
+	void (*release)(void *arg);
+	void *arg;
+	atomic_size_t refs;
+};
+
+struct seg {
+	struct seg *next;
+	struct engine_stream *st;
+	uint64_t off;                /* where the segment starts in its stream */
+	const uint8_t *data;         /* NULL: a hole of len bytes */
+	size_t len;
+	struct release_ref *rel;     /* memory owned by the caller, or */
+	void *staging;               /* a staging buffer to give back */
+	struct cas_extent *ext;
+	size_t next_ext, cap_ext;
+};
+
+struct engine_stream {
+	struct engine_snap *snap;
+	struct cas_stream meta;      /* becomes the manifest's stream at commit */
+	const struct dedup_params *dp;
+	struct seg **segs;
+	size_t nsegs, cap;
+	uint64_t size;
+	const struct cas_stream *hint;
+	uint64_t *hint_off;          /* hint_off[i]: where hint extent i starts */
+	bool closed;
+};
+
+struct engine_snap {
+	struct engine *e;
+	struct engine_snap *next;    /* commit queue */
+	struct cas_manifest *m;
+	char *tag;
+	struct cas_manifest *parent;
+	struct engine_stream **streams;
+	size_t nstreams;
+	/* under e->lock */
+	uint64_t segs_total, segs_done;
+	bool sealed, done, aborted, detached;
+	int err;
+	char errmsg[1024];
+	/* updated by workers */
+	atomic_uint_fast64_t max_seq, bytes_done, expect;
+	atomic_uint_fast64_t zero_bytes, new_bytes, stored_bytes, chunks, new_chunks;
+	uint64_t begin_ns;
+	struct engine_result res;
+};
+
+struct node {
+	struct node *next;
+	uint8_t sha[32];
+	uint64_t seq;
+};
+
+struct stripe {
+	pthread_mutex_t lock;
+	struct node **b;
+	size_t nb, n;
+};
+
+struct wjob {
+	struct wjob *next;
+	struct cas_write w;
+	uint8_t sha[32];
+	void *buf;
+	uint64_t seq;
+};
+
+struct pend {
+	struct cas_index_entry ie;
+	uint64_t seq;
+};
+
+struct engine {
+	struct cas_store *store;
+	struct engine_opts o;
+
+	pthread_mutex_t lock;          /* jobs, snapshots, commit queue */
+	pthread_cond_t job_cond, snap_cond;
+	struct seg *jq_head, *jq_tail;
+	struct engine_snap *cq_head, *cq_tail;
+	bool stop_workers, stop_committer;
+	pthread_t *workers;
+	unsigned nworkers;
+	pthread_t committer;
+	bool committer_started;
+
+	pthread_mutex_t stage_lock;
+	pthread_cond_t stage_cond;
+	void **free_bufs;
+	size_t nfree, nbufs, maxbufs;
+
+	pthread_mutex_t wlock;
+	pthread_cond_t wcond;
+	struct wjob *wq_head, *wq_tail;
+	size_t wq_bytes;
+	uint64_t enq_seq, completed_seq, synced_seq, sync_target;
+	bool wstop;
+	int werr;
+	char werrmsg[1024];
+	struct pend *pend;
+	size_t npend, cappend;
+	pthread_t writer;
+	bool writer_started;
+
+	struct stripe stripes[NSTRIPES];
+};
+
+static uint64_t online_cores(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (uint64_t)n : 1;
+}
+
+void engine_opts_default(struct engine_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->workers = (unsigned)online_cores();
+	o->staging_bytes = 256u << 20;
+	o->segment_bytes = 4u << 20;
+	o->write_queue_bytes = 128u << 20;
+	/* Chosen from the measurements in bench/RESULTS.md: memory images change
+	 * in place at page granularity, files shift. */
+	dedup_params_init(&o->file_chunking, DEDUP_CDC, 8192);
+	dedup_params_init(&o->memory_chunking, DEDUP_FIXED, 4096);
+}
+
+/* ---- the table of chunks written but not committed ---- */
+
+static struct stripe *stripe_of(struct engine *e, const uint8_t sha[32])
+{
+	return &e->stripes[sha[0] % NSTRIPES];
+}
+
+static size_t bucket_of(const struct stripe *s, const uint8_t sha[32])
+{
+	uint64_t h;
+	memcpy(&h, sha + 8, 8);
+	return (size_t)(h & (s->nb - 1));
+}
+
+/* Under the stripe's lock. Returns the node or NULL. */
+static struct node *table_find(struct stripe *s, const uint8_t sha[32])
+{
+	if (!s->nb)
+		return NULL;
+	for (struct node *n = s->b[bucket_of(s, sha)]; n; n = n->next)
+		if (!memcmp(n->sha, sha, 32))
+			return n;
+	return NULL;
+}
+
+static int table_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq)
+{
+	if (s->n >= s->nb) {
+		size_t nb = s->nb ? s->nb * 2 : 1024;
+		struct node **b = calloc(nb, sizeof(*b));
+		if (!b)
+			return -ENOMEM;
+		for (size_t i = 0; i < s->nb; i++) {
+			struct node *n = s->b[i];
+			while (n) {
+				struct node *next = n->next;
+				uint64_t h;
+				memcpy(&h, n->sha + 8, 8);
+				size_t k = (size_t)(h & (nb - 1));
+				n->next = b[k];
+				b[k] = n;
+				n = next;
+			}
+		}
+		free(s->b);
+		s->b = b;
+		s->nb = nb;
+	}
+	struct node *n = malloc(sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	memcpy(n->sha, sha, 32);
+	n->seq = seq;
+	size_t k = bucket_of(s, sha);
+	n->next = s->b[k];
+	s->b[k] = n;
+	s->n++;
+	return 0;
+}
+
+static void table_remove(struct engine *e, const uint8_t sha[32])
+{
+	struct stripe *s = stripe_of(e, sha);
+	pthread_mutex_lock(&s->lock);
+	if (s->nb) {
+		for (struct node **pp = &s->b[bucket_of(s, sha)]; *pp; pp = &(*pp)->next) {
+			if (!memcmp((*pp)->sha, sha, 32)) {
+				struct node *n = *pp;
+				*pp = n->next;
+				free(n);
+				s->n--;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+static void atomic_max(atomic_uint_fast64_t *a, uint64_t v)
+{
+	uint64_t cur = atomic_load(a);
+	while (cur < v && !atomic_compare_exchange_weak(a, &cur, v))
+		;
+}
+
+/* ---- writer ---- */
+
+/* Queues a new chunk (buf is handed over). Called with the chunk's stripe
+ * lock held, so no other worker queues the same chunk meanwhile. */
+static int writer_enqueue(struct engine *e, const uint8_t sha[32], void *buf, uint32_t stored,
+			  uint32_t raw, uint8_t codec, uint64_t *seq)
+{
+	struct wjob *j = malloc(sizeof(*j));
+	if (!j)
+		return crest_errf(-ENOMEM, "queueing a chunk");
+	memcpy(j->sha, sha, 32);
+	j->buf = buf;
+	j->next = NULL;
+	pthread_mutex_lock(&e->wlock);
+	while (e->wq_bytes > e->o.write_queue_bytes && !e->werr)
+		pthread_cond_wait(&e->wcond, &e->wlock);
+	if (e->werr) {
+		int err = e->werr;
+		crest_errset_str(e->werrmsg);
+		pthread_mutex_unlock(&e->wlock);
+		free(j);
+		return err;
+	}
+	if (e->npend == e->cappend) {
+		size_t cap = e->cappend ? e->cappend * 2 : 4096;
+		struct pend *np = realloc(e->pend, cap * sizeof(*np));
+		if (!np) {
+			pthread_mutex_unlock(&e->wlock);
+			free(j);
+			return crest_errf(-ENOMEM, "queueing a chunk");
+		}
+		e->pend = np;
+		e->cappend = cap;
+	}
+	int rc = cas_pack_reserve(e->store, stored, raw, codec, &j->w.loc);
+	if (rc < 0) {
+		pthread_mutex_unlock(&e->wlock);
+		free(j);
+		return rc;
+	}
+	j->w.sha = j->sha;
+	j->w.data = buf;
+	j->seq = *seq = ++e->enq_seq;
+	struct pend *p = &e->pend[e->npend++];
+	memcpy(p->ie.sha, sha, 32);
+	p->ie.loc = j->w.loc;
+	p->seq = j->seq;
+	if (e->wq_tail)
+		e->wq_tail->next = j;
+	else
+		e->wq_head = j;
+	e->wq_tail = j;
+	e->wq_bytes += stored;
+	pthread_cond_broadcast(&e->wcond);
+	pthread_mutex_unlock(&e->wlock);
+	return 0;
+}
+
+static void *writer_main(void *arg)
+{
+	struct engine *e = arg;
+	struct wjob *batch[WRITE_BATCH];
+	struct cas_write w[WRITE_BATCH];
+	pthread_mutex_lock(&e->wlock);
+	for (;;) {
+		while (!e->wq_head && !(e->sync_target > e->synced_seq) && !e->wstop)
+			pthread_cond_wait(&e->wcond, &e->wlock);
+		unsigned n = 0;
+		size_t bytes = 0;
+		while (e->wq_head && n < WRITE_BATCH) {
+			struct wjob *j = e->wq_head;
+			e->wq_head = j->next;
+			batch[n] = j;
+			w[n++] = j->w;
+			bytes += j->w.loc.stored;
+		}
+		if (!e->wq_head)
+			e->wq_tail = NULL;
+		if (n) {
+			bool failed = e->werr != 0;
+			pthread_mutex_unlock(&e->wlock);
+			int rc = failed ? 0 : cas_pack_write(e->store, w, n);
+			for (unsigned i = 0; i < n; i++) {
+				free(batch[i]->buf);
+				if (i + 1 < n)
+					free(batch[i]);
+			}
+			pthread_mutex_lock(&e->wlock);
+			if (rc < 0 && !e->werr) {
+				e->werr = rc;
+				crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
+			}
+			e->completed_seq = batch[n - 1]->seq;
+			free(batch[n - 1]);
+			e->wq_bytes -= bytes;
+			pthread_cond_broadcast(&e->wcond);
+			continue;
+		}
+		if (e->sync_target > e->synced_seq) {
+			uint64_t upto = e->completed_seq;
+			bool failed = e->werr != 0;
+			pthread_mutex_unlock(&e->wlock);
+			int rc = failed ? 0 : cas_pack_sync(e->store);
+			pthread_mutex_lock(&e->wlock);
+			if (rc < 0 && !e->werr) {
+				e->werr = rc;
+				crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
+			}
+			e->synced_seq = upto;
+			pthread_cond_broadcast(&e->wcond);
+			continue;
+		}
+		if (e->wstop)
+			break;
+	}
+	pthread_mutex_unlock(&e->wlock);
+	return NULL;
+}
+
+/* ---- workers ---- */
+
+struct worker_ctx {
+	struct sha256_hasher *h;
+};
+
+static int seg_push_extent(struct seg *sg, uint64_t len, const uint8_t *sha)
+{
+	if (!sha && sg->next_ext && sg->ext[sg->next_ext - 1].hole) {
+		sg->ext[sg->next_ext - 1].len += len;
+		return 0;
+	}
+	if (sg->next_ext == sg->cap_ext) {
+		size_t cap = sg->cap_ext ? sg->cap_ext * 2 : 64;
+		struct cas_extent *ne = realloc(sg->ext, cap * sizeof(*ne));
+		if (!ne)
+			return crest_errf(-ENOMEM, "recording chunks");
+		sg->ext = ne;
+		sg->cap_ext = cap;
+	}
+	struct cas_extent *x = &sg->ext[sg->next_ext++];
+	x->len = len;
+	x->hole = !sha;
+	if (sha)
+		memcpy(x->sha, sha, 32);
+	else
+		memset(x->sha, 0, 32);
+	return 0;
+}
+
+/* True when the parent has this very chunk at this very place. */
+static bool hint_match(const struct engine_stream *st, uint64_t off, uint64_t len, const uint8_t sha[32])
+{
+	const struct cas_stream *h = st->hint;
+	if (!h || !h->nextents)
+		return false;
+	uint64_t lo = 0, hi = h->nextents;
+	while (lo < hi) {  /* first extent starting at or after off */
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (st->hint_off[mid] < off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo >= h->nextents || st->hint_off[lo] != off)
+		return false;
+	const struct cas_extent *x = &h->ext[lo];
+	return !x->hole && x->len == len && !memcmp(x->sha, sha, 32);
+}
+
+static int chunk_ingest(struct engine *e, struct worker_ctx *w, struct seg *sg, const uint8_t *p,
+			size_t n, uint64_t off)
+{
+	struct engine_snap *snap = sg->st->snap;
+	if (dedup_is_zero(p, n)) {
+		atomic_fetch_add(&snap->zero_bytes, n);
+		return seg_push_extent(sg, n, NULL);
+	}
+	uint8_t sha[32];
+	int rc = sha256_hash(w->h, p, n, sha);
+	if (rc < 0)
+		return rc;
+	atomic_fetch_add(&snap->chunks, 1);
+	if (hint_match(sg->st, off, n, sha))
+		return seg_push_extent(sg, n, sha);
+
+	struct stripe *s = stripe_of(e, sha);
+	pthread_mutex_lock(&s->lock);
+	struct node *nd = table_find(s, sha);
+	uint64_t seq = nd ? nd->seq : 0;
+	pthread_mutex_unlock(&s->lock);
+	if (nd) {
+		atomic_max(&snap->max_seq, seq);
+		return seg_push_extent(sg, n, sha);
+	}
+	struct cas_loc loc;
+	rc = cas_chunk_lookup(e->store, sha, &loc);
+	if (rc == 0)
+		return seg_push_extent(sg, n, sha);
+	if (rc != -ENOENT)
+		return rc;
+
+	/* New to the store: compress outside any lock, then queue under the
+	 * stripe lock unless another worker got there first. */
+	int bound = LZ4_compressBound((int)n);
+	uint8_t *buf = malloc((size_t)bound);
+	if (!buf)
+		return crest_errf(-ENOMEM, "compressing a chunk");
+	int c = LZ4_compress_default((const char *)p, (char *)buf, (int)n, bound);
+	uint8_t codec = CAS_CODEC_LZ4;
+	uint32_t stored = (uint32_t)c;
+	if (c <= 0 || (size_t)c >= n) {
+		memcpy(buf, p, n);  /* LZ4 did not shrink it: keep it raw */
+		codec = CAS_CODEC_RAW;
+		stored = (uint32_t)n;
+	}
+	pthread_mutex_lock(&s->lock);
+	nd = table_find(s, sha);
+	if (nd) {
+		seq = nd->seq;
+		pthread_mutex_unlock(&s->lock);
+		free(buf);
+		atomic_max(&snap->max_seq, seq);
+		return seg_push_extent(sg, n, sha);
+	}
+	rc = writer_enqueue(e, sha, buf, stored, (uint32_t)n, codec, &seq);
+	if (rc == 0)
+		rc = table_insert(s, sha, seq);
+	pthread_mutex_unlock(&s->lock);
+	if (rc < 0) {
+		if (rc == -ENOMEM)
+			crest_errf(rc, "recording a new chunk");
+		return rc;  /* buf was handed over or freed by the writer path */
+	}
+	atomic_max(&snap->max_seq, seq);
+	atomic_fetch_add(&snap->new_chunks, 1);
+	atomic_fetch_add(&snap->new_bytes, n);
+	atomic_fetch_add(&snap->stored_bytes, stored + CAS_REC_HEADER);
+	return seg_push_extent(sg, n, sha);
+}
+
+static int seg_process(struct engine *e, struct worker_ctx *w, struct seg *sg)
+{
+	if (!sg->data)
+		return seg_push_extent(sg, sg->len, NULL);
+	const struct dedup_params *dp = sg->st->dp;
+	size_t off = 0;
+	while (off < sg->len) {
+		size_t n = dedup_next(dp, sg->data + off, sg->len - off);
+		int rc = chunk_ingest(e, w, sg, sg->data + off, n, sg->off + off);
+		if (rc < 0)
+			return rc;
+		off += n;
+	}
+	return 0;
+}
+
+static void staging_put(struct engine *e, void *buf)
+{
+	pthread_mutex_lock(&e->stage_lock);
+	e->free_bufs[e->nfree++] = buf;
+	pthread_cond_signal(&e->stage_cond);
+	pthread_mutex_unlock(&e->stage_lock);
+}
+
+static void seg_release(struct engine *e, struct seg *sg)
+{
+	if (sg->staging) {
+		staging_put(e, sg->staging);
+		sg->staging = NULL;
+	}
+	if (sg->rel) {
+		if (atomic_fetch_sub(&sg->rel->refs, 1) == 1) {
+			if (sg->rel->release)
+				sg->rel->release(sg->rel->arg);
+			free(sg->rel);
+		}
+		sg->rel = NULL;
+	}
+	sg->data = NULL;
+}
+
+static void snap_fail(struct engine_snap *snap, int err, const char *msg)
+{
+	/* under e->lock */
+	if (!snap->err) {
+		snap->err = err;
+		snprintf(snap->errmsg, sizeof(snap->errmsg), "%s", msg);
+	}
+}
+
+static void *worker_main(void *arg)
+{
+	struct engine *e = arg;
+	struct worker_ctx w = { 0 };
+	int hrc = sha256_hasher_new(&w.h);
+	char hmsg[1024];
+	crest_errcpy(hmsg, sizeof(hmsg));
+	pthread_mutex_lock(&e->lock);
+	for (;;) {
+		while (!e->jq_head && !e->stop_workers)
+			pthread_cond_wait(&e->job_cond, &e->lock);
+		if (!e->jq_head)
+			break;
+		struct seg *sg = e->jq_head;
+		e->jq_head = sg->next;
+		if (!e->jq_head)
+			e->jq_tail = NULL;
+		struct engine_snap *snap = sg->st->snap;
+		bool skip = snap->err || snap->aborted;
+		pthread_mutex_unlock(&e->lock);
+
+		int rc = skip ? 0 : hrc < 0 ? hrc : seg_process(e, &w, sg);
+		char msg[1024];
+		if (rc < 0)
+			crest_errcpy(msg, sizeof(msg));
+		if (hrc < 0)
+			snprintf(msg, sizeof(msg), "%s", hmsg);
+		uint64_t len = sg->len;
+		seg_release(e, sg);
+		atomic_fetch_add(&snap->bytes_done, len);
+
+		pthread_mutex_lock(&e->lock);
+		if (rc < 0)
+			snap_fail(snap, rc, msg);
+		snap->segs_done++;
+		if (snap->sealed && snap->segs_done == snap->segs_total)
+			pthread_cond_broadcast(&e->snap_cond);
+	}
+	pthread_mutex_unlock(&e->lock);
+	sha256_hasher_free(w.h);
+	return NULL;
+}
+
+/* ---- producers ---- */
+
+static int seg_submit(struct engine_stream *st, const uint8_t *data, size_t len, void *staging,
+		      struct release_ref *rel)
+{
+	struct engine *e = st->snap->e;
+	struct seg *sg = calloc(1, sizeof(*sg));
+	if (!sg)
+		return crest_errf(-ENOMEM, "queueing a segment");
+	if (st->nsegs == st->cap) {
+		size_t cap = st->cap ? st->cap * 2 : 64;
+		struct seg **ns = realloc(st->segs, cap * sizeof(*ns));
+		if (!ns) {
+			free(sg);
+			return crest_errf(-ENOMEM, "queueing a segment");
+		}
+		st->segs = ns;
+		st->cap = cap;
+	}
+	st->segs[st->nsegs++] = sg;
+	sg->st = st;
+	sg->off = st->size;
+	sg->data = data;
+	sg->len = len;
+	sg->staging = staging;
+	sg->rel = rel;
+	st->size += len;
+	pthread_mutex_lock(&e->lock);
+	st->snap->segs_total++;
+	if (e->jq_tail)
+		e->jq_tail->next = sg;
+	else
+		e->jq_head = sg;
+	e->jq_tail = sg;
+	pthread_cond_signal(&e->job_cond);
+	pthread_mutex_unlock(&e->lock);
+	return 0;
+}
+
+static int staging_get(struct engine *e, void **out)
+{
+	pthread_mutex_lock(&e->stage_lock);
+	while (!e->nfree && e->nbufs >= e->maxbufs)
+		pthread_cond_wait(&e->stage_cond, &e->stage_lock);
+	if (e->nfree) {
+		*out = e->free_bufs[--e->nfree];
+		pthread_mutex_unlock(&e->stage_lock);
+		return 0;
+	}
+	e->nbufs++;
+	pthread_mutex_unlock(&e->stage_lock);
+	*out = malloc(e->o.segment_bytes);
+	if (!*out) {
+		pthread_mutex_lock(&e->stage_lock);
+		e->nbufs--;
+		pthread_mutex_unlock(&e->stage_lock);
+		return crest_errf(-ENOMEM, "allocating %zu bytes of staging", e->o.segment_bytes);
+	}
+	return 0;
+}
+
+int engine_snapshot_begin(struct engine *e, const char *kind, struct engine_snap **out)
+{
+	struct engine_snap *s = calloc(1, sizeof(*s));
+	if (!s)
+		return crest_errf(-ENOMEM, "starting a snapshot");
+	s->e = e;
+	s->m = cas_manifest_new(kind);
+	if (!s->m) {
+		free(s);
+		return crest_errf(-ENOMEM, "starting a snapshot");
+	}
+	s->m->time_ns = time_wall_ns();
+	s->begin_ns = time_now_ns();
+	pthread_mutex_lock(&e->lock);
+	if (e->cq_tail)
+		e->cq_tail->next = s;
+	else
+		e->cq_head = s;
+	e->cq_tail = s;
+	pthread_mutex_unlock(&e->lock);
+	*out = s;
+	return 0;
+}
+
+struct cas_manifest *engine_snapshot_manifest(struct engine_snap *s)
+{
+	return s->m;
+}
+
+int engine_snapshot_set_tag(struct engine_snap *s, const char *tag)
+{
+	int rc = cas_tag_check(tag);
+	if (rc < 0)
+		return rc;
+	free(s->tag);
+	s->tag = strdup(tag);
+	return s->tag ? 0 : crest_errf(-ENOMEM, "setting a tag");
+}
+
+void engine_snapshot_set_parent(struct engine_snap *s, const uint8_t id[32], struct cas_manifest *parent)
+{
+	s->m->has_parent = true;
+	memcpy(s->m->parent, id, 32);
+	cas_manifest_free(s->parent);
+	s->parent = parent;
+}
+
+void engine_snapshot_expect(struct engine_snap *s, uint64_t bytes)
+{
+	atomic_fetch_add(&s->expect, bytes);
+}
+
+void engine_snapshot_progress(struct engine_snap *s, uint64_t *done, uint64_t *total)
+{
+	*done = atomic_load(&s->bytes_done);
+	*total = atomic_load(&s->expect);
+}
+
+static int stream_new(struct engine_snap *s, const char *name, uint8_t type, bool memory,
+		      struct engine_stream **out)
+{
+	struct engine_stream *st = calloc(1, sizeof(*st));
+	struct engine_stream **ns = realloc(s->streams, (s->nstreams + 1) * sizeof(*ns));
+	if (!st || !ns) {
+		free(st);
+		if (ns)
+			s->streams = ns;
+		return crest_errf(-ENOMEM, "adding stream %s", name);
+	}
+	s->streams = ns;
+	st->snap = s;
+	st->dp = memory ? &s->e->o.memory_chunking : &s->e->o.file_chunking;
+	st->meta.type = type;
+	if (cas_stream_set_str(&st->meta.name, name) < 0 || cas_stream_set_str(&st->meta.target, "") < 0 ||
+	    cas_stream_set_str(&st->meta.meta, "") < 0) {
+		free(st->meta.name);
+		free(st->meta.target);
+		free(st);
+		return crest_errf(-ENOMEM, "adding stream %s", name);
+	}
+	s->streams[s->nstreams++] = st;
+	if (s->parent) {
+		const struct cas_stream *h = cas_manifest_find(s->parent, name);
+		if (h && h->nextents) {
+			st->hint_off = malloc(h->nextents * sizeof(*st->hint_off));
+			if (st->hint_off) {
+				uint64_t o = 0;
+				for (uint64_t i = 0; i < h->nextents; i++) {
+					st->hint_off[i] = o;
+					o += h->ext[i].len;
+				}
+				st->hint = h;
+			}
+		}
+	}
+	*out = st;
+	return 0;
+}
+
+int engine_add_entry(struct engine_snap *s, const char *name, uint8_t type, uint32_t mode,
+		     int64_t mtime_ns, const char *target)
+{
+	struct engine_stream *st;
+	int rc = stream_new(s, name, type, false, &st);
+	if (rc < 0)
+		return rc;
+	st->meta.mode = mode;
+	st->meta.mtime_ns = mtime_ns;
+	st->closed = true;
+	if (target && cas_stream_set_str(&st->meta.target, target) < 0)
+		return crest_errf(-ENOMEM, "adding %s", name);
+	return 0;
+}
+
+int engine_stream_open(struct engine_snap *s, const char *name, uint8_t type, bool memory,
+		       struct engine_stream **out)
+{
+	return stream_new(s, name, type, memory, out);
+}
+
+struct cas_stream *engine_stream_meta(struct engine_stream *st)
+{
+	return &st->meta;
+}
+
+/* Reads exactly len bytes at off, or fails naming what changed. */
+static int read_full(int fd, uint8_t *buf, size_t len, uint64_t off, const char *what)
+{
+	size_t got = 0;
+	while (got < len) {
+		ssize_t r = pread(fd, buf + got, len - got, (off_t)(off + got));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return crest_errf(-errno, "cannot read %s", what);
+		if (r == 0)
+			return crest_errx(-EIO, "%s shrank while crest read it", what);
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+int engine_stream_add_fd(struct engine_stream *st, int fd, const char *what)
+{
+	struct engine *e = st->snap->e;
+	struct stat sb;
+	if (fstat(fd, &sb) < 0)
+		return crest_errf(-errno, "cannot stat %s", what);
+	const uint64_t size = (uint64_t)sb.st_size, seg = e->o.segment_bytes;
+	uint64_t pos = st->size;  /* a stream read from one fd starts at 0 */
+	while (pos < size) {
+		off_t data = lseek(fd, (off_t)pos, SEEK_DATA);
+		if (data < 0)
+			data = errno == ENXIO ? (off_t)size : (off_t)pos;  /* ENXIO: only a hole is left */
+		if ((uint64_t)data > pos) {
+			int rc = seg_submit(st, NULL, (uint64_t)data - pos, NULL, NULL);
+			if (rc < 0)
+				return rc;
+			pos = (uint64_t)data;
+		}
+		if (pos >= size)
+			break;
+		off_t hole = lseek(fd, (off_t)pos, SEEK_HOLE);
+		uint64_t end = hole < 0 || (uint64_t)hole > size ? size : (uint64_t)hole;
+		while (pos < end) {
+			/* Cut at multiples of the segment size: the same bytes give
+			 * the same segments, so CDC cuts stay put between snapshots. */
+			uint64_t next = (pos / seg + 1) * seg;
+			size_t len = (size_t)((next < end ? next : end) - pos);
+			void *buf;
+			int rc = staging_get(e, &buf);
+			if (rc < 0)
+				return rc;
+			rc = read_full(fd, buf, len, pos, what);
+			if (rc == 0)
+				rc = seg_submit(st, buf, len, buf, NULL);
+			if (rc < 0) {
+				staging_put(e, buf);
+				return rc;
+			}
+			pos += len;
+		}
+	}
+	return 0;
+}
+
+int engine_stream_add_memory(struct engine_stream *st, const void *p, size_t len,
+			     void (*release)(void *arg), void *arg)
+{
+	struct engine *e = st->snap->e;
+	if (len == 0) {
+		if (release)
+			release(arg);
+		return 0;
+	}
+	struct release_ref *rel = malloc(sizeof(*rel));
+	if (!rel)
+		return crest_errf(-ENOMEM, "adding memory to stream %s", st->meta.name);
+	rel->release = release;
+	rel->arg = arg;
+	/* The producer holds one reference until every segment is queued, so
+	 * the callback cannot run while segments are still being added. */
+	atomic_init(&rel->refs, 1);
+	const uint8_t *base = p;
+	const uint64_t seg = e->o.segment_bytes;
+	int rc = 0;
+	for (size_t off = 0; off < len;) {
+		/* Cut at multiples of the segment size in the stream, as for files. */
+		size_t n = (size_t)((st->size / seg + 1) * seg - st->size);
+		if (n > len - off)
+			n = len - off;
+		atomic_fetch_add(&rel->refs, 1);
+		rc = seg_submit(st, base + off, n, NULL, rel);
+		if (rc < 0) {
+			atomic_fetch_sub(&rel->refs, 1);
+			break;
+		}
+		off += n;
+	}
+	if (atomic_fetch_sub(&rel->refs, 1) == 1) {
+		if (release)
+			release(arg);
+		free(rel);
+	}
+	return rc;
+}
+
+int engine_stream_close(struct engine_stream *st)
+{
+	st->closed = true;
+	return 0;
+}
+
+int engine_snapshot_seal(struct engine_snap *s)
+{
+	struct engine *e = s->e;
+	uint64_t logical = 0;
+	for (size_t i = 0; i < s->nstreams; i++)
+		logical += s->streams[i]->size;
+	pthread_mutex_lock(&e->lock);
+	s->sealed = true;
+	s->m->logical_bytes = logical;
+	pthread_cond_broadcast(&e->snap_cond);
+	pthread_mutex_unlock(&e->lock);
+	return 0;
+}
+
+/* ---- commit ---- */
+
+static void snap_free(struct engine_snap *s)
+{
+	for (size_t i = 0; i < s->nstreams; i++) {
+		struct engine_stream *st = s->streams[i];
+		for (size_t j = 0; j < st->nsegs; j++) {
+			free(st->segs[j]->ext);
+			free(st->segs[j]);
+		}
+		free(st->segs);
+		free(st->hint_off);
+		free(st->meta.name);
+		free(st->meta.target);
+		free(st->meta.meta);
+		free(st->meta.ext);
+		free(st);
+	}
+	free(s->streams);
+	cas_manifest_free(s->m);
+	cas_manifest_free(s->parent);
+	free(s->tag);
+	free(s);
+}
+
+/* Moves each stream's extents, segment by segment, into the manifest. */
+static int snap_build_manifest(struct engine_snap *s)
+{
+	for (size_t i = 0; i < s->nstreams; i++) {
+		struct engine_stream *st = s->streams[i];
+		uint64_t n = 0;
+		for (size_t j = 0; j < st->nsegs; j++)
+			n += st->segs[j]->next_ext;
+		struct cas_extent *ext = malloc((n ? n : 1) * sizeof(*ext));
+		if (!ext)
+			return crest_errf(-ENOMEM, "building the manifest");
+		uint64_t k = 0;
+		for (size_t j = 0; j < st->nsegs; j++) {
+			const struct seg *sg = st->segs[j];
+			for (size_t x = 0; x < sg->next_ext; x++) {
+				if (sg->ext[x].hole && k && ext[k - 1].hole)
+					ext[k - 1].len += sg->ext[x].len;
+				else
+					ext[k++] = sg->ext[x];
+			}
+		}
+		struct cas_stream *ms = cas_manifest_add_stream(s->m, st->meta.name, st->meta.type);
+		if (!ms) {
+			free(ext);
+			return crest_errf(-ENOMEM, "building the manifest");
+		}
+		ms->mode = st->meta.mode;
+		ms->mtime_ns = st->meta.mtime_ns;
+		ms->size = st->size;
+		if (cas_stream_set_str(&ms->target, st->meta.target) < 0 ||
+		    cas_stream_set_str(&ms->meta, st->meta.meta) < 0) {
+			free(ext);
+			return crest_errf(-ENOMEM, "building the manifest");
+		}
+		ms->ext = ext;
+		ms->nextents = k;
+	}
+	return 0;
+}
+
+static int snap_commit(struct engine *e, struct engine_snap *s)
+{
+	uint64_t need = atomic_load(&s->max_seq);
+	pthread_mutex_lock(&e->wlock);
+	if (need > e->synced_seq) {
+		if (need > e->sync_target)
+			e->sync_target = need;
+		pthread_cond_broadcast(&e->wcond);
+		while (e->synced_seq < need && !e->werr)
+			pthread_cond_wait(&e->wcond, &e->wlock);
+	}
+	if (e->werr) {
+		int err = e->werr;
+		crest_errset_str(e->werrmsg);
+		pthread_mutex_unlock(&e->wlock);
+		return err;
+	}
+	/* pend is in seq order, so the durable entries are a prefix of it. */
+	size_t n = 0;
+	while (n < e->npend && e->pend[n].seq <= e->synced_seq)
+		n++;
+	struct cas_index_entry *ie = malloc((n ? n : 1) * sizeof(*ie));
+	if (ie)
+		for (size_t i = 0; i < n; i++)
+			ie[i] = e->pend[i].ie;
+	pthread_mutex_unlock(&e->wlock);
+	if (!ie)
+		return crest_errf(-ENOMEM, "committing a snapshot");
+
+	int rc = snap_build_manifest(s);
+	if (rc == 0)
+		rc = cas_commit(e->store, ie, n, s->m, s->tag, s->res.id);
+	if (rc == 0) {
+		pthread_mutex_lock(&e->wlock);
+		memmove(e->pend, e->pend + n, (e->npend - n) * sizeof(*e->pend));
+		e->npend -= n;
+		pthread_mutex_unlock(&e->wlock);
+		for (size_t i = 0; i < n; i++)
+			table_remove(e, ie[i].sha);
+	}
+	free(ie);
+	return rc;
+}
+
+static void *committer_main(void *arg)
+{
+	struct engine *e = arg;
+	pthread_mutex_lock(&e->lock);
+	for (;;) {
+		struct engine_snap *s = e->cq_head;
+		while (!(s && s->sealed && s->segs_done == s->segs_total)) {
+			if (!s && e->stop_committer)
+				goto out;
+			pthread_cond_wait(&e->snap_cond, &e->lock);
+			s = e->cq_head;
+		}
+		e->cq_head = s->next;
+		if (!e->cq_head)
+			e->cq_tail = NULL;
+		int err = s->err;
+		bool aborted = s->aborted;
+		pthread_mutex_unlock(&e->lock);
+
+		int rc = err || aborted ? 0 : snap_commit(e, s);
+		char msg[1024];
+		if (rc < 0)
+			crest_errcpy(msg, sizeof(msg));
+
+		pthread_mutex_lock(&e->lock);
+		if (rc < 0)
+			snap_fail(s, rc, msg);
+		struct engine_result *r = &s->res;
+		r->logical_bytes = s->m->logical_bytes;
+		r->zero_bytes = atomic_load(&s->zero_bytes);
+		r->new_bytes = atomic_load(&s->new_bytes);
+		r->stored_bytes = atomic_load(&s->stored_bytes);
+		r->chunks = atomic_load(&s->chunks);
+		r->new_chunks = atomic_load(&s->new_chunks);
+		r->ingest_ns = time_now_ns() - s->begin_ns;
+		s->done = true;
+		if (s->detached) {
+			pthread_mutex_unlock(&e->lock);
+			snap_free(s);
+			pthread_mutex_lock(&e->lock);
+		}
+		pthread_cond_broadcast(&e->snap_cond);
+	}
+out:
+	pthread_mutex_unlock(&e->lock);
+	return NULL;
+}
+
+bool engine_snapshot_timedwait(struct engine_snap *s, uint64_t timeout_ns)
+{
+	struct engine *e = s->e;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t t = (uint64_t)ts.tv_nsec + timeout_ns;
+	ts.tv_sec += (time_t)(t / 1000000000);
+	ts.tv_nsec = (long)(t % 1000000000);
+	pthread_mutex_lock(&e->lock);
+	while (!s->done && pthread_cond_timedwait(&e->snap_cond, &e->lock, &ts) == 0)
+		;
+	bool done = s->done;
+	pthread_mutex_unlock(&e->lock);
+	return done;
+}
+
+int engine_snapshot_wait(struct engine_snap *s, struct engine_result *r)
+{
+	struct engine *e = s->e;
+	pthread_mutex_lock(&e->lock);
+	while (!s->done)
+		pthread_cond_wait(&e->snap_cond, &e->lock);
+	pthread_mutex_unlock(&e->lock);
+	int rc = s->err;
+	if (rc < 0)
+		crest_errset_str(s->errmsg);
+	if (r)
+		*r = s->res;
+	snap_free(s);
+	return rc;
+}
+
+void engine_snapshot_abort(struct engine_snap *s)
+{
+	struct engine *e = s->e;
+	pthread_mutex_lock(&e->lock);
+	s->aborted = true;
+	s->sealed = true;
+	s->detached = true;
+	bool done = s->done;
+	pthread_cond_broadcast(&e->snap_cond);
+	pthread_mutex_unlock(&e->lock);
+	if (done)
+		snap_free(s);
+}
+
+/* ---- open and close ---- */
+
+int engine_open(struct cas_store *store, const struct engine_opts *o, struct engine **out)
+{
+	struct engine *e = calloc(1, sizeof(*e));
+	if (!e)
+		return crest_errf(-ENOMEM, "starting the engine");
+	engine_opts_default(&e->o);
+	if (o) {
+		if (o->workers)
+			e->o.workers = o->workers;
+		if (o->staging_bytes)
+			e->o.staging_bytes = o->staging_bytes;
+		if (o->segment_bytes)
+			e->o.segment_bytes = o->segment_bytes;
+		if (o->write_queue_bytes)
+			e->o.write_queue_bytes = o->write_queue_bytes;
+		if (o->file_chunking.avg)
+			e->o.file_chunking = o->file_chunking;
+		if (o->memory_chunking.avg)
+			e->o.memory_chunking = o->memory_chunking;
+	}
+	if (e->o.segment_bytes < e->o.file_chunking.max || e->o.segment_bytes < e->o.memory_chunking.max)
+		e->o.segment_bytes = e->o.file_chunking.max > e->o.memory_chunking.max
+					     ? e->o.file_chunking.max : e->o.memory_chunking.max;
+	e->store = store;
+	e->maxbufs = e->o.staging_bytes / e->o.segment_bytes;
+	if (e->maxbufs < 2)
+		e->maxbufs = 2;
+	e->free_bufs = calloc(e->maxbufs, sizeof(void *));
+	e->workers = calloc(e->o.workers, sizeof(pthread_t));
+	if (!e->free_bufs || !e->workers) {
+		free(e->free_bufs);
+		free(e->workers);
+		free(e);
+		return crest_errf(-ENOMEM, "starting the engine");
+	}
+	pthread_mutex_init(&e->lock, NULL);
+	pthread_cond_init(&e->job_cond, NULL);
+	pthread_cond_init(&e->snap_cond, NULL);
+	pthread_mutex_init(&e->stage_lock, NULL);
+	pthread_cond_init(&e->stage_cond, NULL);
+	pthread_mutex_init(&e->wlock, NULL);
+	pthread_cond_init(&e->wcond, NULL);
+	for (int i = 0; i < NSTRIPES; i++)
+		pthread_mutex_init(&e->stripes[i].lock, NULL);
+
+	int rc = pthread_create(&e->writer, NULL, writer_main, e);
+	e->writer_started = rc == 0;
+	if (rc == 0) {
+		rc = pthread_create(&e->committer, NULL, committer_main, e);
+		e->committer_started = rc == 0;
+	}
+	for (unsigned i = 0; rc == 0 && i < e->o.workers; i++) {
+		rc = pthread_create(&e->workers[i], NULL, worker_main, e);
+		if (rc == 0)
+			e->nworkers++;
+	}
+	if (rc != 0) {
+		engine_close(e);
+		return crest_errf(-rc, "starting engine threads");
+	}
+	*out = e;
+	return 0;
+}
+
+void engine_close(struct engine *e)
+{
+	if (!e)
+		return;
+	/* Snapshots never sealed are dropped, not committed. */
+	pthread_mutex_lock(&e->lock);
+	for (struct engine_snap *s = e->cq_head; s; s = s->next)
+		if (!s->sealed) {
+			s->sealed = s->aborted = s->detached = true;
+		}
+	e->stop_committer = true;
+	pthread_cond_broadcast(&e->snap_cond);
+	pthread_mutex_unlock(&e->lock);
+	if (e->committer_started)
+		pthread_join(e->committer, NULL);
+
+	pthread_mutex_lock(&e->lock);
+	e->stop_workers = true;
+	pthread_cond_broadcast(&e->job_cond);
+	pthread_mutex_unlock(&e->lock);
+	for (unsigned i = 0; i < e->nworkers; i++)
+		pthread_join(e->workers[i], NULL);
+
+	pthread_mutex_lock(&e->wlock);
+	e->wstop = true;
+	pthread_cond_broadcast(&e->wcond);
+	pthread_mutex_unlock(&e->wlock);
+	if (e->writer_started)
+		pthread_join(e->writer, NULL);
+
+	for (size_t i = 0; i < e->nfree; i++)
+		free(e->free_bufs[i]);
+	free(e->free_bufs);
+	free(e->workers);
+	free(e->pend);
+	for (int i = 0; i < NSTRIPES; i++) {
+		struct stripe *s = &e->stripes[i];
+		for (size_t b = 0; b < s->nb; b++)
+			for (struct node *n = s->b[b], *next; n; n = next) {
+				next = n->next;
+				free(n);
+			}
+		free(s->b);
+		pthread_mutex_destroy(&s->lock);
+	}
+	free(e);
+}

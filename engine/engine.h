@@ -1,0 +1,104 @@
+/*
+ * engine.h - the asynchronous ingest pipeline: from bytes to a committed
+ * snapshot, in the background.
+ *
+ * A snapshot is begun, streams are added to it (from a file descriptor, read
+ * through bounded staging buffers, or from memory the caller owns until the
+ * engine releases it), then it is sealed; adding and sealing return at once
+ * or block only for back-pressure. Worker threads chunk, hash, deduplicate
+ * and compress segments of every stream in parallel; one writer thread
+ * appends new chunks to packs through io_uring; one commit thread commits
+ * snapshots in the order they were begun.
+ *
+ * Promises:
+ *  - Bounded memory: file staging and the writer's queue each have a byte
+ *    budget; producers block when it is spent.
+ *  - Atomic, ordered commit: a snapshot's chunks are durable in packs before
+ *    its index entries and manifest are written in one synced batch.
+ *  - Memory given with engine_stream_add_memory is only read, and is handed
+ *    back through its release callback as soon as the engine is done with it
+ *    (before the snapshot commits): capture reuses staging buffers that way.
+ *  - A failed write fails the snapshots that need it, with a message; it
+ *    never commits a snapshot that references missing data.
+ */
+#ifndef CREST_ENGINE_H
+#define CREST_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cas/cas.h"
+#include "dedup/chunker.h"
+
+struct engine;
+struct engine_snap;
+struct engine_stream;
+
+struct engine_opts {
+	unsigned workers;            /* 0: one per online core */
+	size_t staging_bytes;        /* file-read buffers in flight; 0: 256 MiB */
+	size_t segment_bytes;        /* unit of parallel work; 0: 4 MiB */
+	size_t write_queue_bytes;    /* compressed chunks waiting for the writer; 0: 128 MiB */
+	struct dedup_params file_chunking;    /* for files; kind 0 & avg 0: defaults */
+	struct dedup_params memory_chunking;  /* for regions and images */
+};
+
+/* The defaults (see bench/RESULTS.md for why). */
+void engine_opts_default(struct engine_opts *o);
+
+int engine_open(struct cas_store *store, const struct engine_opts *o, struct engine **out);
+/* Waits for every sealed snapshot to commit, then stops the threads.
+ * Snapshots not yet waited for are freed. */
+void engine_close(struct engine *e);
+
+struct engine_result {
+	uint8_t id[32];
+	uint64_t logical_bytes;   /* all stream bytes */
+	uint64_t zero_bytes;      /* stored as holes */
+	uint64_t new_bytes;       /* raw bytes of chunks the store did not have */
+	uint64_t stored_bytes;    /* what those took in packs, headers included */
+	uint64_t chunks, new_chunks;
+	uint64_t ingest_ns;       /* begin to commit */
+};
+
+int engine_snapshot_begin(struct engine *e, const char *kind, struct engine_snap **out);
+/* The manifest being built: add labels here before sealing. */
+struct cas_manifest *engine_snapshot_manifest(struct engine_snap *s);
+int engine_snapshot_set_tag(struct engine_snap *s, const char *tag);
+/* Makes the snapshot a child of parent. Takes ownership of parent (a full
+ * manifest): its chunk lists tell the workers which chunks the store already
+ * has, so unchanged memory costs no index look-up. */
+void engine_snapshot_set_parent(struct engine_snap *s, const uint8_t id[32], struct cas_manifest *parent);
+/* For the progress line; total may grow as streams are added. */
+void engine_snapshot_expect(struct engine_snap *s, uint64_t bytes);
+void engine_snapshot_progress(struct engine_snap *s, uint64_t *done, uint64_t *total);
+
+/* A stream with no data (a directory, a symlink). */
+int engine_add_entry(struct engine_snap *s, const char *name, uint8_t type, uint32_t mode,
+		     int64_t mtime_ns, const char *target);
+
+/* A stream's data, added in order. With memory_chunking when `memory` is set,
+ * file_chunking otherwise. */
+int engine_stream_open(struct engine_snap *s, const char *name, uint8_t type, bool memory,
+		       struct engine_stream **out);
+struct cas_stream *engine_stream_meta(struct engine_stream *st);  /* mode, mtime, meta */
+/* Reads fd from its current offset to EOF through staging buffers, keeping
+ * holes (SEEK_HOLE) as holes. Blocks for staging. `what` names it in errors. */
+int engine_stream_add_fd(struct engine_stream *st, int fd, const char *what);
+/* Appends len bytes at p. The engine reads them from worker threads and calls
+ * release(arg) once, when done with all of them (perhaps before this returns). */
+int engine_stream_add_memory(struct engine_stream *st, const void *p, size_t len,
+			     void (*release)(void *arg), void *arg);
+int engine_stream_close(struct engine_stream *st);
+
+/* No more streams; commit happens once the workers are done. Returns at once. */
+int engine_snapshot_seal(struct engine_snap *s);
+/* True once the snapshot committed or failed; waits up to timeout_ns. */
+bool engine_snapshot_timedwait(struct engine_snap *s, uint64_t timeout_ns);
+/* Blocks until the snapshot committed or failed, fills r, frees s. */
+int engine_snapshot_wait(struct engine_snap *s, struct engine_result *r);
+/* Drops an unsealed snapshot: nothing of it is committed. */
+void engine_snapshot_abort(struct engine_snap *s);
+
+#endif
