@@ -1,0 +1,543 @@
+/*
+ * restore.c - parallel, verified chunk streaming out of the store; see
+ * restore.h.
+ *
+ * Threads take batches of extents from a shared counter, so the reads of
+ * neighbouring chunks stay close together on disk while several are in
+ * flight. The first error stops every thread; its message wins.
+ */
+#include "restore/restore.h"
+#include "util/err.h"
+#include "util/sha256.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <lz4.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define BATCH 16
+
+static unsigned default_threads(unsigned t)
+{
+	if (t)
+		return t;
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (unsigned)n : 1;
+}
+
+/* ---- a small parallel for, with a first-error-wins stop ---- */
+
+struct par {
+	size_t n;
+	atomic_size_t next;
+	atomic_uint_fast64_t bytes;
+	atomic_bool stop;
+	pthread_mutex_t lock;
+	int err;
+	char msg[1024];
+	int (*fn)(struct par *p, void *tls, size_t i);
+	int (*tls_new)(struct par *p, void **tls);
+	void (*tls_free)(void *tls);
+	void *arg;
+	unsigned running;            /* under lock; done signals each exit */
+	pthread_cond_t done;
+};
+
+static void par_fail(struct par *p, int err)
+{
+	pthread_mutex_lock(&p->lock);
+	if (!p->err) {
+		p->err = err;
+		crest_errcpy(p->msg, sizeof(p->msg));
+	}
+	pthread_mutex_unlock(&p->lock);
+	atomic_store(&p->stop, true);
+}
+
+static void *par_main(void *arg)
+{
+	struct par *p = arg;
+	void *tls = NULL;
+	int rc = p->tls_new ? p->tls_new(p, &tls) : 0;
+	if (rc < 0)
+		par_fail(p, rc);
+	while (rc == 0 && !atomic_load(&p->stop)) {
+		size_t i = atomic_fetch_add(&p->next, BATCH);
+		if (i >= p->n)
+			break;
+		size_t end = i + BATCH < p->n ? i + BATCH : p->n;
+		for (; i < end && !atomic_load(&p->stop); i++) {
+			rc = p->fn(p, tls, i);
+			if (rc < 0) {
+				par_fail(p, rc);
+				break;
+			}
+		}
+	}
+	if (p->tls_free)
+		p->tls_free(tls);
+	return NULL;
+}
+
+static void *par_thread(void *arg)
+{
+	struct par *p = arg;
+	par_main(p);
+	pthread_mutex_lock(&p->lock);
+	p->running--;
+	pthread_cond_signal(&p->done);
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+static int par_run(struct par *p, unsigned threads, struct progress *prog, uint64_t base)
+{
+	threads = default_threads(threads);
+	if (threads > (p->n + BATCH - 1) / BATCH)
+		threads = (unsigned)((p->n + BATCH - 1) / BATCH);
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->done, NULL);
+	pthread_t *t = threads > 1 ? calloc(threads, sizeof(*t)) : NULL;
+	unsigned started = 0;
+	pthread_mutex_lock(&p->lock);
+	for (; t && started < threads; started++)
+		if (pthread_create(&t[started], NULL, par_thread, p) != 0)
+			break;
+	p->running = started;
+	pthread_mutex_unlock(&p->lock);
+	if (started == 0) {
+		par_main(p);  /* one batch, or no threads to be had: do it here */
+	} else {
+		pthread_mutex_lock(&p->lock);
+		while (p->running > 0) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 100 * 1000 * 1000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&p->done, &p->lock, &ts);
+			if (prog)
+				progress_update(prog, base + atomic_load(&p->bytes));
+		}
+		pthread_mutex_unlock(&p->lock);
+	}
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	free(t);
+	pthread_cond_destroy(&p->done);
+	pthread_mutex_destroy(&p->lock);
+	if (p->err)
+		crest_errset_str(p->msg);
+	return p->err;
+}
+
+/* ---- streaming one stream to a sink ---- */
+
+struct stream_job {
+	const struct restore_ctx *c;
+	const struct cas_stream *st;
+	uint64_t *off;           /* off[i]: where extent i starts */
+	uint32_t maxlen;
+	restore_sink_fn sink;
+	void *arg;
+};
+
+struct chunk_bufs {
+	struct sha256_hasher *h;
+	uint8_t *raw, *scratch;
+	uint32_t cap;
+};
+
+static int bufs_new(uint32_t maxlen, struct chunk_bufs **out)
+{
+	struct chunk_bufs *b = calloc(1, sizeof(*b));
+	if (!b)
+		return crest_errf(-ENOMEM, "allocating restore buffers");
+	b->cap = maxlen ? maxlen : 1;
+	b->raw = malloc(b->cap);
+	b->scratch = malloc((size_t)LZ4_compressBound((int)b->cap) + 64);
+	int rc = b->raw && b->scratch ? sha256_hasher_new(&b->h) : -ENOMEM;
+	if (rc < 0) {
+		free(b->raw);
+		free(b->scratch);
+		free(b);
+		return rc == -ENOMEM ? crest_errf(rc, "allocating restore buffers") : rc;
+	}
+	*out = b;
+	return 0;
+}
+
+static void bufs_free(void *p)
+{
+	struct chunk_bufs *b = p;
+	if (!b)
+		return;
+	sha256_hasher_free(b->h);
+	free(b->raw);
+	free(b->scratch);
+	free(b);
+}
+
+/* Reads and checks one chunk into b->raw. what/off only name it in errors. */
+static int chunk_fetch(struct cas_store *s, struct chunk_bufs *b, const struct cas_extent *x,
+		       const char *snap, const char *stream, uint64_t off)
+{
+	char hex[65];
+	struct cas_loc loc;
+	int rc = cas_chunk_lookup(s, x->sha, &loc);
+	if (rc == -ENOENT) {
+		hex_encode(x->sha, 32, hex);
+		return crest_errx(-EBADMSG, "snapshot %s, stream %s, offset %llu: chunk %.16s is missing "
+				  "from the store", snap, stream, (unsigned long long)off, hex);
+	}
+	if (rc == 0 && loc.raw != x->len) {
+		hex_encode(x->sha, 32, hex);
+		rc = crest_errx(-EBADMSG, "chunk %.16s has %u bytes in the index, %llu in the manifest",
+				hex, loc.raw, (unsigned long long)x->len);
+	}
+	if (rc == 0)
+		rc = cas_chunk_read(s, x->sha, &loc, b->raw, b->cap, b->scratch);
+	uint8_t sum[32];
+	if (rc >= 0)
+		rc = sha256_hash(b->h, b->raw, x->len, sum);
+	if (rc == 0 && memcmp(sum, x->sha, 32)) {
+		hex_encode(x->sha, 32, hex);
+		rc = crest_errx(-EBADMSG, "chunk %.16s is damaged: its bytes do not hash to its name", hex);
+	}
+	if (rc < 0)
+		return crest_errctx(rc, "snapshot %s, stream %s, offset %llu", snap, stream,
+				    (unsigned long long)off);
+	return 0;
+}
+
+static int stream_tls_new(struct par *p, void **tls)
+{
+	const struct stream_job *j = p->arg;
+	return bufs_new(j->maxlen, (struct chunk_bufs **)tls);
+}
+
+static int stream_one(struct par *p, void *tls, size_t i)
+{
+	const struct stream_job *j = p->arg;
+	const struct cas_extent *x = &j->st->ext[i];
+	if (x->hole) {
+		atomic_fetch_add(&p->bytes, x->len);
+		return 0;
+	}
+	struct chunk_bufs *b = tls;
+	int rc = chunk_fetch(j->c->store, b, x, j->c->snapshot, j->st->name, j->off[i]);
+	if (rc == 0)
+		rc = j->sink(j->arg, j->off[i], b->raw, (uint32_t)x->len);
+	atomic_fetch_add(&p->bytes, x->len);
+	return rc;
+}
+
+int restore_stream(const struct restore_ctx *c, const struct cas_stream *st, restore_sink_fn sink, void *arg)
+{
+	if (!st->nextents)
+		return 0;
+	struct stream_job j = { .c = c, .st = st, .sink = sink, .arg = arg };
+	j.off = malloc(st->nextents * sizeof(*j.off));
+	if (!j.off)
+		return crest_errf(-ENOMEM, "restoring stream %s", st->name);
+	uint64_t o = 0;
+	for (uint64_t i = 0; i < st->nextents; i++) {
+		j.off[i] = o;
+		o += st->ext[i].len;
+		if (!st->ext[i].hole && st->ext[i].len > j.maxlen)
+			j.maxlen = (uint32_t)st->ext[i].len;
+	}
+	if (j.maxlen > CAS_CHUNK_MAX) {
+		free(j.off);
+		return crest_errx(-EBADMSG, "snapshot %s, stream %s: a chunk is larger than any crest writes",
+				  c->snapshot, st->name);
+	}
+	struct par p = { .n = st->nextents, .fn = stream_one, .tls_new = stream_tls_new,
+			 .tls_free = bufs_free, .arg = &j };
+	int rc = par_run(&p, c->threads, c->progress, c->progress_base);
+	free(j.off);
+	return rc;
+}
+
+struct fd_sink {
+	int fd;
+	const char *what;
+};
+
+static int fd_sink(void *arg, uint64_t off, const void *data, uint32_t len)
+{
+	const struct fd_sink *s = arg;
+	uint32_t done = 0;
+	while (done < len) {
+		ssize_t w = pwrite(s->fd, (const uint8_t *)data + done, len - done, (off_t)(off + done));
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return crest_errf(w < 0 ? -errno : -EIO, "cannot write %s", s->what);
+		done += (uint32_t)w;
+	}
+	return 0;
+}
+
+int restore_stream_to_fd(const struct restore_ctx *c, const struct cas_stream *st, int fd)
+{
+	if (ftruncate(fd, (off_t)st->size) < 0)
+		return crest_errf(-errno, "cannot size %s to %llu bytes", st->name,
+				  (unsigned long long)st->size);
+	struct fd_sink s = { fd, st->name };
+	return restore_stream(c, st, fd_sink, &s);
+}
+
+struct mem_sink {
+	uint8_t *dst;
+};
+
+static int mem_sink(void *arg, uint64_t off, const void *data, uint32_t len)
+{
+	const struct mem_sink *s = arg;
+	memcpy(s->dst + off, data, len);
+	return 0;
+}
+
+int restore_stream_to_memory(const struct restore_ctx *c, const struct cas_stream *st, void *dst,
+			     uint64_t cap)
+{
+	if (cap < st->size)
+		return crest_errx(-EINVAL, "stream %s has %llu bytes; the destination holds %llu",
+				  st->name, (unsigned long long)st->size, (unsigned long long)cap);
+	uint64_t o = 0;
+	for (uint64_t i = 0; i < st->nextents; i++) {
+		if (st->ext[i].hole)
+			memset((uint8_t *)dst + o, 0, st->ext[i].len);
+		o += st->ext[i].len;
+	}
+	struct mem_sink s = { dst };
+	return restore_stream(c, st, mem_sink, &s);
+}
+
+/* ---- trees ---- */
+
+/* A stream name must stay inside dest: relative, no "." or ".." parts. */
+static int name_safe(const char *name)
+{
+	if (!*name || name[0] == '/')
+		return 0;
+	for (const char *p = name; *p;) {
+		const char *e = strchr(p, '/');
+		size_t n = e ? (size_t)(e - p) : strlen(p);
+		if (n == 0 || (n == 1 && p[0] == '.') || (n == 2 && p[0] == '.' && p[1] == '.'))
+			return 0;
+		p += n;
+		if (*p)
+			p++;
+	}
+	return 1;
+}
+
+static int set_mtime(const char *path, int64_t ns, int flags)
+{
+	struct timespec ts[2] = { { (time_t)(ns / 1000000000), (long)(ns % 1000000000) },
+				  { (time_t)(ns / 1000000000), (long)(ns % 1000000000) } };
+	return utimensat(AT_FDCWD, path, ts, flags) < 0 ? -errno : 0;
+}
+
+int restore_tree(const struct restore_ctx *c, const struct cas_manifest *m, const char *dest,
+		 uint64_t *bytes_out)
+{
+	char path[8192], tmp[8192];
+	uint64_t done = 0;
+	/* Check everything before touching anything: a bad name or an existing
+	 * target stops the restore with dest unchanged. */
+	for (size_t i = 0; i < m->nstreams; i++) {
+		const struct cas_stream *st = &m->streams[i];
+		if (!name_safe(st->name))
+			return crest_errx(-EBADMSG, "snapshot %s holds the name '%s', which would leave %s; "
+					  "refusing to restore it", c->snapshot, st->name, dest);
+		snprintf(path, sizeof(path), "%s/%s", dest, st->name);
+		struct stat sb;
+		if (lstat(path, &sb) == 0)
+			return crest_errx(-EEXIST, "%s already exists; crest get does not overwrite", path);
+	}
+	if (mkdir(dest, 0700) < 0 && errno != EEXIST)
+		return crest_errf(-errno, "cannot create %s", dest);
+	for (size_t i = 0; i < m->nstreams; i++) {
+		const struct cas_stream *st = &m->streams[i];
+		snprintf(path, sizeof(path), "%s/%s", dest, st->name);
+		int rc = 0;
+		if (st->type == CAS_STREAM_DIR) {
+			if (mkdir(path, 0700) < 0)
+				rc = crest_errf(-errno, "cannot create directory %s", path);
+		} else if (st->type == CAS_STREAM_SYMLINK) {
+			if (symlink(st->target, path) < 0)
+				rc = crest_errf(-errno, "cannot create symlink %s", path);
+			else
+				set_mtime(path, st->mtime_ns, AT_SYMLINK_NOFOLLOW);
+		} else {
+			/* Files, and every other stream (regions, images) as a file. */
+			const char *slash = strrchr(path, '/');
+			snprintf(tmp, sizeof(tmp), "%.*s/.%s.crest-tmp", (int)(slash - path), path, slash + 1);
+			int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+			if (fd < 0)
+				return crest_errf(-errno, "cannot create %s", tmp);
+			struct restore_ctx sc = *c;
+			sc.progress_base = done;
+			rc = restore_stream_to_fd(&sc, st, fd);
+			if (rc == 0 && fchmod(fd, st->mode ? st->mode & 07777 : 0600) < 0)
+				rc = crest_errf(-errno, "cannot set the mode of %s", path);
+			if (close(fd) < 0 && rc == 0)
+				rc = crest_errf(-errno, "cannot write %s", tmp);
+			if (rc == 0 && rename(tmp, path) < 0)
+				rc = crest_errf(-errno, "cannot rename %s to %s", tmp, path);
+			if (rc < 0) {
+				unlink(tmp);
+				return rc;
+			}
+			set_mtime(path, st->mtime_ns, 0);
+			done += st->size;
+		}
+		if (rc < 0)
+			return rc;
+	}
+	/* Directory modes and times last, deepest first: a read-only directory
+	 * must not stop its own children being written. */
+	for (size_t i = m->nstreams; i-- > 0;) {
+		const struct cas_stream *st = &m->streams[i];
+		if (st->type != CAS_STREAM_DIR)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dest, st->name);
+		chmod(path, st->mode & 07777);
+		set_mtime(path, st->mtime_ns, 0);
+	}
+	if (bytes_out)
+		*bytes_out = done;
+	return 0;
+}
+
+/* ---- verify ---- */
+
+struct vitem {
+	uint8_t sha[32];
+	uint64_t len, off;
+	const char *snap, *stream;
+};
+
+struct verify_job {
+	struct cas_store *s;
+	struct vitem *items;
+	uint32_t maxlen;
+	atomic_uint_fast64_t bad, bytes;
+};
+
+static int vitem_cmp(const void *a, const void *b)
+{
+	return memcmp(((const struct vitem *)a)->sha, ((const struct vitem *)b)->sha, 32);
+}
+
+static int verify_tls_new(struct par *p, void **tls)
+{
+	const struct verify_job *j = p->arg;
+	return bufs_new(j->maxlen, (struct chunk_bufs **)tls);
+}
+
+static int verify_one(struct par *p, void *tls, size_t i)
+{
+	struct verify_job *j = p->arg;
+	const struct vitem *v = &j->items[i];
+	struct cas_extent x = { .len = v->len };
+	memcpy(x.sha, v->sha, 32);
+	int rc = chunk_fetch(j->s, tls, &x, v->snap, v->stream, v->off);
+	atomic_fetch_add(&p->bytes, v->len);
+	if (rc == -ENOMEM)
+		return rc;
+	if (rc < 0) {
+		char hex[65];
+		hex_encode(v->sha, 32, hex);
+		fprintf(stderr, "casctl: bad chunk %s: %s\n", hex, crest_errmsg());
+		atomic_fetch_add(&j->bad, 1);
+	}
+	return 0;
+}
+
+int restore_verify(struct cas_store *s, const uint8_t (*ids)[32], size_t nids, unsigned threads,
+		   bool quiet, struct verify_result *r)
+{
+	struct cas_manifest **ms = calloc(nids ? nids : 1, sizeof(*ms));
+	char (*names)[13] = calloc(nids ? nids : 1, 13);
+	struct vitem *items = NULL;
+	size_t n = 0, cap = 0;
+	int rc = ms && names ? 0 : crest_errf(-ENOMEM, "verifying");
+	uint32_t maxlen = 0;
+	for (size_t k = 0; rc == 0 && k < nids; k++) {
+		char hex[65];
+		hex_encode(ids[k], 32, hex);
+		snprintf(names[k], 13, "%.12s", hex);
+		rc = cas_manifest_load(s, ids[k], &ms[k]);
+		for (size_t i = 0; rc == 0 && i < ms[k]->nstreams; i++) {
+			const struct cas_stream *st = &ms[k]->streams[i];
+			uint64_t off = 0;
+			for (uint64_t e = 0; e < st->nextents; off += st->ext[e].len, e++) {
+				if (st->ext[e].hole)
+					continue;
+				if (n == cap) {
+					cap = cap ? cap * 2 : 4096;
+					struct vitem *ni = realloc(items, cap * sizeof(*ni));
+					if (!ni) {
+						rc = crest_errf(-ENOMEM, "verifying");
+						break;
+					}
+					items = ni;
+				}
+				struct vitem *v = &items[n++];
+				memcpy(v->sha, st->ext[e].sha, 32);
+				v->len = st->ext[e].len;
+				v->off = off;
+				v->snap = names[k];
+				v->stream = st->name;
+				if (v->len > maxlen)
+					maxlen = (uint32_t)v->len;
+			}
+		}
+	}
+	if (rc == 0 && maxlen > CAS_CHUNK_MAX)
+		rc = crest_errx(-EBADMSG, "a manifest names a chunk larger than any crest writes");
+	size_t uniq = 0;
+	if (rc == 0 && n) {
+		qsort(items, n, sizeof(*items), vitem_cmp);
+		for (size_t i = 0; i < n; i++)
+			if (!uniq || memcmp(items[uniq - 1].sha, items[i].sha, 32))
+				items[uniq++] = items[i];
+	}
+	struct verify_job j = { .s = s, .items = items, .maxlen = maxlen };
+	if (rc == 0 && uniq) {
+		struct progress prog;
+		uint64_t total = 0;
+		for (size_t i = 0; i < uniq; i++)
+			total += items[i].len;
+		progress_begin(&prog, "verify", total, quiet);
+		struct par p = { .n = uniq, .fn = verify_one, .tls_new = verify_tls_new,
+				 .tls_free = bufs_free, .arg = &j };
+		rc = par_run(&p, threads, &prog, 0);
+		progress_end(&prog);
+		r->bytes = atomic_load(&p.bytes);
+	}
+	r->chunks = uniq;
+	r->bad = atomic_load(&j.bad);
+	for (size_t k = 0; k < nids && ms; k++)
+		cas_manifest_free(ms[k]);
+	free(ms);
+	free(names);
+	free(items);
+	if (rc == 0 && r->bad)
+		rc = crest_errx(-EBADMSG, "%llu of %zu chunks are damaged or missing",
+				(unsigned long long)r->bad, uniq);
+	return rc;
+}

@@ -1,0 +1,60 @@
+/*
+ * restore.h - streaming a snapshot's chunks back out of the store.
+ *
+ * Every chunk is read, decompressed and its SHA-256 checked against the
+ * manifest before any of its bytes reach the destination: a damaged chunk
+ * stops the stream with an error naming the snapshot, stream and offset, and
+ * nothing wrong is written. Chunks are fetched by several threads at once;
+ * a sink receives each verified chunk with its offset, in no set order.
+ * restore/ only reads the store.
+ */
+#ifndef CREST_RESTORE_H
+#define CREST_RESTORE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cas/cas.h"
+#include "util/progress.h"
+
+/* Called from restore threads; returns 0 or a negative code (with message). */
+typedef int (*restore_sink_fn)(void *arg, uint64_t off, const void *data, uint32_t len);
+
+struct restore_ctx {
+	struct cas_store *store;
+	const char *snapshot;        /* name used in messages */
+	unsigned threads;            /* 0: one per core */
+	struct progress *progress;   /* optional; driven by the calling thread */
+	uint64_t progress_base;      /* bytes already done before this stream */
+};
+
+/* Feeds every data chunk of st to sink (holes are skipped: the sink's
+ * destination must read as zeros there). */
+int restore_stream(const struct restore_ctx *c, const struct cas_stream *st, restore_sink_fn sink,
+		   void *arg);
+
+/* The stream into fd, a regular file: truncated to the stream's size first,
+ * so holes stay holes. */
+int restore_stream_to_fd(const struct restore_ctx *c, const struct cas_stream *st, int fd);
+
+/* The stream into dst, which holds cap >= st->size bytes; holes are zeroed. */
+int restore_stream_to_memory(const struct restore_ctx *c, const struct cas_stream *st, void *dst,
+			     uint64_t cap);
+
+/* Files snapshots: recreates the tree under dest (an existing empty or new
+ * directory): files through a temporary name then rename, modes, mtimes,
+ * symlinks; streams of other kinds (regions, images) become plain files.
+ * Refuses names that would leave dest, and existing targets. */
+int restore_tree(const struct restore_ctx *c, const struct cas_manifest *m, const char *dest,
+		 uint64_t *bytes_out);
+
+struct verify_result {
+	uint64_t chunks, bytes, bad;
+};
+/* Re-reads and re-hashes every chunk the given snapshots reference, each
+ * distinct chunk once; prints one line per bad chunk on stderr. Returns 0
+ * when all are good, -EBADMSG when any is bad, other negatives on failure. */
+int restore_verify(struct cas_store *s, const uint8_t (*ids)[32], size_t nids, unsigned threads,
+		   bool quiet, struct verify_result *r);
+
+#endif
