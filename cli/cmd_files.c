@@ -1,0 +1,530 @@
+/*
+ * cmd_files.c - crest put, get, ls, show, tag: files and trees in and out of
+ * the store, and the listings.
+ */
+#include "cli/commands.h"
+#include "restore/restore.h"
+#include "util/err.h"
+#include "util/json.h"
+#include "util/progress.h"
+#include "util/sha256.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- put ---- */
+
+static int64_t stat_mtime_ns(const struct stat *sb)
+{
+	return (int64_t)sb->st_mtim.tv_sec * 1000000000 + sb->st_mtim.tv_nsec;
+}
+
+static int names_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Adds path (stored as name) and, for a directory, everything below it in
+ * name order, so the same tree always gives the same manifest. */
+static int put_path(struct engine_snap *s, const char *path, const char *name, const struct cli *c)
+{
+	struct stat sb;
+	if (lstat(path, &sb) < 0)
+		return crest_errf(-errno, "cannot read %s", path);
+	int64_t mt = stat_mtime_ns(&sb);
+	if (S_ISLNK(sb.st_mode)) {
+		char target[PATH_MAX];
+		ssize_t n = readlink(path, target, sizeof(target) - 1);
+		if (n < 0)
+			return crest_errf(-errno, "cannot read symlink %s", path);
+		target[n] = 0;
+		return engine_add_entry(s, name, CAS_STREAM_SYMLINK, sb.st_mode & 07777, mt, target);
+	}
+	if (S_ISREG(sb.st_mode)) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd < 0)
+			return crest_errf(-errno, "cannot open %s", path);
+		struct engine_stream *st;
+		int rc = engine_stream_open(s, name, CAS_STREAM_FILE, false, &st);
+		if (rc == 0) {
+			engine_stream_meta(st)->mode = sb.st_mode & 07777;
+			engine_stream_meta(st)->mtime_ns = mt;
+			engine_snapshot_expect(s, (uint64_t)sb.st_size);
+			rc = engine_stream_add_fd(st, fd, path);
+			engine_stream_close(st);
+		}
+		close(fd);
+		return rc;
+	}
+	if (!S_ISDIR(sb.st_mode)) {
+		if (!c->quiet)
+			fprintf(stderr, "crest: skipping %s: not a file, directory or symlink\n", path);
+		return 0;
+	}
+	int rc = engine_add_entry(s, name, CAS_STREAM_DIR, sb.st_mode & 07777, mt, NULL);
+	if (rc < 0)
+		return rc;
+	DIR *d = opendir(path);
+	if (!d)
+		return crest_errf(-errno, "cannot read directory %s", path);
+	char **names = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 32;
+			char **nn = realloc(names, cap * sizeof(*nn));
+			if (!nn) {
+				rc = -ENOMEM;
+				break;
+			}
+			names = nn;
+		}
+		if (!(names[n] = strdup(e->d_name))) {
+			rc = -ENOMEM;
+			break;
+		}
+		n++;
+	}
+	closedir(d);
+	if (rc == 0 && n)
+		qsort(names, n, sizeof(*names), names_cmp);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		size_t pl = strlen(path) + strlen(names[i]) + 2, nl = strlen(name) + strlen(names[i]) + 2;
+		char *cp = malloc(pl), *cn = malloc(nl);
+		if (!cp || !cn) {
+			rc = -ENOMEM;
+		} else {
+			snprintf(cp, pl, "%s/%s", path, names[i]);
+			snprintf(cn, nl, "%s/%s", name, names[i]);
+			rc = put_path(s, cp, cn, c);
+		}
+		free(cp);
+		free(cn);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	return rc == -ENOMEM ? crest_errf(rc, "reading %s", path) : rc;
+}
+
+/* The name a path is stored under: its last component. */
+static const char *put_name(char *path)
+{
+	size_t n = strlen(path);
+	while (n > 1 && path[n - 1] == '/')
+		path[--n] = 0;
+	const char *slash = strrchr(path, '/');
+	const char *base = slash ? slash + 1 : path;
+	return (!*base || !strcmp(base, ".") || !strcmp(base, "..")) ? NULL : base;
+}
+
+static void usage_put(void)
+{
+	fprintf(stderr, "usage: crest put [--tag T] [--chunker fixed|cdc] [--chunk-size N] PATH...\n");
+}
+
+int cmd_put(struct cli *c, int argc, char **argv)
+{
+	const char *tag = NULL;
+	struct engine_opts o;
+	engine_opts_default(&o);
+	o.workers = c->workers;
+	const char *chunker = NULL;
+	uint64_t chunk_size = 0;
+	int i = 1;
+	for (; i < argc && argv[i][0] == '-'; i++) {
+		if (i + 1 >= argc) {
+			usage_put();
+			return 2;
+		}
+		if (!strcmp(argv[i], "--tag"))
+			tag = argv[++i];
+		else if (!strcmp(argv[i], "--chunker"))
+			chunker = argv[++i];
+		else if (!strcmp(argv[i], "--chunk-size")) {
+			if (cli_parse_size(argv[++i], &chunk_size) < 0 || chunk_size > UINT32_MAX) {
+				fprintf(stderr, "crest: --chunk-size %s: not a size\n", argv[i]);
+				return 2;
+			}
+		} else {
+			fprintf(stderr, "crest: put: unknown option %s\n", argv[i]);
+			usage_put();
+			return 2;
+		}
+	}
+	if (i >= argc) {
+		usage_put();
+		return 2;
+	}
+	if (tag && cas_tag_check(tag) < 0)
+		return cli_fail(c, -EINVAL);
+	if (chunker || chunk_size) {
+		enum dedup_kind k = o.file_chunking.kind;
+		if (chunker && dedup_kind_parse(chunker, &k) < 0)
+			return cli_fail(c, -EINVAL);
+		uint32_t avg = chunk_size ? (uint32_t)chunk_size : o.file_chunking.avg;
+		if (dedup_params_init(&o.file_chunking, k, avg) < 0)
+			return cli_fail(c, -EINVAL);
+	}
+	/* Every path is checked before the store is touched. */
+	const char **names = calloc((size_t)argc, sizeof(*names));
+	if (!names)
+		return cli_fail(c, crest_errf(-ENOMEM, "put"));
+	for (int k = i; k < argc; k++) {
+		struct stat sb;
+		if (lstat(argv[k], &sb) < 0) {
+			free(names);
+			return cli_fail(c, crest_errf(-errno, "cannot read %s", argv[k]));
+		}
+		names[k] = put_name(argv[k]);
+		if (!names[k]) {
+			free(names);
+			return cli_fail(c, crest_errx(-EINVAL, "%s: name a file or directory by its name, "
+						       "not . or ..", argv[k]));
+		}
+		for (int j = i; j < k; j++)
+			if (!strcmp(names[j], names[k])) {
+				crest_errx(-EINVAL, "%s and %s would both be stored as '%s'", argv[j], argv[k],
+					   names[k]);
+				free(names);
+				return cli_fail(c, -EINVAL);
+			}
+	}
+
+	struct cas_store *store;
+	int rc = cas_open(c->store, CAS_WRITE, &store);
+	if (rc < 0) {
+		free(names);
+		return cli_fail(c, rc);
+	}
+	struct engine *e;
+	rc = engine_open(store, &o, &e);
+	if (rc < 0) {
+		cas_close(store);
+		free(names);
+		return cli_fail(c, rc);
+	}
+	struct engine_snap *s;
+	rc = engine_snapshot_begin(e, "files", &s);
+	if (rc == 0 && tag) {
+		rc = engine_snapshot_set_tag(s, tag);
+		uint8_t pid[32];
+		struct cas_manifest *pm;
+		/* A tag that exists already names this snapshot's parent: putting
+		 * under one tag again and again builds its history. */
+		if (rc == 0 && cas_snapshot_resolve(store, tag, pid) == 0 && cas_manifest_load(store, pid, &pm) == 0)
+			engine_snapshot_set_parent(s, pid, pm);
+		crest_errset_str("");
+	}
+	if (rc < 0) {
+		engine_close(e);
+		cas_close(store);
+		free(names);
+		return cli_fail(c, rc);
+	}
+	struct cli_progress *pr = cli_progress_start(c, s, "put");
+	for (int k = i; rc == 0 && k < argc; k++)
+		rc = put_path(s, argv[k], names[k], c);
+	free(names);
+	struct engine_result r;
+	if (rc < 0) {
+		char msg[1024];
+		crest_errcpy(msg, sizeof(msg));
+		cli_progress_stop(pr);
+		engine_snapshot_abort(s);
+		engine_close(e);
+		cas_close(store);
+		crest_errset_str(msg);
+		return cli_fail(c, rc);
+	}
+	engine_snapshot_seal(s);
+	while (!engine_snapshot_timedwait(s, 100000000ull))
+		;
+	cli_progress_stop(pr);
+	rc = engine_snapshot_wait(s, &r);
+	char msg[1024];
+	crest_errcpy(msg, sizeof(msg));
+	engine_close(e);
+	cas_close(store);
+	if (rc < 0) {
+		crest_errset_str(msg);
+		return cli_fail(c, rc);
+	}
+	char hex[65];
+	cli_print_id(hex, r.id);
+	double secs = cli_secs(r.ingest_ns);
+	if (c->json) {
+		printf("{\"snapshot\": \"%s\", \"logical_bytes\": %llu, \"new_bytes\": %llu, "
+		       "\"stored_bytes\": %llu, \"zero_bytes\": %llu, \"chunks\": %llu, \"new_chunks\": %llu, "
+		       "\"seconds\": %.3f",
+		       hex, (unsigned long long)r.logical_bytes, (unsigned long long)r.new_bytes,
+		       (unsigned long long)r.stored_bytes, (unsigned long long)r.zero_bytes,
+		       (unsigned long long)r.chunks, (unsigned long long)r.new_chunks, secs);
+		if (tag) {
+			printf(", \"tag\": ");
+			json_str(stdout, tag);
+		}
+		printf("}\n");
+	} else {
+		char b1[32], b2[32], b3[32], b4[32];
+		printf("snapshot %s%s%s\n", hex, tag ? "  tag " : "", tag ? tag : "");
+		printf("  %s logical, %s new, %s stored, in %.2f s (%s/s)\n",
+		       fmt_bytes(r.logical_bytes, b1, sizeof(b1)), fmt_bytes(r.new_bytes, b2, sizeof(b2)),
+		       fmt_bytes(r.stored_bytes, b3, sizeof(b3)), secs,
+		       fmt_bytes(secs > 0 ? (uint64_t)((double)r.logical_bytes / secs) : 0, b4, sizeof(b4)));
+	}
+	return 0;
+}
+
+/* ---- get ---- */
+
+int cmd_get(struct cli *c, int argc, char **argv)
+{
+	if (argc != 3) {
+		fprintf(stderr, "usage: crest get SNAPSHOT DEST\n");
+		return 2;
+	}
+	struct cas_store *store;
+	int rc = cas_open(c->store, CAS_READ, &store);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	uint8_t id[32];
+	struct cas_manifest *m = NULL;
+	rc = cas_snapshot_resolve(store, argv[1], id);
+	if (rc == 0)
+		rc = cas_manifest_load(store, id, &m);
+	if (rc < 0) {
+		cas_close(store);
+		return cli_fail(c, rc);
+	}
+	char hex[65];
+	cli_print_id(hex, id);
+	char shortid[13];
+	snprintf(shortid, sizeof(shortid), "%.12s", hex);
+	struct progress prog;
+	progress_begin(&prog, "get", m->logical_bytes, c->quiet);
+	struct restore_ctx rc_ = { .store = store, .snapshot = shortid, .threads = c->workers,
+				   .progress = &prog };
+	uint64_t t0 = time_now_ns(), bytes = 0;
+	rc = restore_tree(&rc_, m, argv[2], &bytes);
+	progress_end(&prog);
+	double secs = cli_secs(time_now_ns() - t0);
+	cas_manifest_free(m);
+	cas_close(store);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	if (c->json) {
+		printf("{\"snapshot\": \"%s\", \"dest\": ", hex);
+		json_str(stdout, argv[2]);
+		printf(", \"bytes\": %llu, \"seconds\": %.3f}\n", (unsigned long long)bytes, secs);
+	} else if (!c->quiet) {
+		char b1[32], b2[32];
+		printf("restored %.12s into %s: %s in %.2f s (%s/s)\n", hex, argv[2],
+		       fmt_bytes(bytes, b1, sizeof(b1)), secs,
+		       fmt_bytes(secs > 0 ? (uint64_t)((double)bytes / secs) : 0, b2, sizeof(b2)));
+	}
+	return 0;
+}
+
+/* ---- ls ---- */
+
+static void fmt_time(uint64_t ns, char *buf, size_t cap)
+{
+	time_t t = (time_t)(ns / 1000000000);
+	struct tm tm;
+	localtime_r(&t, &tm);
+	strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+int cmd_ls(struct cli *c, int argc, char **argv)
+{
+	(void)argv;
+	if (argc != 1) {
+		fprintf(stderr, "usage: crest ls [--json]\n");
+		return 2;
+	}
+	struct cas_store *store;
+	int rc = cas_open(c->store, CAS_READ, &store);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	struct cas_snapinfo *v;
+	size_t n;
+	rc = cas_snapshot_list(store, &v, &n);
+	cas_close(store);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	if (c->json)
+		printf("[");
+	else
+		printf("%-12s  %-19s  %-8s  %10s  %s\n", "SNAPSHOT", "TIME", "KIND", "LOGICAL", "TAGS");
+	for (size_t i = 0; i < n; i++) {
+		char hex[65], tbuf[32], b1[32];
+		cli_print_id(hex, v[i].id);
+		const struct cas_manifest *h = v[i].head;
+		if (c->json) {
+			printf("%s\n {\"snapshot\": \"%s\", \"time_ns\": %llu, \"kind\": ", i ? "," : "", hex,
+			       (unsigned long long)h->time_ns);
+			json_str(stdout, h->kind);
+			printf(", \"logical_bytes\": %llu, \"streams\": %zu, \"parent\": ",
+			       (unsigned long long)h->logical_bytes, h->nstreams);
+			if (h->has_parent) {
+				char ph[65];
+				cli_print_id(ph, h->parent);
+				printf("\"%s\"", ph);
+			} else {
+				printf("null");
+			}
+			printf(", \"tags\": [");
+			for (size_t t = 0; t < v[i].ntags; t++) {
+				if (t)
+					printf(", ");
+				json_str(stdout, v[i].tags[t]);
+			}
+			printf("], \"labels\": {");
+			for (size_t l = 0; l < h->nlabels; l++) {
+				if (l)
+					printf(", ");
+				json_str(stdout, h->labels[l].key);
+				printf(": ");
+				json_str(stdout, h->labels[l].value);
+			}
+			printf("}}");
+		} else {
+			fmt_time(h->time_ns, tbuf, sizeof(tbuf));
+			printf("%.12s  %-19s  %-8s  %10s  ", hex, tbuf, h->kind,
+			       fmt_bytes(h->logical_bytes, b1, sizeof(b1)));
+			for (size_t t = 0; t < v[i].ntags; t++)
+				printf("%s%s", t ? "," : "", v[i].tags[t]);
+			printf("\n");
+		}
+	}
+	if (c->json)
+		printf("%s]\n", n ? "\n" : "");
+	cas_snapshot_list_free(v, n);
+	return 0;
+}
+
+/* ---- show ---- */
+
+int cmd_show(struct cli *c, int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: crest show SNAPSHOT [--json]\n");
+		return 2;
+	}
+	struct cas_store *store;
+	int rc = cas_open(c->store, CAS_READ, &store);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	uint8_t id[32];
+	struct cas_manifest *m = NULL;
+	rc = cas_snapshot_resolve(store, argv[1], id);
+	if (rc == 0)
+		rc = cas_manifest_load(store, id, &m);
+	cas_close(store);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	char hex[65], tbuf[32], b1[32];
+	cli_print_id(hex, id);
+	if (c->json) {
+		printf("{\"snapshot\": \"%s\", \"time_ns\": %llu, \"kind\": ", hex, (unsigned long long)m->time_ns);
+		json_str(stdout, m->kind);
+		printf(", \"logical_bytes\": %llu, \"parent\": ", (unsigned long long)m->logical_bytes);
+		if (m->has_parent) {
+			char ph[65];
+			cli_print_id(ph, m->parent);
+			printf("\"%s\"", ph);
+		} else {
+			printf("null");
+		}
+		printf(", \"labels\": {");
+		for (size_t l = 0; l < m->nlabels; l++) {
+			printf("%s", l ? ", " : "");
+			json_str(stdout, m->labels[l].key);
+			printf(": ");
+			json_str(stdout, m->labels[l].value);
+		}
+		printf("}, \"streams\": [");
+	} else {
+		fmt_time(m->time_ns, tbuf, sizeof(tbuf));
+		printf("snapshot %s\nkind     %s\ntime     %s\nlogical  %s\n", hex, m->kind, tbuf,
+		       fmt_bytes(m->logical_bytes, b1, sizeof(b1)));
+		if (m->has_parent) {
+			char ph[65];
+			cli_print_id(ph, m->parent);
+			printf("parent   %s\n", ph);
+		}
+		for (size_t l = 0; l < m->nlabels; l++)
+			printf("label    %s=%s\n", m->labels[l].key, m->labels[l].value);
+		printf("%-8s %12s %8s  %s\n", "TYPE", "SIZE", "CHUNKS", "NAME");
+	}
+	for (size_t i = 0; i < m->nstreams; i++) {
+		const struct cas_stream *st = &m->streams[i];
+		uint64_t chunks = 0, holes = 0;
+		for (uint64_t k = 0; k < st->nextents; k++)
+			if (st->ext[k].hole)
+				holes += st->ext[k].len;
+			else
+				chunks++;
+		if (c->json) {
+			printf("%s\n {\"name\": ", i ? "," : "");
+			json_str(stdout, st->name);
+			printf(", \"type\": \"%s\", \"mode\": %u, \"size\": %llu, \"chunks\": %llu, "
+			       "\"hole_bytes\": %llu, \"target\": ", cas_stream_type_name(st->type), st->mode,
+			       (unsigned long long)st->size, (unsigned long long)chunks, (unsigned long long)holes);
+			json_str(stdout, st->target);
+			printf(", \"meta\": ");
+			json_str(stdout, st->meta);
+			printf("}");
+		} else {
+			printf("%-8s %12llu %8llu  %s%s%s\n", cas_stream_type_name(st->type),
+			       (unsigned long long)st->size, (unsigned long long)chunks, st->name,
+			       st->target[0] ? " -> " : "", st->target);
+		}
+	}
+	if (c->json)
+		printf("%s]}\n", m->nstreams ? "\n" : "");
+	cas_manifest_free(m);
+	return 0;
+}
+
+/* ---- tag ---- */
+
+int cmd_tag(struct cli *c, int argc, char **argv)
+{
+	if (argc != 3) {
+		fprintf(stderr, "usage: crest tag SNAPSHOT TAG\n");
+		return 2;
+	}
+	if (cas_tag_check(argv[2]) < 0)
+		return cli_fail(c, -EINVAL);
+	struct cas_store *store;
+	int rc = cas_open(c->store, CAS_WRITE, &store);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	uint8_t id[32];
+	rc = cas_snapshot_resolve(store, argv[1], id);
+	if (rc == 0)
+		rc = cas_tag_set(store, argv[2], id);
+	cas_close(store);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	char hex[65];
+	cli_print_id(hex, id);
+	if (c->json)
+		printf("{\"snapshot\": \"%s\", \"tag\": \"%s\"}\n", hex, argv[2]);
+	else if (!c->quiet)
+		printf("tagged %.12s as %s\n", hex, argv[2]);
+	return 0;
+}

@@ -1,0 +1,130 @@
+/* cmd_store.c - casctl stats and verify: what the store holds, and whether
+ * every chunk a snapshot needs is still what it was. */
+#include "cli/commands.h"
+#include "restore/restore.h"
+#include "util/err.h"
+#include "util/progress.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct stats_acc {
+	uint64_t chunks, raw, stored;
+};
+
+static int stats_cb(const uint8_t sha[32], const struct cas_loc *loc, void *arg)
+{
+	(void)sha;
+	struct stats_acc *a = arg;
+	a->chunks++;
+	a->raw += loc->raw;
+	a->stored += loc->stored + CAS_REC_HEADER;
+	return 0;
+}
+
+int cmd_stats(struct cli *c, int argc, char **argv)
+{
+	(void)argv;
+	if (argc != 1) {
+		fprintf(stderr, "usage: casctl stats [--json]\n");
+		return 2;
+	}
+	struct cas_store *store;
+	int rc = cas_open(c->store, CAS_READ, &store);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	struct cas_snapinfo *v = NULL;
+	size_t n = 0;
+	struct stats_acc a = { 0 };
+	struct cas_pack_stats ps;
+	rc = cas_snapshot_list(store, &v, &n);
+	if (rc == 0)
+		rc = cas_index_foreach(store, stats_cb, &a);
+	if (rc == 0)
+		rc = cas_pack_stats(store, &ps);
+	cas_close(store);
+	if (rc < 0) {
+		cas_snapshot_list_free(v, n);
+		return cli_fail(c, rc);
+	}
+	uint64_t logical = 0;
+	for (size_t i = 0; i < n; i++)
+		logical += v[i].head->logical_bytes;
+	cas_snapshot_list_free(v, n);
+	/* dedup: logical bytes per unique byte; compression: unique bytes per
+	 * byte stored (record headers included, so it is what the disk sees). */
+	double dedup = a.raw ? (double)logical / (double)a.raw : 0;
+	double comp = a.stored ? (double)a.raw / (double)a.stored : 0;
+	if (c->json) {
+		printf("{\"snapshots\": %zu, \"logical_bytes\": %llu, \"unique_bytes\": %llu, "
+		       "\"stored_bytes\": %llu, \"dedup_ratio\": %.4f, \"compression_ratio\": %.4f, "
+		       "\"chunks\": %llu, \"packs\": %llu, \"pack_bytes\": %llu}\n",
+		       n, (unsigned long long)logical, (unsigned long long)a.raw, (unsigned long long)a.stored,
+		       dedup, comp, (unsigned long long)a.chunks, (unsigned long long)ps.packs,
+		       (unsigned long long)ps.pack_bytes);
+	} else {
+		char b[5][32];
+		printf("store        %s\n", c->store);
+		printf("snapshots    %zu\n", n);
+		printf("logical      %s\n", fmt_bytes(logical, b[0], 32));
+		printf("unique       %s\n", fmt_bytes(a.raw, b[1], 32));
+		printf("stored       %s\n", fmt_bytes(a.stored, b[2], 32));
+		printf("dedup        %.2fx\n", dedup);
+		printf("compression  %.2fx\n", comp);
+		printf("chunks       %llu\n", (unsigned long long)a.chunks);
+		printf("packs        %llu (%s on disk)\n", (unsigned long long)ps.packs,
+		       fmt_bytes(ps.pack_bytes, b[3], 32));
+	}
+	return 0;
+}
+
+int cmd_verify(struct cli *c, int argc, char **argv)
+{
+	if (argc > 2) {
+		fprintf(stderr, "usage: casctl verify [SNAPSHOT] [--json]\n");
+		return 2;
+	}
+	struct cas_store *store;
+	int rc = cas_open(c->store, CAS_READ, &store);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	uint8_t (*ids)[32] = NULL;
+	size_t n = 0;
+	if (argc == 2) {
+		ids = malloc(32);
+		rc = ids ? cas_snapshot_resolve(store, argv[1], ids[0]) : crest_errf(-ENOMEM, "verify");
+		n = 1;
+	} else {
+		struct cas_snapinfo *v;
+		rc = cas_snapshot_list(store, &v, &n);
+		if (rc == 0) {
+			ids = malloc((n ? n : 1) * 32);
+			if (!ids)
+				rc = crest_errf(-ENOMEM, "verify");
+			for (size_t i = 0; ids && i < n; i++)
+				memcpy(ids[i], v[i].id, 32);
+			cas_snapshot_list_free(v, n);
+		}
+	}
+	struct verify_result r = { 0 };
+	uint64_t t0 = time_now_ns();
+	if (rc == 0)
+		rc = restore_verify(store, (const uint8_t (*)[32])ids, n, c->workers, c->quiet, &r);
+	double secs = cli_secs(time_now_ns() - t0);
+	free(ids);
+	cas_close(store);
+	if (c->json)
+		printf("{\"ok\": %s, \"snapshots\": %zu, \"chunks\": %llu, \"bytes\": %llu, \"bad_chunks\": %llu, "
+		       "\"seconds\": %.3f}\n", rc == 0 ? "true" : "false", n, (unsigned long long)r.chunks,
+		       (unsigned long long)r.bytes, (unsigned long long)r.bad, secs);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	if (!c->json && !c->quiet) {
+		char b[32];
+		printf("ok: %zu snapshot%s, %llu chunks, %s re-read and re-hashed in %.2f s\n", n,
+		       n == 1 ? "" : "s", (unsigned long long)r.chunks, fmt_bytes(r.bytes, b, sizeof(b)), secs);
+	}
+	return 0;
+}

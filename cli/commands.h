@@ -1,0 +1,18 @@
+/* commands.h - the subcommands of crest and casctl; each takes argv with the
+ * global options removed, argv[0] being the subcommand, and returns the exit
+ * code (0 ok, 1 failed, 2 usage). */
+#ifndef CREST_CLI_COMMANDS_H
+#define CREST_CLI_COMMANDS_H
+
+#include "cli/common.h"
+
+int cmd_put(struct cli *c, int argc, char **argv);
+int cmd_get(struct cli *c, int argc, char **argv);
+int cmd_ls(struct cli *c, int argc, char **argv);
+int cmd_show(struct cli *c, int argc, char **argv);
+int cmd_tag(struct cli *c, int argc, char **argv);
+
+int cmd_stats(struct cli *c, int argc, char **argv);
+int cmd_verify(struct cli *c, int argc, char **argv);
+
+#endif

@@ -1,0 +1,188 @@
+/* common.c - shared CLI plumbing; see common.h. */
+#include "cli/common.h"
+#include "util/err.h"
+#include "util/progress.h"
+#include "util/sha256.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+int cli_parse_globals(struct cli *c, int argc, char **argv)
+{
+	c->store = cas_default_path();
+	int out = 1;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--json")) {
+			c->json = true;
+		} else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
+			c->quiet = true;
+		} else if (!strcmp(a, "--store") || !strcmp(a, "--workers")) {
+			if (i + 1 >= argc) {
+				fprintf(stderr, "%s: %s needs a value\n", c->prog, a);
+				return -1;
+			}
+			const char *v = argv[++i];
+			if (!strcmp(a, "--store")) {
+				c->store = v;
+			} else {
+				char *end;
+				long n = strtol(v, &end, 10);
+				if (*end || n < 1 || n > 1024) {
+					fprintf(stderr, "%s: --workers %s: give a number from 1 to 1024\n", c->prog, v);
+					return -1;
+				}
+				c->workers = (unsigned)n;
+			}
+		} else if (!strncmp(a, "--store=", 8)) {
+			c->store = a + 8;
+		} else if (!strcmp(a, "--")) {
+			while (i < argc)
+				argv[out++] = argv[i++];
+			break;
+		} else {
+			argv[out++] = argv[i];
+		}
+	}
+	argv[out] = NULL;
+	/* A JSON consumer reads stdout; keep the terminal line off as well. */
+	if (c->json)
+		c->quiet = true;
+	return out;
+}
+
+int cli_parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || s[0] == '-')
+		return -EINVAL;
+	uint64_t mul = 1;
+	switch (*end) {
+	case 0: break;
+	case 'k': case 'K': mul = 1ull << 10; end++; break;
+	case 'm': case 'M': mul = 1ull << 20; end++; break;
+	case 'g': case 'G': mul = 1ull << 30; end++; break;
+	case 't': case 'T': mul = 1ull << 40; end++; break;
+	default: return -EINVAL;
+	}
+	if (*end == 'i' && end[1] == 'B')
+		end += 2;
+	else if (*end == 'B')
+		end++;
+	if (*end || v > UINT64_MAX / mul)
+		return -EINVAL;
+	*out = v * mul;
+	return 0;
+}
+
+int cli_parse_duration(const char *s, uint64_t *ns)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || v <= 0)
+		return -EINVAL;
+	double mul = 1e9;
+	if (!strcmp(end, "ms"))
+		mul = 1e6;
+	else if (!strcmp(end, "s") || !*end)
+		mul = 1e9;
+	else if (!strcmp(end, "m"))
+		mul = 60e9;
+	else if (!strcmp(end, "h"))
+		mul = 3600e9;
+	else
+		return -EINVAL;
+	*ns = (uint64_t)(v * mul);
+	return 0;
+}
+
+int cli_fail(const struct cli *c, int rc)
+{
+	const char *msg = crest_errmsg();
+	if (!msg[0])
+		msg = strerror(rc < 0 ? -rc : EIO);
+	fprintf(stderr, "%s: %s\n", c->prog, msg);
+	return 1;
+}
+
+struct cli_progress {
+	struct engine_snap *snap;
+	struct progress p;
+	pthread_t t;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool stop, started;
+};
+
+static void *progress_main(void *arg)
+{
+	struct cli_progress *cp = arg;
+	pthread_mutex_lock(&cp->lock);
+	while (!cp->stop) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 250 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&cp->cond, &cp->lock, &ts);
+		if (cp->stop)
+			break;
+		uint64_t done, total;
+		engine_snapshot_progress(cp->snap, &done, &total);
+		cp->p.total = total;
+		progress_update(&cp->p, done);
+	}
+	pthread_mutex_unlock(&cp->lock);
+	return NULL;
+}
+
+struct cli_progress *cli_progress_start(const struct cli *c, struct engine_snap *s, const char *label)
+{
+	struct cli_progress *cp = calloc(1, sizeof(*cp));
+	if (!cp)
+		return NULL;
+	cp->snap = s;
+	progress_begin(&cp->p, label, 0, c->quiet);
+	if (!cp->p.enabled)
+		return cp;
+	pthread_mutex_init(&cp->lock, NULL);
+	pthread_cond_init(&cp->cond, NULL);
+	cp->started = pthread_create(&cp->t, NULL, progress_main, cp) == 0;
+	return cp;
+}
+
+void cli_progress_stop(struct cli_progress *cp)
+{
+	if (!cp)
+		return;
+	if (cp->started) {
+		pthread_mutex_lock(&cp->lock);
+		cp->stop = true;
+		pthread_cond_signal(&cp->cond);
+		pthread_mutex_unlock(&cp->lock);
+		pthread_join(cp->t, NULL);
+		pthread_mutex_destroy(&cp->lock);
+		pthread_cond_destroy(&cp->cond);
+	}
+	progress_end(&cp->p);
+	free(cp);
+}
+
+void cli_print_id(char out[65], const uint8_t id[32])
+{
+	hex_encode(id, 32, out);
+}
+
+double cli_secs(uint64_t ns)
+{
+	return (double)ns / 1e9;
+}

@@ -1,0 +1,44 @@
+/*
+ * common.h - what crest and casctl share: global options, size parsing,
+ * opening the store, the progress line driven from a side thread, and the
+ * one-line error report.
+ */
+#ifndef CREST_CLI_COMMON_H
+#define CREST_CLI_COMMON_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cas/cas.h"
+#include "engine/engine.h"
+
+struct cli {
+	const char *prog;      /* "crest" or "casctl" */
+	const char *store;     /* --store, $CREST_STORE, ./crest-store */
+	bool json, quiet;
+	unsigned workers;      /* --workers; 0: all cores */
+};
+
+/* Removes the global options (--store DIR, --json, --quiet, --workers N)
+ * from argv wherever they appear. Returns the new argc, or -1 after printing
+ * a message. */
+int cli_parse_globals(struct cli *c, int argc, char **argv);
+
+/* "4096", "64K", "16M", "2G" (powers of 1024). -EINVAL on anything else. */
+int cli_parse_size(const char *s, uint64_t *out);
+/* "30s", "5m", "1h", "250ms", plain seconds. */
+int cli_parse_duration(const char *s, uint64_t *ns);
+
+/* Prints "PROG: MESSAGE" for the current error and returns the exit code. */
+int cli_fail(const struct cli *c, int rc);
+
+/* A progress line for a snapshot being ingested, drawn by a side thread
+ * while the caller blocks in the engine. */
+struct cli_progress;
+struct cli_progress *cli_progress_start(const struct cli *c, struct engine_snap *s, const char *label);
+void cli_progress_stop(struct cli_progress *p);
+
+void cli_print_id(char out[65], const uint8_t id[32]);
+double cli_secs(uint64_t ns);
+
+#endif

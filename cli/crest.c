@@ -1,0 +1,45 @@
+/* crest.c - the crest command: snapshots in and out of the store. */
+#include "cli/commands.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static void usage(void)
+{
+	fprintf(stderr,
+		"usage: crest [--store DIR] [--json] [--quiet] [--workers N] COMMAND ...\n"
+		"  put [--tag T] [--chunker fixed|cdc] [--chunk-size N] PATH...   snapshot files and trees\n"
+		"  get SNAPSHOT DEST                 restore a snapshot's files under DEST\n"
+		"  ls                                list snapshots\n"
+		"  show SNAPSHOT                     a snapshot's metadata and streams\n"
+		"  tag SNAPSHOT TAG                  name a snapshot\n"
+		"SNAPSHOT is a full id, a unique id prefix (4+ hex digits) or a tag.\n"
+		"The store is --store DIR, else $CREST_STORE, else ./crest-store.\n");
+}
+
+int main(int argc, char **argv)
+{
+	struct cli c = { .prog = "crest" };
+	umask(077);  /* snapshots hold process memory: nothing for others */
+	argc = cli_parse_globals(&c, argc, argv);
+	if (argc < 0)
+		return 2;
+	if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		usage();
+		return argc < 2 ? 2 : 0;
+	}
+	static const struct {
+		const char *name;
+		int (*fn)(struct cli *, int, char **);
+	} cmds[] = {
+		{ "put", cmd_put }, { "get", cmd_get }, { "ls", cmd_ls },
+		{ "show", cmd_show }, { "tag", cmd_tag },
+	};
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (!strcmp(argv[1], cmds[i].name))
+			return cmds[i].fn(&c, argc - 1, argv + 1);
+	fprintf(stderr, "crest: unknown command '%s'\n", argv[1]);
+	usage();
+	return 2;
+}
