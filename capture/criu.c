@@ -1,0 +1,208 @@
+/* criu.c - CRIU's command line; see criu.h. */
+#include "capture/criu.h"
+#include "util/err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef CREST_SOURCE_DIR
+#define CREST_SOURCE_DIR "."
+#endif
+
+/* Runs argv; stdout+stderr to out_path (or /dev/null). Returns the exit
+ * status, or a negative code when it could not run or died by a signal. */
+static int run_wait(char *const argv[], const char *out_path)
+{
+	pid_t pid = fork();
+	if (pid < 0)
+		return crest_errf(-errno, "cannot start %s", argv[0]);
+	if (pid == 0) {
+		int fd = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		if (nul >= 0)
+			dup2(nul, 0);
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	int st;
+	while (waitpid(pid, &st, 0) < 0)
+		if (errno != EINTR)
+			return crest_errf(-errno, "waiting for %s", argv[0]);
+	if (WIFSIGNALED(st))
+		return crest_errx(-EINTR, "%s was killed by signal %d", argv[0], WTERMSIG(st));
+	return WEXITSTATUS(st);
+}
+
+static int criu_probe(struct criu *c, const char *path)
+{
+	if (access(path, X_OK) < 0)
+		return -ENOENT;
+	char out[] = "/tmp/crest-criu-version-XXXXXX";
+	int fd = mkstemp(out);
+	if (fd < 0)
+		return crest_errf(-errno, "cannot create a temporary file");
+	close(fd);
+	char *argv[] = { (char *)path, "--version", NULL };
+	int rc = run_wait(argv, out);
+	char buf[256] = "";
+	FILE *f = fopen(out, "re");
+	if (f) {
+		size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+		buf[n] = 0;
+		fclose(f);
+	}
+	unlink(out);
+	if (rc != 0)
+		return crest_errx(-ENOEXEC, "%s does not run (criu --version exited %d)", path, rc);
+	const char *v = strstr(buf, "Version:");
+	c->major = c->minor = c->sub = 0;
+	if (!v || sscanf(v, "Version: %d.%d.%d", &c->major, &c->minor, &c->sub) < 2)
+		return crest_errx(-ENOEXEC, "%s did not say its version", path);
+	if (c->major < 4)
+		return crest_errx(-ENOEXEC, "%s is criu %d.%d; crest needs criu 4 or later "
+				  "(scripts/install-criu.sh installs it, CREST_CRIU names another)",
+				  path, c->major, c->minor);
+	snprintf(c->path, sizeof(c->path), "%s", path);
+	return 0;
+}
+
+int criu_find(struct criu *c)
+{
+	const char *env = getenv("CREST_CRIU");
+	if (env && *env) {
+		int rc = criu_probe(c, env);
+		return rc == -ENOENT ? crest_errx(rc, "CREST_CRIU=%s: no such program", env) : rc;
+	}
+	/* Beside the tree crest runs from: build/cli/crest and .gpu/bin/crest
+	 * both sit two levels below the checkout. */
+	char exe[PATH_MAX], cand[PATH_MAX + 64];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n > 0) {
+		exe[n] = 0;
+		char *slash = strrchr(exe, '/');
+		if (slash) {
+			*slash = 0;
+			snprintf(cand, sizeof(cand), "%s/../../.deps/criu/criu", exe);
+			int rc = criu_probe(c, cand);
+			if (rc != -ENOENT)
+				return rc;
+		}
+	}
+	snprintf(cand, sizeof(cand), "%s/.deps/criu/criu", CREST_SOURCE_DIR);
+	int rc = criu_probe(c, cand);
+	if (rc != -ENOENT)
+		return rc;
+	return crest_errx(-ENOENT, "criu 4 not found: run scripts/install-criu.sh, or set CREST_CRIU "
+			  "to a criu 4 program");
+}
+
+/* The error lines of a criu log, joined, for a message. */
+static void log_errors(const char *log, char *buf, size_t cap)
+{
+	buf[0] = 0;
+	FILE *f = fopen(log, "re");
+	if (!f)
+		return;
+	char line[1024];
+	size_t used = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strstr(line, "Error") || strstr(line, "RLIMIT_NOFILE"))
+			continue;
+		line[strcspn(line, "\n")] = 0;
+		const char *msg = strstr(line, "): ");
+		msg = msg ? msg + 3 : line;
+		int w = snprintf(buf + used, cap - used, "%s%s", used ? "; " : "", msg);
+		if (w < 0 || (size_t)w >= cap - used)
+			break;
+		used += (size_t)w;
+	}
+	fclose(f);
+}
+
+int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
+{
+	char pid[32], log[4096];
+	snprintf(pid, sizeof(pid), "%d", (int)o->pid);
+	const char *argv[24];
+	int n = 0;
+	argv[n++] = c->path;
+	argv[n++] = "dump";
+	argv[n++] = "-t";
+	argv[n++] = pid;
+	argv[n++] = "-D";
+	argv[n++] = o->dir;
+	argv[n++] = "-o";
+	argv[n++] = "dump.log";
+	argv[n++] = "--file-locks";
+	if (o->leave_running)
+		argv[n++] = "--leave-running";
+	if (o->shell_job)
+		argv[n++] = "--shell-job";
+	if (o->action_script) {
+		argv[n++] = "--action-script";
+		argv[n++] = o->action_script;
+	}
+	argv[n] = NULL;
+	int rc = run_wait((char *const *)argv, NULL);
+	if (rc == 0)
+		return 0;
+	if (rc < 0)
+		return rc;
+	char errs[2048];
+	snprintf(log, sizeof(log), "%s/dump.log", o->dir);
+	log_errors(log, errs, sizeof(errs));
+	return crest_errx(-EIO, "criu dump of pid %d failed (exit %d): %s", (int)o->pid, rc,
+			  errs[0] ? errs : "no error in its log");
+}
+
+int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
+{
+	char log[4096], pidfile[4096];
+	snprintf(pidfile, sizeof(pidfile), "%s/restored.pid", o->dir);
+	unlink(pidfile);
+	const char *argv[24];
+	int n = 0;
+	argv[n++] = c->path;
+	argv[n++] = "restore";
+	argv[n++] = "-D";
+	argv[n++] = o->dir;
+	argv[n++] = "-d";
+	argv[n++] = "-o";
+	argv[n++] = "restore.log";
+	argv[n++] = "--file-locks";
+	argv[n++] = "--pidfile";
+	argv[n++] = pidfile;
+	if (o->shell_job)
+		argv[n++] = "--shell-job";
+	argv[n] = NULL;
+	int rc = run_wait((char *const *)argv, NULL);
+	if (rc != 0) {
+		if (rc < 0)
+			return rc;
+		char errs[2048];
+		snprintf(log, sizeof(log), "%s/restore.log", o->dir);
+		log_errors(log, errs, sizeof(errs));
+		return crest_errx(-EIO, "criu restore failed (exit %d): %s", rc, errs[0] ? errs : "no error in its log");
+	}
+	if (o->pid_out) {
+		FILE *f = fopen(pidfile, "re");
+		int p = 0;
+		if (!f || fscanf(f, "%d", &p) != 1)
+			p = 0;
+		if (f)
+			fclose(f);
+		*o->pid_out = (pid_t)p;
+	}
+	return 0;
+}

@@ -1,0 +1,40 @@
+/*
+ * criu.h - running CRIU 4 through its command line.
+ *
+ * crest uses the criu installed by scripts/install-criu.sh (a private prefix
+ * with its own libc and loader), or $CREST_CRIU. Success is criu's exit
+ * status; on failure the error lines of criu's log are quoted in the message
+ * (criu logs a harmless RLIMIT_NOFILE "Error" on every run, left out).
+ */
+#ifndef CREST_CAPTURE_CRIU_H
+#define CREST_CAPTURE_CRIU_H
+
+#include <stdbool.h>
+#include <sys/types.h>
+
+struct criu {
+	char path[4096];
+	int major, minor, sub;
+};
+
+/* Finds criu 4 or later: $CREST_CRIU, then .deps/criu/criu beside the
+ * source tree this crest was built from or run in. */
+int criu_find(struct criu *c);
+
+struct criu_dump_opts {
+	pid_t pid;
+	const char *dir;           /* images directory, exists */
+	bool leave_running;
+	bool shell_job;            /* the root is not a session leader */
+	const char *action_script; /* an executable criu runs at each step, or NULL */
+};
+int criu_dump(const struct criu *c, const struct criu_dump_opts *o);
+
+struct criu_restore_opts {
+	const char *dir;
+	bool shell_job;
+	pid_t *pid_out;            /* the restored root */
+};
+int criu_restore(const struct criu *c, const struct criu_restore_opts *o);
+
+#endif

@@ -1,0 +1,45 @@
+/*
+ * proc.h - what /proc says about a process tree that crest is about to
+ * checkpoint: its members, which of them use CUDA, and the regular files
+ * they hold open for writing (their contents are part of a snapshot, since
+ * CRIU refuses to restore a file whose size changed).
+ */
+#ifndef CREST_CAPTURE_PROC_H
+#define CREST_CAPTURE_PROC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct proc_tree {
+	pid_t *pids;          /* pids[0] is the root; the rest in no order */
+	size_t n;
+};
+
+/* The root and all its descendants. -ESRCH with a message if root is gone. */
+int proc_tree_get(pid_t root, struct proc_tree *t);
+void proc_tree_free(struct proc_tree *t);
+
+/* True when the process maps libcuda: it has a CUDA context to checkpoint. */
+bool proc_uses_cuda(pid_t pid);
+
+/* 'R', 'S', 'Z', ... or 0 when the process does not exist. */
+char proc_state(pid_t pid);
+/* comm of pid into buf ("?" when unknown). */
+void proc_comm(pid_t pid, char *buf, size_t cap);
+
+struct proc_file {
+	char *path;
+	uint64_t size;        /* when listed; the capture records its own */
+};
+struct proc_files {
+	struct proc_file *v;
+	size_t n;
+};
+/* Regular files that any process of the tree has open for writing, each
+ * path once. Deleted files are left out (CRIU handles them itself). */
+int proc_files_writable(const struct proc_tree *t, struct proc_files *f);
+void proc_files_free(struct proc_files *f);
+
+#endif

@@ -1,0 +1,458 @@
+/*
+ * transparent.c - checkpoint of an unmodified process tree; see
+ * transparent.h.
+ *
+ * Why the job files are copied from criu's post-dump hook: that is the one
+ * moment when the tree is frozen and criu has recorded the sizes it will
+ * check on restore, so the copy matches the memory image exactly. The hook
+ * is crest itself (`crest __criu-hook`), run by criu through a tiny sh script; it only
+ * reads the listed files and writes into the capture's tmpfs directory.
+ */
+#include "capture/transparent.h"
+#include "capture/gpuckpt.h"
+#include "util/err.h"
+#include "util/progress.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static int rm_tree(const char *path)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	struct dirent *e;
+	char p[PATH_MAX + 256];
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
+		struct stat sb;
+		if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
+			rm_tree(p);
+		else
+			unlink(p);
+	}
+	closedir(d);
+	return rmdir(path) < 0 ? -errno : 0;
+}
+
+void tp_capture_free(struct tp_capture *c)
+{
+	if (c->dir[0])
+		rm_tree(c->dir);
+	if (c->files_dir[0])
+		rm_tree(c->files_dir);
+	proc_tree_free(&c->tree);
+	proc_files_free(&c->files);
+	free(c->cuda);
+	memset(c, 0, sizeof(*c));
+}
+
+static int write_list(const char *path, const struct proc_files *f)
+{
+	FILE *out = fopen(path, "we");
+	if (!out)
+		return crest_errf(-errno, "cannot create %s", path);
+	for (size_t i = 0; i < f->n; i++)
+		fprintf(out, "%s\n", f->v[i].path);
+	if (fclose(out) != 0)
+		return crest_errf(-errno, "cannot write %s", path);
+	return 0;
+}
+
+/* Reads back the sizes the hook saw; a file the hook could not read keeps
+ * the size listed before the freeze. */
+static void read_sizes(struct tp_capture *c)
+{
+	char path[PATH_MAX + 16];
+	snprintf(path, sizeof(path), "%s/sizes", c->files_dir);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return;
+	unsigned long idx;
+	unsigned long long size;
+	while (fscanf(f, "%lu %llu", &idx, &size) == 2)
+		if (idx < c->files.n)
+			c->files.v[idx].size = size;
+	fclose(f);
+}
+
+int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
+{
+	memset(c, 0, sizeof(*c));
+	int rc = proc_tree_get(o->pid, &c->tree);
+	if (rc < 0)
+		return rc;
+	proc_comm(o->pid, c->comm, sizeof(c->comm));
+	if (geteuid() != 0) {
+		proc_tree_free(&c->tree);
+		return crest_errx(-EPERM, "not permitted: checkpointing pid %d needs root (CRIU ptraces "
+				  "and restores whole process trees)", (int)o->pid);
+	}
+	c->shell_job = getsid(o->pid) != o->pid;
+
+	/* Which processes hold a CUDA context. */
+	c->cuda = calloc(c->tree.n, sizeof(pid_t));
+	if (!c->cuda) {
+		tp_capture_free(c);
+		return crest_errf(-ENOMEM, "checkpoint");
+	}
+	for (size_t i = 0; i < c->tree.n; i++)
+		if (proc_uses_cuda(c->tree.pids[i]))
+			c->cuda[c->ncuda++] = c->tree.pids[i];
+	const struct cudrv *d = NULL;
+	if (c->ncuda) {
+		rc = cudrv_load(&d);
+		if (rc == 0)
+			rc = cudrv_need_checkpoint(d);
+		if (rc < 0) {
+			crest_errctx(rc, "pid %d uses CUDA", (int)c->cuda[0]);
+			tp_capture_free(c);
+			return rc;
+		}
+	}
+	rc = proc_files_writable(&c->tree, &c->files);
+	if (rc < 0) {
+		tp_capture_free(c);
+		return rc;
+	}
+
+	const char *tmp = o->tmpdir ? o->tmpdir : "/dev/shm";
+	snprintf(c->dir, sizeof(c->dir), "%s/crest-ckpt-%d-XXXXXX", tmp, (int)o->pid);
+	if (!mkdtemp(c->dir)) {
+		rc = crest_errf(-errno, "cannot create an images directory under %s", tmp);
+		c->dir[0] = 0;
+		tp_capture_free(c);
+		return rc;
+	}
+	snprintf(c->files_dir, sizeof(c->files_dir), "%s.files", c->dir);
+	if (mkdir(c->files_dir, 0700) < 0) {
+		rc = crest_errf(-errno, "cannot create %s", c->files_dir);
+		c->files_dir[0] = 0;
+		tp_capture_free(c);
+		return rc;
+	}
+	char list[PATH_MAX + 16];
+	snprintf(list, sizeof(list), "%s/list", c->files_dir);
+	rc = write_list(list, &c->files);
+	char exe[PATH_MAX], hook[3 * PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (rc == 0 && n <= 0)
+		rc = crest_errf(-errno, "cannot find crest's own program");
+	if (rc < 0) {
+		tp_capture_free(c);
+		return rc;
+	}
+	exe[n] = 0;
+	/* criu execs the action script itself: a two-line sh script that runs
+	 * crest. Quotes in either path would break its quoting. */
+	if (strchr(exe, '\'') || strchr(c->files_dir, '\'')) {
+		rc = crest_errx(-EINVAL, "crest's path or the images path holds a quote (')");
+		tp_capture_free(c);
+		return rc;
+	}
+	snprintf(hook, sizeof(hook), "%s/hook.sh", c->files_dir);
+	FILE *hf = fopen(hook, "we");
+	if (!hf || fprintf(hf, "#!/bin/sh\nexec '%s' __criu-hook '%s' %llu\n", exe, c->files_dir,
+			   (unsigned long long)(o->file_limit ? o->file_limit : TP_FILE_LIMIT_DEFAULT)) < 0 ||
+	    fchmod(fileno(hf), 0700) < 0) {
+		rc = crest_errf(-errno, "cannot write %s", hook);
+		if (hf)
+			fclose(hf);
+		tp_capture_free(c);
+		return rc;
+	}
+	if (fclose(hf) != 0) {
+		rc = crest_errf(-errno, "cannot write %s", hook);
+		tp_capture_free(c);
+		return rc;
+	}
+
+	/* The freeze: from here until resume, the job does not run. */
+	uint64_t t0 = time_now_ns();
+	if (c->ncuda) {
+		rc = gpuckpt_suspend(d, c->cuda, c->ncuda, o->lock_timeout_ms ? o->lock_timeout_ms : 10000,
+				     &c->gpu_lock_ns, &c->gpu_ckpt_ns);
+		if (rc < 0) {
+			tp_capture_free(c);
+			return rc;
+		}
+	}
+	uint64_t t1 = time_now_ns();
+	struct criu_dump_opts dopts = { .pid = o->pid, .dir = c->dir, .leave_running = !o->kill,
+					.shell_job = c->shell_job, .action_script = hook };
+	rc = criu_dump(o->criu, &dopts);
+	uint64_t t2 = time_now_ns();
+	c->dump_ns = t2 - t1;
+	int rrc = 0;
+	if (c->ncuda && (rc < 0 || !o->kill)) {
+		char msg[1024];
+		crest_errcpy(msg, sizeof(msg));
+		rrc = gpuckpt_resume(d, c->cuda, c->ncuda, NULL, 0);
+		if (rc < 0)
+			crest_errset_str(msg);
+	}
+	c->gpu_resume_ns = time_now_ns() - t2;
+	c->stall_ns = time_now_ns() - t0;
+	if (rc < 0) {
+		if (!proc_state(o->pid))
+			crest_errctx(rc, "process %d exited during its checkpoint", (int)o->pid);
+		tp_capture_free(c);
+		return rc;
+	}
+	if (rrc < 0) {
+		crest_errctx(rrc, "the dump worked but the job's GPU state could not be brought back");
+		tp_capture_free(c);
+		return rrc;
+	}
+	read_sizes(c);
+	return 0;
+}
+
+struct mapping {
+	void *p;
+	size_t len;
+};
+
+static void mapping_release(void *arg)
+{
+	struct mapping *m = arg;
+	munmap(m->p, m->len);
+	free(m);
+}
+
+/* Adds one file of the capture as a memory stream: mmap'ed, so tmpfs pages
+ * go to the workers with no copy. */
+static int add_file(struct engine_snap *s, const char *name, uint8_t type, const char *path,
+		    const char *meta, uint64_t *bytes)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return crest_errf(-errno, "cannot open %s", path);
+	struct stat sb;
+	if (fstat(fd, &sb) < 0) {
+		int err = -errno;
+		close(fd);
+		return crest_errf(err, "cannot stat %s", path);
+	}
+	struct engine_stream *st;
+	int rc = engine_stream_open(s, name, type, true, &st);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	engine_stream_meta(st)->mode = sb.st_mode & 07777;
+	if (meta)
+		cas_stream_set_str(&engine_stream_meta(st)->meta, meta);
+	if (sb.st_size > 0) {
+		struct mapping *m = malloc(sizeof(*m));
+		void *p = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (!m || p == MAP_FAILED) {
+			rc = p == MAP_FAILED ? crest_errf(-errno, "cannot map %s", path)
+					     : crest_errf(-ENOMEM, "mapping %s", path);
+			if (p != MAP_FAILED)
+				munmap(p, (size_t)sb.st_size);
+			free(m);
+		} else {
+			m->p = p;
+			m->len = (size_t)sb.st_size;
+			engine_snapshot_expect(s, m->len);
+			rc = engine_stream_add_memory(st, p, m->len, mapping_release, m);
+			*bytes += m->len;
+		}
+	}
+	close(fd);
+	engine_stream_close(st);
+	return rc;
+}
+
+static int name_cmp(const void *a, const void *b)
+{
+	return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int label_u64(struct cas_manifest *m, const char *k, uint64_t v)
+{
+	char b[32];
+	snprintf(b, sizeof(b), "%llu", (unsigned long long)v);
+	return cas_manifest_label(m, k, b);
+}
+
+static int label_pids(struct cas_manifest *m, const char *k, const pid_t *p, size_t n)
+{
+	char b[4096];
+	size_t used = 0;
+	b[0] = 0;
+	for (size_t i = 0; i < n && used < sizeof(b) - 16; i++)
+		used += (size_t)snprintf(b + used, sizeof(b) - used, "%s%d", i ? "," : "", (int)p[i]);
+	return cas_manifest_label(m, k, b);
+}
+
+int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const char *tag,
+		      const uint8_t *parent_id, struct cas_manifest *parent, struct engine_snap **out)
+{
+	struct engine_snap *s;
+	int rc = engine_snapshot_begin(e, "process", &s);
+	if (rc < 0) {
+		cas_manifest_free(parent);
+		return rc;
+	}
+	if (parent_id)
+		engine_snapshot_set_parent(s, parent_id, parent);
+	else
+		cas_manifest_free(parent);
+	if (tag)
+		rc = engine_snapshot_set_tag(s, tag);
+	struct cas_manifest *m = engine_snapshot_manifest(s);
+	char host[256] = "";
+	gethostname(host, sizeof(host) - 1);
+	if (rc == 0)
+		rc = label_u64(m, "pid", (uint64_t)c->tree.pids[0]);
+	if (rc == 0)
+		rc = cas_manifest_label(m, "comm", c->comm);
+	if (rc == 0)
+		rc = label_pids(m, "pids", c->tree.pids, c->tree.n);
+	if (rc == 0)
+		rc = label_pids(m, "cuda_pids", c->cuda, c->ncuda);
+	if (rc == 0)
+		rc = cas_manifest_label(m, "shell_job", c->shell_job ? "1" : "0");
+	if (rc == 0)
+		rc = label_u64(m, "stall_ns", c->stall_ns);
+	if (rc == 0)
+		rc = cas_manifest_label(m, "host", host);
+
+	/* CRIU's images, in name order so manifests of the same job line up. */
+	DIR *d = rc == 0 ? opendir(c->dir) : NULL;
+	if (rc == 0 && !d)
+		rc = crest_errf(-errno, "cannot read %s", c->dir);
+	char **names = NULL;
+	size_t n = 0;
+	struct dirent *de;
+	while (rc == 0 && (de = readdir(d))) {
+		size_t l = strlen(de->d_name);
+		if (de->d_name[0] == '.' || (l > 4 && !strcmp(de->d_name + l - 4, ".log")))
+			continue;
+		char **nn = realloc(names, (n + 1) * sizeof(*nn));
+		if (!nn || !(nn[n] = strdup(de->d_name))) {
+			names = nn ? nn : names;
+			rc = crest_errf(-ENOMEM, "listing %s", c->dir);
+			break;
+		}
+		names = nn;
+		n++;
+	}
+	if (d)
+		closedir(d);
+	if (rc == 0 && n)
+		qsort(names, n, sizeof(*names), name_cmp);
+	uint64_t bytes = 0;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		char path[PATH_MAX + 256], sname[512];
+		snprintf(path, sizeof(path), "%s/%s", c->dir, names[i]);
+		snprintf(sname, sizeof(sname), "criu/%s", names[i]);
+		rc = add_file(s, sname, CAS_STREAM_IMAGE, path, NULL, &bytes);
+	}
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+
+	/* The job's files, as the freeze saw them. */
+	for (size_t i = 0; rc == 0 && i < c->files.n; i++) {
+		char path[PATH_MAX + 64], sname[64], meta[PATH_MAX + 64];
+		snprintf(path, sizeof(path), "%s/%zu.data", c->files_dir, i);
+		if (access(path, F_OK) < 0)
+			continue;  /* the hook could not read it: nothing to put back */
+		snprintf(sname, sizeof(sname), "jobfiles/%zu", i);
+		snprintf(meta, sizeof(meta), "size=%llu;path=%s", (unsigned long long)c->files.v[i].size,
+			 c->files.v[i].path);
+		rc = add_file(s, sname, CAS_STREAM_JOBFILE, path, meta, &bytes);
+	}
+	if (rc < 0) {
+		engine_snapshot_abort(s);
+		return rc;
+	}
+	engine_snapshot_seal(s);
+	*out = s;
+	return 0;
+}
+
+/* ---- the hook ---- */
+
+static int copy_prefix(const char *src, const char *dst, uint64_t limit, uint64_t *size)
+{
+	int in = open(src, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return -errno;
+	struct stat sb;
+	if (fstat(in, &sb) < 0) {
+		close(in);
+		return -errno;
+	}
+	*size = (uint64_t)sb.st_size;
+	int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (out < 0) {
+		close(in);
+		return -errno;
+	}
+	uint64_t left = *size < limit ? *size : limit;
+	char buf[1 << 16];
+	int rc = 0;
+	while (left > 0) {
+		ssize_t r = read(in, buf, left < sizeof(buf) ? left : sizeof(buf));
+		if (r <= 0) {
+			rc = r < 0 ? -errno : 0;
+			break;
+		}
+		if (write(out, buf, (size_t)r) != r) {
+			rc = -EIO;
+			break;
+		}
+		left -= (uint64_t)r;
+	}
+	close(in);
+	if (close(out) < 0 && rc == 0)
+		rc = -errno;
+	return rc;
+}
+
+int tp_hook_main(int argc, char **argv)
+{
+	const char *action = getenv("CRTOOLS_SCRIPT_ACTION");
+	if (argc != 3 || !action)
+		return 2;
+	if (strcmp(action, "post-dump"))
+		return 0;
+	unsigned long long limit = strtoull(argv[2], NULL, 10);
+	char path[PATH_MAX + 32], line[PATH_MAX + 2], dst[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/list", argv[1]);
+	FILE *list = fopen(path, "re");
+	if (!list)
+		return 1;
+	snprintf(path, sizeof(path), "%s/sizes", argv[1]);
+	FILE *sizes = fopen(path, "we");
+	if (!sizes) {
+		fclose(list);
+		return 1;
+	}
+	for (size_t i = 0; fgets(line, sizeof(line), list); i++) {
+		line[strcspn(line, "\n")] = 0;
+		snprintf(dst, sizeof(dst), "%s/%zu.data", argv[1], i);
+		uint64_t size = 0;
+		/* A file the hook cannot read is left out, not a failed dump:
+		 * crest restore then leaves that file alone. */
+		if (copy_prefix(line, dst, limit, &size) == 0)
+			fprintf(sizes, "%zu %llu\n", i, (unsigned long long)size);
+		else
+			unlink(dst);
+	}
+	fclose(list);
+	return fclose(sizes) == 0 ? 0 : 1;
+}

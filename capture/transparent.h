@@ -1,0 +1,64 @@
+/*
+ * transparent.h - checkpointing an unmodified process tree by pid.
+ *
+ * The frozen part (tp_capture_run) is kept as short as it can be: CUDA
+ * processes are locked and checkpointed by the driver (device memory moves
+ * into their host memory), CRIU dumps the tree into a tmpfs directory (never
+ * the store's disk), the contents of the regular files the tree has open for
+ * writing are copied from inside CRIU's freeze, and the job resumes at once
+ * (driver restore + unlock) unless it is to be killed. Only then does
+ * tp_capture_ingest hand the images to the engine, which stores them in the
+ * background: a failure there never touches the job.
+ */
+#ifndef CREST_CAPTURE_TRANSPARENT_H
+#define CREST_CAPTURE_TRANSPARENT_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "capture/criu.h"
+#include "capture/proc.h"
+#include "engine/engine.h"
+
+#define TP_FILE_LIMIT_DEFAULT (64ull << 20)
+
+struct tp_opts {
+	pid_t pid;
+	bool kill;                 /* end the job after the dump */
+	uint64_t file_limit;       /* bytes kept of each file open for writing */
+	unsigned lock_timeout_ms;  /* for cuCheckpointProcessLock; 0: 10 s */
+	const char *tmpdir;        /* for images; NULL: /dev/shm */
+	const struct criu *criu;
+};
+
+struct tp_capture {
+	char dir[PATH_MAX];        /* CRIU's images */
+	char files_dir[PATH_MAX + 8]; /* contents of files the job writes */
+	struct proc_tree tree;
+	pid_t *cuda;
+	size_t ncuda;
+	bool shell_job;
+	struct proc_files files;   /* sizes as the freeze saw them */
+	char comm[64];
+	uint64_t stall_ns, gpu_lock_ns, gpu_ckpt_ns, dump_ns, gpu_resume_ns;
+	uint64_t image_bytes;
+};
+
+/* Every check that can fail without harm comes first: the pid exists, we
+ * are root, the driver has the checkpoint API when CUDA is in use. */
+int tp_capture_run(const struct tp_opts *o, struct tp_capture *c);
+
+/* Queues the capture as a snapshot of kind "process" and seals it. The
+ * images stay on tmpfs until tp_capture_free. */
+int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const char *tag,
+		      const uint8_t *parent_id, struct cas_manifest *parent, struct engine_snap **out);
+
+/* Removes the images and frees c. */
+void tp_capture_free(struct tp_capture *c);
+
+/* The action script criu runs inside its freeze: `crest __criu-hook DIR LIMIT`. */
+int tp_hook_main(int argc, char **argv);
+
+#endif
