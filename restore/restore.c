@@ -268,14 +268,9 @@ int restore_stream(const struct restore_ctx *c, const struct cas_stream *st, res
 	return rc;
 }
 
-struct fd_sink {
-	int fd;
-	const char *what;
-};
-
-static int fd_sink(void *arg, uint64_t off, const void *data, uint32_t len)
+int restore_sink_fd(void *arg, uint64_t off, const void *data, uint32_t len)
 {
-	const struct fd_sink *s = arg;
+	const struct restore_fd_sink *s = arg;
 	uint32_t done = 0;
 	while (done < len) {
 		ssize_t w = pwrite(s->fd, (const uint8_t *)data + done, len - done, (off_t)(off + done));
@@ -293,8 +288,8 @@ int restore_stream_to_fd(const struct restore_ctx *c, const struct cas_stream *s
 	if (ftruncate(fd, (off_t)st->size) < 0)
 		return crest_errf(-errno, "cannot size %s to %llu bytes", st->name,
 				  (unsigned long long)st->size);
-	struct fd_sink s = { fd, st->name };
-	return restore_stream(c, st, fd_sink, &s);
+	struct restore_fd_sink s = { fd, st->name };
+	return restore_stream(c, st, restore_sink_fd, &s);
 }
 
 struct mem_sink {

@@ -33,6 +33,13 @@ struct restore_ctx {
 int restore_stream(const struct restore_ctx *c, const struct cas_stream *st, restore_sink_fn sink,
 		   void *arg);
 
+/* A sink that pwrite()s each chunk at its offset into fd. */
+struct restore_fd_sink {
+	int fd;
+	const char *what;   /* names fd in errors */
+};
+int restore_sink_fd(void *arg, uint64_t off, const void *data, uint32_t len);
+
 /* The stream into fd, a regular file: truncated to the stream's size first,
  * so holes stay holes. */
 int restore_stream_to_fd(const struct restore_ctx *c, const struct cas_stream *st, int fd);

@@ -1,0 +1,41 @@
+/*
+ * process.h - bringing a checkpointed process tree back from the store.
+ *
+ * The images stream out of the store into a private tmpfs directory, the
+ * files the job had open for writing are put back as they were at the
+ * snapshot (unless the caller keeps them), CRIU restores the tree, and CUDA
+ * processes get their device state back through the driver (restore +
+ * unlock), optionally onto other GPUs. restore/ reaches CRIU and the driver
+ * through capture/'s wrappers; it writes nothing to the store.
+ */
+#ifndef CREST_RESTORE_PROCESS_H
+#define CREST_RESTORE_PROCESS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+
+#include "capture/criu.h"
+#include "capture/gpuckpt.h"
+#include "restore/restore.h"
+
+struct rp_opts {
+	const char *tmpdir;                /* NULL: /dev/shm */
+	bool keep_files;                   /* leave the job's files as they are now */
+	const struct gpuckpt_map *map;     /* --gpu-map */
+	size_t nmap;
+	FILE *notes;                       /* what was done to files; NULL: silent */
+	unsigned wait_pids_ms;             /* how long to wait for a pid to be freed */
+};
+
+struct rp_result {
+	pid_t pid;
+	uint64_t stream_ns, criu_ns, gpu_ns, total_ns;
+	uint64_t bytes;
+};
+
+int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, const struct criu *criu,
+		    const struct rp_opts *o, struct rp_result *r);
+
+#endif
