@@ -11,6 +11,9 @@ int cmd_get(struct cli *c, int argc, char **argv);
 int cmd_ls(struct cli *c, int argc, char **argv);
 int cmd_show(struct cli *c, int argc, char **argv);
 int cmd_tag(struct cli *c, int argc, char **argv);
+int cmd_checkpoint(struct cli *c, int argc, char **argv);
+int cmd_restore(struct cli *c, int argc, char **argv);
+int cmd_demo(struct cli *c, int argc, char **argv);
 
 int cmd_stats(struct cli *c, int argc, char **argv);
 int cmd_verify(struct cli *c, int argc, char **argv);

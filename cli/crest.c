@@ -1,4 +1,5 @@
 /* crest.c - the crest command: snapshots in and out of the store. */
+#include "capture/transparent.h"
 #include "cli/commands.h"
 
 #include <stdio.h>
@@ -14,12 +15,18 @@ static void usage(void)
 		"  ls                                list snapshots\n"
 		"  show SNAPSHOT                     a snapshot's metadata and streams\n"
 		"  tag SNAPSHOT TAG                  name a snapshot\n"
+		"  checkpoint --pid PID [--tag T] [--every DURATION] [--kill]   snapshot a running process\n"
+		"  restore SNAPSHOT [--keep-files] [--gpu-map OLD=NEW]          bring a process back\n"
+		"  demo                              checkpoint, kill and restore a sample job\n"
 		"SNAPSHOT is a full id, a unique id prefix (4+ hex digits) or a tag.\n"
 		"The store is --store DIR, else $CREST_STORE, else ./crest-store.\n");
 }
 
 int main(int argc, char **argv)
 {
+	/* criu runs crest itself inside its freeze, to copy the job's files. */
+	if (argc >= 2 && !strcmp(argv[1], "__criu-hook"))
+		return tp_hook_main(argc - 1, argv + 1);
 	struct cli c = { .prog = "crest" };
 	umask(077);  /* snapshots hold process memory: nothing for others */
 	argc = cli_parse_globals(&c, argc, argv);
@@ -35,6 +42,7 @@ int main(int argc, char **argv)
 	} cmds[] = {
 		{ "put", cmd_put }, { "get", cmd_get }, { "ls", cmd_ls },
 		{ "show", cmd_show }, { "tag", cmd_tag },
+		{ "checkpoint", cmd_checkpoint }, { "restore", cmd_restore }, { "demo", cmd_demo },
 	};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (!strcmp(argv[1], cmds[i].name))

@@ -1,0 +1,354 @@
+/*
+ * cmd_process.c - crest checkpoint and crest restore: unmodified processes
+ * (CPU and CUDA) in and out of the store.
+ */
+#include "cli/commands.h"
+#include "cli/process.h"
+#include "restore/process.h"
+#include "util/err.h"
+#include "util/json.h"
+#include "util/progress.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+int ckpt_once(const struct cli *c, struct cas_store *store, struct engine *e, const struct tp_opts *o,
+	      const char *tag, const uint8_t *parent, struct ckpt_stats *st)
+{
+	const char *watch = st->watch_path;
+	memset(st, 0, sizeof(*st));
+	st->watch_path = watch;
+	struct tp_capture cap;
+	int rc = tp_capture_run(o, &cap);
+	if (rc < 0)
+		return rc;
+	st->stall_ns = cap.stall_ns;
+	st->gpu_lock_ns = cap.gpu_lock_ns;
+	st->gpu_ckpt_ns = cap.gpu_ckpt_ns;
+	st->dump_ns = cap.dump_ns;
+	st->gpu_resume_ns = cap.gpu_resume_ns;
+	for (size_t i = 0; watch && i < cap.files.n; i++)
+		if (!strcmp(cap.files.v[i].path, watch))
+			st->watch_size = cap.files.v[i].size;
+	if (!c->quiet && !c->json)
+		printf("pid %d (%s) resumed after a %.3f s stall%s\n", (int)o->pid, cap.comm,
+		       cli_secs(cap.stall_ns), o->kill ? " (then ended: --kill)" : "");
+	fflush(stdout);
+
+	/* The parent's chunk lists let unchanged pages skip the index. */
+	struct cas_manifest *pm = NULL;
+	if (parent && cas_manifest_load(store, parent, &pm) < 0)
+		pm = NULL;
+	crest_errset_str("");
+	struct engine_snap *s;
+	rc = tp_capture_ingest(e, &cap, tag, pm ? parent : NULL, pm, &s);
+	if (rc == 0) {
+		struct cli_progress *pr = cli_progress_start(c, s, "ingest");
+		while (!engine_snapshot_timedwait(s, 100000000ull))
+			;
+		cli_progress_stop(pr);
+		rc = engine_snapshot_wait(s, &st->r);
+		memcpy(st->id, st->r.id, 32);
+	}
+	tp_capture_free(&cap);
+	return rc;
+}
+
+static void print_ckpt(const struct cli *c, pid_t pid, const struct ckpt_stats *st, const char *tag)
+{
+	char hex[65];
+	cli_print_id(hex, st->id);
+	const struct engine_result *r = &st->r;
+	if (c->json) {
+		printf("{\"snapshot\": \"%s\", \"pid\": %d, \"stall_seconds\": %.4f, \"gpu_lock_seconds\": %.4f, "
+		       "\"gpu_checkpoint_seconds\": %.4f, \"criu_dump_seconds\": %.4f, \"gpu_resume_seconds\": %.4f, "
+		       "\"logical_bytes\": %llu, \"new_bytes\": %llu, \"stored_bytes\": %llu, \"zero_bytes\": %llu, "
+		       "\"ingest_seconds\": %.4f",
+		       hex, (int)pid, cli_secs(st->stall_ns), cli_secs(st->gpu_lock_ns), cli_secs(st->gpu_ckpt_ns),
+		       cli_secs(st->dump_ns), cli_secs(st->gpu_resume_ns), (unsigned long long)r->logical_bytes,
+		       (unsigned long long)r->new_bytes, (unsigned long long)r->stored_bytes,
+		       (unsigned long long)r->zero_bytes, cli_secs(r->ingest_ns));
+		if (tag) {
+			printf(", \"tag\": ");
+			json_str(stdout, tag);
+		}
+		printf("}\n");
+	} else if (!c->quiet) {
+		char b1[32], b2[32], b3[32];
+		printf("snapshot %s%s%s\n  %s logical, %s new, %s stored, ingested in %.2f s\n", hex,
+		       tag ? "  tag " : "", tag ? tag : "", fmt_bytes(r->logical_bytes, b1, sizeof(b1)),
+		       fmt_bytes(r->new_bytes, b2, sizeof(b2)), fmt_bytes(r->stored_bytes, b3, sizeof(b3)),
+		       cli_secs(r->ingest_ns));
+	}
+	fflush(stdout);
+}
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop(int sig)
+{
+	(void)sig;
+	stop_requested = 1;
+}
+
+static void usage_checkpoint(void)
+{
+	fprintf(stderr, "usage: crest checkpoint --pid PID [--tag T] [--every DURATION [--count N]] [--kill]\n"
+			"                        [--file-limit SIZE] [--tmpdir DIR] [--lock-timeout MS]\n");
+}
+
+int cmd_checkpoint(struct cli *c, int argc, char **argv)
+{
+	struct tp_opts o = { 0 };
+	const char *tag = NULL;
+	uint64_t every_ns = 0, count = 0;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--kill")) {
+			o.kill = true;
+			continue;
+		}
+		if (i + 1 >= argc) {
+			usage_checkpoint();
+			return 2;
+		}
+		const char *v = argv[++i];
+		char *end;
+		if (!strcmp(a, "--pid")) {
+			long p = strtol(v, &end, 10);
+			if (*end || p <= 0 || p > 0x7fffffff) {
+				fprintf(stderr, "crest: --pid %s: not a process id\n", v);
+				return 2;
+			}
+			o.pid = (pid_t)p;
+		} else if (!strcmp(a, "--tag")) {
+			tag = v;
+		} else if (!strcmp(a, "--every")) {
+			if (cli_parse_duration(v, &every_ns) < 0) {
+				fprintf(stderr, "crest: --every %s: not a duration (30s, 5m, 1h)\n", v);
+				return 2;
+			}
+		} else if (!strcmp(a, "--count")) {
+			count = strtoull(v, &end, 10);
+			if (*end || !count) {
+				fprintf(stderr, "crest: --count %s: not a positive number\n", v);
+				return 2;
+			}
+		} else if (!strcmp(a, "--file-limit")) {
+			if (cli_parse_size(v, &o.file_limit) < 0) {
+				fprintf(stderr, "crest: --file-limit %s: not a size\n", v);
+				return 2;
+			}
+		} else if (!strcmp(a, "--tmpdir")) {
+			o.tmpdir = v;
+		} else if (!strcmp(a, "--lock-timeout")) {
+			o.lock_timeout_ms = (unsigned)strtoul(v, &end, 10);
+			if (*end) {
+				fprintf(stderr, "crest: --lock-timeout %s: milliseconds\n", v);
+				return 2;
+			}
+		} else {
+			fprintf(stderr, "crest: checkpoint: unknown option %s\n", a);
+			usage_checkpoint();
+			return 2;
+		}
+	}
+	if (!o.pid) {
+		usage_checkpoint();
+		return 2;
+	}
+	if (tag && cas_tag_check(tag) < 0)
+		return cli_fail(c, -EINVAL);
+	if (o.kill && every_ns) {
+		fprintf(stderr, "crest: --kill ends the job: it does not go with --every\n");
+		return 2;
+	}
+	/* Cheap checks first: nothing is frozen or written until they pass. */
+	if (!proc_state(o.pid))
+		return cli_fail(c, crest_errx(-ESRCH, "no process with pid %d", (int)o.pid));
+	if (geteuid() != 0)
+		return cli_fail(c, crest_errx(-EPERM, "not permitted: checkpointing pid %d needs root "
+					       "(CRIU ptraces and restores whole process trees)", (int)o.pid));
+	struct criu criu;
+	int rc = criu_find(&criu);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	o.criu = &criu;
+
+	struct cas_store *store;
+	rc = cas_open(c->store, CAS_WRITE, &store);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	struct engine_opts eo;
+	engine_opts_default(&eo);
+	eo.workers = c->workers;
+	struct engine *e;
+	rc = engine_open(store, &eo, &e);
+	if (rc < 0) {
+		cas_close(store);
+		return cli_fail(c, rc);
+	}
+	uint8_t parent[32];
+	bool has_parent = tag && cas_snapshot_resolve(store, tag, parent) == 0;
+	crest_errset_str("");
+
+	struct sigaction sa = { .sa_handler = on_stop };
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	uint64_t n = 0, failures = 0;
+	int last_rc = 0;
+	for (;;) {
+		uint64_t t0 = time_now_ns();
+		struct ckpt_stats st = { 0 };
+		rc = ckpt_once(c, store, e, &o, tag, has_parent ? parent : NULL, &st);
+		n++;
+		if (rc == 0) {
+			print_ckpt(c, o.pid, &st, tag);
+			memcpy(parent, st.id, 32);
+			has_parent = true;
+		} else {
+			last_rc = rc;
+			failures++;
+			/* With --every the job keeps running whatever the store
+			 * says: report, and try again next time. */
+			cli_fail(c, rc);
+		}
+		if (!every_ns || stop_requested || (count && n >= count))
+			break;
+		if (!proc_state(o.pid) || proc_state(o.pid) == 'Z') {
+			if (!c->quiet && !c->json)
+				printf("pid %d has exited: no more checkpoints\n", (int)o.pid);
+			break;
+		}
+		while (!stop_requested && time_now_ns() - t0 < every_ns) {
+			uint64_t left = every_ns - (time_now_ns() - t0);
+			struct timespec ts = { 0, (long)(left < 100000000ull ? left : 100000000ull) };
+			nanosleep(&ts, NULL);
+		}
+		if (stop_requested)
+			break;
+	}
+	engine_close(e);
+	cas_close(store);
+	if (failures && every_ns && !c->quiet)
+		fprintf(stderr, "crest: %llu of %llu checkpoints failed\n", (unsigned long long)failures,
+			(unsigned long long)n);
+	(void)last_rc;
+	return failures ? 1 : 0;
+}
+
+/* "OLD=NEW[,OLD=NEW]" with nvidia-smi's GPU-... UUIDs. */
+static int parse_gpu_map(const char *s, struct gpuckpt_map **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	char *dup = strdup(s), *save = NULL;
+	if (!dup)
+		return -ENOMEM;
+	int rc = 0;
+	for (char *tok = strtok_r(dup, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(tok, '=');
+		if (!eq) {
+			rc = crest_errx(-EINVAL, "--gpu-map %s: want OLD_UUID=NEW_UUID[,...]", s);
+			break;
+		}
+		*eq = 0;
+		struct gpuckpt_map *nm = realloc(*out, (*n + 1) * sizeof(*nm));
+		if (!nm) {
+			rc = -ENOMEM;
+			break;
+		}
+		*out = nm;
+		rc = gpuckpt_parse_uuid(tok, &nm[*n].from);
+		if (rc == 0)
+			rc = gpuckpt_parse_uuid(eq + 1, &nm[*n].to);
+		(*n)++;
+	}
+	free(dup);
+	return rc;
+}
+
+int cmd_restore(struct cli *c, int argc, char **argv)
+{
+	struct rp_opts o = { .notes = stdout };
+	const char *name = NULL, *gpu_map = NULL;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--keep-files"))
+			o.keep_files = true;
+		else if (!strcmp(argv[i], "--gpu-map") && i + 1 < argc)
+			gpu_map = argv[++i];
+		else if (!strcmp(argv[i], "--tmpdir") && i + 1 < argc)
+			o.tmpdir = argv[++i];
+		else if (argv[i][0] != '-' && !name)
+			name = argv[i];
+		else {
+			fprintf(stderr, "usage: crest restore SNAPSHOT [--keep-files] [--gpu-map OLD=NEW,...] "
+					"[--tmpdir DIR]\n");
+			return 2;
+		}
+	}
+	if (!name) {
+		fprintf(stderr, "usage: crest restore SNAPSHOT [--keep-files] [--gpu-map OLD=NEW,...] [--tmpdir DIR]\n");
+		return 2;
+	}
+	struct gpuckpt_map *map = NULL;
+	if (gpu_map) {
+		int rc = parse_gpu_map(gpu_map, &map, &o.nmap);
+		if (rc < 0) {
+			free(map);
+			return cli_fail(c, rc);
+		}
+		o.map = map;
+	}
+	if (c->json || c->quiet)
+		o.notes = NULL;
+	struct cas_store *store;
+	int rc = cas_open(c->store, CAS_READ, &store);
+	uint8_t id[32];
+	struct cas_manifest *m = NULL;
+	if (rc == 0)
+		rc = cas_snapshot_resolve(store, name, id);
+	if (rc == 0)
+		rc = cas_manifest_load(store, id, &m);
+	if (rc == 0 && strcmp(m->kind, "process"))
+		rc = crest_errx(-EINVAL, "snapshot %s is a '%s' snapshot, not a process: use crest get", name, m->kind);
+	if (rc == 0 && geteuid() != 0)
+		rc = crest_errx(-EPERM, "not permitted: restoring a process needs root (CRIU)");
+	struct criu criu;
+	if (rc == 0)
+		rc = criu_find(&criu);
+	struct rp_result r = { 0 };
+	if (rc == 0) {
+		char hex[65], shortid[13];
+		cli_print_id(hex, id);
+		snprintf(shortid, sizeof(shortid), "%.12s", hex);
+		struct progress prog;
+		progress_begin(&prog, "restore", m->logical_bytes, c->quiet);
+		struct restore_ctx rctx = { .store = store, .snapshot = shortid, .threads = c->workers, .progress = &prog };
+		rc = restore_process(&rctx, m, &criu, &o, &r);
+		progress_end(&prog);
+	}
+	cas_manifest_free(m);
+	if (store)
+		cas_close(store);
+	free(map);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	char hex[65];
+	cli_print_id(hex, id);
+	if (c->json)
+		printf("{\"snapshot\": \"%s\", \"pid\": %d, \"bytes\": %llu, \"stream_seconds\": %.4f, "
+		       "\"criu_seconds\": %.4f, \"gpu_seconds\": %.4f, \"seconds\": %.4f}\n",
+		       hex, (int)r.pid, (unsigned long long)r.bytes, cli_secs(r.stream_ns), cli_secs(r.criu_ns),
+		       cli_secs(r.gpu_ns), cli_secs(r.total_ns));
+	else if (!c->quiet)
+		printf("restored %.12s: pid %d running again after %.2f s (images %.2f s, criu %.2f s, gpu %.2f s)\n",
+		       hex, (int)r.pid, cli_secs(r.total_ns), cli_secs(r.stream_ns), cli_secs(r.criu_ns),
+		       cli_secs(r.gpu_ns));
+	return 0;
+}
