@@ -1,0 +1,46 @@
+# libcrest: the library-capture API (include/crest.h). Its sources live in
+# crest_capture with the rest of capture/; libcrest.so and libcrest.a wrap
+# crest_capture and everything it links, so a job needs only -lcrest (plus,
+# for the static archive, the system libraries listed in CREST_STATIC_DEPS).
+target_sources(crest_capture PRIVATE
+  ${CMAKE_CURRENT_SOURCE_DIR}/library.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/pool.c
+  ${CMAKE_SOURCE_DIR}/restore/gpu.c)
+
+set(CREST_INTERNAL_LIBS crest_capture crest_engine crest_restore crest_cas crest_dedup crest_util)
+
+# Shared: every internal archive whole, only the public crest_* names exported.
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/libcrest.map "{ global: crest_*; local: *; };\n")
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/libcrest_empty.c "/* libcrest: the code is in the archives */\n")
+add_library(crest_lib SHARED ${CMAKE_CURRENT_BINARY_DIR}/libcrest_empty.c)
+set(_whole)
+foreach(l ${CREST_INTERNAL_LIBS})
+  list(APPEND _whole $<TARGET_FILE:${l}>)
+endforeach()
+add_dependencies(crest_lib ${CREST_INTERNAL_LIBS})
+target_link_libraries(crest_lib PRIVATE -Wl,--whole-archive ${_whole} -Wl,--no-whole-archive
+  ${ROCKSDB_LIB} PkgConfig::LZ4 PkgConfig::URING PkgConfig::CRYPTO Threads::Threads ${CMAKE_DL_LIBS})
+target_link_options(crest_lib PRIVATE -Wl,--version-script=${CMAKE_CURRENT_BINARY_DIR}/libcrest.map -Wl,--no-undefined)
+target_include_directories(crest_lib PUBLIC ${CMAKE_SOURCE_DIR}/include)
+set_target_properties(crest_lib PROPERTIES OUTPUT_NAME crest PUBLIC_HEADER ${CMAKE_SOURCE_DIR}/include/crest.h)
+
+# Static: the internal archives merged into one libcrest.a.
+set(CREST_STATIC ${CMAKE_CURRENT_BINARY_DIR}/libcrest.a)
+set(_mri "create ${CREST_STATIC}\n")
+foreach(l ${CREST_INTERNAL_LIBS})
+  string(APPEND _mri "addlib $<TARGET_FILE:${l}>\n")
+endforeach()
+string(APPEND _mri "save\nend\n")
+file(GENERATE OUTPUT ${CMAKE_CURRENT_BINARY_DIR}/libcrest.mri CONTENT "${_mri}")
+add_custom_command(OUTPUT ${CREST_STATIC}
+  COMMAND ${CMAKE_COMMAND} -E rm -f ${CREST_STATIC}
+  COMMAND ${CMAKE_AR} -M < ${CMAKE_CURRENT_BINARY_DIR}/libcrest.mri
+  DEPENDS ${CREST_INTERNAL_LIBS} ${CMAKE_CURRENT_BINARY_DIR}/libcrest.mri
+  COMMENT "Merging the crest archives into libcrest.a" VERBATIM)
+add_custom_target(crest_static_archive ALL DEPENDS ${CREST_STATIC})
+# For in-tree users of the static archive: libcrest.a and what it needs.
+add_library(crest_static INTERFACE)
+add_dependencies(crest_static crest_static_archive)
+target_include_directories(crest_static INTERFACE ${CMAKE_SOURCE_DIR}/include ${CUDA_INCLUDE})
+target_link_libraries(crest_static INTERFACE ${CREST_STATIC}
+  ${ROCKSDB_LIB} PkgConfig::LZ4 PkgConfig::URING PkgConfig::CRYPTO Threads::Threads ${CMAKE_DL_LIBS})

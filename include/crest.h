@@ -1,0 +1,150 @@
+/*
+ * crest.h - libcrest: a job snapshots its own GPU and host memory into a
+ * crest store, and restores it.
+ *
+ * The job registers regions (a device or host pointer, a size, a name).
+ * crest_checkpoint makes the device idle, copies every region into a pinned
+ * staging pool with asynchronous device-to-host copies and returns as soon as
+ * the copies are done: the job may change its memory again while crest
+ * deduplicates, compresses and stores the copy in the background.
+ * crest_wait collects the result. crest_restore streams a snapshot back into
+ * the registered regions.
+ *
+ * Promises:
+ *  - Every function returns 0 (or a documented positive value) on success and
+ *    a negative errno code on failure; crest_errmsg() then holds one line
+ *    saying what failed, on what and why. Nothing aborts the process.
+ *  - The staging pool is allocated once, in crest_open (pinned with
+ *    cuMemHostAlloc where a GPU driver is present), and reused: a checkpoint
+ *    allocates no staging. When the regions are larger than the pool, the
+ *    copy goes in rounds as the store frees staging; the stall is longer and
+ *    crest_result says by how much.
+ *  - Snapshots are ordinary crest snapshots of kind "library": one stream of
+ *    type region per region (named as registered) and one blob stream per
+ *    blob. `crest ls/show/get` and `casctl verify` work on them.
+ *  - libcuda is loaded with dlopen: without a GPU, host regions work and
+ *    device regions fail with "no NVIDIA GPU driver here".
+ *  - A crest handle is used by one thread at a time.
+ */
+#ifndef CREST_H
+#define CREST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct crest crest_t;
+typedef uint64_t crest_region_t;   /* 0 is never a valid region */
+typedef uint64_t crest_ckpt_t;     /* 0 is never a valid checkpoint */
+
+#define CREST_OPEN_NO_GPU 0x1u     /* never load the GPU driver: pageable staging */
+
+struct crest_options {
+	size_t staging_bytes;      /* the staging pool; 0: 1 GiB (at least 8 MiB) */
+	unsigned workers;          /* ingest threads; 0: one per core */
+	unsigned copy_streams;     /* CUDA streams for device-to-host copies; 0: 4 */
+	unsigned restore_threads;  /* 0: one per core */
+	int device;                /* GPU whose primary context pins the pool (0) */
+	unsigned flags;            /* CREST_OPEN_* */
+};
+
+/* Fills o with the defaults above. */
+void crest_options_init(struct crest_options *o);
+
+/* Opens (creating if needed) the store in dir; NULL: $CREST_STORE or
+ * ./crest-store. o may be NULL. The store stays locked for writing until
+ * crest_close. */
+int crest_open(const char *dir, const struct crest_options *o, crest_t **out);
+/* Waits for the checkpoints not yet waited for, then frees everything.
+ * Returns the first failure among them (0 when none). NULL is a no-op. */
+int crest_close(crest_t *c);
+
+enum crest_mem {
+	CREST_MEM_HOST = 0,        /* ordinary process memory */
+	CREST_MEM_DEVICE = 1,      /* a CUDA device pointer (cuMemAlloc, cudaMalloc) */
+};
+
+/* Registers size bytes at ptr under name (unique among registered regions;
+ * becomes the stream name). The memory must stay allocated until
+ * crest_unregister: a device region found freed at a checkpoint or restore,
+ * or a host region whose pages are no longer mapped, fails that call with
+ * -EFAULT. (Host memory handed back to malloc but still mapped cannot be
+ * told apart from live memory: unregister before freeing.) */
+int crest_register(crest_t *c, const char *name, void *ptr, size_t size, enum crest_mem mem,
+		   crest_region_t *out);
+int crest_unregister(crest_t *c, crest_region_t r);
+/* Number of registered regions. */
+size_t crest_region_count(const crest_t *c);
+
+/* Small state stored beside the regions (a pickle, a step counter). */
+struct crest_blob {
+	const char *name;
+	const void *data;
+	size_t len;
+};
+
+struct crest_checkpoint_opts {
+	const char *tag;               /* optional: names the snapshot */
+	const char *const *labels;     /* "key=value" strings, shown by crest show */
+	size_t nlabels;
+	const struct crest_blob *blobs;  /* copied before crest_checkpoint returns */
+	size_t nblobs;
+	/* CUstream handles to synchronize before copying. None: every context
+	 * that holds a device region is synchronized (cuCtxSynchronize). */
+	void *const *sync_streams;
+	size_t nsync_streams;
+};
+
+/* Copies every region and returns once the copies are done; ingest goes on
+ * in the background. o may be NULL. */
+int crest_checkpoint(crest_t *c, const struct crest_checkpoint_opts *o, crest_ckpt_t *out);
+
+/* 1 when the checkpoint is committed or failed (crest_wait will not block),
+ * 0 while it is still being ingested; -EBADF for an unknown handle. */
+int crest_poll(crest_t *c, crest_ckpt_t h);
+
+struct crest_result {
+	char snapshot[65];           /* id, lowercase hex */
+	uint64_t bytes;              /* all region and blob bytes */
+	uint64_t new_bytes;          /* raw bytes of chunks the store did not have */
+	uint64_t stored_bytes;       /* what those took on disk */
+	uint64_t zero_bytes;         /* stored as holes */
+	uint64_t stall_ns;           /* time inside crest_checkpoint */
+	uint64_t staging_wait_ns;    /* part of the stall spent waiting for staging */
+	uint64_t ingest_ns;          /* begin to commit */
+	unsigned rounds;             /* times the copy waited for staging; 0 when it fit */
+};
+
+/* Blocks until the checkpoint is committed; the handle is spent either way.
+ * r may be NULL. */
+int crest_wait(crest_t *c, crest_ckpt_t h, struct crest_result *r);
+
+struct crest_restore_result {
+	char snapshot[65];
+	uint64_t bytes;              /* region bytes restored */
+	uint64_t ns;                 /* wall time */
+};
+
+/* Streams a snapshot (id, unique id prefix, or tag; NULL: the newest library
+ * snapshot) back into the registered regions. The snapshot's regions must
+ * match the registered ones by name and size, both ways: otherwise -EINVAL
+ * naming the first difference, and nothing is written. Blobs are not
+ * touched; read them with crest_read_blob. r may be NULL. */
+int crest_restore(crest_t *c, const char *snapshot, struct crest_restore_result *r);
+
+/* Reads blob `name` of a snapshot (as for crest_restore) into a buffer the
+ * caller frees with crest_free. -ENOENT when the snapshot has no such blob. */
+int crest_read_blob(crest_t *c, const char *snapshot, const char *name, void **data, size_t *len);
+void crest_free(void *p);
+
+/* The calling thread's message for the last failure, "" if none. */
+const char *crest_errmsg(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

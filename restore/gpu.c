@@ -1,0 +1,287 @@
+/* gpu.c - restoring region streams into device memory; see gpu.h. */
+#include "restore/gpu.h"
+#include "util/err.h"
+#include "util/sha256.h"
+
+#include <errno.h>
+#include <lz4.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct window {
+	size_t dst;        /* index into the job's dst */
+	uint64_t ext, next;  /* extents [ext, next) */
+	uint64_t off, len; /* where in the stream, how many bytes */
+};
+
+struct job {
+	const struct restore_ctx *c;
+	const struct restore_gpu_dst *dst;
+	size_t n;
+	const struct restore_gpu_opts *o;
+	uint32_t maxchunk;
+	/* cursor, under lock */
+	pthread_mutex_t lock;
+	size_t cur_dst;
+	uint64_t cur_ext, cur_off;
+	/* first error wins */
+	atomic_bool stop;
+	int err;
+	char msg[1024];
+};
+
+struct worker {
+	struct job *j;
+	uint8_t *buf[2];
+	uint8_t *scratch;
+	struct sha256_hasher *h;
+	CUcontext ctx;               /* the context stream and events belong to */
+	CUstream stream;
+	CUevent ev[2];
+	bool inflight[2];
+};
+
+static void job_fail(struct job *j, int err)
+{
+	pthread_mutex_lock(&j->lock);
+	if (!j->err) {
+		j->err = err;
+		crest_errcpy(j->msg, sizeof(j->msg));
+	}
+	pthread_mutex_unlock(&j->lock);
+	atomic_store(&j->stop, true);
+}
+
+/* The next window, or false when all are handed out. */
+static int job_next(struct job *j, struct window *w, bool *got)
+{
+	int rc = 0;
+	*got = false;
+	pthread_mutex_lock(&j->lock);
+	while (j->cur_dst < j->n && j->cur_ext >= j->dst[j->cur_dst].st->nextents) {
+		j->cur_dst++;
+		j->cur_ext = j->cur_off = 0;
+	}
+	if (j->cur_dst < j->n) {
+		const struct cas_stream *st = j->dst[j->cur_dst].st;
+		w->dst = j->cur_dst;
+		w->ext = j->cur_ext;
+		w->off = j->cur_off;
+		w->len = 0;
+		uint64_t e = j->cur_ext;
+		while (e < st->nextents && w->len + st->ext[e].len <= j->o->buf_bytes)
+			w->len += st->ext[e++].len;
+		if (e == w->ext) {
+			rc = crest_errx(-EINVAL, "snapshot %s, stream %s: a %llu-byte extent does not fit "
+					"a %zu-byte restore buffer", j->c->snapshot, st->name,
+					(unsigned long long)st->ext[e].len, j->o->buf_bytes);
+		} else {
+			w->next = e;
+			j->cur_ext = e;
+			j->cur_off += w->len;
+			*got = true;
+		}
+	}
+	pthread_mutex_unlock(&j->lock);
+	return rc;
+}
+
+/* Reads and checks the window's chunks into buf. */
+static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf)
+{
+	const struct job *j = wk->j;
+	const struct cas_stream *st = j->dst[w->dst].st;
+	uint64_t o = 0;
+	char hex[65];
+	for (uint64_t e = w->ext; e < w->next; e++) {
+		const struct cas_extent *x = &st->ext[e];
+		if (atomic_load(&j->stop))
+			return 0;
+		if (x->hole) {
+			memset(buf + o, 0, x->len);
+			o += x->len;
+			continue;
+		}
+		struct cas_loc loc;
+		int rc = cas_chunk_lookup(j->c->store, x->sha, &loc);
+		if (rc == -ENOENT) {
+			hex_encode(x->sha, 32, hex);
+			rc = crest_errx(-EBADMSG, "chunk %.16s is missing from the store", hex);
+		}
+		if (rc == 0 && loc.raw != x->len) {
+			hex_encode(x->sha, 32, hex);
+			rc = crest_errx(-EBADMSG, "chunk %.16s has %u bytes in the index, %llu in the manifest",
+					hex, loc.raw, (unsigned long long)x->len);
+		}
+		if (rc == 0)
+			rc = cas_chunk_read(j->c->store, x->sha, &loc, buf + o, (uint32_t)x->len, wk->scratch);
+		uint8_t sum[32];
+		if (rc >= 0)
+			rc = sha256_hash(wk->h, buf + o, x->len, sum);
+		if (rc == 0 && memcmp(sum, x->sha, 32)) {
+			hex_encode(x->sha, 32, hex);
+			rc = crest_errx(-EBADMSG, "chunk %.16s is damaged: its bytes do not hash to its name", hex);
+		}
+		if (rc < 0)
+			return crest_errctx(rc, "snapshot %s, stream %s, offset %llu", j->c->snapshot, st->name,
+					    (unsigned long long)(w->off + o));
+		o += x->len;
+	}
+	return 0;
+}
+
+static int worker_sync(struct worker *wk, int b)
+{
+	if (!wk->inflight[b])
+		return 0;
+	wk->inflight[b] = false;
+	return cudrv_check(wk->j->o->d, wk->j->o->d->EventSynchronize(wk->ev[b]),
+			   "waiting for a host-to-device copy (cuEventSynchronize)");
+}
+
+static void worker_drop_ctx(struct worker *wk)
+{
+	const struct cudrv *d = wk->j->o->d;
+	if (!wk->ctx)
+		return;
+	d->CtxSetCurrent(wk->ctx);
+	for (int b = 0; b < 2; b++) {
+		worker_sync(wk, b);
+		if (wk->ev[b])
+			d->EventDestroy(wk->ev[b]);
+		wk->ev[b] = NULL;
+	}
+	if (wk->stream)
+		d->StreamDestroy(wk->stream);
+	wk->stream = NULL;
+	wk->ctx = NULL;
+}
+
+/* Makes ctx current, with a stream and events that belong to it. */
+static int worker_use_ctx(struct worker *wk, CUcontext ctx)
+{
+	const struct cudrv *d = wk->j->o->d;
+	if (wk->ctx == ctx)
+		return 0;
+	worker_drop_ctx(wk);
+	int rc = cudrv_check(d, d->CtxSetCurrent(ctx), "entering the region's context (cuCtxSetCurrent)");
+	if (rc == 0)
+		rc = cudrv_check(d, d->StreamCreate(&wk->stream, CU_STREAM_NON_BLOCKING),
+				 "creating a restore stream (cuStreamCreate)");
+	for (int b = 0; rc == 0 && b < 2; b++)
+		rc = cudrv_check(d, d->EventCreate(&wk->ev[b], CU_EVENT_DISABLE_TIMING),
+				 "creating a restore event (cuEventCreate)");
+	wk->ctx = ctx;   /* set even on failure: drop_ctx frees what was made */
+	return rc;
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *wk = arg;
+	struct job *j = wk->j;
+	const struct cudrv *d = j->o->d;
+	int rc = 0, b = 0;
+	while (!atomic_load(&j->stop)) {
+		struct window w;
+		bool got;
+		rc = job_next(j, &w, &got);
+		if (rc < 0 || !got)
+			break;
+		const struct restore_gpu_dst *t = &j->dst[w.dst];
+		rc = worker_use_ctx(wk, t->ctx);
+		if (rc == 0)
+			rc = worker_sync(wk, b);  /* the buffer's previous copy must be done */
+		if (rc == 0)
+			rc = window_fill(wk, &w, wk->buf[b]);
+		if (rc < 0 || atomic_load(&j->stop))
+			break;
+		rc = cudrv_check(d, d->MemcpyHtoDAsync(t->dst + w.off, wk->buf[b], w.len, wk->stream),
+				 "copying to the device (cuMemcpyHtoDAsync)");
+		if (rc == 0)
+			rc = cudrv_check(d, d->EventRecord(wk->ev[b], wk->stream), "recording a copy (cuEventRecord)");
+		if (rc < 0) {
+			rc = crest_errctx(rc, "stream %s, offset %llu", t->st->name, (unsigned long long)w.off);
+			break;
+		}
+		wk->inflight[b] = true;
+		b ^= 1;
+	}
+	if (rc < 0)
+		job_fail(j, rc);
+	for (int i = 0; i < 2 && wk->ctx; i++) {
+		d->CtxSetCurrent(wk->ctx);
+		int src = worker_sync(wk, i);
+		if (src < 0)
+			job_fail(j, src);
+	}
+	worker_drop_ctx(wk);
+	return NULL;
+}
+
+int restore_streams_to_device(const struct restore_ctx *c, const struct restore_gpu_dst *dst, size_t n,
+			      const struct restore_gpu_opts *o)
+{
+	if (o->nbufs < 2)
+		return crest_errx(-EINVAL, "restoring to the device needs at least two staging buffers");
+	struct job j = { .c = c, .dst = dst, .n = n, .o = o };
+	for (size_t i = 0; i < n; i++)
+		for (uint64_t e = 0; e < dst[i].st->nextents; e++)
+			if (!dst[i].st->ext[e].hole && dst[i].st->ext[e].len > j.maxchunk)
+				j.maxchunk = (uint32_t)dst[i].st->ext[e].len;
+	if (j.maxchunk > CAS_CHUNK_MAX)
+		return crest_errx(-EBADMSG, "snapshot %s: a chunk is larger than any crest writes", c->snapshot);
+	unsigned threads = c->threads;
+	if (!threads) {
+		long nc = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = nc > 0 ? (unsigned)nc : 1;
+	}
+	if (threads > o->nbufs / 2)
+		threads = o->nbufs / 2;
+	pthread_mutex_init(&j.lock, NULL);
+	CUcontext saved = NULL;
+	o->d->CtxGetCurrent(&saved);
+	struct worker *wk = calloc(threads, sizeof(*wk));
+	pthread_t *t = calloc(threads, sizeof(*t));
+	int rc = wk && t ? 0 : crest_errf(-ENOMEM, "starting restore threads");
+	unsigned started = 0;
+	for (unsigned i = 0; rc == 0 && i < threads; i++) {
+		wk[i].j = &j;
+		wk[i].buf[0] = o->bufs[2 * i];
+		wk[i].buf[1] = o->bufs[2 * i + 1];
+		wk[i].scratch = malloc((size_t)LZ4_compressBound((int)(j.maxchunk ? j.maxchunk : 1)) + 64);
+		if (!wk[i].scratch) {
+			rc = crest_errf(-ENOMEM, "allocating restore buffers");
+			break;
+		}
+		rc = sha256_hasher_new(&wk[i].h);
+		if (rc < 0)
+			break;
+		int prc = pthread_create(&t[i], NULL, worker_main, &wk[i]);
+		if (prc != 0) {
+			rc = crest_errf(-prc, "starting restore threads");
+			break;
+		}
+		started++;
+	}
+	if (rc < 0)
+		job_fail(&j, rc);
+	for (unsigned i = 0; i < started; i++)
+		pthread_join(t[i], NULL);
+	for (unsigned i = 0; wk && i < threads; i++) {
+		free(wk[i].scratch);
+		sha256_hasher_free(wk[i].h);
+	}
+	free(wk);
+	free(t);
+	o->d->CtxSetCurrent(saved);
+	pthread_mutex_destroy(&j.lock);
+	if (j.err) {
+		crest_errset_str(j.msg);
+		return j.err;
+	}
+	return 0;
+}

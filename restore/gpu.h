@@ -1,0 +1,41 @@
+/*
+ * gpu.h - restoring region streams into device memory.
+ *
+ * Worker threads take windows of consecutive chunks (never more than one
+ * buffer's worth, never across streams), read, decompress and verify them
+ * straight into pinned host buffers, then start an asynchronous host-to-
+ * device copy of the window; each thread owns two buffers, so it fills one
+ * while the other crosses PCIe. Disk (page cache), CPU and PCIe overlap.
+ * A window is copied to the device only once every chunk in it checked out:
+ * a damaged chunk stops the restore with an error naming snapshot, stream and
+ * offset, and no byte of its window reaches the device.
+ * The driver comes from capture/cudrv.h; restore/ still only reads the store.
+ */
+#ifndef CREST_RESTORE_GPU_H
+#define CREST_RESTORE_GPU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "capture/cudrv.h"
+#include "restore/restore.h"
+
+struct restore_gpu_dst {
+	const struct cas_stream *st;  /* source; st->size bytes are written */
+	CUcontext ctx;                /* the context dst belongs to */
+	CUdeviceptr dst;
+};
+
+struct restore_gpu_opts {
+	const struct cudrv *d;
+	uint8_t *const *bufs;         /* pinned host buffers, at least 2 */
+	unsigned nbufs;
+	size_t buf_bytes;             /* each; a window never exceeds it */
+};
+
+/* Restores n streams; c->threads caps the threads (nbufs / 2 does too).
+ * Returns when every copy has reached the device. */
+int restore_streams_to_device(const struct restore_ctx *c, const struct restore_gpu_dst *dst, size_t n,
+			      const struct restore_gpu_opts *o);
+
+#endif
