@@ -499,8 +499,12 @@ static int chunk_ingest(struct engine *e, struct worker_ctx *w, struct seg *sg, 
 
 static int seg_process(struct engine *e, struct worker_ctx *w, struct seg *sg)
 {
-	if (!sg->data)
+	if (!sg->data) {
+		/* A hole found with SEEK_HOLE: stored as a hole like a zero chunk,
+		 * so it counts in zero_bytes too. */
+		atomic_fetch_add(&sg->st->snap->zero_bytes, sg->len);
 		return seg_push_extent(sg, sg->len, NULL);
+	}
 	const struct dedup_params *dp = sg->st->dp;
 	size_t off = 0;
 	while (off < sg->len) {
