@@ -1,0 +1,51 @@
+# Issue 3, errors: each a clear message, non-zero exit, nothing harmed.
+source "$(dirname "$0")/lib.sh"
+need_root
+cd "$T"
+head -c 100000 /dev/urandom >data.bin
+"$CREST" --store "$S" put --quiet data.bin >/dev/null
+start_job job.out --mib 16 --interval-ms 100
+wait_lines job.out 2
+
+# No such pid.
+expect_error "no process with pid" "$CREST" --store "$S" checkpoint --pid 999999
+# Not root.
+chown -R 65534:65534 "$T"
+expect_error "not permitted" setpriv --reuid=65534 --regid=65534 --clear-groups "$CREST" --store "$S" checkpoint --pid "$JOB"
+chown -R 0:0 "$T"
+# CRIU missing, and too old.
+expect_error "no such program" env CREST_CRIU=/nonexistent/criu "$CREST" --store "$S" checkpoint --pid "$JOB"
+printf '#!/bin/sh\necho "Version: 3.17.1"\n' >old-criu && chmod +x old-criu
+expect_error "needs criu 4" env CREST_CRIU="$T/old-criu" "$CREST" --store "$S" checkpoint --pid "$JOB"
+
+# A process that maps libcuda: without a driver, with a driver too old for
+# the checkpoint API, and with one that refuses to checkpoint it.
+mkdir cuda && head -c 4096 /dev/zero >cuda/libcuda.so.1
+python3 -c 'import mmap,time,sys; f=open(sys.argv[1],"rb"); m=mmap.mmap(f.fileno(),0,prot=mmap.PROT_READ); time.sleep(120)' cuda/libcuda.so.1 &
+CUDAJOB=$!; PIDS+=("$CUDAJOB")
+sleep 0.5
+expect_error "no NVIDIA GPU driver" env CREST_LIBCUDA=/nonexistent/libcuda.so.1 "$CREST" --store "$S" checkpoint --pid "$CUDAJOB"
+expect_error "has no checkpoint API" env CREST_LIBCUDA="$FAKE_CUDA_OLD" "$CREST" --store "$S" checkpoint --pid "$CUDAJOB"
+expect_error "CUDA_ERROR_NOT_SUPPORTED" env CREST_LIBCUDA="$FAKE_CUDA_REFUSES" "$CREST" --store "$S" checkpoint --pid "$CUDAJOB"
+kill -0 "$CUDAJOB" || fail "the CUDA-like job did not survive the failed checkpoints"
+
+# Restore whose pids are taken: the job is still running.
+"$CREST" --store "$S" checkpoint --pid "$JOB" --tag errjob >/dev/null
+expect_error "is in use" "$CREST" --store "$S" restore errjob
+# Unknown and damaged snapshots.
+expect_error "no snapshot named" "$CREST" --store "$S" restore nosuchsnapshot
+expect_error "not a process" "$CREST" --store "$S" restore "$("$CREST" --store "$S" ls --json | python3 -c 'import json,sys; print([s["snapshot"] for s in json.load(sys.stdin) if s["kind"]=="files"][0])')"
+
+# The job ran on through all of it, and the store is whole.
+n=$(lines job.out); wait_lines job.out $((n + 2))
+"$CASCTL" --store "$S" verify >/dev/null
+
+# Damaged snapshot: flip a byte in every pack, then restore must refuse.
+kill_gone "$JOB"
+for p in "$S"/packs/*.pack; do
+	size=$(stat -c %s "$p"); [ "$size" -gt 100 ] || continue
+	printf '\xff' | dd of="$p" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+done
+expect_error "damaged" "$CREST" --store "$S" restore errjob
+[ -e /proc/"$JOB" ] && fail "a damaged snapshot brought a process back"
+echo PASS

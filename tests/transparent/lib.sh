@@ -1,0 +1,49 @@
+# Shared by the transparent tests: a private store and scratch directory,
+# cleanup of every process a test started, and small assertions.
+set -euo pipefail
+T=$(mktemp -d /tmp/crest-tp-XXXXXX)
+S=$T/store
+PIDS=()
+cleanup() {
+	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+	rm -rf "$T"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+need_root() { [ "$(id -u)" = 0 ] || fail "these tests need root (CRIU)"; }
+# Lines in a file.
+lines() { [ -f "$1" ] && wc -l <"$1" || echo 0; }
+# Waits until file $1 has at least $2 lines (up to $3 seconds, default 60).
+wait_lines() {
+	local deadline=$((SECONDS + ${3:-60}))
+	while [ "$(lines "$1")" -lt "$2" ]; do
+		[ $SECONDS -lt $deadline ] || fail "$1 did not reach $2 lines"
+		sleep 0.05
+	done
+}
+# Starts the sample job as its own session, output to $1, more args after.
+start_job() {
+	local out=$1; shift
+	setsid "$WORKLOAD" "$@" </dev/null >"$out" 2>&1 &
+	JOB=$!
+	PIDS+=("$JOB")
+}
+# Kills a pid and waits until it is gone from /proc (reaped by whoever).
+kill_gone() {
+	kill -9 "$1" 2>/dev/null || true
+	wait "$1" 2>/dev/null || true
+	local deadline=$((SECONDS + 10))
+	while [ -e /proc/"$1" ]; do
+		[ $SECONDS -lt $deadline ] || fail "pid $1 did not go away"
+		sleep 0.05
+	done
+}
+# A command must fail with exactly one line on stderr containing $1.
+expect_error() {
+	local want=$1; shift
+	local err=$T/err.txt
+	if "$@" >/dev/null 2>"$err"; then fail "'$*' succeeded; expected an error with '$want'"; fi
+	[ "$(wc -l <"$err")" -eq 1 ] || { cat "$err" >&2; fail "'$*' printed more than one error line"; }
+	grep -q -- "$want" "$err" || { cat "$err" >&2; fail "'$*': error does not mention '$want'"; }
+	echo "ok: $(cat "$err")"
+}
