@@ -1,0 +1,61 @@
+#!/bin/bash
+# Issue 2, item 2:
+#  - the same data again adds under 1% new bytes (default chunking);
+#  - 1% of a 1 GiB file changed in place by scattered 4 KiB writes adds
+#    under 3%, with fixed 4 KiB chunks: crest's default for memory, the data
+#    that changes this way. Files default to content-defined chunks, and no
+#    CDC size meets 3% here (4 KiB: 3.5%, 8 KiB: 5.1%): a changed page
+#    dirties the whole variable-size chunk around it and often its
+#    neighbour. bench/RESULTS.md has the measurement;
+#  - one byte inserted at the start of a 256 MiB file adds under 5% with
+#    content-defined chunking.
+# new_bytes (crest put --json) counts chunk bytes the store did not have.
+. "$(dirname "$0")/lib.sh"
+
+# pct NEW TOTAL: NEW as a percentage of TOTAL, two decimals.
+pct() { awk -v n="$1" -v t="$2" 'BEGIN { printf "%.2f", 100 * n / t }'; }
+# below NEW TOTAL LIMIT_PCT WHAT
+below() {
+	local p
+	p=$(pct "$1" "$2")
+	echo "   $4: $1 new of $2 bytes = $p% (limit $3%)"
+	awk -v p="$p" -v l="$3" 'BEGIN { exit !(p < l) }' || fail "$4: $p% new, limit $3%"
+}
+
+mkdir -p "$T/a" "$T/b"
+big=$(scaled $((1 << 30)))
+f=$T/a/state.bin
+"$STORE_TOOL" random "$f" "$big" 21
+put --chunker fixed --chunk-size 4K "$f"
+[ "$(field new_bytes)" -eq "$big" ] || fail "first put of fresh data: new_bytes $(field new_bytes) != $big"
+
+note "same data again"
+put --chunker fixed --chunk-size 4K "$f"
+below "$(field new_bytes)" "$big" 1 "same data, fixed 4 KiB"
+put "$f"   # other chunk edges: new to the store
+put "$f"
+below "$(field new_bytes)" "$big" 1 "same data, default chunking"
+
+note "1% changed in place by scattered 4 KiB writes"
+n=$("$STORE_TOOL" scatter "$f" 0.01 22)
+echo "   $n pages of 4 KiB rewritten"
+put --chunker fixed --chunk-size 4K "$f"
+below "$(field new_bytes)" "$big" 3 "1% in place"
+crest get "$(field snapshot)" "$T/out-inplace"
+cmp "$f" "$T/out-inplace/state.bin" || fail "in-place edited file differs after get"
+rm -rf "$T/out-inplace"
+
+note "one byte inserted at the start, content-defined chunking"
+mid=$(scaled $((256 << 20)))
+g=$T/b/shifted.bin
+head -c "$mid" "$f" >"$g"
+put --chunker cdc "$g"
+{ printf 'X'; cat "$g"; } >"$g.new"
+mv "$g.new" "$g"
+put --chunker cdc "$g"
+below "$(field new_bytes)" "$mid" 5 "1 byte inserted"
+crest get "$(field snapshot)" "$T/out-shift"
+cmp "$g" "$T/out-shift/shifted.bin" || fail "shifted file differs after get"
+
+verify_store
+echo "PASS"

@@ -1,0 +1,85 @@
+# lib.sh - shared set-up for the store tests (sourced, not run).
+#
+# Every test gets a fresh temporary directory (store and data inside it),
+# removed on exit whatever happens. CREST, CASCTL and STORE_TOOL come from
+# CMake; CREST_TEST_SCALE divides the big sizes (1 in a normal build).
+set -euo pipefail
+
+: "${CREST:?CREST must name the crest binary}"
+: "${CASCTL:?CASCTL must name the casctl binary}"
+: "${STORE_TOOL:?STORE_TOOL must name store_tool}"
+SCALE=${CREST_TEST_SCALE:-1}
+
+# Under a sanitizer build a leak or error must fail the test, not scroll by.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+T=$(mktemp -d "${TMPDIR:-/tmp}/crest-test.XXXXXX")
+cleanup() {
+	# A test may leave read-only directories behind (mode checks).
+	chmod -R u+rwx "$T" 2>/dev/null || true
+	rm -rf "$T"
+}
+trap cleanup EXIT
+S=$T/store
+export CREST_STORE=$S
+
+fail() {
+	echo "FAIL: $*" >&2
+	exit 1
+}
+note() {
+	echo "== $*"
+}
+
+# size NAME BYTES: BYTES divided by the scale, kept a multiple of 4 KiB.
+scaled() {
+	local b=$(( $1 / SCALE ))
+	echo $(( b / 4096 * 4096 ))
+}
+
+crest() { "$CREST" --quiet "$@"; }
+casctl() { "$CASCTL" --quiet "$@"; }
+
+# put_json FIELD ARGS...: runs `crest --json put ARGS` and prints FIELD.
+PUT_OUT=
+put() {
+	PUT_OUT=$("$CREST" --json put "$@") || fail "crest put $* failed"
+}
+field() {
+	# Numbers and strings from crest's flat JSON object.
+	local v
+	v=$(printf '%s' "$PUT_OUT" | sed -n "s/.*\"$1\": \"\{0,1\}\([^\",}]*\)\"\{0,1\}.*/\1/p")
+	[ -n "$v" ] || fail "no $1 in: $PUT_OUT"
+	echo "$v"
+}
+
+# same_tree A B: contents, types, modes, symlink targets and mtimes agree.
+tree_listing() {
+	(cd "$1" && find . -printf '%P|%y|%m|%l|%s|%T@\n' | LC_ALL=C sort)
+}
+same_tree() {
+	diff <(tree_listing "$1") <(tree_listing "$2") >&2 || fail "trees $1 and $2 differ (listing)"
+	local f
+	while IFS= read -r -d '' f; do
+		cmp -s "$1/$f" "$2/$f" || fail "$f differs between $1 and $2"
+	done < <(cd "$1" && find . -type f -printf '%P\0')
+}
+
+verify_store() {
+	"$CASCTL" --quiet verify >"$T/verify.out" 2>&1 || { cat "$T/verify.out" >&2; fail "casctl verify: $*"; }
+}
+
+# expect_error WHAT CMD...: CMD must exit non-zero with exactly one line on
+# stderr (and no sanitizer report); the line is left in $ERR.
+ERR=
+expect_error() {
+	local what=$1 rc=0
+	shift
+	"$@" >"$T/err.stdout" 2>"$T/err.stderr" || rc=$?
+	ERR=$(cat "$T/err.stderr")
+	[ "$rc" -ne 0 ] || fail "$what: exit 0 (expected an error)"
+	[ "$rc" -lt 128 ] || fail "$what: died of a signal (rc $rc): $ERR"
+	[ "$(wc -l <"$T/err.stderr")" -eq 1 ] || fail "$what: expected one line on stderr, got: $ERR"
+	echo "   $what -> rc $rc: $ERR"
+}

@@ -1,0 +1,357 @@
+/*
+ * store_tool.c - helpers for the store tests and benchmarks: fast test data,
+ * in-place edits, and deliberate damage to a store.
+ *
+ *   store_tool random PATH SIZE SEED          SIZE pseudo-random bytes
+ *   store_tool memory PATH SIZE SEED          memory-like pages (see below)
+ *   store_tool scatter PATH FRACTION SEED     overwrite that fraction of the
+ *                                             file's 4 KiB pages, in place
+ *   store_tool insert SRC DST COUNT SEED      SRC with COUNT runs of 1-64
+ *                                             random bytes inserted at random
+ *                                             places (a file edited by shifts)
+ *   store_tool flip PATH OFFSET               invert one byte
+ *   store_tool records PACK                   one line per chunk record:
+ *                                             "offset codec stored sha"
+ *   store_tool damage-manifest STORE IDPREFIX invert one byte in the middle
+ *                                             of that snapshot's manifest
+ *
+ * Data comes from xoshiro256** so that a GiB takes well under a second to
+ * make (urandom takes several): tests make their data fresh every run and
+ * the same seed gives the same bytes, so a failure can be reproduced.
+ * Sizes take K/M/G suffixes (powers of 1024).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <rocksdb/c.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PAGE 4096u
+#define BUF (4u << 20)
+
+struct rng {
+	uint64_t s[4];
+};
+
+static uint64_t rotl(uint64_t x, int k)
+{
+	return (x << k) | (x >> (64 - k));
+}
+
+static uint64_t rng_next(struct rng *r)
+{
+	uint64_t *s = r->s, out = rotl(s[1] * 5, 7) * 9, t = s[1] << 17;
+	s[2] ^= s[0];
+	s[3] ^= s[1];
+	s[1] ^= s[2];
+	s[0] ^= s[3];
+	s[2] ^= t;
+	s[3] = rotl(s[3], 45);
+	return out;
+}
+
+static void rng_seed(struct rng *r, uint64_t seed)
+{
+	for (int i = 0; i < 4; i++) {  /* splitmix64 to spread the seed */
+		uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
+		z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+		z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+		r->s[i] = z ^ (z >> 31);
+	}
+}
+
+static void fill_random(struct rng *r, uint8_t *p, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t v = rng_next(r);
+		memcpy(p + i, &v, 8);
+	}
+	if (i < n) {
+		uint64_t v = rng_next(r);
+		memcpy(p + i, &v, n - i);
+	}
+}
+
+/* One memory-like page. The mix is what a process heap roughly looks like:
+ * about a quarter untouched (zero), a third already dense (compressed or
+ * random data), the rest structured records that LZ4 shrinks about 2-3x.
+ * Every non-zero page carries its page number, so pages do not dedup
+ * against each other: ingest has to hash and store all of them. */
+static void fill_memory_page(struct rng *r, uint8_t *p, uint64_t pageno)
+{
+	uint64_t kind = rng_next(r) % 100;
+	if (kind < 25) {
+		memset(p, 0, PAGE);
+		return;
+	}
+	if (kind < 60) {
+		fill_random(r, p, PAGE);
+		return;
+	}
+	/* 16-byte records: a page-local counter, a small random field, padding. */
+	uint64_t base = pageno << 12;
+	for (unsigned i = 0; i < PAGE; i += 16) {
+		uint64_t v = rng_next(r);
+		uint64_t a = base + i;
+		uint32_t b = (uint32_t)(v & 0x3ff), c = 0;
+		memcpy(p + i, &a, 8);
+		memcpy(p + i + 8, &b, 4);
+		memcpy(p + i + 12, &c, 4);
+	}
+}
+
+static int parse_size(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s)
+		return -1;
+	uint64_t mul = 1;
+	if (*end == 'K' || *end == 'k')
+		mul = 1ull << 10;
+	else if (*end == 'M' || *end == 'm')
+		mul = 1ull << 20;
+	else if (*end == 'G' || *end == 'g')
+		mul = 1ull << 30;
+	else if (*end)
+		return -1;
+	*out = v * mul;
+	return 0;
+}
+
+static int die(const char *what)
+{
+	fprintf(stderr, "store_tool: %s: %s\n", what, strerror(errno));
+	return 1;
+}
+
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+	while (n) {
+		ssize_t w = write(fd, p, n);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return -1;
+		p += w;
+		n -= (size_t)w;
+	}
+	return 0;
+}
+
+static int gen(const char *path, uint64_t size, uint64_t seed, int memory)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (fd < 0)
+		return die(path);
+	uint8_t *buf = malloc(BUF);
+	if (!buf)
+		return die("malloc");
+	struct rng r;
+	rng_seed(&r, seed);
+	uint64_t done = 0;
+	while (done < size) {
+		size_t n = size - done < BUF ? (size_t)(size - done) : BUF;
+		if (memory)
+			for (size_t o = 0; o < n; o += PAGE)
+				fill_memory_page(&r, buf + o, (done + o) / PAGE);
+		else
+			fill_random(&r, buf, n);
+		if (write_all(fd, buf, n) < 0)
+			return die(path);
+		done += n;
+	}
+	free(buf);
+	return close(fd) < 0 ? die(path) : 0;
+}
+
+/* Overwrites distinct 4 KiB pages chosen at random, so exactly that share of
+ * the file changes (a partial Fisher-Yates shuffle picks the pages). */
+static int scatter(const char *path, double fraction, uint64_t seed)
+{
+	int fd = open(path, O_RDWR);
+	struct stat sb;
+	if (fd < 0 || fstat(fd, &sb) < 0)
+		return die(path);
+	uint64_t pages = (uint64_t)sb.st_size / PAGE;
+	uint64_t want = (uint64_t)((double)pages * fraction + 0.5);
+	uint32_t *idx = malloc(pages * sizeof(*idx) + 1);
+	if (!idx)
+		return die("malloc");
+	for (uint64_t i = 0; i < pages; i++)
+		idx[i] = (uint32_t)i;
+	struct rng r;
+	rng_seed(&r, seed);
+	uint8_t page[PAGE];
+	for (uint64_t i = 0; i < want; i++) {
+		uint64_t j = i + rng_next(&r) % (pages - i);
+		uint32_t t = idx[i];
+		idx[i] = idx[j];
+		idx[j] = t;
+		fill_random(&r, page, PAGE);
+		if (pwrite(fd, page, PAGE, (off_t)idx[i] * PAGE) != PAGE)
+			return die(path);
+	}
+	free(idx);
+	printf("%llu\n", (unsigned long long)want);
+	return close(fd) < 0 ? die(path) : 0;
+}
+
+static int u64_cmp(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int insert(const char *src, const char *dst, uint64_t count, uint64_t seed)
+{
+	int in = open(src, O_RDONLY), out = open(dst, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	struct stat sb;
+	if (in < 0 || out < 0 || fstat(in, &sb) < 0)
+		return die(in < 0 ? src : dst);
+	uint64_t *at = malloc((count + 1) * sizeof(*at));
+	uint8_t *buf = malloc(BUF);
+	if (!at || !buf)
+		return die("malloc");
+	struct rng r;
+	rng_seed(&r, seed);
+	for (uint64_t i = 0; i < count; i++)
+		at[i] = sb.st_size ? rng_next(&r) % (uint64_t)sb.st_size : 0;
+	qsort(at, count, sizeof(*at), u64_cmp);
+	at[count] = (uint64_t)sb.st_size;
+	uint64_t pos = 0;
+	for (uint64_t i = 0; i <= count; i++) {
+		while (pos < at[i]) {
+			size_t n = at[i] - pos < BUF ? (size_t)(at[i] - pos) : BUF;
+			ssize_t got = read(in, buf, n);
+			if (got <= 0 || write_all(out, buf, (size_t)got) < 0)
+				return die(src);
+			pos += (uint64_t)got;
+		}
+		if (i < count) {
+			uint8_t ins[64];
+			size_t n = 1 + rng_next(&r) % 64;
+			fill_random(&r, ins, n);
+			if (write_all(out, ins, n) < 0)
+				return die(dst);
+		}
+	}
+	free(at);
+	free(buf);
+	close(in);
+	return close(out) < 0 ? die(dst) : 0;
+}
+
+static int flip(const char *path, uint64_t off)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+	if (fd < 0 || pread(fd, &b, 1, (off_t)off) != 1)
+		return die(path);
+	b ^= 0xff;
+	if (pwrite(fd, &b, 1, (off_t)off) != 1 || fsync(fd) < 0)
+		return die(path);
+	return close(fd) < 0 ? die(path) : 0;
+}
+
+/* Walks a pack's records the way cas/pack.c lays them out: a 16-byte pack
+ * header, then per record a 48-byte header ("CRCK", codec, 3 pad, u32 raw,
+ * u32 stored, sha[32]) and the stored bytes. */
+static int records(const char *path)
+{
+	FILE *f = fopen(path, "rb");
+	if (!f)
+		return die(path);
+	uint64_t off = 16;
+	uint8_t h[48];
+	while (fseeko(f, (off_t)off, SEEK_SET) == 0 && fread(h, 1, 48, f) == 48 && !memcmp(h, "CRCK", 4)) {
+		uint32_t stored;
+		memcpy(&stored, h + 12, 4);
+		printf("%llu %u %u ", (unsigned long long)off, h[4], stored);
+		for (int i = 0; i < 32; i++)
+			printf("%02x", h[16 + i]);
+		printf("\n");
+		off += 48 + stored;
+	}
+	fclose(f);
+	return 0;
+}
+
+/* Index keys are 'm' + id[32]; the value's SHA-256 is the id, so any changed
+ * byte must be caught when the manifest is loaded. */
+static int damage_manifest(const char *store, const char *prefix)
+{
+	char path[4096], *err = NULL;
+	snprintf(path, sizeof(path), "%s/index", store);
+	rocksdb_options_t *o = rocksdb_options_create();
+	rocksdb_t *db = rocksdb_open(o, path, &err);
+	if (!db) {
+		fprintf(stderr, "store_tool: cannot open %s: %s\n", path, err);
+		return 1;
+	}
+	rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+	rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+	rocksdb_writeoptions_set_sync(wo, 1);
+	rocksdb_iterator_t *it = rocksdb_create_iterator(db, ro);
+	int found = 0;
+	for (rocksdb_iter_seek(it, "m", 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+		size_t kl, vl;
+		const char *k = rocksdb_iter_key(it, &kl);
+		if (kl != 33 || k[0] != 'm')
+			break;
+		char hex[65];
+		for (int i = 0; i < 32; i++)
+			snprintf(hex + 2 * i, 3, "%02x", (uint8_t)k[1 + i]);
+		if (strncasecmp(hex, prefix, strlen(prefix)))
+			continue;
+		const char *v = rocksdb_iter_value(it, &vl);
+		char *nv = malloc(vl);
+		memcpy(nv, v, vl);
+		nv[vl / 2] ^= 0x5a;
+		rocksdb_put(db, wo, k, kl, nv, vl, &err);
+		free(nv);
+		found = !err;
+		break;
+	}
+	rocksdb_iter_destroy(it);
+	rocksdb_readoptions_destroy(ro);
+	rocksdb_writeoptions_destroy(wo);
+	rocksdb_close(db);
+	rocksdb_options_destroy(o);
+	if (err || !found) {
+		fprintf(stderr, "store_tool: no manifest %s damaged in %s%s%s\n", prefix, store,
+			err ? ": " : "", err ? err : "");
+		return 1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	uint64_t a, b;
+	const char *cmd = argc > 1 ? argv[1] : "";
+	if ((!strcmp(cmd, "random") || !strcmp(cmd, "memory")) && argc == 5 &&
+	    !parse_size(argv[3], &a) && !parse_size(argv[4], &b))
+		return gen(argv[2], a, b, !strcmp(cmd, "memory"));
+	if (!strcmp(cmd, "scatter") && argc == 5 && !parse_size(argv[4], &b))
+		return scatter(argv[2], atof(argv[3]), b);
+	if (!strcmp(cmd, "insert") && argc == 6 && !parse_size(argv[4], &a) && !parse_size(argv[5], &b))
+		return insert(argv[2], argv[3], a, b);
+	if (!strcmp(cmd, "flip") && argc == 4 && !parse_size(argv[3], &a))
+		return flip(argv[2], a);
+	if (!strcmp(cmd, "records") && argc == 3)
+		return records(argv[2]);
+	if (!strcmp(cmd, "damage-manifest") && argc == 4)
+		return damage_manifest(argv[2], argv[3]);
+	fprintf(stderr, "usage: store_tool random|memory PATH SIZE SEED | scatter PATH FRACTION SEED |\n"
+			"       insert SRC DST COUNT SEED |\n"
+			"       flip PATH OFFSET | records PACK | damage-manifest STORE IDPREFIX\n");
+	return 2;
+}
