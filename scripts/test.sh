@@ -1,0 +1,43 @@
+#!/bin/bash
+# The whole test suite, as CI runs it: a normal build (build/) and an
+# AddressSanitizer + UndefinedBehaviorSanitizer build (build-asan/), each
+# configured, built and run through ctest. The sanitizer build runs the big
+# store tests at a reduced scale (CREST_TEST_SCALE, set by CMake there).
+# Installs nothing: scripts/setup.sh does. Exits non-zero on any failure.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+JOBS=$(nproc)
+
+need() {
+	command -v "$1" >/dev/null || {
+		echo "test.sh: $1 is missing; run the setup command from README.md first" >&2
+		exit 1
+	}
+}
+need cmake
+need ctest
+need make
+need cc
+need pkg-config
+
+status=0
+run() {  # run DIR CMAKE_ARGS...
+	local dir=$1
+	shift
+	echo "=== $dir: configure and build"
+	if ! cmake -S . -B "$dir" "$@" >"$dir/configure.log" 2>&1; then
+		cat "$dir/configure.log" >&2
+		echo "test.sh: configuring $dir failed (missing libraries? run the setup command from README.md)" >&2
+		exit 1
+	fi
+	rm -f "$dir/configure.log"
+	make -C "$dir" -j"$JOBS" --no-print-directory >/dev/null || { echo "test.sh: building $dir failed" >&2; exit 1; }
+	echo "=== $dir: ctest"
+	(cd "$dir" && ctest --output-on-failure) || status=1
+}
+
+mkdir -p build build-asan
+run build
+run build-asan -DCREST_SANITIZE=ON
+[ "$status" -eq 0 ] && echo "=== all tests passed" || echo "=== some tests FAILED" >&2
+exit "$status"
