@@ -29,6 +29,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #define CREST_MAGIC 0x6372657374415049ull   /* "crestAPI" */
 #define MAX_CTX 16
@@ -528,6 +531,38 @@ static int copier_slice(struct copier *cp, struct pool_slice **out)
 	}
 }
 
+/* A host region into staging with streaming stores: staging is not read
+ * again by this thread, so filling the cache with it (and reading each line
+ * before writing it) only slows the copy. glibc's memcpy does the same, but
+ * only above a size threshold that slices may fall under. */
+static void copy_to_staging(uint8_t *dst, const uint8_t *src, size_t n)
+{
+#ifdef __SSE2__
+	size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+	if (head > n)
+		head = n;
+	memcpy(dst, src, head);
+	dst += head;
+	src += head;
+	n -= head;
+	size_t i = 0;
+	for (; i + 64 <= n; i += 64) {
+		const __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+		const __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+		const __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+		const __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+		_mm_stream_si128((__m128i *)(dst + i), a);
+		_mm_stream_si128((__m128i *)(dst + i + 16), b);
+		_mm_stream_si128((__m128i *)(dst + i + 32), c);
+		_mm_stream_si128((__m128i *)(dst + i + 48), d);
+	}
+	memcpy(dst + i, src + i, n - i);
+	_mm_sfence();   /* the engine's workers read it next */
+#else
+	memcpy(dst, src, n);
+#endif
+}
+
 static int copy_region(struct copier *cp, const struct region *r, struct engine_stream *st)
 {
 	crest_t *c = cp->c;
@@ -561,7 +596,7 @@ static int copy_region(struct copier *cp, const struct region *r, struct engine_
 				return crest_errctx(rc, "region %s, offset %zu", r->name, off);
 			}
 		} else {
-			memcpy(sl->p, r->ptr + off, n);
+			copy_to_staging(sl->p, r->ptr + off, n);
 		}
 		cp->q[(cp->head + cp->n) % cp->cap] = x;
 		cp->n++;
@@ -593,6 +628,39 @@ static int sync_devices(crest_t *c, void *const *streams, size_t nstreams)
 		if (rc == 0)
 			rc = cudrv_check(c->d, c->d->CtxSynchronize(), "making the device idle (cuCtxSynchronize)");
 	}
+	return rc;
+}
+
+/* Directory entries for every "a/" prefix of a region or blob name, parents
+ * first, so that `crest get` can lay the snapshot out as a tree. */
+static int add_dirs(crest_t *c, struct engine_snap *s, const struct crest_checkpoint_opts *o)
+{
+	char **seen = NULL;
+	size_t nseen = 0;
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < c->nregions + o->nblobs; i++) {
+		const char *name = i < c->nregions ? c->regions[i].name : o->blobs[i - c->nregions].name;
+		for (const char *sl = name ? strchr(name, '/') : NULL; rc == 0 && sl; sl = strchr(sl + 1, '/')) {
+			char *dir = strndup(name, (size_t)(sl - name));
+			bool dup = false;
+			for (size_t k = 0; dir && k < nseen && !dup; k++)
+				dup = !strcmp(seen[k], dir);
+			char **ns = dir && !dup ? realloc(seen, (nseen + 1) * sizeof(*ns)) : NULL;
+			if (!dir || (!dup && !ns)) {
+				free(dir);
+				rc = crest_errf(-ENOMEM, "adding directories for %s", name);
+			} else if (dup) {
+				free(dir);
+			} else {
+				seen = ns;
+				seen[nseen++] = dir;
+				rc = engine_add_entry(s, dir, CAS_STREAM_DIR, 0700, (int64_t)time_wall_ns(), NULL);
+			}
+		}
+	}
+	for (size_t k = 0; k < nseen; k++)
+		free(seen[k]);
+	free(seen);
 	return rc;
 }
 
@@ -679,6 +747,8 @@ int crest_checkpoint(crest_t *c, const struct crest_checkpoint_opts *o, crest_ck
 		rc = add_labels(snap, o);
 	if (rc == 0 && o->tag)
 		rc = engine_snapshot_set_tag(snap, o->tag);
+	if (rc == 0)
+		rc = add_dirs(c, snap, o);
 	if (rc == 0 && c->parent) {
 		engine_snapshot_set_parent(snap, c->parent_id, c->parent);  /* takes it */
 		c->parent = NULL;

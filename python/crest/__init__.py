@@ -1,0 +1,267 @@
+"""crest: library checkpoints of PyTorch state through libcrest (ctypes, no build step).
+
+    ck = crest.Checkpointer("/path/to/store", staging_bytes=1 << 30)
+    h = ck.save({"model": model.state_dict(), "optim": opt.state_dict()},
+                state={"step": step, "rng": crest.rng_state()}, tag="step-100")
+    ...                                   # training goes on while crest stores
+    ck.wait(h)                            # -> dict: snapshot id, bytes, stall ...
+    state = ck.restore({"model": model.state_dict(), "optim": opt.state_dict()})
+    crest.set_rng_state(state["rng"])
+
+Tensors are saved as regions named by their path in the dict ("model/fc.weight",
+"optim/state/0/exp_avg"): CUDA tensors as device regions, CPU tensors as host
+regions. restore() writes into the very tensors given (in place), so build the
+model and optimizer first; materialize_optimizer() creates optimizer state that
+PyTorch would otherwise create lazily on the first step. Everything that is not
+a tensor in the dicts, and `state`, travels pickled in one blob.
+
+libcrest.so is found through $CREST_LIB, next to this package, or in build/.
+"""
+import ctypes
+import os
+import pickle
+import random
+
+__all__ = ["CrestError", "Checkpointer", "rng_state", "set_rng_state", "materialize_optimizer"]
+
+_STATE_BLOB = "__crest_state__"
+
+
+class CrestError(OSError):
+    """A libcrest call failed; str() holds crest's message."""
+
+
+class _Options(ctypes.Structure):
+    _fields_ = [("staging_bytes", ctypes.c_size_t), ("workers", ctypes.c_uint),
+                ("copy_streams", ctypes.c_uint), ("restore_threads", ctypes.c_uint),
+                ("device", ctypes.c_int), ("flags", ctypes.c_uint)]
+
+
+class _Blob(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("data", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+class _CkptOpts(ctypes.Structure):
+    _fields_ = [("tag", ctypes.c_char_p), ("labels", ctypes.POINTER(ctypes.c_char_p)),
+                ("nlabels", ctypes.c_size_t), ("blobs", ctypes.POINTER(_Blob)), ("nblobs", ctypes.c_size_t),
+                ("sync_streams", ctypes.POINTER(ctypes.c_void_p)), ("nsync_streams", ctypes.c_size_t)]
+
+
+class _Result(ctypes.Structure):
+    _fields_ = [("snapshot", ctypes.c_char * 65), ("bytes", ctypes.c_uint64), ("new_bytes", ctypes.c_uint64),
+                ("stored_bytes", ctypes.c_uint64), ("zero_bytes", ctypes.c_uint64),
+                ("stall_ns", ctypes.c_uint64), ("staging_wait_ns", ctypes.c_uint64),
+                ("ingest_ns", ctypes.c_uint64), ("rounds", ctypes.c_uint)]
+
+
+class _RestoreResult(ctypes.Structure):
+    _fields_ = [("snapshot", ctypes.c_char * 65), ("bytes", ctypes.c_uint64), ("ns", ctypes.c_uint64)]
+
+
+def _find_lib():
+    env = os.environ.get("CREST_LIB")
+    if env:
+        return env
+    here = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(here))
+    for cand in (os.path.join(here, "libcrest.so"), os.path.join(root, "build", "capture", "libcrest.so"),
+                 os.path.join(root, "build", "libcrest.so")):
+        if os.path.exists(cand):
+            return cand
+    raise CrestError("libcrest.so not found: set CREST_LIB, or build crest (cmake -S . -B build && make -C build)")
+
+
+_lib = None
+
+
+def _load():
+    global _lib
+    if _lib is not None:
+        return _lib
+    lib = ctypes.CDLL(_find_lib())
+    P, U64, I = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int
+    sig = {
+        "crest_options_init": (None, [ctypes.POINTER(_Options)]),
+        "crest_open": (I, [ctypes.c_char_p, ctypes.POINTER(_Options), ctypes.POINTER(P)]),
+        "crest_close": (I, [P]),
+        "crest_register": (I, [P, ctypes.c_char_p, P, ctypes.c_size_t, I, ctypes.POINTER(U64)]),
+        "crest_unregister": (I, [P, U64]),
+        "crest_checkpoint": (I, [P, ctypes.POINTER(_CkptOpts), ctypes.POINTER(U64)]),
+        "crest_poll": (I, [P, U64]),
+        "crest_wait": (I, [P, U64, ctypes.POINTER(_Result)]),
+        "crest_restore": (I, [P, ctypes.c_char_p, ctypes.POINTER(_RestoreResult)]),
+        "crest_read_blob": (I, [P, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(P),
+                                ctypes.POINTER(ctypes.c_size_t)]),
+        "crest_free": (None, [P]),
+        "crest_errmsg": (ctypes.c_char_p, []),
+    }
+    for name, (res, args) in sig.items():
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, args
+    _lib = lib
+    return lib
+
+
+def _check(rc, what):
+    if rc < 0:
+        msg = _lib.crest_errmsg().decode(errors="replace")
+        raise CrestError(-rc, "%s: %s" % (what, msg or os.strerror(-rc)))
+    return rc
+
+
+def _flatten(obj, prefix, tensors, leaves):
+    """Tensors by path; everything else (numbers, strings, param_groups) into leaves."""
+    import torch
+    if isinstance(obj, torch.Tensor):
+        tensors[prefix] = obj
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, "%s/%s" % (prefix, k) if prefix else str(k), tensors, leaves)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _flatten(v, "%s/%d" % (prefix, i) if prefix else str(i), tensors, leaves)
+    else:
+        leaves[prefix] = obj
+
+
+class Checkpointer:
+    """One open store; regions follow the tensors given to save() and restore()."""
+
+    def __init__(self, store, staging_bytes=1 << 30, workers=0, copy_streams=0, restore_threads=0,
+                 device=0, no_gpu=False):
+        lib = _load()
+        o = _Options()
+        lib.crest_options_init(ctypes.byref(o))
+        o.staging_bytes, o.workers, o.copy_streams = staging_bytes, workers, copy_streams
+        o.restore_threads, o.device, o.flags = restore_threads, device, 1 if no_gpu else 0
+        h = ctypes.c_void_p()
+        _check(lib.crest_open(store.encode() if store else None, ctypes.byref(o), ctypes.byref(h)),
+               "opening store %s" % store)
+        self._h = h
+        self._regions = {}   # name -> (ptr, nbytes, is_cuda, handle)
+
+    def close(self):
+        if self._h:
+            h, self._h = self._h, None
+            _check(_lib.crest_close(h), "closing the store")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def _sync_regions(self, tensors):
+        """Registers the tensors as regions: new ones added, changed or gone ones dropped."""
+        want = {}
+        for name, t in tensors.items():
+            if t.numel() == 0:
+                continue   # nothing to store; the same on both sides
+            if not t.is_contiguous():
+                raise CrestError(22, "tensor %s is not contiguous: crest copies its storage as is" % name)
+            want[name] = (t.data_ptr(), t.numel() * t.element_size(), t.is_cuda)
+        for name in list(self._regions):
+            if self._regions[name][:3] != want.get(name):
+                _check(_lib.crest_unregister(self._h, self._regions.pop(name)[3]), "unregistering %s" % name)
+        for name, (ptr, nbytes, cuda) in want.items():
+            if name in self._regions:
+                continue
+            r = ctypes.c_uint64()
+            _check(_lib.crest_register(self._h, name.encode(), ctypes.c_void_p(ptr), nbytes, 1 if cuda else 0,
+                                       ctypes.byref(r)), "registering tensor %s" % name)
+            self._regions[name] = (ptr, nbytes, cuda, r.value)
+
+    def save(self, tree, state=None, tag=None, labels=None):
+        """Snapshots every tensor in tree plus the pickled state; returns a handle for wait().
+        Returns once the copies are done: tensors may change again right away."""
+        tensors, leaves = {}, {}
+        _flatten(tree, "", tensors, leaves)
+        self._sync_regions(tensors)
+        payload = pickle.dumps({"state": state, "leaves": leaves}, protocol=4)
+        buf = ctypes.create_string_buffer(payload, len(payload))
+        blob = _Blob(_STATE_BLOB.encode(), ctypes.cast(buf, ctypes.c_void_p), len(payload))
+        lab = [("%s=%s" % kv).encode() for kv in (labels or {}).items()]
+        labarr = (ctypes.c_char_p * max(1, len(lab)))(*lab)
+        o = _CkptOpts(tag.encode() if tag else None, labarr, len(lab), ctypes.pointer(blob), 1, None, 0)
+        h = ctypes.c_uint64()
+        _check(_lib.crest_checkpoint(self._h, ctypes.byref(o), ctypes.byref(h)), "checkpoint")
+        return h.value
+
+    def done(self, handle):
+        return _check(_lib.crest_poll(self._h, handle), "polling checkpoint %d" % handle) == 1
+
+    def wait(self, handle):
+        r = _Result()
+        _check(_lib.crest_wait(self._h, handle, ctypes.byref(r)), "waiting for checkpoint %d" % handle)
+        return {"snapshot": r.snapshot.decode(), "bytes": r.bytes, "new_bytes": r.new_bytes,
+                "stored_bytes": r.stored_bytes, "stall_s": r.stall_ns / 1e9,
+                "staging_wait_s": r.staging_wait_ns / 1e9, "ingest_s": r.ingest_ns / 1e9, "rounds": r.rounds}
+
+    def restore(self, tree, snapshot=None):
+        """Writes the snapshot (None: the newest) into the tensors of tree, in place, and
+        returns the state given to save()."""
+        return self.restore_full(tree, snapshot)["state"]
+
+    def restore_full(self, tree, snapshot=None):
+        """As restore(), returning {"state", "leaves" (the non-tensor values of the saved
+        tree, by path), "snapshot", "bytes", "seconds"}."""
+        tensors, _ = {}, {}
+        _flatten(tree, "", tensors, _)
+        self._sync_regions(tensors)
+        name = snapshot.encode() if snapshot else None
+        r = _RestoreResult()
+        _check(_lib.crest_restore(self._h, name, ctypes.byref(r)), "restoring %s" % (snapshot or "newest"))
+        p, n = ctypes.c_void_p(), ctypes.c_size_t()
+        _check(_lib.crest_read_blob(self._h, r.snapshot, _STATE_BLOB.encode(), ctypes.byref(p), ctypes.byref(n)),
+               "reading the saved state")
+        try:
+            out = pickle.loads(ctypes.string_at(p, n.value))
+        finally:
+            _lib.crest_free(p)
+        out["snapshot"], out["bytes"], out["seconds"] = r.snapshot.decode(), r.bytes, r.ns / 1e9
+        return out
+
+
+def rng_state():
+    """Every RNG a training loop usually draws from: torch (CPU, CUDA), python, numpy."""
+    import torch
+    s = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        s["cuda"] = torch.cuda.get_rng_state_all()
+    try:
+        import numpy
+        s["numpy"] = numpy.random.get_state()
+    except ImportError:
+        pass
+    return s
+
+
+def set_rng_state(s):
+    import torch
+    torch.set_rng_state(s["torch"])
+    random.setstate(s["python"])
+    if "cuda" in s:
+        torch.cuda.set_rng_state_all(s["cuda"])
+    if "numpy" in s:
+        import numpy
+        numpy.random.set_state(s["numpy"])
+
+
+def materialize_optimizer(opt):
+    """Creates the optimizer's lazily made state (momentum, Adam moments) without changing
+    any parameter: one step with zero gradients and a learning rate of 0. restore() then
+    overwrites that state in place."""
+    import torch
+    saved = [g.get("lr") for g in opt.param_groups]
+    grads = {}
+    with torch.no_grad():
+        for g in opt.param_groups:
+            g["lr"] = 0.0
+            for p in g["params"]:
+                grads[p] = p.grad
+                p.grad = torch.zeros_like(p)
+        opt.step()
+        for g, lr in zip(opt.param_groups, saved):
+            g["lr"] = lr
+            for p in g["params"]:
+                p.grad = grads[p]

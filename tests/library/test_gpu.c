@@ -1,0 +1,157 @@
+/*
+ * test_gpu.c - libcrest on device regions. Skips (77, reason printed) where
+ * there is no GPU driver or no GPU.
+ *
+ * Three device regions (one with a zeroed stretch, one of odd size) and a
+ * host region go through a checkpoint whose state is larger than the staging
+ * pool (rounds), a scribble and a restore; then a device region freed while
+ * registered and a size mismatch must fail clearly.
+ */
+#include "crest.h"
+#include "capture/cudrv.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MiB (1024u * 1024u)
+
+static const struct cudrv *d;
+
+#define CU(call)                                                                          \
+	do {                                                                              \
+		if (cudrv_check(d, (call), #call) < 0) {                                  \
+			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, crest_errmsg()); \
+			exit(1);                                                          \
+		}                                                                         \
+	} while (0)
+#define OK(call)                                                                                   \
+	do {                                                                                       \
+		int rc_ = (call);                                                                  \
+		if (rc_ < 0) {                                                                     \
+			fprintf(stderr, "FAIL %s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_, crest_errmsg()); \
+			exit(1);                                                                   \
+		}                                                                                  \
+	} while (0)
+
+static void fill(uint8_t *p, size_t n, uint64_t seed)
+{
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+	for (size_t i = 0; i < n; i++) {
+		x ^= x >> 12;
+		x ^= x << 25;
+		x ^= x >> 27;
+		p[i] = (uint8_t)((x * 0x2545f4914f6cdd1dull) >> 56);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		fprintf(stderr, "usage: test_gpu STORE\n");
+		return 2;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	if (cudrv_load(&d) < 0) {
+		printf("SKIP: %s\n", crest_errmsg());
+		return 77;
+	}
+	int n = 0;
+	if (d->DeviceGetCount(&n) != CUDA_SUCCESS || n == 0) {
+		printf("SKIP: the NVIDIA driver is here but sees no GPU\n");
+		return 77;
+	}
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", argv[1]);
+	if (system(cmd) != 0)
+		return 1;
+	CUdevice dev;
+	CUcontext ctx;
+	CU(d->DeviceGet(&dev, 0));
+	CU(d->DevicePrimaryCtxRetain(&ctx, dev));
+	CU(d->CtxSetCurrent(ctx));
+
+	const size_t sizes[3] = { 96 * MiB + 4096, 5 * MiB + 3, 4096 };
+	CUdeviceptr dp[3];
+	uint8_t *ref[3], *back[3];
+	for (int i = 0; i < 3; i++) {
+		ref[i] = malloc(sizes[i]);
+		back[i] = malloc(sizes[i]);
+		fill(ref[i], sizes[i], (uint64_t)i + 10);
+		if (i == 0)
+			memset(ref[i] + 8 * MiB, 0, 16 * MiB);
+		CU(d->MemAlloc(&dp[i], sizes[i]));
+		CU(d->MemcpyHtoDAsync(dp[i], ref[i], sizes[i], NULL));
+	}
+	CU(d->CtxSynchronize());
+	uint8_t host[12345], host_ref[12345];
+	fill(host, sizeof(host), 77);
+	memcpy(host_ref, host, sizeof(host));
+
+	struct crest_options o;
+	crest_options_init(&o);
+	o.staging_bytes = 48 * MiB;   /* smaller than the state: rounds */
+	crest_t *c;
+	OK(crest_open(argv[1], &o, &c));
+	crest_region_t h[4];
+	const char *names[3] = { "gpu/a", "gpu/b", "gpu/c" };
+	for (int i = 0; i < 3; i++)
+		OK(crest_register(c, names[i], (void *)(uintptr_t)dp[i], sizes[i], CREST_MEM_DEVICE, &h[i]));
+	OK(crest_register(c, "host", host, sizeof(host), CREST_MEM_HOST, &h[3]));
+	crest_ckpt_t ck;
+	struct crest_result res;
+	OK(crest_checkpoint(c, &(struct crest_checkpoint_opts){ .tag = "gpu-1" }, &ck));
+	OK(crest_wait(c, ck, &res));
+	printf("gpu: checkpoint %.12s: %llu bytes, stall %.1f ms (%u staging waits), ingest %.1f ms\n", res.snapshot,
+	       (unsigned long long)res.bytes, res.stall_ns / 1e6, res.rounds, res.ingest_ns / 1e6);
+	int failures = 0;
+	if (res.rounds == 0) {
+		printf("FAIL: state larger than the pool reported no staging waits\n");
+		failures++;
+	}
+	for (int i = 0; i < 3; i++)
+		CU(d->MemsetD8(dp[i], 0xee, sizes[i]));
+	memset(host, 0, sizeof(host));
+	struct crest_restore_result rr;
+	OK(crest_restore(c, "gpu-1", &rr));
+	printf("gpu: restored %llu bytes in %.1f ms\n", (unsigned long long)rr.bytes, rr.ns / 1e6);
+	for (int i = 0; i < 3; i++) {
+		CU(d->MemcpyDtoHAsync(back[i], dp[i], sizes[i], NULL));
+		CU(d->CtxSynchronize());
+		if (memcmp(back[i], ref[i], sizes[i])) {
+			printf("FAIL: device region %s differs after restore\n", names[i]);
+			failures++;
+		}
+	}
+	if (memcmp(host, host_ref, sizeof(host))) {
+		printf("FAIL: host region differs after restore\n");
+		failures++;
+	}
+
+	/* A device region freed while registered. */
+	CU(d->MemFree(dp[2]));
+	int rc = crest_checkpoint(c, NULL, &ck);
+	printf("gpu: checkpoint with gpu/c freed -> %d: %s\n", rc, crest_errmsg());
+	if (rc != -EFAULT || !strstr(crest_errmsg(), "gpu/c")) {
+		printf("FAIL: expected -EFAULT naming gpu/c\n");
+		failures++;
+	}
+	OK(crest_unregister(c, h[2]));
+	OK(crest_unregister(c, h[1]));
+	OK(crest_register(c, "gpu/b", (void *)(uintptr_t)dp[1], MiB, CREST_MEM_DEVICE, &h[1]));
+	rc = crest_restore(c, "gpu-1", NULL);
+	printf("gpu: restore with gpu/b registered smaller -> %d: %s\n", rc, crest_errmsg());
+	if (rc != -EINVAL) {
+		printf("FAIL: expected -EINVAL\n");
+		failures++;
+	}
+	OK(crest_close(c));
+	d->MemFree(dp[0]);
+	d->MemFree(dp[1]);
+	if (failures)
+		return 1;
+	system(cmd);
+	printf("gpu: ok\n");
+	return 0;
+}

@@ -1,0 +1,427 @@
+/*
+ * test_library.c - libcrest on host regions (no GPU needed).
+ *
+ *   test_library CASE STORE_DIR [CREST_BIN CASCTL_BIN]
+ *
+ * Cases: roundtrip, dedup, stall, errors, rounds, nogpu, cli. Each prints what
+ * it measured and exits 0 on success, 1 on failure, 77 when skipped (the
+ * reason printed).
+ */
+#include "crest.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MiB (1024u * 1024u)
+
+static int failures;
+
+#define CHECK(cond, ...)                                                       \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);   \
+			fprintf(stderr, __VA_ARGS__);                          \
+			fprintf(stderr, "\n");                                 \
+			failures++;                                            \
+		}                                                              \
+	} while (0)
+
+#define OK(call)                                                                              \
+	do {                                                                                  \
+		int rc_ = (call);                                                             \
+		if (rc_ < 0) {                                                                \
+			fprintf(stderr, "FAIL %s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_, \
+				crest_errmsg());                                              \
+			exit(1);                                                              \
+		}                                                                             \
+	} while (0)
+
+/* An error with a message that names something: printed for the log. */
+#define EXPECT_ERR(call, err, needle)                                                          \
+	do {                                                                                   \
+		int rc_ = (call);                                                              \
+		const char *m_ = crest_errmsg();                                               \
+		printf("  %-58s -> %d: %s\n", #call, rc_, m_);                                 \
+		CHECK(rc_ == (err), "%s returned %d, expected %d (%s)", #call, rc_, err, m_);  \
+		CHECK(strstr(m_, needle), "message of %s lacks \"%s\": %s", #call, needle, m_); \
+	} while (0)
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Deterministic bytes that do not compress or dedup: xorshift64*. */
+static void fill(void *p, size_t n, uint64_t seed)
+{
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1, *q = p;
+	for (size_t i = 0; i < n / 8; i++) {
+		x ^= x >> 12;
+		x ^= x << 25;
+		x ^= x >> 27;
+		q[i] = x * 0x2545f4914f6cdd1dull;
+	}
+	for (size_t i = n / 8 * 8; i < n; i++)
+		((uint8_t *)p)[i] = (uint8_t)(seed + i);
+}
+
+static void *big(size_t n)
+{
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (p == MAP_FAILED) {
+		perror("mmap");
+		exit(1);
+	}
+	return p;
+}
+
+static crest_t *open_store(const char *dir, size_t staging)
+{
+	struct crest_options o;
+	crest_options_init(&o);
+	o.staging_bytes = staging;
+	o.flags = CREST_OPEN_NO_GPU;
+	crest_t *c;
+	OK(crest_open(dir, &o, &c));
+	return c;
+}
+
+/* Several host regions, odd sizes and zero pages among them, through a
+ * checkpoint, a scribble and a restore, also from a fresh handle. */
+static void t_roundtrip(const char *dir)
+{
+	const size_t sizes[] = { 3 * MiB + 17, 1, 4096, 9 * MiB, 0, 65536 + 5 };
+	const size_t n = sizeof(sizes) / sizeof(sizes[0]);
+	uint8_t *r[6], *ref[6];
+	crest_t *c = open_store(dir, 32 * MiB);
+	crest_region_t h[6];
+	for (size_t i = 0; i < n; i++) {
+		r[i] = malloc(sizes[i] + 1);
+		ref[i] = malloc(sizes[i] + 1);
+		fill(r[i], sizes[i], i + 1);
+		if (i == 3)
+			memset(r[i] + MiB, 0, 2 * MiB);   /* a hole */
+		memcpy(ref[i], r[i], sizes[i]);
+		char name[32];
+		snprintf(name, sizeof(name), "region/%zu", i);
+		OK(crest_register(c, name, r[i], sizes[i], CREST_MEM_HOST, &h[i]));
+	}
+	const char *labels[] = { "step=7", "job=roundtrip" };
+	const struct crest_blob blob = { "state", "hello state", 11 };
+	struct crest_checkpoint_opts co = { .tag = "rt-1", .labels = labels, .nlabels = 2, .blobs = &blob, .nblobs = 1 };
+	crest_ckpt_t ck;
+	OK(crest_checkpoint(c, &co, &ck));
+	struct crest_result res;
+	OK(crest_wait(c, ck, &res));
+	printf("roundtrip: snapshot %.12s, %llu bytes, %llu new, %llu zero, stall %.2f ms, ingest %.2f ms\n",
+	       res.snapshot, (unsigned long long)res.bytes, (unsigned long long)res.new_bytes,
+	       (unsigned long long)res.zero_bytes, res.stall_ns / 1e6, res.ingest_ns / 1e6);
+	for (size_t i = 0; i < n; i++)
+		memset(r[i], 0xa5, sizes[i]);
+	struct crest_restore_result rr;
+	OK(crest_restore(c, "rt-1", &rr));
+	for (size_t i = 0; i < n; i++)
+		CHECK(!memcmp(r[i], ref[i], sizes[i]), "region %zu differs after restore", i);
+	printf("roundtrip: restored %llu bytes in %.2f ms\n", (unsigned long long)rr.bytes, rr.ns / 1e6);
+	OK(crest_close(c));
+
+	/* A fresh handle, as a new process would: restore the newest by default. */
+	c = open_store(dir, 32 * MiB);
+	for (size_t i = 0; i < n; i++) {
+		memset(r[i], 0x5a, sizes[i]);
+		char name[32];
+		snprintf(name, sizeof(name), "region/%zu", i);
+		OK(crest_register(c, name, r[i], sizes[i], CREST_MEM_HOST, &h[i]));
+	}
+	OK(crest_restore(c, NULL, &rr));
+	CHECK(!strcmp(rr.snapshot, res.snapshot), "newest snapshot is %s, not %s", rr.snapshot, res.snapshot);
+	for (size_t i = 0; i < n; i++)
+		CHECK(!memcmp(r[i], ref[i], sizes[i]), "region %zu differs after restore in a fresh handle", i);
+	void *b;
+	size_t blen;
+	OK(crest_read_blob(c, NULL, "state", &b, &blen));
+	CHECK(blen == 11 && !memcmp(b, "hello state", 11), "blob differs");
+	crest_free(b);
+	OK(crest_close(c));
+	for (size_t i = 0; i < n; i++) {
+		free(r[i]);
+		free(ref[i]);
+	}
+}
+
+/* 1% of the pages change: the second checkpoint stores <= 2% new bytes. */
+static void t_dedup(const char *dir)
+{
+	const size_t size = 64 * MiB, pages = size / 4096;
+	uint8_t *r = big(size);
+	fill(r, size, 42);
+	crest_t *c = open_store(dir, 96 * MiB);
+	crest_region_t h;
+	OK(crest_register(c, "weights", r, size, CREST_MEM_HOST, &h));
+	crest_ckpt_t ck;
+	struct crest_result r1, r2;
+	OK(crest_checkpoint(c, NULL, &ck));
+	OK(crest_wait(c, ck, &r1));
+	/* Scattered, not contiguous: every 100th page gets one new byte. */
+	size_t changed = 0;
+	for (size_t pg = 0; pg < pages; pg += 100, changed++)
+		r[pg * 4096 + 123] ^= 0xff;
+	OK(crest_checkpoint(c, NULL, &ck));
+	OK(crest_wait(c, ck, &r2));
+	const double pct = 100.0 * (double)r2.new_bytes / (double)r2.bytes;
+	printf("dedup: first %llu new of %llu; after changing %zu of %zu pages (%.2f%%): %llu new bytes = %.2f%%\n",
+	       (unsigned long long)r1.new_bytes, (unsigned long long)r1.bytes, changed, pages,
+	       100.0 * (double)changed / (double)pages, (unsigned long long)r2.new_bytes, pct);
+	CHECK(r1.new_bytes >= size * 99 / 100, "first checkpoint stored only %llu new bytes",
+	      (unsigned long long)r1.new_bytes);
+	CHECK(pct <= 2.0, "second checkpoint added %.2f%% new bytes, more than 2%%", pct);
+	/* And the second restores to what it was. */
+	uint8_t *ref = big(size);
+	memcpy(ref, r, size);
+	memset(r, 0, size);
+	OK(crest_restore(c, r2.snapshot, NULL));
+	CHECK(!memcmp(r, ref, size), "dedup: restore of the second snapshot differs");
+	OK(crest_close(c));
+	munmap(r, size);
+	munmap(ref, size);
+}
+
+/* crest_checkpoint returns while ingest runs, within 1.5x a plain memcpy of
+ * the same bytes measured just before. A loaded CI box can delay either
+ * measurement, so up to three tries, each waited for before the next. */
+static void t_stall(const char *dir)
+{
+	const size_t size = 256 * MiB;
+	uint8_t *r = big(size), *dst = big(size);
+	fill(r, size, 7);
+	crest_t *c = open_store(dir, size + 32 * MiB);
+	crest_region_t h;
+	OK(crest_register(c, "state", r, size, CREST_MEM_HOST, &h));
+	bool ok = false;
+	bool ingest_seen_running = false;
+	for (int attempt = 1; attempt <= 3 && !ok; attempt++) {
+		r[(size_t)attempt * 4096] ^= 1;   /* not all old news to the store */
+		memcpy(dst, r, size);             /* warm: both sides touched */
+		uint64_t t0 = now_ns();
+		memcpy(dst, r, size);
+		const uint64_t memcpy_ns = now_ns() - t0;
+		crest_ckpt_t ck;
+		t0 = now_ns();
+		OK(crest_checkpoint(c, NULL, &ck));
+		const uint64_t ck_ns = now_ns() - t0;
+		const int running = crest_poll(c, ck) == 0;
+		struct crest_result res;
+		OK(crest_wait(c, ck, &res));
+		const double ratio = (double)ck_ns / (double)memcpy_ns;
+		printf("stall: try %d: memcpy of %zu MiB %.1f ms (%.2f GB/s); crest_checkpoint %.1f ms "
+		       "(%.2f GB/s) = %.2fx memcpy; ingest %s at return, took %.1f ms more\n",
+		       attempt, size / MiB, memcpy_ns / 1e6, size / (double)memcpy_ns, ck_ns / 1e6,
+		       size / (double)ck_ns, ratio, running ? "still running" : "already done",
+		       res.ingest_ns / 1e6 - ck_ns / 1e6);
+		ingest_seen_running |= running;
+		ok = ratio <= 1.5 && running;
+	}
+	CHECK(ingest_seen_running, "ingest was already done when crest_checkpoint returned");
+	CHECK(ok, "crest_checkpoint took more than 1.5x memcpy in all three tries");
+	OK(crest_close(c));
+	munmap(r, size);
+	munmap(dst, size);
+}
+
+/* State four times the pool: copies go in rounds, and still round-trip. */
+static void t_rounds(const char *dir)
+{
+	const size_t size = 64 * MiB;
+	uint8_t *r = big(size), *ref = big(size);
+	fill(r, size, 99);
+	memcpy(ref, r, size);
+	crest_t *c = open_store(dir, 16 * MiB);
+	crest_region_t h;
+	OK(crest_register(c, "big", r, size, CREST_MEM_HOST, &h));
+	crest_ckpt_t ck;
+	struct crest_result res;
+	OK(crest_checkpoint(c, NULL, &ck));
+	OK(crest_wait(c, ck, &res));
+	printf("rounds: %zu MiB through a 16 MiB pool: %u waits for staging, %.1f ms of %.1f ms stall\n",
+	       size / MiB, res.rounds, res.staging_wait_ns / 1e6, res.stall_ns / 1e6);
+	CHECK(res.rounds > 0, "a state larger than the pool reported no rounds");
+	memset(r, 0, size);
+	OK(crest_restore(c, res.snapshot, NULL));
+	CHECK(!memcmp(r, ref, size), "rounds: restore differs");
+	OK(crest_close(c));
+	munmap(r, size);
+	munmap(ref, size);
+}
+
+static void t_errors(const char *dir)
+{
+	crest_t *c = open_store(dir, 16 * MiB);
+	const size_t size = 1 * MiB;
+	uint8_t *a = malloc(size), *b = malloc(2 * size);
+	fill(a, size, 1);
+	fill(b, 2 * size, 2);
+	crest_region_t ha, hb, hx;
+	crest_ckpt_t ck;
+	struct crest_result res;
+
+	printf("errors: bad handles\n");
+	EXPECT_ERR(crest_checkpoint(NULL, NULL, &ck), -EBADF, "NULL");
+	EXPECT_ERR(crest_wait(c, 12345, &res), -EBADF, "12345");
+	EXPECT_ERR(crest_poll(c, 0), -EBADF, "not pending");
+	EXPECT_ERR(crest_unregister(c, 999), -EBADF, "999");
+	OK(crest_register(c, "a", a, size, CREST_MEM_HOST, &ha));
+	EXPECT_ERR(crest_register(c, "a", b, size, CREST_MEM_HOST, &hx), -EEXIST, "already registered");
+	EXPECT_ERR(crest_register(c, "z", NULL, size, CREST_MEM_HOST, &hx), -EINVAL, "NULL pointer");
+	OK(crest_register(c, "b", b, 2 * size, CREST_MEM_HOST, &hb));
+	OK(crest_checkpoint(c, &(struct crest_checkpoint_opts){ .tag = "two" }, &ck));
+	OK(crest_wait(c, ck, &res));
+	EXPECT_ERR(crest_wait(c, ck, &res), -EBADF, "already waited");
+	const char *bad_label[] = { "novalue" };
+	EXPECT_ERR(crest_checkpoint(c, &(struct crest_checkpoint_opts){ .labels = bad_label, .nlabels = 1 }, &ck),
+		   -EINVAL, "key=value");
+	EXPECT_ERR(crest_restore(c, "no-such-tag", NULL), -ENOENT, "no-such-tag");
+
+	printf("errors: snapshot regions differ from the registered ones\n");
+	OK(crest_unregister(c, hb));
+	EXPECT_ERR(crest_unregister(c, hb), -EBADF, "not registered");
+	OK(crest_register(c, "b", b, size, CREST_MEM_HOST, &hb));   /* same name, half the size */
+	memset(a, 0x11, size);
+	EXPECT_ERR(crest_restore(c, "two", NULL), -EINVAL, "2097152");
+	CHECK(a[0] == 0x11 && a[size - 1] == 0x11, "a failed restore wrote into a region");
+	OK(crest_unregister(c, hb));
+	EXPECT_ERR(crest_restore(c, "two", NULL), -EINVAL, "not registered");
+	OK(crest_register(c, "b", b, 2 * size, CREST_MEM_HOST, &hb));
+	OK(crest_register(c, "c", b, 16, CREST_MEM_HOST, &hx));
+	EXPECT_ERR(crest_restore(c, "two", NULL), -EINVAL, "has no region c");
+	OK(crest_unregister(c, hx));
+	OK(crest_restore(c, "two", NULL));
+	uint8_t ref[64];
+	fill(ref, sizeof(ref), 1);
+	CHECK(!memcmp(a, ref, sizeof(ref)), "restore after the errors did not bring a back");
+
+	printf("errors: a region freed while registered\n");
+	const size_t fsz = 8 * MiB;
+	uint8_t *f = big(fsz);
+	OK(crest_register(c, "freed", f, fsz, CREST_MEM_HOST, &hx));
+	munmap(f, fsz);
+	EXPECT_ERR(crest_checkpoint(c, NULL, &ck), -EFAULT, "no longer mapped");
+	EXPECT_ERR(crest_restore(c, "two", NULL), -EINVAL, "has no region freed");
+	OK(crest_unregister(c, hx));
+	OK(crest_checkpoint(c, NULL, &ck));   /* fine again once unregistered */
+	OK(crest_wait(c, ck, NULL));
+
+	OK(crest_close(c));
+	EXPECT_ERR(crest_open(dir, &(struct crest_options){ .staging_bytes = 4096 }, &c), -EINVAL, "too small");
+	free(a);
+	free(b);
+}
+
+/* Device regions without a GPU driver: a clear error. */
+static int t_nogpu(const char *dir)
+{
+	crest_t *c;
+	OK(crest_open(dir, &(struct crest_options){ .staging_bytes = 16 * MiB }, &c));
+	crest_region_t h;
+	static uint8_t fake[4096];
+	int rc = crest_register(c, "gpu", fake, sizeof(fake), CREST_MEM_DEVICE, &h);
+	printf("nogpu: crest_register(device) -> %d: %s\n", rc, crest_errmsg());
+	if (rc == 0 || !strstr(crest_errmsg(), "no NVIDIA GPU driver here")) {
+		if (rc != -ENODEV) {
+			/* A driver is there: the pointer is not device memory. */
+			printf("SKIP: a GPU driver is present here; test_gpu covers device regions\n");
+			crest_close(c);
+			return 77;
+		}
+	}
+	CHECK(rc == -ENODEV, "expected -ENODEV, got %d", rc);
+	CHECK(strstr(crest_errmsg(), "no NVIDIA GPU driver here") != NULL, "message: %s", crest_errmsg());
+	CHECK(strstr(crest_errmsg(), "gpu") != NULL, "message does not name the region: %s", crest_errmsg());
+	/* Host regions go on working in the same handle. */
+	OK(crest_register(c, "host", fake, sizeof(fake), CREST_MEM_HOST, &h));
+	crest_ckpt_t ck;
+	OK(crest_checkpoint(c, NULL, &ck));
+	OK(crest_wait(c, ck, NULL));
+	OK(crest_close(c));
+	return 0;
+}
+
+/* Library snapshots are ordinary snapshots for the command-line tools. */
+static void t_cli(const char *dir, const char *crest_bin, const char *casctl_bin)
+{
+	uint8_t *r = malloc(MiB);
+	fill(r, MiB, 3);
+	crest_t *c = open_store(dir, 16 * MiB);
+	crest_region_t h;
+	OK(crest_register(c, "model/w", r, MiB, CREST_MEM_HOST, &h));
+	const struct crest_blob blob = { "pystate", "xyz", 3 };
+	crest_ckpt_t ck;
+	OK(crest_checkpoint(c, &(struct crest_checkpoint_opts){ .tag = "cli", .blobs = &blob, .nblobs = 1 }, &ck));
+	OK(crest_wait(c, ck, NULL));
+	OK(crest_close(c));
+	char cmd[8192];
+	/* What get writes is compared with the region as it was. */
+	char ref[4200];
+	snprintf(ref, sizeof(ref), "%s.ref", dir);
+	FILE *f = fopen(ref, "wb");
+	fwrite(r, 1, MiB, f);
+	fclose(f);
+	snprintf(cmd, sizeof(cmd), "set -e; %s --store %s ls; %s --store %s show cli; %s --store %s verify; "
+		 "rm -rf %s.get; %s --store %s get cli %s.get; cmp %s.get/model/w %s; "
+		 "printf xyz | cmp %s.get/pystate -; echo cli: ls, show, verify, get all fine",
+		 crest_bin, dir, crest_bin, dir, casctl_bin, dir, dir, crest_bin, dir, dir, dir, ref, dir);
+	int rc = system(cmd);
+	CHECK(rc == 0, "the command-line tools failed on a library snapshot (%d)", rc);
+	free(r);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 3) {
+		fprintf(stderr, "usage: test_library roundtrip|dedup|stall|errors|rounds|nogpu|cli STORE [CREST CASCTL]\n");
+		return 2;
+	}
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	const char *t = argv[1], *dir = argv[2];
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s' '%s.get' '%s.ref'", dir, dir, dir);
+	if (system(cmd) != 0)
+		return 1;
+	int rc = 0;
+	if (!strcmp(t, "roundtrip"))
+		t_roundtrip(dir);
+	else if (!strcmp(t, "dedup"))
+		t_dedup(dir);
+	else if (!strcmp(t, "stall"))
+		t_stall(dir);
+	else if (!strcmp(t, "rounds"))
+		t_rounds(dir);
+	else if (!strcmp(t, "errors"))
+		t_errors(dir);
+	else if (!strcmp(t, "nogpu"))
+		rc = t_nogpu(dir);
+	else if (!strcmp(t, "cli") && argc >= 5)
+		t_cli(dir, argv[3], argv[4]);
+	else {
+		fprintf(stderr, "test_library: unknown case %s\n", t);
+		return 2;
+	}
+	if (rc == 77)
+		return 77;
+	if (failures) {
+		fprintf(stderr, "%s: %d check(s) failed\n", t, failures);
+		return 1;
+	}
+	if (system(cmd) != 0)
+		return 1;
+	printf("%s: ok\n", t);
+	return 0;
+}
