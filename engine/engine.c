@@ -999,7 +999,9 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 	int rc = snap_build_manifest(s);
 	if (rc == 0)
 		rc = cas_commit(e->store, ie, n, s->m, s->tag, s->res.id);
-	if (rc == 0) {
+	if (rc == 0 && n) {
+		/* n == 0 when the snapshot added no chunk: pend may then still be
+		 * NULL, and memmove(NULL, ...) is undefined even for 0 bytes. */
 		pthread_mutex_lock(&e->wlock);
 		memmove(e->pend, e->pend + n, (e->npend - n) * sizeof(*e->pend));
 		e->npend -= n;
