@@ -74,11 +74,35 @@ def _find_lib():
 _lib = None
 
 
+def _preload_deps(folder):
+    """libcrest.so's own libraries from its folder (a gpu-bundle lib/), for those the
+    system lacks; the system's are kept, so the Python process keeps one of each."""
+    left = [f for f in sorted(os.listdir(folder)) if ".so" in f and not f.startswith("libcrest.")]
+    while left:
+        nxt = []
+        for f in left:
+            try:
+                ctypes.CDLL(f, mode=ctypes.RTLD_GLOBAL)          # the system's, by soname
+            except OSError:
+                try:
+                    ctypes.CDLL(os.path.join(folder, f), mode=ctypes.RTLD_GLOBAL)
+                except OSError:
+                    nxt.append(f)                                # needs another one first
+        if len(nxt) == len(left):
+            return
+        left = nxt
+
+
 def _load():
     global _lib
     if _lib is not None:
         return _lib
-    lib = ctypes.CDLL(_find_lib())
+    path = _find_lib()
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError:
+        _preload_deps(os.path.dirname(os.path.abspath(path)))
+        lib = ctypes.CDLL(path)
     P, U64, I = ctypes.c_void_p, ctypes.c_uint64, ctypes.c_int
     sig = {
         "crest_options_init": (None, [ctypes.POINTER(_Options)]),
