@@ -10,7 +10,8 @@
  * Promises:
  *  - A chunk record is never rewritten; a pack is only appended to, by one
  *    writer process at a time, which always starts a fresh pack. Bytes left
- *    at a pack's end by a killed writer are never referenced.
+ *    at a pack's end by a killed writer are never referenced; a writer that
+ *    closes cuts what it wrote past its last commit (failed snapshots).
  *  - cas_commit makes a snapshot visible whole or not at all: callers sync
  *    the packs first (cas_pack_sync), then one synced RocksDB batch holds the
  *    new index entries, the manifest, its summary and its tag.

@@ -35,6 +35,9 @@ struct cas_store {
 	uint32_t cur_pack;
 	uint64_t cur_off;
 	uint64_t pack_limit;
+	uint32_t first_pack;  /* the first pack this writer created */
+	uint32_t mark_pack;   /* end of the last committed record: what lies */
+	uint64_t mark_off;    /* beyond it at close is referenced by nothing */
 	struct io_uring ring;
 	bool ring_ready;
 	int wfd;              /* descriptor of wfd_pack, the pack being written */
@@ -46,6 +49,7 @@ struct cas_store {
 
 int cas_pack_open_writer(struct cas_store *s);
 void cas_pack_close_writer(struct cas_store *s);
+void cas_pack_mark(struct cas_store *s, const struct cas_index_entry *e, size_t n);
 void cas_pack_close_readers(struct cas_store *s);
 void cas_pack_path(const struct cas_store *s, uint32_t pack, char *buf, size_t cap);
 

@@ -94,8 +94,8 @@ int cas_pack_open_writer(struct cas_store *s)
 	int rc = pack_max_on_disk(s, &max);
 	if (rc < 0)
 		return rc;
-	s->cur_pack = max + 1;
-	s->cur_off = CAS_PACK_HEADER;
+	s->cur_pack = s->first_pack = s->mark_pack = max + 1;
+	s->cur_off = s->mark_off = CAS_PACK_HEADER;
 	rc = io_uring_queue_init(RING_DEPTH, &s->ring, 0);
 	if (rc < 0)
 		return crest_errf(rc, "cannot set up io_uring for %s", s->dir);
@@ -110,8 +110,42 @@ int cas_pack_open_writer(struct cas_store *s)
 	return 0;
 }
 
+void cas_pack_mark(struct cas_store *s, const struct cas_index_entry *e, size_t n)
+{
+	pthread_mutex_lock(&s->reserve_lock);
+	for (size_t i = 0; i < n; i++) {
+		uint64_t end = e[i].loc.off + CAS_REC_HEADER + e[i].loc.stored;
+		if (e[i].loc.pack > s->mark_pack || (e[i].loc.pack == s->mark_pack && end > s->mark_off)) {
+			s->mark_pack = e[i].loc.pack;
+			s->mark_off = end;
+		}
+	}
+	pthread_mutex_unlock(&s->reserve_lock);
+}
+
+/* Cuts what this writer wrote past its last commit: records of snapshots
+ * that failed or were abandoned. Records are reserved in the order they are
+ * committed, so everything past the mark is unreferenced, and nothing is in
+ * flight once the store is being closed. Without this, a job checkpointed
+ * every few minutes into a full disk would fill it further with each try. */
+static void pack_rollback(struct cas_store *s)
+{
+	char path[4096];
+	for (uint32_t p = s->mark_pack + 1; p <= s->cur_pack; p++) {
+		cas_pack_path(s, p, path, sizeof(path));
+		unlink(path);
+	}
+	cas_pack_path(s, s->mark_pack, path, sizeof(path));
+	if (s->mark_pack == s->first_pack && s->mark_off == CAS_PACK_HEADER)
+		unlink(path);  /* this writer committed nothing: leave no empty pack */
+	else
+		truncate(path, (off_t)s->mark_off);
+}
+
 void cas_pack_close_writer(struct cas_store *s)
 {
+	if (s->ring_ready)
+		pack_rollback(s);
 	if (s->ring_ready)
 		io_uring_queue_exit(&s->ring);
 	s->ring_ready = false;

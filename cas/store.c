@@ -362,6 +362,7 @@ int cas_commit(struct cas_store *s, const struct cas_index_entry *e, size_t n,
 		free(err);
 		return rc;
 	}
+	cas_pack_mark(s, e, n);
 	return 0;
 }
 
