@@ -201,7 +201,6 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	uint64_t n = 0, failures = 0;
-	int last_rc = 0;
 	for (;;) {
 		uint64_t t0 = time_now_ns();
 		struct ckpt_stats st = { 0 };
@@ -212,11 +211,24 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			memcpy(parent, st.id, 32);
 			has_parent = true;
 		} else {
-			last_rc = rc;
 			failures++;
 			/* With --every the job keeps running whatever the store
-			 * says: report, and try again next time. */
+			 * says: report, and try again next time with a fresh engine
+			 * (a failed write leaves the old one refusing work). */
 			cli_fail(c, rc);
+			if (every_ns) {
+				engine_close(e);
+				e = NULL;
+				cas_close(store);  /* cuts the failed snapshot's data */
+				store = NULL;
+				rc = cas_open(c->store, CAS_WRITE, &store);
+				if (rc == 0)
+					rc = engine_open(store, &eo, &e);
+				if (rc < 0) {
+					cli_fail(c, rc);
+					break;
+				}
+			}
 		}
 		if (!every_ns || stop_requested || (count && n >= count))
 			break;
@@ -238,7 +250,6 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	if (failures && every_ns && !c->quiet)
 		fprintf(stderr, "crest: %llu of %llu checkpoints failed\n", (unsigned long long)failures,
 			(unsigned long long)n);
-	(void)last_rc;
 	return failures ? 1 : 0;
 }
 
