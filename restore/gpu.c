@@ -14,7 +14,7 @@
 
 struct window {
 	size_t dst;        /* index into the job's dst */
-	uint64_t ext, next;  /* extents [ext, next) */
+	uint64_t ext, in;  /* starts `in` bytes into extent ext (only a hole is split) */
 	uint64_t off, len; /* where in the stream, how many bytes */
 };
 
@@ -27,7 +27,7 @@ struct job {
 	/* cursor, under lock */
 	pthread_mutex_t lock;
 	size_t cur_dst;
-	uint64_t cur_ext, cur_off;
+	uint64_t cur_ext, cur_in, cur_off;
 	/* first error wins */
 	atomic_bool stop;
 	int err;
@@ -43,6 +43,8 @@ struct worker {
 	CUstream stream;
 	CUevent ev[2];
 	bool inflight[2];
+	struct cas_loc last;         /* the previous chunk read: where to guess next */
+	bool guess_ok;
 };
 
 static void job_fail(struct job *j, int err)
@@ -56,7 +58,8 @@ static void job_fail(struct job *j, int err)
 	atomic_store(&j->stop, true);
 }
 
-/* The next window, or false when all are handed out. */
+/* The next window, or false when all are handed out. Data extents are
+ * never split; holes (which may be far larger than a buffer) are. */
 static int job_next(struct job *j, struct window *w, bool *got)
 {
 	int rc = 0;
@@ -64,24 +67,35 @@ static int job_next(struct job *j, struct window *w, bool *got)
 	pthread_mutex_lock(&j->lock);
 	while (j->cur_dst < j->n && j->cur_ext >= j->dst[j->cur_dst].st->nextents) {
 		j->cur_dst++;
-		j->cur_ext = j->cur_off = 0;
+		j->cur_ext = j->cur_in = j->cur_off = 0;
 	}
 	if (j->cur_dst < j->n) {
 		const struct cas_stream *st = j->dst[j->cur_dst].st;
-		w->dst = j->cur_dst;
-		w->ext = j->cur_ext;
-		w->off = j->cur_off;
-		w->len = 0;
-		uint64_t e = j->cur_ext;
-		while (e < st->nextents && w->len + st->ext[e].len <= j->o->buf_bytes)
-			w->len += st->ext[e++].len;
-		if (e == w->ext) {
-			rc = crest_errx(-EINVAL, "snapshot %s, stream %s: a %llu-byte extent does not fit "
+		const uint64_t cap = j->o->buf_bytes;
+		*w = (struct window){ .dst = j->cur_dst, .ext = j->cur_ext, .in = j->cur_in, .off = j->cur_off };
+		while (j->cur_ext < st->nextents && w->len < cap) {
+			const struct cas_extent *x = &st->ext[j->cur_ext];
+			const uint64_t left = x->len - j->cur_in;
+			if (x->hole) {
+				const uint64_t take = left < cap - w->len ? left : cap - w->len;
+				w->len += take;
+				j->cur_in += take;
+				if (j->cur_in == x->len) {
+					j->cur_ext++;
+					j->cur_in = 0;
+				}
+			} else if (x->len <= cap - w->len) {
+				w->len += x->len;
+				j->cur_ext++;
+			} else {
+				break;
+			}
+		}
+		if (w->len == 0) {
+			rc = crest_errx(-EINVAL, "snapshot %s, stream %s: a %llu-byte chunk does not fit "
 					"a %zu-byte restore buffer", j->c->snapshot, st->name,
-					(unsigned long long)st->ext[e].len, j->o->buf_bytes);
+					(unsigned long long)st->ext[j->cur_ext].len, j->o->buf_bytes);
 		} else {
-			w->next = e;
-			j->cur_ext = e;
 			j->cur_off += w->len;
 			*got = true;
 		}
@@ -95,19 +109,40 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf)
 {
 	const struct job *j = wk->j;
 	const struct cas_stream *st = j->dst[w->dst].st;
-	uint64_t o = 0;
+	uint64_t o = 0, in = w->in;
 	char hex[65];
-	for (uint64_t e = w->ext; e < w->next; e++) {
+	for (uint64_t e = w->ext; o < w->len; e++, in = 0) {
 		const struct cas_extent *x = &st->ext[e];
 		if (atomic_load(&j->stop))
 			return 0;
 		if (x->hole) {
-			memset(buf + o, 0, x->len);
-			o += x->len;
+			const uint64_t n = x->len - in < w->len - o ? x->len - in : w->len - o;
+			memset(buf + o, 0, n);
+			o += n;
+			wk->guess_ok = false;
 			continue;
 		}
+		/* Chunks a worker found new in one go sit back to back in a pack:
+		 * try the place right after the previous chunk before asking the
+		 * index. cas_chunk_read checks the record header (sha, sizes)
+		 * against the guess, and the hash below checks the bytes, so a
+		 * wrong guess costs one read and falls back to the look-up. */
 		struct cas_loc loc;
-		int rc = cas_chunk_lookup(j->c->store, x->sha, &loc);
+		int rc = -ENOENT;
+		if (wk->guess_ok) {
+			loc = (struct cas_loc){ .pack = wk->last.pack, .off = wk->last.off + CAS_REC_HEADER + wk->last.stored,
+						.raw = (uint32_t)x->len, .stored = (uint32_t)x->len, .codec = CAS_CODEC_RAW };
+			if (cas_chunk_read(j->c->store, x->sha, &loc, buf + o, (uint32_t)x->len, wk->scratch) ==
+			    (int)x->len) {
+				uint8_t sum[32];
+				if (sha256_hash(wk->h, buf + o, x->len, sum) == 0 && !memcmp(sum, x->sha, 32)) {
+					wk->last = loc;
+					o += x->len;
+					continue;
+				}
+			}
+		}
+		rc = cas_chunk_lookup(j->c->store, x->sha, &loc);
 		if (rc == -ENOENT) {
 			hex_encode(x->sha, 32, hex);
 			rc = crest_errx(-EBADMSG, "chunk %.16s is missing from the store", hex);
@@ -129,6 +164,8 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf)
 		if (rc < 0)
 			return crest_errctx(rc, "snapshot %s, stream %s, offset %llu", j->c->snapshot, st->name,
 					    (unsigned long long)(w->off + o));
+		wk->last = loc;
+		wk->guess_ok = loc.codec == CAS_CODEC_RAW;
 		o += x->len;
 	}
 	return 0;
