@@ -1,0 +1,28 @@
+# lib.sh - shared by the store benchmarks (sourced). BUILD names a build
+# directory (default: build/ at the top of the repository); WORK a scratch
+# directory on the disk to measure (default: a new one under /var/tmp, which
+# is not a tmpfs here), removed at the end.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=${BUILD:-$ROOT/build}
+CREST=$BUILD/cli/crest
+CASCTL=$BUILD/cli/casctl
+STORE_TOOL=$BUILD/tests/store/store_tool
+for b in "$CREST" "$CASCTL" "$STORE_TOOL"; do
+	[ -x "$b" ] || { echo "bench: $b missing: build first (cmake -S . -B build && make -C build)" >&2; exit 1; }
+done
+WORK=$(mktemp -d "${WORK_PARENT:-/var/tmp}/crest-bench.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+
+# field NAME JSON: a number or string out of a flat JSON object.
+field() { printf '%s' "$2" | sed -n "s/.*\"$1\": \"\{0,1\}\([^\",}]*\)\"\{0,1\}.*/\1/p"; }
+# now: seconds since the epoch, nanosecond resolution.
+now() { date +%s.%N; }
+# rate BYTES SECONDS: MB/s (10^6 bytes).
+rate() { awk -v b="$1" -v s="$2" 'BEGIN { printf "%.0f", b / s / 1e6 }'; }
+dropcache() { sync; echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true; }
+machine() {
+	echo "- machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //'), $(free -g | awk '/Mem:/ {print $2}') GiB RAM"
+	echo "- disk: $(df -h "$WORK" | awk 'NR==2 {print $1 " (" $2 ")"}'), $(findmnt -no FSTYPE -T "$WORK")"
+	echo "- kernel: $(uname -r); crest $(git -C "$ROOT" rev-parse --short HEAD)"
+}
