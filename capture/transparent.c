@@ -11,6 +11,7 @@
 #include "capture/transparent.h"
 #include "capture/gpuckpt.h"
 #include "util/err.h"
+#include "util/fs.h"
 #include "util/progress.h"
 
 #include <dirent.h>
@@ -23,33 +24,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static int rm_tree(const char *path)
-{
-	DIR *d = opendir(path);
-	if (!d)
-		return errno == ENOENT ? 0 : -errno;
-	struct dirent *e;
-	char p[PATH_MAX + 256];
-	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
-		struct stat sb;
-		if (lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode))
-			rm_tree(p);
-		else
-			unlink(p);
-	}
-	closedir(d);
-	return rmdir(path) < 0 ? -errno : 0;
-}
-
 void tp_capture_free(struct tp_capture *c)
 {
 	if (c->dir[0])
-		rm_tree(c->dir);
+		fs_rm_tree(c->dir);
 	if (c->files_dir[0])
-		rm_tree(c->files_dir);
+		fs_rm_tree(c->files_dir);
 	proc_tree_free(&c->tree);
 	proc_files_free(&c->files);
 	free(c->cuda);

@@ -2,6 +2,7 @@
 #include "restore/process.h"
 #include "capture/proc.h"
 #include "util/err.h"
+#include "util/fs.h"
 #include "util/progress.h"
 
 #include <dirent.h>
@@ -62,23 +63,6 @@ static int pids_free(const pid_t *p, size_t n, unsigned wait_ms)
 		}
 	}
 	return 0;
-}
-
-static int rm_tree(const char *path)
-{
-	DIR *d = opendir(path);
-	if (!d)
-		return errno == ENOENT ? 0 : -errno;
-	struct dirent *e;
-	char p[PATH_MAX + 256];
-	while ((e = readdir(d))) {
-		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-			continue;
-		snprintf(p, sizeof(p), "%s/%s", path, e->d_name);
-		unlink(p);
-	}
-	closedir(d);
-	return rmdir(path) < 0 ? -errno : 0;
 }
 
 static const char *meta_get(const char *meta, const char *key, char *buf, size_t cap)
@@ -225,7 +209,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	}
 	r->gpu_ns = time_now_ns() - t2;
 	if (dir[0])
-		rm_tree(dir);
+		fs_rm_tree(dir);
 	free(pids);
 	free(cuda);
 	r->total_ns = time_now_ns() - t0;
