@@ -347,17 +347,11 @@ int cmd_demo(struct cli *c, int argc, char **argv)
 		printf("{\"mode\": \"%s\", \"state_mib\": %u, \"change_pct\": %u, \"checkpoints\": [", d.gpu ? "cuda" : "cpu",
 		       d.mib, d.change_pct);
 		for (unsigned k = 0; k < nckpt; k++) {
-			cli_print_id(hex, st[k].id);
 			uint64_t changed = k ? (uint64_t)((double)(lines[k] - lines[k - 1]) * state * d.change_pct / 100.0) : 0;
-			printf("%s\n {\"snapshot\": \"%s\", \"step\": %llu, \"stall_seconds\": %.4f, \"gpu_lock_seconds\": %.4f, "
-			       "\"gpu_checkpoint_seconds\": %.4f, \"criu_dump_seconds\": %.4f, \"gpu_resume_seconds\": %.4f, "
-			       "\"logical_bytes\": %llu, \"new_bytes\": %llu, \"stored_bytes\": %llu, \"changed_bytes_max\": %llu, "
-			       "\"ingest_seconds\": %.4f}",
-			       k ? "," : "", hex, (unsigned long long)lines[k], cli_secs(st[k].stall_ns),
-			       cli_secs(st[k].gpu_lock_ns), cli_secs(st[k].gpu_ckpt_ns), cli_secs(st[k].dump_ns),
-			       cli_secs(st[k].gpu_resume_ns), (unsigned long long)st[k].r.logical_bytes,
-			       (unsigned long long)st[k].r.new_bytes, (unsigned long long)st[k].r.stored_bytes,
-			       (unsigned long long)changed, cli_secs(st[k].r.ingest_ns));
+			printf("%s\n {\"step\": %llu, \"changed_bytes_max\": %llu, ", k ? "," : "",
+			       (unsigned long long)lines[k], (unsigned long long)changed);
+			ckpt_print_json_fields(&st[k]);
+			printf("}");
 		}
 		printf("\n], \"restore\": {\"from\": %u, \"step\": %llu, \"pid\": %d, \"seconds\": %.4f, "
 		       "\"stream_seconds\": %.4f, \"criu_seconds\": %.4f, \"gpu_seconds\": %.4f}, "

@@ -296,18 +296,11 @@ int cmd_get(struct cli *c, int argc, char **argv)
 		return 2;
 	}
 	struct cas_store *store;
-	int rc = cas_open(c->store, CAS_READ, &store);
+	uint8_t id[32];
+	struct cas_manifest *m;
+	int rc = cli_snapshot_open(c, argv[1], &store, id, &m);
 	if (rc < 0)
 		return cli_fail(c, rc);
-	uint8_t id[32];
-	struct cas_manifest *m = NULL;
-	rc = cas_snapshot_resolve(store, argv[1], id);
-	if (rc == 0)
-		rc = cas_manifest_load(store, id, &m);
-	if (rc < 0) {
-		cas_close(store);
-		return cli_fail(c, rc);
-	}
 	char hex[65];
 	cli_print_id(hex, id);
 	char shortid[13];
@@ -424,17 +417,12 @@ int cmd_show(struct cli *c, int argc, char **argv)
 		return 2;
 	}
 	struct cas_store *store;
-	int rc = cas_open(c->store, CAS_READ, &store);
-	if (rc < 0)
-		return cli_fail(c, rc);
 	uint8_t id[32];
-	struct cas_manifest *m = NULL;
-	rc = cas_snapshot_resolve(store, argv[1], id);
-	if (rc == 0)
-		rc = cas_manifest_load(store, id, &m);
-	cas_close(store);
+	struct cas_manifest *m;
+	int rc = cli_snapshot_open(c, argv[1], &store, id, &m);
 	if (rc < 0)
 		return cli_fail(c, rc);
+	cas_close(store);
 	char hex[65], tbuf[32], b1[32];
 	cli_print_id(hex, id);
 	if (c->json) {

@@ -59,27 +59,35 @@ int ckpt_once(const struct cli *c, struct cas_store *store, struct engine *e, co
 	return rc;
 }
 
-static void print_ckpt(const struct cli *c, pid_t pid, const struct ckpt_stats *st, const char *tag)
+void ckpt_print_json_fields(const struct ckpt_stats *st)
 {
 	char hex[65];
 	cli_print_id(hex, st->id);
 	const struct engine_result *r = &st->r;
+	printf("\"snapshot\": \"%s\", \"stall_seconds\": %.4f, \"gpu_lock_seconds\": %.4f, "
+	       "\"gpu_checkpoint_seconds\": %.4f, \"criu_dump_seconds\": %.4f, \"gpu_resume_seconds\": %.4f, "
+	       "\"logical_bytes\": %llu, \"new_bytes\": %llu, \"stored_bytes\": %llu, \"zero_bytes\": %llu, "
+	       "\"ingest_seconds\": %.4f",
+	       hex, cli_secs(st->stall_ns), cli_secs(st->gpu_lock_ns), cli_secs(st->gpu_ckpt_ns),
+	       cli_secs(st->dump_ns), cli_secs(st->gpu_resume_ns), (unsigned long long)r->logical_bytes,
+	       (unsigned long long)r->new_bytes, (unsigned long long)r->stored_bytes,
+	       (unsigned long long)r->zero_bytes, cli_secs(r->ingest_ns));
+}
+
+static void print_ckpt(const struct cli *c, pid_t pid, const struct ckpt_stats *st, const char *tag)
+{
 	if (c->json) {
-		printf("{\"snapshot\": \"%s\", \"pid\": %d, \"stall_seconds\": %.4f, \"gpu_lock_seconds\": %.4f, "
-		       "\"gpu_checkpoint_seconds\": %.4f, \"criu_dump_seconds\": %.4f, \"gpu_resume_seconds\": %.4f, "
-		       "\"logical_bytes\": %llu, \"new_bytes\": %llu, \"stored_bytes\": %llu, \"zero_bytes\": %llu, "
-		       "\"ingest_seconds\": %.4f",
-		       hex, (int)pid, cli_secs(st->stall_ns), cli_secs(st->gpu_lock_ns), cli_secs(st->gpu_ckpt_ns),
-		       cli_secs(st->dump_ns), cli_secs(st->gpu_resume_ns), (unsigned long long)r->logical_bytes,
-		       (unsigned long long)r->new_bytes, (unsigned long long)r->stored_bytes,
-		       (unsigned long long)r->zero_bytes, cli_secs(r->ingest_ns));
+		printf("{\"pid\": %d, ", (int)pid);
+		ckpt_print_json_fields(st);
 		if (tag) {
 			printf(", \"tag\": ");
 			json_str(stdout, tag);
 		}
 		printf("}\n");
 	} else if (!c->quiet) {
-		char b1[32], b2[32], b3[32];
+		char hex[65], b1[32], b2[32], b3[32];
+		cli_print_id(hex, st->id);
+		const struct engine_result *r = &st->r;
 		printf("snapshot %s%s%s\n  %s logical, %s new, %s stored, ingested in %.2f s\n", hex,
 		       tag ? "  tag " : "", tag ? tag : "", fmt_bytes(r->logical_bytes, b1, sizeof(b1)),
 		       fmt_bytes(r->new_bytes, b2, sizeof(b2)), fmt_bytes(r->stored_bytes, b3, sizeof(b3)),
@@ -319,13 +327,9 @@ int cmd_restore(struct cli *c, int argc, char **argv)
 	if (c->json || c->quiet)
 		o.notes = NULL;
 	struct cas_store *store;
-	int rc = cas_open(c->store, CAS_READ, &store);
 	uint8_t id[32];
-	struct cas_manifest *m = NULL;
-	if (rc == 0)
-		rc = cas_snapshot_resolve(store, name, id);
-	if (rc == 0)
-		rc = cas_manifest_load(store, id, &m);
+	struct cas_manifest *m;
+	int rc = cli_snapshot_open(c, name, &store, id, &m);
 	if (rc == 0 && strcmp(m->kind, "process"))
 		rc = crest_errx(-EINVAL, "snapshot %s is a '%s' snapshot, not a process: use crest get", name, m->kind);
 	if (rc == 0 && geteuid() != 0)

@@ -177,6 +177,25 @@ void cli_progress_stop(struct cli_progress *cp)
 	free(cp);
 }
 
+int cli_snapshot_open(const struct cli *c, const char *name, struct cas_store **store, uint8_t id[32],
+		      struct cas_manifest **m)
+{
+	*m = NULL;
+	int rc = cas_open(c->store, CAS_READ, store);
+	if (rc < 0) {
+		*store = NULL;
+		return rc;
+	}
+	rc = cas_snapshot_resolve(*store, name, id);
+	if (rc == 0)
+		rc = cas_manifest_load(*store, id, m);
+	if (rc < 0) {
+		cas_close(*store);
+		*store = NULL;
+	}
+	return rc;
+}
+
 void cli_print_id(char out[65], const uint8_t id[32])
 {
 	hex_encode(id, 32, out);

@@ -38,6 +38,11 @@ struct cli_progress;
 struct cli_progress *cli_progress_start(const struct cli *c, struct engine_snap *s, const char *label);
 void cli_progress_stop(struct cli_progress *p);
 
+/* Opens the store read-only and loads snapshot `name` (id, prefix or tag).
+ * On success the caller owns *store and *m; on failure neither is left. */
+int cli_snapshot_open(const struct cli *c, const char *name, struct cas_store **store, uint8_t id[32],
+		      struct cas_manifest **m);
+
 void cli_print_id(char out[65], const uint8_t id[32]);
 double cli_secs(uint64_t ns);
 

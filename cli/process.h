@@ -23,4 +23,7 @@ struct ckpt_stats {
 int ckpt_once(const struct cli *c, struct cas_store *store, struct engine *e, const struct tp_opts *o,
 	      const char *tag, const uint8_t *parent, struct ckpt_stats *st);
 
+/* The checkpoint's figures as JSON members (no braces), for --json output. */
+void ckpt_print_json_fields(const struct ckpt_stats *st);
+
 #endif
