@@ -33,11 +33,25 @@ run() {  # run DIR CMAKE_ARGS...
 	rm -f "$dir/configure.log"
 	make -C "$dir" -j"$JOBS" --no-print-directory >/dev/null || { echo "test.sh: building $dir failed" >&2; exit 1; }
 	echo "=== $dir: ctest"
-	(cd "$dir" && ctest --output-on-failure) || status=1
+	(cd "$dir" && ctest --output-on-failure) 2>&1 | tee "$dir/ctest.log" || status=1
+	# ctest's own summary line, added up over both builds at the end.
+	local line
+	line=$( (grep -E "tests passed, [0-9]+ tests? failed out of [0-9]+" "$dir/ctest.log" || true) | tail -n1)
+	local failed total skipped
+	failed=$(sed -E 's/.* ([0-9]+) tests? failed out of.*/\1/' <<<"$line")
+	total=$(sed -E 's/.*out of ([0-9]+).*/\1/' <<<"$line")
+	skipped=$(grep -cE "^\s+[0-9]+ - .*\(Skipped\)" "$dir/ctest.log" || true)
+	[ -n "$line" ] || { failed=1; total=1; status=1; }
+	PASSED=$((PASSED + total - failed - skipped))
+	FAILED=$((FAILED + failed))
+	SKIPPED=$((SKIPPED + skipped))
 }
+PASSED=0 FAILED=0 SKIPPED=0
 
 mkdir -p build build-asan
 run build
 run build-asan -DCREST_SANITIZE=ON
+[ "$FAILED" -eq 0 ] || status=1
 [ "$status" -eq 0 ] && echo "=== all tests passed" || echo "=== some tests FAILED" >&2
+echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
 exit "$status"
