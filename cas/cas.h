@@ -4,7 +4,9 @@
  *
  *   STORE/FORMAT          "crest-store 1": written first, checked on open
  *   STORE/lock            flock()ed by the one writer
- *   STORE/packs/N.pack    append-only chunk records (header + LZ4 or raw data)
+ *   STORE/packs/N.pack    append-only chunk records (header + LZ4 or raw data);
+ *                         each header holds the chunk's SHA-256 and a CRC32C
+ *                         of the stored bytes
  *   STORE/index/          RocksDB: chunk index, manifests, summaries, tags
  *
  * Promises:
@@ -32,7 +34,7 @@
 
 #define CAS_FORMAT_VERSION 1
 #define CAS_ID_LEN 32
-#define CAS_REC_HEADER 48              /* bytes before each chunk's data in a pack */
+#define CAS_REC_HEADER 56              /* bytes before each chunk's data in a pack */
 #define CAS_CHUNK_MAX (32u << 20)     /* largest raw chunk a store accepts */
 
 struct cas_store;
@@ -62,7 +64,8 @@ const char *cas_dir(const struct cas_store *s);
 /* 0 and *loc when the index has sha, -ENOENT when not, other negatives on I/O. */
 int cas_chunk_lookup(struct cas_store *s, const uint8_t sha[32], struct cas_loc *loc);
 
-/* Reads the chunk at loc into raw (cap bytes) and decompresses it. The caller
+/* Reads the chunk at loc into raw (cap bytes) and decompresses it. The record
+ * header must match the index and the stored bytes their CRC32C. The caller
  * verifies the SHA-256 of what comes back: a read is only as good as the disk.
  * scratch must hold loc->stored bytes when the chunk is compressed.
  * Thread-safe. Returns the raw length or a negative code. */
@@ -82,6 +85,51 @@ int cas_pack_reserve(struct cas_store *s, uint32_t stored, uint32_t raw, uint8_t
 		     struct cas_loc *loc);
 int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n);
 int cas_pack_sync(struct cas_store *s);
+
+/* Sequential reads for restores of large streams (regions): no SHA-256 per
+ * chunk and, mostly, no index look-up.
+ *
+ * Why this is safe without re-hashing: a chunk's SHA-256 was computed at
+ * ingest over exactly the bytes that went into its record, and the record
+ * header binds that SHA-256 to a CRC32C of the stored bytes. Finding the
+ * expected SHA-256 in a header (identity) and the stored bytes matching the
+ * header's CRC32C (integrity: any change on disk since it was written) is as
+ * good a check as re-hashing, barring deliberate tampering with the pack,
+ * which `casctl verify` (full SHA-256) is for.
+ *
+ * Why it is fast: the engine writes a stream's chunks in order, a few
+ * streams of chunks interleaved (one per ingest worker), so the next chunk
+ * of a stream usually lies a few records after the previous one. A cursor
+ * remembers where the last chunk ended; the reader walks record headers
+ * from there (packs are mapped, so skipping a record costs one header read)
+ * and asks the index only when the chunk is not near.
+ *
+ * Headers are read only at offsets known to start a record: the pack start
+ * of a looked-up record, or the end of a record walked over. A walk never
+ * goes past the end of a record known to be committed (cas_reader_hint and
+ * every look-up raise that bound): bytes a writer wrote past its last commit
+ * may be cut off under the mapping. */
+struct cas_reader;
+struct cas_cursor {
+	uint32_t pack;
+	uint64_t off;      /* where the next record is expected */
+	bool valid;
+};
+/* One per restore, shared by its threads; maps packs as they are needed. */
+int cas_reader_open(struct cas_store *s, struct cas_reader **out);
+void cas_reader_close(struct cas_reader *r);
+/* Looks sha up and notes its record as committed, so that walks may reach
+ * it: give the last chunk of a batch about to be read. Missing: 0. */
+int cas_reader_hint(struct cas_reader *r, const uint8_t sha[32]);
+/* Reads chunk sha, len bytes raw, into dst, checked (header SHA-256 and
+ * CRC32C; sizes against the index when it was looked up) and decompressed;
+ * then *cur points past its record. Nothing is written to dst unless the
+ * stored bytes checked out; bounce (len bytes, may be NULL) keeps dst
+ * untouched also should decompression fail. Thread-safe for distinct
+ * cursors. -EBADMSG with a message naming the chunk when it is missing or
+ * damaged. */
+int cas_reader_get(struct cas_reader *r, struct cas_cursor *cur, const uint8_t sha[32], void *dst,
+		   uint32_t len, void *bounce);
 
 struct cas_index_entry {
 	uint8_t sha[32];

@@ -11,6 +11,9 @@
 #define CAS_PACK_MAGIC "CRESTPAK"
 #define CAS_PACK_HEADER 16
 #define CAS_PACK_LIMIT_DEFAULT (1ull << 30)
+#define CAS_REC_MAGIC "CRCK"
+#define CAS_REC_CRC 16     /* offsets in a record header; see pack.c */
+#define CAS_REC_SHA 24
 
 struct cas_store {
 	char *dir;
@@ -52,5 +55,6 @@ void cas_pack_close_writer(struct cas_store *s);
 void cas_pack_mark(struct cas_store *s, const struct cas_index_entry *e, size_t n);
 void cas_pack_close_readers(struct cas_store *s);
 void cas_pack_path(const struct cas_store *s, uint32_t pack, char *buf, size_t cap);
+int cas_pack_max_on_disk(struct cas_store *s, uint32_t *max);
 
 #endif

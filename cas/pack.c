@@ -3,16 +3,19 @@
  * syncing, and reading records back; see cas.h.
  *
  * A pack starts with 16 bytes ("CRESTPAK", u32 version, u32 pack number).
- * Each record is a 48-byte header (magic "CRCK", codec, 3 zero bytes, u32 raw
- * length, u32 stored length, the chunk's SHA-256) and then the stored bytes.
- * The header makes a pack self-describing: the index can be checked against
- * it on every read and rebuilt from it if lost.
+ * Each record is a 56-byte header and then the stored bytes. The header:
+ *   0 "CRCK"  4 codec  5 3 zero bytes  8 u32 raw length  12 u32 stored length
+ *   16 u32 CRC32C of the stored bytes  20 4 zero bytes  24 the chunk's SHA-256
+ * (little-endian). It makes a pack self-describing: the index can be checked
+ * against it on every read and rebuilt from it if lost; the CRC32C lets
+ * restores check the bytes without re-hashing them (see cas_reader_get).
  *
  * Invariant: each writer session creates a new pack (numbered one past the
  * highest on disk) and only ever writes records at places cas_pack_reserve
  * handed out, so no two records overlap and nothing committed is rewritten.
  */
 #include "cas/cas_int.h"
+#include "util/crc32c.h"
 #include "util/err.h"
 #include "util/sha256.h"
 
@@ -36,7 +39,7 @@ void cas_pack_path(const struct cas_store *s, uint32_t pack, char *buf, size_t c
 	snprintf(buf, cap, "%s/packs/%08u.pack", s->dir, pack);
 }
 
-static int pack_max_on_disk(struct cas_store *s, uint32_t *max)
+int cas_pack_max_on_disk(struct cas_store *s, uint32_t *max)
 {
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/packs", s->dir);
@@ -91,7 +94,7 @@ int cas_pack_open_writer(struct cas_store *s)
 	if (mkdir(path, 0700) < 0 && errno != EEXIST)
 		return crest_errf(-errno, "cannot create %s", path);
 	uint32_t max = 0;
-	int rc = pack_max_on_disk(s, &max);
+	int rc = cas_pack_max_on_disk(s, &max);
 	if (rc < 0)
 		return rc;
 	s->cur_pack = s->first_pack = s->mark_pack = max + 1;
@@ -216,7 +219,10 @@ static void rec_header(uint8_t h[CAS_REC_HEADER], const struct cas_write *w)
 	h[4] = w->loc.codec;
 	memcpy(h + 8, &w->loc.raw, 4);
 	memcpy(h + 12, &w->loc.stored, 4);
-	memcpy(h + 16, w->sha, 32);
+	/* On the writer thread: workers hand over data, not checksums. */
+	const uint32_t crc = crc32c(w->data, w->loc.stored);
+	memcpy(h + CAS_REC_CRC, &crc, 4);
+	memcpy(h + CAS_REC_SHA, w->sha, 32);
 }
 
 /* Finishes a short write synchronously: rare (signals, full disks), so the
@@ -414,15 +420,22 @@ int cas_chunk_read(struct cas_store *s, const uint8_t sha[32], const struct cas_
 			adv -= take;
 		}
 	}
-	uint32_t hraw, hstored;
+	uint32_t hraw, hstored, hcrc;
 	memcpy(&hraw, h + 8, 4);
 	memcpy(&hstored, h + 12, 4);
+	memcpy(&hcrc, h + CAS_REC_CRC, 4);
 	if (memcmp(h, REC_MAGIC, 4) || h[4] != loc->codec || hraw != loc->raw || hstored != loc->stored ||
-	    memcmp(h + 16, sha, 32)) {
+	    memcmp(h + CAS_REC_SHA, sha, 32)) {
 		cas_pack_path(s, loc->pack, path, sizeof(path));
 		hex_encode(sha, 32, hex);
 		return crest_errx(-EBADMSG, "chunk %.16s: record header at %s offset %llu does not match "
 				  "the index (damaged pack)", hex, path, (unsigned long long)loc->off);
+	}
+	if (crc32c(dst, loc->stored) != hcrc) {
+		cas_pack_path(s, loc->pack, path, sizeof(path));
+		hex_encode(sha, 32, hex);
+		return crest_errx(-EBADMSG, "chunk %.16s at %s offset %llu fails its CRC32C check "
+				  "(damaged pack)", hex, path, (unsigned long long)loc->off);
 	}
 	if (loc->codec == CAS_CODEC_LZ4) {
 		int n = LZ4_decompress_safe(scratch, raw, (int)loc->stored, (int)cap);

@@ -56,9 +56,9 @@ check_caught() {
 }
 
 read -r off _ stored sha <<<"$raw_rec"
-check_caught "raw chunk data" $((off + 48 + stored / 2)) "$sha"
+check_caught "raw chunk data" $((off + 56 + stored / 2)) "$sha"
 read -r off _ stored sha <<<"$lz4_rec"
-check_caught "LZ4 chunk data" $((off + 48 + stored / 2)) "$sha"
+check_caught "LZ4 chunk data" $((off + 56 + stored / 2)) "$sha"
 check_caught "record header" $((off + 8)) "$sha"
 
 note "after undoing every flip, get is bit-exact"

@@ -262,23 +262,23 @@ static int flip(const char *path, uint64_t off)
 }
 
 /* Walks a pack's records the way cas/pack.c lays them out: a 16-byte pack
- * header, then per record a 48-byte header ("CRCK", codec, 3 pad, u32 raw,
- * u32 stored, sha[32]) and the stored bytes. */
+ * header, then per record a 56-byte header ("CRCK", codec, 3 pad, u32 raw,
+ * u32 stored, u32 crc32c, 4 pad, sha[32]) and the stored bytes. */
 static int records(const char *path)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return die(path);
 	uint64_t off = 16;
-	uint8_t h[48];
-	while (fseeko(f, (off_t)off, SEEK_SET) == 0 && fread(h, 1, 48, f) == 48 && !memcmp(h, "CRCK", 4)) {
+	uint8_t h[56];
+	while (fseeko(f, (off_t)off, SEEK_SET) == 0 && fread(h, 1, 56, f) == 56 && !memcmp(h, "CRCK", 4)) {
 		uint32_t stored;
 		memcpy(&stored, h + 12, 4);
 		printf("%llu %u %u ", (unsigned long long)off, h[4], stored);
 		for (int i = 0; i < 32; i++)
-			printf("%02x", h[16 + i]);
+			printf("%02x", h[24 + i]);
 		printf("\n");
-		off += 48 + stored;
+		off += 56 + stored;
 	}
 	fclose(f);
 	return 0;
