@@ -123,9 +123,9 @@ void cas_reader_close(struct cas_reader *r);
 int cas_reader_hint(struct cas_reader *r, const uint8_t sha[32]);
 /* Reads chunk sha, len bytes raw, into dst, checked (header SHA-256 and
  * CRC32C; sizes against the index when it was looked up) and decompressed;
- * then *cur points past its record. Nothing is written to dst unless the
- * stored bytes checked out; bounce (len bytes, may be NULL) keeps dst
- * untouched also should decompression fail. Thread-safe for distinct
+ * then *cur points past its record. With bounce (len bytes) dst is written
+ * only once everything checked out; without, dst may hold junk after an
+ * error (fine for a staging buffer that is then not used). Thread-safe for distinct
  * cursors. -EBADMSG with a message naming the chunk when it is missing or
  * damaged. */
 int cas_reader_get(struct cas_reader *r, struct cas_cursor *cur, const uint8_t sha[32], void *dst,
