@@ -890,11 +890,16 @@ static int match_regions(crest_t *c, const struct cas_manifest *m, const char *s
 	return 0;
 }
 
-static int restore_device(crest_t *c, const struct restore_ctx *rc_ctx, const struct cas_manifest *m)
+/* Every region, host and device, through restore/gpu.c's windows: chunks
+ * read through cas_reader_get (header SHA-256 and CRC32C, no per-chunk
+ * hashing or look-up), device windows staged in pinned slices. */
+static int restore_regions(crest_t *c, const struct restore_ctx *rc_ctx, const struct cas_manifest *m)
 {
-	size_t n = 0;
-	for (size_t i = 0; i < c->nregions; i++)
-		n += c->regions[i].mem == CREST_MEM_DEVICE && c->regions[i].size;
+	size_t n = 0, ndev = 0;
+	for (size_t i = 0; i < c->nregions; i++) {
+		n += c->regions[i].size > 0;
+		ndev += c->regions[i].mem == CREST_MEM_DEVICE && c->regions[i].size;
+	}
 	if (!n)
 		return 0;
 	struct restore_gpu_dst *dst = calloc(n, sizeof(*dst));
@@ -907,10 +912,13 @@ static int restore_device(crest_t *c, const struct restore_ctx *rc_ctx, const st
 	size_t k = 0;
 	for (size_t i = 0; rc == 0 && i < c->nregions; i++) {
 		const struct region *r = &c->regions[i];
-		if (r->mem != CREST_MEM_DEVICE || !r->size)
+		if (!r->size)
 			continue;
-		dst[k++] = (struct restore_gpu_dst){ .st = cas_manifest_find(m, r->name), .ctx = r->ctx,
-						     .dst = (CUdeviceptr)(uintptr_t)r->ptr };
+		if (r->mem == CREST_MEM_HOST)
+			dst[k++] = (struct restore_gpu_dst){ .st = cas_manifest_find(m, r->name), .host = r->ptr };
+		else
+			dst[k++] = (struct restore_gpu_dst){ .st = cas_manifest_find(m, r->name), .ctx = r->ctx,
+							     .dst = (CUdeviceptr)(uintptr_t)r->ptr };
 	}
 	/* Two windows per thread; take slices as they come, waiting only for
 	 * the first (a checkpoint still being ingested holds the rest). */
@@ -919,8 +927,8 @@ static int restore_device(crest_t *c, const struct restore_ctx *rc_ctx, const st
 		long nc = sysconf(_SC_NPROCESSORS_ONLN);
 		threads = nc > 0 ? (unsigned)nc : 1;
 	}
-	size_t want = (2 * (size_t)threads + per - 1) / per, got = 0, nbufs = 0;
-	if (want < 1)
+	size_t want = ndev ? (2 * (size_t)threads + per - 1) / per : 0, got = 0, nbufs = 0;
+	if (ndev && want < 1)
 		want = 1;
 	while (rc == 0 && got < want) {
 		struct pool_slice *s = got == 0 || nbufs < 2 ? pool_take(c->pool) : pool_try_take(c->pool);
@@ -963,14 +971,10 @@ int crest_restore(crest_t *c, const char *snapshot, struct crest_restore_result 
 		rc = sync_devices(c, NULL, 0);   /* nothing may still be reading the regions */
 	struct restore_ctx rctx = { .store = c->store, .snapshot = hex, .threads = c->o.restore_threads };
 	uint64_t bytes = 0;
-	for (size_t i = 0; rc == 0 && i < c->nregions; i++) {
-		const struct region *r = &c->regions[i];
-		bytes += r->size;
-		if (r->mem == CREST_MEM_HOST && r->size)
-			rc = restore_stream_to_memory(&rctx, cas_manifest_find(m, r->name), r->ptr, r->size);
-	}
+	for (size_t i = 0; rc == 0 && i < c->nregions; i++)
+		bytes += c->regions[i].size;
 	if (rc == 0)
-		rc = restore_device(c, &rctx, m);
+		rc = restore_regions(c, &rctx, m);
 	if (c->d)
 		c->d->CtxSetCurrent(saved);
 	cas_manifest_free(m);

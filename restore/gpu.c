@@ -1,7 +1,6 @@
 /* gpu.c - restoring region streams into device memory; see gpu.h. */
 #include "restore/gpu.h"
 #include "util/err.h"
-#include "util/sha256.h"
 
 #include <errno.h>
 #include <lz4.h>
@@ -23,7 +22,9 @@ struct job {
 	const struct restore_gpu_dst *dst;
 	size_t n;
 	const struct restore_gpu_opts *o;
+	struct cas_reader *rd;
 	uint32_t maxchunk;
+	size_t win;                  /* bytes per window */
 	/* cursor, under lock */
 	pthread_mutex_t lock;
 	size_t cur_dst;
@@ -37,14 +38,11 @@ struct job {
 struct worker {
 	struct job *j;
 	uint8_t *buf[2];
-	uint8_t *scratch;
-	struct sha256_hasher *h;
+	uint8_t *scratch;            /* bounce buffer for host regions */
 	CUcontext ctx;               /* the context stream and events belong to */
 	CUstream stream;
 	CUevent ev[2];
 	bool inflight[2];
-	struct cas_loc last;         /* the previous chunk read: where to guess next */
-	bool guess_ok;
 };
 
 static void job_fail(struct job *j, int err)
@@ -71,7 +69,7 @@ static int job_next(struct job *j, struct window *w, bool *got)
 	}
 	if (j->cur_dst < j->n) {
 		const struct cas_stream *st = j->dst[j->cur_dst].st;
-		const uint64_t cap = j->o->buf_bytes;
+		const uint64_t cap = j->win;
 		*w = (struct window){ .dst = j->cur_dst, .ext = j->cur_ext, .in = j->cur_in, .off = j->cur_off };
 		while (j->cur_ext < st->nextents && w->len < cap) {
 			const struct cas_extent *x = &st->ext[j->cur_ext];
@@ -94,7 +92,7 @@ static int job_next(struct job *j, struct window *w, bool *got)
 		if (w->len == 0) {
 			rc = crest_errx(-EINVAL, "snapshot %s, stream %s: a %llu-byte chunk does not fit "
 					"a %zu-byte restore buffer", j->c->snapshot, st->name,
-					(unsigned long long)st->ext[j->cur_ext].len, j->o->buf_bytes);
+					(unsigned long long)st->ext[j->cur_ext].len, j->win);
 		} else {
 			j->cur_off += w->len;
 			*got = true;
@@ -104,13 +102,36 @@ static int job_next(struct job *j, struct window *w, bool *got)
 	return rc;
 }
 
-/* Reads and checks the window's chunks into buf. */
-static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf)
+/* Reads and checks the window's chunks into buf: with cas_reader_get, a
+ * chunk is identified by the SHA-256 in its record header and checked by the
+ * header's CRC32C (see cas.h for why that suffices); the reader walks the
+ * pack from where the previous chunk ended and asks the index only when the
+ * next chunk is not close by. Host regions are filled in place (buf is the
+ * region), through a bounce buffer, so a chunk that fails leaves its bytes
+ * as they were. */
+static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, bool host)
 {
 	const struct job *j = wk->j;
 	const struct cas_stream *st = j->dst[w->dst].st;
 	uint64_t o = 0, in = w->in;
-	char hex[65];
+	/* The window's last chunk, looked up first, bounds how far walks may go
+	 * (cas.h): without it every chunk past a pack's known end would cost a
+	 * look-up. */
+	uint64_t last = UINT64_MAX, lastoff = 0;
+	for (uint64_t e = w->ext, eo = 0; eo < w->len && e < st->nextents; e++) {
+		if (!st->ext[e].hole) {
+			last = e;
+			lastoff = eo;
+		}
+		eo += st->ext[e].len - (e == w->ext ? w->in : 0);
+	}
+	if (last != UINT64_MAX) {
+		int rc = cas_reader_hint(j->rd, st->ext[last].sha);
+		if (rc < 0)
+			return crest_errctx(rc, "snapshot %s, stream %s, offset %llu", j->c->snapshot, st->name,
+					    (unsigned long long)(w->off + lastoff));
+	}
+	struct cas_cursor cur = { .valid = false };
 	for (uint64_t e = w->ext; o < w->len; e++, in = 0) {
 		const struct cas_extent *x = &st->ext[e];
 		if (atomic_load(&j->stop))
@@ -119,53 +140,12 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf)
 			const uint64_t n = x->len - in < w->len - o ? x->len - in : w->len - o;
 			memset(buf + o, 0, n);
 			o += n;
-			wk->guess_ok = false;
 			continue;
 		}
-		/* Chunks a worker found new in one go sit back to back in a pack:
-		 * try the place right after the previous chunk before asking the
-		 * index. cas_chunk_read checks the record header (sha, sizes)
-		 * against the guess, and the hash below checks the bytes, so a
-		 * wrong guess costs one read and falls back to the look-up. */
-		struct cas_loc loc;
-		int rc = -ENOENT;
-		if (wk->guess_ok) {
-			loc = (struct cas_loc){ .pack = wk->last.pack, .off = wk->last.off + CAS_REC_HEADER + wk->last.stored,
-						.raw = (uint32_t)x->len, .stored = (uint32_t)x->len, .codec = CAS_CODEC_RAW };
-			if (cas_chunk_read(j->c->store, x->sha, &loc, buf + o, (uint32_t)x->len, wk->scratch) ==
-			    (int)x->len) {
-				uint8_t sum[32];
-				if (sha256_hash(wk->h, buf + o, x->len, sum) == 0 && !memcmp(sum, x->sha, 32)) {
-					wk->last = loc;
-					o += x->len;
-					continue;
-				}
-			}
-		}
-		rc = cas_chunk_lookup(j->c->store, x->sha, &loc);
-		if (rc == -ENOENT) {
-			hex_encode(x->sha, 32, hex);
-			rc = crest_errx(-EBADMSG, "chunk %.16s is missing from the store", hex);
-		}
-		if (rc == 0 && loc.raw != x->len) {
-			hex_encode(x->sha, 32, hex);
-			rc = crest_errx(-EBADMSG, "chunk %.16s has %u bytes in the index, %llu in the manifest",
-					hex, loc.raw, (unsigned long long)x->len);
-		}
-		if (rc == 0)
-			rc = cas_chunk_read(j->c->store, x->sha, &loc, buf + o, (uint32_t)x->len, wk->scratch);
-		uint8_t sum[32];
-		if (rc >= 0)
-			rc = sha256_hash(wk->h, buf + o, x->len, sum);
-		if (rc == 0 && memcmp(sum, x->sha, 32)) {
-			hex_encode(x->sha, 32, hex);
-			rc = crest_errx(-EBADMSG, "chunk %.16s is damaged: its bytes do not hash to its name", hex);
-		}
+		int rc = cas_reader_get(j->rd, &cur, x->sha, buf + o, (uint32_t)x->len, host ? wk->scratch : NULL);
 		if (rc < 0)
 			return crest_errctx(rc, "snapshot %s, stream %s, offset %llu", j->c->snapshot, st->name,
 					    (unsigned long long)(w->off + o));
-		wk->last = loc;
-		wk->guess_ok = loc.codec == CAS_CODEC_RAW;
 		o += x->len;
 	}
 	return 0;
@@ -229,11 +209,17 @@ static void *worker_main(void *arg)
 		if (rc < 0 || !got)
 			break;
 		const struct restore_gpu_dst *t = &j->dst[w.dst];
+		if (t->host) {
+			rc = window_fill(wk, &w, t->host + w.off, true);
+			if (rc < 0)
+				break;
+			continue;
+		}
 		rc = worker_use_ctx(wk, t->ctx);
 		if (rc == 0)
 			rc = worker_sync(wk, b);  /* the buffer's previous copy must be done */
 		if (rc == 0)
-			rc = window_fill(wk, &w, wk->buf[b]);
+			rc = window_fill(wk, &w, wk->buf[b], false);
 		if (rc < 0 || atomic_load(&j->stop))
 			break;
 		rc = cudrv_check(d, d->MemcpyHtoDAsync(t->dst + w.off, wk->buf[b], w.len, wk->stream),
@@ -262,9 +248,12 @@ static void *worker_main(void *arg)
 int restore_streams_to_device(const struct restore_ctx *c, const struct restore_gpu_dst *dst, size_t n,
 			      const struct restore_gpu_opts *o)
 {
-	if (o->nbufs < 2)
-		return crest_errx(-EINVAL, "restoring to the device needs at least two staging buffers");
-	struct job j = { .c = c, .dst = dst, .n = n, .o = o };
+	bool device = false;
+	for (size_t i = 0; i < n; i++)
+		device |= !dst[i].host;
+	if (device && (o->nbufs < 2 || !o->d))
+		return crest_errx(-EINVAL, "restoring to the device needs the driver and two staging buffers");
+	struct job j = { .c = c, .dst = dst, .n = n, .o = o, .win = o->buf_bytes ? o->buf_bytes : 8u << 20 };
 	for (size_t i = 0; i < n; i++)
 		for (uint64_t e = 0; e < dst[i].st->nextents; e++)
 			if (!dst[i].st->ext[e].hole && dst[i].st->ext[e].len > j.maxchunk)
@@ -276,27 +265,30 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 		long nc = sysconf(_SC_NPROCESSORS_ONLN);
 		threads = nc > 0 ? (unsigned)nc : 1;
 	}
-	if (threads > o->nbufs / 2)
+	if (device && threads > o->nbufs / 2)
 		threads = o->nbufs / 2;
+	int rc = cas_reader_open(c->store, &j.rd);
+	if (rc < 0)
+		return rc;
 	pthread_mutex_init(&j.lock, NULL);
 	CUcontext saved = NULL;
-	o->d->CtxGetCurrent(&saved);
+	if (device)
+		o->d->CtxGetCurrent(&saved);
 	struct worker *wk = calloc(threads, sizeof(*wk));
 	pthread_t *t = calloc(threads, sizeof(*t));
-	int rc = wk && t ? 0 : crest_errf(-ENOMEM, "starting restore threads");
+	rc = wk && t ? 0 : crest_errf(-ENOMEM, "starting restore threads");
 	unsigned started = 0;
 	for (unsigned i = 0; rc == 0 && i < threads; i++) {
 		wk[i].j = &j;
-		wk[i].buf[0] = o->bufs[2 * i];
-		wk[i].buf[1] = o->bufs[2 * i + 1];
-		wk[i].scratch = malloc((size_t)LZ4_compressBound((int)(j.maxchunk ? j.maxchunk : 1)) + 64);
+		if (device) {
+			wk[i].buf[0] = o->bufs[2 * i];
+			wk[i].buf[1] = o->bufs[2 * i + 1];
+		}
+		wk[i].scratch = malloc(j.maxchunk ? j.maxchunk : 1);
 		if (!wk[i].scratch) {
 			rc = crest_errf(-ENOMEM, "allocating restore buffers");
 			break;
 		}
-		rc = sha256_hasher_new(&wk[i].h);
-		if (rc < 0)
-			break;
 		int prc = pthread_create(&t[i], NULL, worker_main, &wk[i]);
 		if (prc != 0) {
 			rc = crest_errf(-prc, "starting restore threads");
@@ -308,13 +300,13 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 		job_fail(&j, rc);
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(t[i], NULL);
-	for (unsigned i = 0; wk && i < threads; i++) {
+	for (unsigned i = 0; wk && i < threads; i++)
 		free(wk[i].scratch);
-		sha256_hasher_free(wk[i].h);
-	}
 	free(wk);
 	free(t);
-	o->d->CtxSetCurrent(saved);
+	if (device)
+		o->d->CtxSetCurrent(saved);
+	cas_reader_close(j.rd);
 	pthread_mutex_destroy(&j.lock);
 	if (j.err) {
 		crest_errset_str(j.msg);

@@ -2,8 +2,9 @@
  * gpu.h - restoring region streams into device memory.
  *
  * Worker threads take windows of consecutive chunks (never more than one
- * buffer's worth, never across streams), read, decompress and verify them
- * straight into pinned host buffers, then start an asynchronous host-to-
+ * buffer's worth, never across streams), read, check (cas_reader_get: the
+ * record header's SHA-256 and CRC32C) and decompress them straight into
+ * pinned host buffers, then start an asynchronous host-to-
  * device copy of the window; each thread owns two buffers, so it fills one
  * while the other crosses PCIe. Disk (page cache), CPU and PCIe overlap.
  * A window is copied to the device only once every chunk in it checked out:
@@ -24,17 +25,20 @@ struct restore_gpu_dst {
 	const struct cas_stream *st;  /* source; st->size bytes are written */
 	CUcontext ctx;                /* the context dst belongs to */
 	CUdeviceptr dst;
+	uint8_t *host;                /* non-NULL: a host region, filled in place */
 };
 
 struct restore_gpu_opts {
-	const struct cudrv *d;
-	uint8_t *const *bufs;         /* pinned host buffers, at least 2 */
+	const struct cudrv *d;        /* NULL when every destination is on the host */
+	uint8_t *const *bufs;         /* pinned host buffers, at least 2 for devices */
 	unsigned nbufs;
-	size_t buf_bytes;             /* each; a window never exceeds it */
+	size_t buf_bytes;             /* each; a window never exceeds it (0: 8 MiB) */
 };
 
-/* Restores n streams; c->threads caps the threads (nbufs / 2 does too).
- * Returns when every copy has reached the device. */
+/* Restores n streams; c->threads caps the threads (nbufs / 2 does too when
+ * any destination is a device). Returns when every copy has reached the
+ * device. Host destinations take the same path without the copy: a chunk
+ * that fails its check leaves its bytes in the region as they were. */
 int restore_streams_to_device(const struct restore_ctx *c, const struct restore_gpu_dst *dst, size_t n,
 			      const struct restore_gpu_opts *o);
 
