@@ -36,7 +36,7 @@
 #define CREST_MAGIC 0x6372657374415049ull   /* "crestAPI" */
 #define MAX_CTX 16
 #define SEGMENT (4u << 20)                  /* the engine's segment: slices are multiples */
-#define RESTORE_WINDOW (8u << 20)           /* restore buffer: small, so the pipeline fills fast */
+#define RESTORE_WINDOW (64u << 20)          /* largest restore window: see restore_regions */
 
 struct region {
 	uint64_t id;
@@ -904,8 +904,22 @@ static int restore_regions(crest_t *c, const struct restore_ctx *rc_ctx, const s
 		return 0;
 	struct restore_gpu_dst *dst = calloc(n, sizeof(*dst));
 	struct pool_slice **sl = calloc(pool_nslices(c->pool), sizeof(*sl));
+	unsigned threads = c->o.restore_threads;
+	if (!threads) {
+		long nc = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = nc > 0 ? (unsigned)nc : 1;
+	}
+	/* Windows as large as two per thread allow, up to 64 MiB: a window is
+	 * restored by walking the packs over the segments it covers (gpu.c),
+	 * and the more of the segments that were ingested side by side it
+	 * covers, the fewer records each walk passes over for nothing. Host
+	 * regions need no staging and take the largest. */
 	const size_t slice = pool_slice_bytes(c->pool);
-	const size_t win = slice < RESTORE_WINDOW ? slice : RESTORE_WINDOW;
+	size_t win = (size_t)pool_nslices(c->pool) * slice / (2 * (size_t)threads);
+	win = win > RESTORE_WINDOW ? RESTORE_WINDOW : win;
+	win = win > slice ? slice : win;
+	win -= win % SEGMENT;
+	win = win < SEGMENT ? SEGMENT : win;
 	const size_t per = slice / win;
 	uint8_t **bufs = calloc((size_t)pool_nslices(c->pool) * per, sizeof(*bufs));
 	int rc = dst && sl && bufs ? 0 : crest_errf(-ENOMEM, "restoring device regions");
@@ -922,11 +936,6 @@ static int restore_regions(crest_t *c, const struct restore_ctx *rc_ctx, const s
 	}
 	/* Two windows per thread; take slices as they come, waiting only for
 	 * the first (a checkpoint still being ingested holds the rest). */
-	unsigned threads = c->o.restore_threads;
-	if (!threads) {
-		long nc = sysconf(_SC_NPROCESSORS_ONLN);
-		threads = nc > 0 ? (unsigned)nc : 1;
-	}
 	size_t want = ndev ? (2 * (size_t)threads + per - 1) / per : 0, got = 0, nbufs = 0;
 	if (ndev && want < 1)
 		want = 1;
@@ -939,7 +948,8 @@ static int restore_regions(crest_t *c, const struct restore_ctx *rc_ctx, const s
 			bufs[nbufs++] = s->p + j * win;
 	}
 	if (rc == 0) {
-		struct restore_gpu_opts go = { .d = c->d, .bufs = bufs, .nbufs = (unsigned)nbufs, .buf_bytes = win };
+		struct restore_gpu_opts go = { .d = c->d, .bufs = bufs, .nbufs = (unsigned)nbufs,
+					       .buf_bytes = ndev ? win : RESTORE_WINDOW };
 		rc = restore_streams_to_device(rc_ctx, dst, n, &go);
 	}
 	for (size_t i = 0; i < got; i++)

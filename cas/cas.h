@@ -93,43 +93,64 @@ int cas_pack_sync(struct cas_store *s);
  * ingest over exactly the bytes that went into its record, and the record
  * header binds that SHA-256 to a CRC32C of the stored bytes. Finding the
  * expected SHA-256 in a header (identity) and the stored bytes matching the
- * header's CRC32C (integrity: any change on disk since it was written) is as
- * good a check as re-hashing, barring deliberate tampering with the pack,
+ * header's CRC32C (integrity: any change on disk since they were written) is
+ * as good a check as re-hashing, barring deliberate forgery inside the pack,
  * which `casctl verify` (full SHA-256) is for.
  *
- * Why it is fast: the engine writes a stream's chunks in order, a few
- * streams of chunks interleaved (one per ingest worker), so the next chunk
- * of a stream usually lies a few records after the previous one. A cursor
- * remembers where the last chunk ended; the reader walks record headers
- * from there (packs are mapped, so skipping a record costs one header read)
- * and asks the index only when the chunk is not near.
- *
- * Headers are read only at offsets known to start a record: the pack start
- * of a looked-up record, or the end of a record walked over. A walk never
- * goes past the end of a record known to be committed (cas_reader_hint and
- * every look-up raise that bound): bytes a writer wrote past its last commit
- * may be cut off under the mapping. */
+ * Why it is fast: the engine writes a stream's chunks in order, a few runs
+ * interleaved (one per ingest worker), so a batch of consecutive chunks lies
+ * in a few stretches of a pack. A span walks a stretch: one pread fills its
+ * buffer with many records, cas_reader_next steps from record to record and
+ * the caller takes the ones it wants (cas_reader_take). Headers are read
+ * only where a record is known to start (a looked-up record, or the end of
+ * one walked over), and never past the end of a record known committed
+ * (cas_reader_locate and cas_reader_hint raise that bound): what a writer
+ * wrote past its last commit may be cut or rewritten.
+ */
 struct cas_reader;
 struct cas_cursor {
 	uint32_t pack;
-	uint64_t off;      /* where the next record is expected */
+	uint64_t off;      /* where the next record starts */
 	bool valid;
 };
-/* One per restore, shared by its threads; maps packs as they are needed. */
+struct cas_span {
+	struct cas_cursor cur;
+	uint8_t *buf;      /* the caller's buffer, cap bytes (a few MiB) */
+	size_t cap;
+	uint32_t pack;     /* what buf holds: len bytes of pack from base */
+	uint64_t base;
+	size_t len;
+};
+struct cas_rec {
+	const uint8_t *sha, *hdr;   /* in the span's buffer: valid until the next call */
+	uint32_t pack;
+	uint64_t off;
+	uint8_t codec;
+	uint32_t raw, stored, crc;
+};
+/* One per restore, shared by its threads; opens packs once, as needed. */
 int cas_reader_open(struct cas_store *s, struct cas_reader **out);
 void cas_reader_close(struct cas_reader *r);
 /* Looks sha up and notes its record as committed, so that walks may reach
- * it: give the last chunk of a batch about to be read. Missing: 0. */
+ * it: give the last chunk of a batch. Missing: 0 (the read reports it). */
 int cas_reader_hint(struct cas_reader *r, const uint8_t sha[32]);
-/* Reads chunk sha, len bytes raw, into dst, checked (header SHA-256 and
- * CRC32C; sizes against the index when it was looked up) and decompressed;
- * then *cur points past its record. With bounce (len bytes) dst is written
- * only once everything checked out; without, dst may hold junk after an
- * error (fine for a staging buffer that is then not used). Thread-safe for distinct
- * cursors. -EBADMSG with a message naming the chunk when it is missing or
- * damaged. */
-int cas_reader_get(struct cas_reader *r, struct cas_cursor *cur, const uint8_t sha[32], void *dst,
-		   uint32_t len, void *bounce);
+/* *cur at sha's record (an index look-up, which also raises the bound);
+ * -ENOENT, no message, when the index has no such chunk. */
+int cas_reader_locate(struct cas_reader *r, const uint8_t sha[32], struct cas_cursor *cur);
+/* The record at sp->cur, which then moves past it: 0, or -ENOENT where the
+ * walk cannot go on (the bound, no record there, a record larger than the
+ * buffer). Never an error message: whatever looks wrong is left to
+ * cas_reader_get. */
+int cas_reader_next(struct cas_reader *r, struct cas_span *sp, struct cas_rec *rec);
+/* Checks rec (sizes, CRC32C) and unpacks it into dst (len bytes raw):
+ * -EBADMSG, no message, when it does not check out, and then dst is
+ * untouched if bounce (len bytes) was given. */
+int cas_reader_take(struct cas_reader *r, const struct cas_rec *rec, void *dst, uint32_t len, void *bounce);
+/* One chunk through the index, checked (header against the index, CRC32C)
+ * and unpacked into dst; -EBADMSG with a message naming the chunk when it
+ * is missing or damaged. With bounce dst is written only once all checked
+ * out; without, dst may hold junk after an error (a staging buffer). */
+int cas_reader_get(struct cas_reader *r, const uint8_t sha[32], void *dst, uint32_t len, void *bounce);
 
 struct cas_index_entry {
 	uint8_t sha[32];

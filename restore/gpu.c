@@ -35,10 +35,28 @@ struct job {
 	char msg[1024];
 };
 
+struct want {
+	uint64_t ext;       /* extent index in the stream */
+	uint64_t at;        /* offset in the window */
+	uint32_t len;
+	uint32_t next;      /* next wanted chunk with the same id + 1, 0: none */
+	bool done;
+};
+
+struct winstate {
+	struct want *w;
+	size_t n, cap;
+	uint32_t *slot;     /* hash of id -> index + 1 */
+	size_t nslot;
+	struct cas_cursor *starts;
+};
+
 struct worker {
 	struct job *j;
 	uint8_t *buf[2];
 	uint8_t *scratch;            /* bounce buffer for host regions */
+	struct winstate ws;
+	struct cas_span span;        /* its buffer: SPAN_BYTES */
 	CUcontext ctx;               /* the context stream and events belong to */
 	CUstream stream;
 	CUevent ev[2];
@@ -102,51 +120,191 @@ static int job_next(struct job *j, struct window *w, bool *got)
 	return rc;
 }
 
-/* Reads and checks the window's chunks into buf: with cas_reader_get, a
- * chunk is identified by the SHA-256 in its record header and checked by the
- * header's CRC32C (see cas.h for why that suffices); the reader walks the
- * pack from where the previous chunk ended and asks the index only when the
- * next chunk is not close by. Host regions are filled in place (buf is the
- * region), through a bounce buffer, so a chunk that fails leaves its bytes
- * as they were. */
+/* A window's chunks are found by walking the packs, not by looking each up:
+ * the engine writes a stream's chunks in order, several runs interleaved (one
+ * per ingest worker, a 4 MiB segment each), so one pass over the records from
+ * the first chunk of each run meets the window's chunks among a few others.
+ * Each record met is matched against a table of the window's chunk ids; the
+ * wanted ones are checked (header SHA-256 is the id, CRC32C of the stored
+ * bytes: see cas.h for why that suffices) and unpacked to their offsets.
+ * Walking every run separately would read each header once per run that
+ * passes it, a dozen times over with 16 ingest workers. What the walk misses
+ * (runs not started, chunks elsewhere) is read with cas_reader_get, which
+ * names a missing or damaged chunk. */
+#define RUN_CHUNKS 1024     /* a run is started (looked up) every this many chunks */
+#define MISS_MAX 512        /* records in a row not in the window: the run ended */
+#define SPAN_BYTES (2u << 20) /* one pread: fits the L2 cache, so the copy out stays cheap */
+
+static uint64_t id_key(const uint8_t *sha)
+{
+	uint64_t k;
+	memcpy(&k, sha, 8);   /* a SHA-256: its bytes are already uniform */
+	return k;
+}
+
+static int ws_reserve(struct winstate *ws, size_t n)
+{
+	if (n <= ws->cap)
+		return 0;
+	size_t nslot = 1;
+	while (nslot < 2 * n)
+		nslot <<= 1;
+	struct want *w = realloc(ws->w, n * sizeof(*w));
+	if (w)
+		ws->w = w;
+	uint32_t *sl = realloc(ws->slot, nslot * sizeof(*sl));
+	if (sl)
+		ws->slot = sl;
+	struct cas_cursor *st = realloc(ws->starts, (n / RUN_CHUNKS + 2) * sizeof(*st));
+	if (st)
+		ws->starts = st;
+	if (!w || !sl || !st)
+		return crest_errf(-ENOMEM, "allocating restore tables");
+	ws->cap = n;
+	ws->nslot = nslot;
+	return 0;
+}
+
+static void ws_free(struct winstate *ws)
+{
+	free(ws->w);
+	free(ws->slot);
+	free(ws->starts);
+}
+
+static int cursor_cmp(const void *a, const void *b)
+{
+	const struct cas_cursor *x = a, *y = b;
+	if (x->pack != y->pack)
+		return x->pack < y->pack ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* The wanted chunk with this id, or NULL. */
+static struct want *ws_find(struct winstate *ws, const struct cas_stream *st, const uint8_t *sha)
+{
+	const size_t mask = ws->nslot - 1;
+	for (size_t i = id_key(sha) & mask;; i = (i + 1) & mask) {
+		uint32_t v = ws->slot[i];
+		if (!v)
+			return NULL;
+		struct want *w = &ws->w[v - 1];
+		if (!memcmp(st->ext[w->ext].sha, sha, 32))
+			return w;
+	}
+}
+
 static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, bool host)
 {
 	const struct job *j = wk->j;
 	const struct cas_stream *st = j->dst[w->dst].st;
+	struct winstate *ws = &wk->ws;
+	void *bounce = host ? wk->scratch : NULL;
+
+	/* The window's chunks, holes zeroed on the way. */
+	size_t n = 0;
 	uint64_t o = 0, in = w->in;
-	/* The window's last chunk, looked up first, bounds how far walks may go
-	 * (cas.h): without it every chunk past a pack's known end would cost a
-	 * look-up. */
-	uint64_t last = UINT64_MAX, lastoff = 0;
-	for (uint64_t e = w->ext, eo = 0; eo < w->len && e < st->nextents; e++) {
-		if (!st->ext[e].hole) {
-			last = e;
-			lastoff = eo;
-		}
-		eo += st->ext[e].len - (e == w->ext ? w->in : 0);
-	}
-	if (last != UINT64_MAX) {
-		int rc = cas_reader_hint(j->rd, st->ext[last].sha);
-		if (rc < 0)
-			return crest_errctx(rc, "snapshot %s, stream %s, offset %llu", j->c->snapshot, st->name,
-					    (unsigned long long)(w->off + lastoff));
-	}
-	struct cas_cursor cur = { .valid = false };
 	for (uint64_t e = w->ext; o < w->len; e++, in = 0) {
 		const struct cas_extent *x = &st->ext[e];
-		if (atomic_load(&j->stop))
-			return 0;
 		if (x->hole) {
-			const uint64_t n = x->len - in < w->len - o ? x->len - in : w->len - o;
-			memset(buf + o, 0, n);
-			o += n;
+			const uint64_t k = x->len - in < w->len - o ? x->len - in : w->len - o;
+			memset(buf + o, 0, k);
+			o += k;
 			continue;
 		}
-		int rc = cas_reader_get(j->rd, &cur, x->sha, buf + o, (uint32_t)x->len, host ? wk->scratch : NULL);
+		n++;
+		o += x->len;
+	}
+	int rc = ws_reserve(ws, n);
+	if (rc < 0)
+		return rc;
+	memset(ws->slot, 0, ws->nslot * sizeof(*ws->slot));
+	ws->n = 0;
+	o = 0;
+	in = w->in;
+	for (uint64_t e = w->ext; o < w->len; e++, in = 0) {
+		const struct cas_extent *x = &st->ext[e];
+		if (x->hole) {
+			o += x->len - in < w->len - o ? x->len - in : w->len - o;
+			continue;
+		}
+		struct want *nw = &ws->w[ws->n];
+		*nw = (struct want){ .ext = e, .at = o, .len = (uint32_t)x->len };
+		struct want *same = ws_find(ws, st, x->sha);
+		if (same) {
+			/* The same chunk twice in a window: filled from the first. */
+			nw->next = same->next;
+			same->next = (uint32_t)ws->n + 1;
+		} else {
+			const size_t mask = ws->nslot - 1;
+			size_t i = id_key(x->sha) & mask;
+			while (ws->slot[i])
+				i = (i + 1) & mask;
+			ws->slot[i] = (uint32_t)ws->n + 1;
+		}
+		ws->n++;
+		o += x->len;
+	}
+
+	/* Where the runs start, and how far walks may go: the first and last
+	 * chunk of every RUN_CHUNKS are looked up. */
+	size_t nstart = 0;
+	for (size_t i = 0; i < ws->n && !atomic_load(&j->stop); i += RUN_CHUNKS) {
+		const size_t last = i + RUN_CHUNKS < ws->n ? i + RUN_CHUNKS - 1 : ws->n - 1;
+		rc = cas_reader_hint(j->rd, st->ext[ws->w[last].ext].sha);
+		if (rc == 0) {
+			rc = cas_reader_locate(j->rd, st->ext[ws->w[i].ext].sha, &ws->starts[nstart]);
+			nstart += rc == 0;
+		}
+		if (rc < 0 && rc != -ENOENT)
+			return crest_errctx(rc, "snapshot %s, stream %s, offset %llu", j->c->snapshot, st->name,
+					    (unsigned long long)(w->off + ws->w[i].at));
+	}
+	qsort(ws->starts, nstart, sizeof(*ws->starts), cursor_cmp);
+
+	size_t left = ws->n;
+	struct cas_cursor done = { .valid = false };   /* walked up to here */
+	struct cas_span *sp = &wk->span;
+	sp->len = 0;
+	for (size_t s = 0; s < nstart && left && !atomic_load(&j->stop); s++) {
+		sp->cur = ws->starts[s];
+		if (done.valid && done.pack == sp->cur.pack && sp->cur.off < done.off)
+			sp->cur.off = done.off;   /* a record boundary the last walk reached */
+		unsigned miss = 0;
+		struct cas_rec rec;
+		while (left && miss < MISS_MAX && cas_reader_next(j->rd, sp, &rec) == 0) {
+			struct want *hit = ws_find(ws, st, rec.sha);
+			if (!hit || hit->done) {
+				miss++;
+				continue;
+			}
+			miss = 0;
+			if (cas_reader_take(j->rd, &rec, buf + hit->at, hit->len, bounce) < 0)
+				continue;   /* left for cas_reader_get, which names it */
+			hit->done = true;
+			left--;
+			for (uint32_t k = hit->next; k; k = ws->w[k - 1].next) {
+				memcpy(buf + ws->w[k - 1].at, buf + hit->at, hit->len);
+				ws->w[k - 1].done = true;
+				left--;
+			}
+		}
+		done = sp->cur;
+	}
+
+	/* What the walks did not meet, one by one. */
+	for (size_t i = 0; i < ws->n && left; i++) {
+		struct want *x = &ws->w[i];
+		if (x->done)
+			continue;
+		if (atomic_load(&j->stop))
+			return 0;
+		rc = cas_reader_get(j->rd, st->ext[x->ext].sha, buf + x->at, x->len, bounce);
 		if (rc < 0)
 			return crest_errctx(rc, "snapshot %s, stream %s, offset %llu", j->c->snapshot, st->name,
-					    (unsigned long long)(w->off + o));
-		o += x->len;
+					    (unsigned long long)(w->off + x->at));
+		x->done = true;
+		left--;
 	}
 	return 0;
 }
@@ -285,7 +443,9 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 			wk[i].buf[1] = o->bufs[2 * i + 1];
 		}
 		wk[i].scratch = malloc(j.maxchunk ? j.maxchunk : 1);
-		if (!wk[i].scratch) {
+		wk[i].span.buf = malloc(SPAN_BYTES);
+		wk[i].span.cap = SPAN_BYTES;
+		if (!wk[i].scratch || !wk[i].span.buf) {
 			rc = crest_errf(-ENOMEM, "allocating restore buffers");
 			break;
 		}
@@ -300,8 +460,11 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 		job_fail(&j, rc);
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(t[i], NULL);
-	for (unsigned i = 0; wk && i < threads; i++)
+	for (unsigned i = 0; wk && i < threads; i++) {
 		free(wk[i].scratch);
+		free(wk[i].span.buf);
+		ws_free(&wk[i].ws);
+	}
 	free(wk);
 	free(t);
 	if (device)
