@@ -245,18 +245,10 @@ int cmd_demo(struct cli *c, int argc, char **argv)
 	snprintf(d.out, sizeof(d.out), "%s/job.out", d.dir);
 
 	struct cas_store *store;
-	rc = cas_open(c->store, CAS_WRITE, &store);
+	struct engine *e;
+	rc = cli_writer_open(c, NULL, &store, &e);
 	if (rc < 0)
 		return cli_fail(c, rc);
-	struct engine_opts eo;
-	engine_opts_default(&eo);
-	eo.workers = c->workers;
-	struct engine *e;
-	rc = engine_open(store, &eo, &e);
-	if (rc < 0) {
-		cas_close(store);
-		return cli_fail(c, rc);
-	}
 	/* The job and, later, the restored job become our children: we can
 	 * reap them, which CRIU needs before it can reuse their pids. */
 	prctl(PR_SET_CHILD_SUBREAPER, 1);

@@ -203,15 +203,9 @@ int cmd_put(struct cli *c, int argc, char **argv)
 	}
 
 	struct cas_store *store;
-	int rc = cas_open(c->store, CAS_WRITE, &store);
-	if (rc < 0) {
-		free(names);
-		return cli_fail(c, rc);
-	}
 	struct engine *e;
-	rc = engine_open(store, &o, &e);
+	int rc = cli_writer_open(c, &o, &store, &e);
 	if (rc < 0) {
-		cas_close(store);
 		free(names);
 		return cli_fail(c, rc);
 	}

@@ -189,18 +189,10 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	o.criu = &criu;
 
 	struct cas_store *store;
-	rc = cas_open(c->store, CAS_WRITE, &store);
+	struct engine *e;
+	rc = cli_writer_open(c, NULL, &store, &e);
 	if (rc < 0)
 		return cli_fail(c, rc);
-	struct engine_opts eo;
-	engine_opts_default(&eo);
-	eo.workers = c->workers;
-	struct engine *e;
-	rc = engine_open(store, &eo, &e);
-	if (rc < 0) {
-		cas_close(store);
-		return cli_fail(c, rc);
-	}
 	uint8_t parent[32];
 	bool has_parent = tag && cas_snapshot_resolve(store, tag, parent) == 0;
 	crest_errset_str("");
@@ -229,9 +221,7 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 				e = NULL;
 				cas_close(store);  /* cuts the failed snapshot's data */
 				store = NULL;
-				rc = cas_open(c->store, CAS_WRITE, &store);
-				if (rc == 0)
-					rc = engine_open(store, &eo, &e);
+				rc = cli_writer_open(c, NULL, &store, &e);
 				if (rc < 0) {
 					cli_fail(c, rc);
 					break;

@@ -196,6 +196,26 @@ int cli_snapshot_open(const struct cli *c, const char *name, struct cas_store **
 	return rc;
 }
 
+int cli_writer_open(const struct cli *c, const struct engine_opts *o, struct cas_store **store,
+		    struct engine **e)
+{
+	struct engine_opts def;
+	if (!o) {
+		engine_opts_default(&def);
+		def.workers = c->workers;
+		o = &def;
+	}
+	int rc = cas_open(c->store, CAS_WRITE, store);
+	if (rc < 0)
+		return rc;
+	rc = engine_open(*store, o, e);
+	if (rc < 0) {
+		cas_close(*store);
+		*store = NULL;
+	}
+	return rc;
+}
+
 void cli_print_id(char out[65], const uint8_t id[32])
 {
 	hex_encode(id, 32, out);

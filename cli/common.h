@@ -43,6 +43,11 @@ void cli_progress_stop(struct cli_progress *p);
 int cli_snapshot_open(const struct cli *c, const char *name, struct cas_store **store, uint8_t id[32],
 		      struct cas_manifest **m);
 
+/* Opens the store for writing and an engine on it (o, or the defaults with
+ * --workers). On failure neither is left open. */
+int cli_writer_open(const struct cli *c, const struct engine_opts *o, struct cas_store **store,
+		    struct engine **e);
+
 void cli_print_id(char out[65], const uint8_t id[32]);
 double cli_secs(uint64_t ns);
 
