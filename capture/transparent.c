@@ -242,11 +242,13 @@ static int add_file(struct engine_snap *s, const char *name, uint8_t type, const
 				munmap(p, (size_t)sb.st_size);
 			free(m);
 		} else {
+			const size_t len = (size_t)sb.st_size;
 			m->p = p;
-			m->len = (size_t)sb.st_size;
-			engine_snapshot_expect(s, m->len);
-			rc = engine_stream_add_memory(st, p, m->len, mapping_release, m);
-			*bytes += m->len;
+			m->len = len;
+			engine_snapshot_expect(s, len);
+			/* m may be released (freed) before this returns. */
+			rc = engine_stream_add_memory(st, p, len, mapping_release, m);
+			*bytes += len;
 		}
 	}
 	close(fd);
