@@ -233,7 +233,14 @@ static void t_stall(const char *dir)
 		ok = ratio <= 1.5 && running;
 	}
 	CHECK(ingest_seen_running, "ingest was already done when crest_checkpoint returned");
+#ifdef __SANITIZE_ADDRESS__
+	/* ASan instruments crest's copy loop and the memcpy baseline
+	 * differently: the ratio means nothing here. The normal build checks it. */
+	(void)ok;
+	printf("stall: the 1.5x memcpy bound is checked in the normal build, not under ASan\n");
+#else
 	CHECK(ok, "crest_checkpoint took more than 1.5x memcpy in all three tries");
+#endif
 	OK(crest_close(c));
 	munmap(r, size);
 	munmap(dst, size);
