@@ -230,7 +230,8 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 		}
 		if (!every_ns || stop_requested || (count && n >= count))
 			break;
-		if (!proc_state(o.pid) || proc_state(o.pid) == 'Z') {
+		const char state = proc_state(o.pid);
+		if (!state || state == 'Z') {
 			if (!c->quiet && !c->json)
 				printf("pid %d has exited: no more checkpoints\n", (int)o.pid);
 			break;
