@@ -45,9 +45,21 @@ struct cas_store {
 	bool ring_ready;
 	int wfd;              /* descriptor of wfd_pack, the pack being written */
 	uint32_t wfd_pack;
-	int *unsynced;        /* finished packs written since the last sync */
+	struct cas_pack_fd *unsynced; /* other packs written since the last sync */
 	unsigned nunsynced;
+	unsigned ring_inflight;       /* requests in the ring besides writes */
 	bool dirty;           /* wfd written since the last sync */
+	uint64_t wb_from;     /* wfd's writeback is started up to here */
+	uint64_t wb_end;      /* and written up to here */
+	bool wb_inflight;     /* a writeback request for wfd is in the ring */
+};
+
+/* A pack written since the last cas_pack_sync, other than the current one. */
+struct cas_pack_fd {
+	int fd;
+	uint32_t pack;
+	uint8_t state;        /* PFD_* in pack.c */
+	int err;              /* PFD_FAILED: what the early sync returned */
 };
 
 int cas_pack_open_writer(struct cas_store *s);

@@ -33,6 +33,16 @@
 
 #define REC_MAGIC "CRCK"
 #define RING_DEPTH 64
+/* Writeback of a pack is started every this many bytes (see pack_kick). */
+#define WB_BYTES (32u << 20)
+/* Completions that are not writes (whose tags are batch indexes). */
+#define KICK_TAG UINT64_MAX
+#define SYNC_TAG (1ull << 62)   /* | index in unsynced */
+
+/* A finished pack: to be synced, being synced in the ring, synced, or its
+ * sync failed. A failure is final: after a failed fsync Linux may report
+ * the next one clean although the data is lost, so it is never retried. */
+enum { PFD_DIRTY, PFD_SYNCING, PFD_SYNCED, PFD_FAILED };
 
 void cas_pack_path(const struct cas_store *s, uint32_t pack, char *buf, size_t cap)
 {
@@ -99,7 +109,7 @@ int cas_pack_open_writer(struct cas_store *s)
 		return rc;
 	s->cur_pack = s->first_pack = s->mark_pack = max + 1;
 	s->cur_off = s->mark_off = CAS_PACK_HEADER;
-	rc = io_uring_queue_init(RING_DEPTH, &s->ring, 0);
+	rc = io_uring_queue_init(2 * RING_DEPTH, &s->ring, 0);  /* a batch and a kick */
 	if (rc < 0)
 		return crest_errf(rc, "cannot set up io_uring for %s", s->dir);
 	s->ring_ready = true;
@@ -109,6 +119,7 @@ int cas_pack_open_writer(struct cas_store *s)
 	if (rc < 0)
 		return rc;
 	s->wfd_pack = s->cur_pack;
+	s->wb_from = s->wb_end = CAS_PACK_HEADER;
 	s->dirty = true;  /* its directory entry is not durable yet */
 	return 0;
 }
@@ -153,7 +164,7 @@ void cas_pack_close_writer(struct cas_store *s)
 		io_uring_queue_exit(&s->ring);
 	s->ring_ready = false;
 	for (unsigned i = 0; i < s->nunsynced; i++)
-		close(s->unsynced[i]);
+		close(s->unsynced[i].fd);
 	free(s->unsynced);
 	s->unsynced = NULL;
 	s->nunsynced = 0;
@@ -193,6 +204,17 @@ int cas_pack_reserve(struct cas_store *s, uint32_t stored, uint32_t raw, uint8_t
 	return 0;
 }
 
+/* Adds fd (of pack) to the packs the next sync must cover. */
+static int pack_defer(struct cas_store *s, int fd, uint32_t pack)
+{
+	struct cas_pack_fd *nu = realloc(s->unsynced, (s->nunsynced + 1) * sizeof(*nu));
+	if (!nu)
+		return crest_errf(-ENOMEM, "switching packs");
+	s->unsynced = nu;
+	s->unsynced[s->nunsynced++] = (struct cas_pack_fd){ .fd = fd, .pack = pack, .state = PFD_DIRTY };
+	return 0;
+}
+
 /* Makes pack the current write target; the previous one waits for a sync. */
 static int pack_switch(struct cas_store *s, uint32_t pack)
 {
@@ -200,16 +222,74 @@ static int pack_switch(struct cas_store *s, uint32_t pack)
 	int rc = pack_open_w(s, pack, &fd);
 	if (rc < 0)
 		return rc;
-	int *nu = realloc(s->unsynced, (s->nunsynced + 1) * sizeof(*nu));
-	if (!nu) {
+	rc = pack_defer(s, s->wfd, s->wfd_pack);
+	if (rc < 0) {
 		close(fd);
-		return crest_errf(-ENOMEM, "switching packs");
+		return rc;
 	}
-	s->unsynced = nu;
-	s->unsynced[s->nunsynced++] = s->wfd;
 	s->wfd = fd;
 	s->wfd_pack = pack;
+	s->wb_from = s->wb_end = CAS_PACK_HEADER;
 	return 0;
+}
+
+/* Starts writeback of what was written to the current pack since the last
+ * start, once that is WB_BYTES, without waiting for it. Otherwise the kernel
+ * holds a whole snapshot's packs dirty (under its dirty limits, gigabytes)
+ * and the commit's fdatasync writes them all while the job waits: measured,
+ * 3.5 s of a 13 s ingest of 4 GiB. The request runs in the ring's async
+ * workers, so the writer does not block on the disk here; at most one is in
+ * flight, so the rings never overflow. Its completion carries KICK_TAG. */
+static void pack_kick(struct cas_store *s)
+{
+	if (s->wb_inflight || s->wb_end - s->wb_from < WB_BYTES)
+		return;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+	if (!sqe)
+		return;   /* only a hint: the commit's sync does the work anyway */
+	io_uring_prep_sync_file_range(sqe, s->wfd, (unsigned)(s->wb_end - s->wb_from),
+				      s->wb_from, SYNC_FILE_RANGE_WRITE);
+	io_uring_sqe_set_data64(sqe, KICK_TAG);
+	s->wb_inflight = true;
+	s->ring_inflight++;
+	s->wb_from = s->wb_end;
+}
+
+/* Starts the data sync of packs finished before the last batch: no write to
+ * them can still be in the ring (every batch is reaped before the next), and
+ * a straggler for one reopens it (pack_defer again). Syncing a pack as soon
+ * as it is done spreads over the ingest what the commit would otherwise do
+ * while the job waits: the journal commit and the tail of each pack. */
+static void pack_sync_finished(struct cas_store *s)
+{
+	for (unsigned i = 0; i < s->nunsynced && s->ring_inflight < RING_DEPTH / 2; i++) {
+		struct cas_pack_fd *p = &s->unsynced[i];
+		if (p->state != PFD_DIRTY)
+			continue;
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+		if (!sqe)
+			return;
+		io_uring_prep_fsync(sqe, p->fd, IORING_FSYNC_DATASYNC);
+		io_uring_sqe_set_data64(sqe, SYNC_TAG | i);
+		p->state = PFD_SYNCING;
+		s->ring_inflight++;
+	}
+}
+
+/* Notes the completion of a kick or an early sync. A failed kick costs
+ * nothing (it only starts writeback; it reports no write error); a failed
+ * sync is kept for cas_pack_sync to report. */
+static void pack_note(struct cas_store *s, uint64_t tag, int res)
+{
+	assert(s->ring_inflight > 0);
+	s->ring_inflight--;
+	if (tag == KICK_TAG) {
+		s->wb_inflight = false;
+		return;
+	}
+	struct cas_pack_fd *p = &s->unsynced[tag & ~SYNC_TAG];
+	p->state = res == 0 ? PFD_SYNCED : PFD_FAILED;
+	p->err = res;
 }
 
 static void rec_header(uint8_t h[CAS_REC_HEADER], const struct cas_write *w)
@@ -256,6 +336,7 @@ int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
 	struct iovec iov[RING_DEPTH][2];
 	int fds[RING_DEPTH];
 	unsigned done = 0;
+	pack_sync_finished(s);
 	while (done < n) {
 		unsigned batch = n - done < RING_DEPTH ? n - done : RING_DEPTH;
 		for (unsigned i = 0; i < batch; i++) {
@@ -272,13 +353,11 @@ int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
 					int fd, rc = pack_open_w(s, r->loc.pack, &fd);
 					if (rc < 0)
 						return rc;
-					int *nu = realloc(s->unsynced, (s->nunsynced + 1) * sizeof(*nu));
-					if (!nu) {
+					rc = pack_defer(s, fd, r->loc.pack);
+					if (rc < 0) {
 						close(fd);
-						return crest_errf(-ENOMEM, "writing packs");
+						return rc;
 					}
-					s->unsynced = nu;
-					s->unsynced[s->nunsynced++] = fd;
 					fds[i] = fd;
 				}
 			} else {
@@ -294,18 +373,25 @@ int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
 			io_uring_prep_writev(sqe, fds[i], iov[i], 2, r->loc.off);
 			io_uring_sqe_set_data64(sqe, i);
 		}
+		pack_kick(s);
 		int rc = io_uring_submit_and_wait(&s->ring, batch);
 		if (rc < 0)
 			return crest_errf(rc, "submitting pack writes in %s", s->dir);
 		int first_err = 0;
-		for (unsigned got = 0; got < batch; got++) {
+		for (unsigned got = 0; got < batch;) {
 			struct io_uring_cqe *cqe;
 			rc = io_uring_wait_cqe(&s->ring, &cqe);
 			if (rc < 0)
 				return crest_errf(rc, "waiting for pack writes in %s", s->dir);
-			unsigned i = (unsigned)io_uring_cqe_get_data64(cqe);
+			const uint64_t tag = io_uring_cqe_get_data64(cqe);
 			int res = cqe->res;
 			io_uring_cqe_seen(&s->ring, cqe);
+			if (tag == KICK_TAG || (tag & SYNC_TAG)) {
+				pack_note(s, tag, res);
+				continue;
+			}
+			const unsigned i = (unsigned)tag;
+			got++;
 			const struct cas_write *r = &w[done + i];
 			size_t want = CAS_REC_HEADER + r->loc.stored;
 			if (res >= 0 && (size_t)res < want)
@@ -315,6 +401,8 @@ int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
 				cas_pack_path(s, r->loc.pack, path, sizeof(path));
 				first_err = crest_errf(res, "writing a chunk to pack %s", path);
 			}
+			if (fds[i] == s->wfd && r->loc.off + want > s->wb_end)
+				s->wb_end = r->loc.off + want;
 		}
 		if (first_err)
 			return first_err;
@@ -327,13 +415,30 @@ int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
 int cas_pack_sync(struct cas_store *s)
 {
 	char path[4096];
-	for (unsigned i = 0; i < s->nunsynced; i++) {
-		if (fdatasync(s->unsynced[i]) < 0)
-			return crest_errf(-errno, "cannot sync a pack in %s", s->dir);
-		close(s->unsynced[i]);
+	/* Early syncs and kicks in the ring finish first: an entry's state is
+	 * final only then, and unsynced may not shrink under them. */
+	while (s->ring_inflight > 0) {
+		struct io_uring_cqe *cqe;
+		int rc = io_uring_wait_cqe(&s->ring, &cqe);
+		if (rc < 0)
+			return crest_errf(rc, "waiting for pack syncs in %s", s->dir);
+		const uint64_t tag = io_uring_cqe_get_data64(cqe);
+		const int res = cqe->res;
+		io_uring_cqe_seen(&s->ring, cqe);
+		pack_note(s, tag, res);
 	}
-	bool new_packs = s->nunsynced > 0;
-	s->nunsynced = 0;
+	const bool new_packs = s->nunsynced > 0;
+	while (s->nunsynced > 0) {
+		const struct cas_pack_fd *p = &s->unsynced[s->nunsynced - 1];
+		const int err = p->state == PFD_FAILED ? p->err
+				: p->state == PFD_DIRTY && fdatasync(p->fd) < 0 ? -errno : 0;
+		if (err < 0) {
+			cas_pack_path(s, p->pack, path, sizeof(path));
+			return crest_errf(err, "cannot sync pack %s", path);
+		}
+		close(p->fd);
+		s->nunsynced--;
+	}
 	if (s->dirty && s->wfd >= 0 && fdatasync(s->wfd) < 0) {
 		cas_pack_path(s, s->wfd_pack, path, sizeof(path));
 		return crest_errf(-errno, "cannot sync pack %s", path);
