@@ -158,8 +158,8 @@ struct cas_index_entry {
 };
 
 /* Encodes m, commits entries + manifest + summary (+ tag when non-NULL) in
- * one synced batch, and returns the new id. */
-int cas_commit(struct cas_store *s, const struct cas_index_entry *e, size_t n,
+ * one synced batch, and returns the new id. Sorts e by id on the way. */
+int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	       const struct cas_manifest *m, const char *tag, uint8_t id[32]);
 
 /* Snapshot names: a full id, a tag, or a unique id prefix of >= 4 hex digits. */
