@@ -120,6 +120,7 @@ struct cas_span {
 	uint32_t pack;     /* what buf holds: len bytes of pack from base */
 	uint64_t base;
 	size_t len;
+	uint64_t nreads, read_bytes;   /* statistics: preads made, bytes they read */
 };
 struct cas_rec {
 	const uint8_t *sha, *hdr;   /* in the span's buffer: valid until the next call */

@@ -216,6 +216,8 @@ static int span_fill(struct cas_reader *r, struct cas_span *sp, uint32_t pack, u
 	sp->pack = pack;
 	sp->base = off;
 	sp->len = got;
+	sp->nreads++;
+	sp->read_bytes += got;
 	return 0;
 }
 

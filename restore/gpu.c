@@ -1,12 +1,14 @@
 /* gpu.c - restoring region streams into device memory; see gpu.h. */
 #include "restore/gpu.h"
 #include "util/err.h"
+#include "util/progress.h"
 
 #include <errno.h>
 #include <lz4.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -61,6 +63,12 @@ struct worker {
 	CUstream stream;
 	CUevent ev[2];
 	bool inflight[2];
+	/* Where the time goes, printed with CREST_TRACE set: nanoseconds
+	 * building window tables, looking up run starts, walking the packs
+	 * (reading and unpacking), reading missed chunks one by one, waiting
+	 * for copies to the device; records walked, chunks missed, windows. */
+	uint64_t t_table, t_locate, t_walk, t_miss, t_wait;
+	uint64_t walked, missed, windows;
 };
 
 static void job_fail(struct job *j, int err)
@@ -215,6 +223,7 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 		n++;
 		o += x->len;
 	}
+	uint64_t t0 = time_now_ns();
 	int rc = ws_reserve(ws, n);
 	if (rc < 0)
 		return rc;
@@ -246,6 +255,8 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 		o += x->len;
 	}
 
+	uint64_t t1 = time_now_ns();
+	wk->t_table += t1 - t0;
 	/* Where the runs start, and how far walks may go: the first and last
 	 * chunk of every RUN_CHUNKS are looked up. */
 	size_t nstart = 0;
@@ -261,6 +272,8 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 					    (unsigned long long)(w->off + ws->w[i].at));
 	}
 	qsort(ws->starts, nstart, sizeof(*ws->starts), cursor_cmp);
+	uint64_t t2 = time_now_ns();
+	wk->t_locate += t2 - t1;
 
 	size_t left = ws->n;
 	struct cas_cursor done = { .valid = false };   /* walked up to here */
@@ -273,6 +286,7 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 		unsigned miss = 0;
 		struct cas_rec rec;
 		while (left && miss < MISS_MAX && cas_reader_next(j->rd, sp, &rec) == 0) {
+			wk->walked++;
 			struct want *hit = ws_find(ws, st, rec.sha);
 			if (!hit || hit->done) {
 				miss++;
@@ -292,6 +306,10 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 		done = sp->cur;
 	}
 
+	uint64_t t3 = time_now_ns();
+	wk->t_walk += t3 - t2;
+	wk->missed += left;
+	wk->windows++;
 	/* What the walks did not meet, one by one. */
 	for (size_t i = 0; i < ws->n && left; i++) {
 		struct want *x = &ws->w[i];
@@ -306,6 +324,7 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 		x->done = true;
 		left--;
 	}
+	wk->t_miss += time_now_ns() - t3;
 	return 0;
 }
 
@@ -314,8 +333,11 @@ static int worker_sync(struct worker *wk, int b)
 	if (!wk->inflight[b])
 		return 0;
 	wk->inflight[b] = false;
-	return cudrv_check(wk->j->o->d, wk->j->o->d->EventSynchronize(wk->ev[b]),
-			   "waiting for a host-to-device copy (cuEventSynchronize)");
+	const uint64_t t0 = time_now_ns();
+	int rc = cudrv_check(wk->j->o->d, wk->j->o->d->EventSynchronize(wk->ev[b]),
+			     "waiting for a host-to-device copy (cuEventSynchronize)");
+	wk->t_wait += time_now_ns() - t0;
+	return rc;
 }
 
 static void worker_drop_ctx(struct worker *wk)
@@ -403,6 +425,29 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+/* One line per thread and a sum, on stderr: where a restore's time went. */
+static void trace_workers(const struct worker *wk, unsigned n, uint64_t wall_ns)
+{
+	struct worker sum = { 0 };
+	uint64_t reads = 0, read_bytes = 0;
+	for (unsigned i = 0; i < n; i++) {
+		const struct worker *w = &wk[i];
+		fprintf(stderr, "crest trace: restore thread %u: table %.3f locate %.3f walk %.3f miss %.3f "
+			"wait %.3f s; %llu windows, %llu records walked, %llu missed, %llu preads, %.1f MB read\n",
+			i, w->t_table / 1e9, w->t_locate / 1e9, w->t_walk / 1e9, w->t_miss / 1e9, w->t_wait / 1e9,
+			(unsigned long long)w->windows, (unsigned long long)w->walked, (unsigned long long)w->missed,
+			(unsigned long long)w->span.nreads, w->span.read_bytes / 1e6);
+		sum.t_walk += w->t_walk;
+		sum.t_wait += w->t_wait;
+		sum.walked += w->walked;
+		reads += w->span.nreads;
+		read_bytes += w->span.read_bytes;
+	}
+	fprintf(stderr, "crest trace: restore: %u threads, %.3f s wall; walk %.3f s, wait %.3f s summed; "
+		"%llu records walked; %.1f MB read in %llu preads\n", n, wall_ns / 1e9, sum.t_walk / 1e9,
+		sum.t_wait / 1e9, (unsigned long long)sum.walked, read_bytes / 1e6, (unsigned long long)reads);
+}
+
 int restore_streams_to_device(const struct restore_ctx *c, const struct restore_gpu_dst *dst, size_t n,
 			      const struct restore_gpu_opts *o)
 {
@@ -425,6 +470,7 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 	}
 	if (device && threads > o->nbufs / 2)
 		threads = o->nbufs / 2;
+	const uint64_t t_start = time_now_ns();
 	int rc = cas_reader_open(c->store, &j.rd);
 	if (rc < 0)
 		return rc;
@@ -460,6 +506,8 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 		job_fail(&j, rc);
 	for (unsigned i = 0; i < started; i++)
 		pthread_join(t[i], NULL);
+	if (getenv("CREST_TRACE"))
+		trace_workers(wk, started, time_now_ns() - t_start);
 	for (unsigned i = 0; wk && i < threads; i++) {
 		free(wk[i].scratch);
 		free(wk[i].span.buf);
