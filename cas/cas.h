@@ -72,14 +72,19 @@ int cas_chunk_lookup(struct cas_store *s, const uint8_t sha[32], struct cas_loc 
 int cas_chunk_read(struct cas_store *s, const uint8_t sha[32], const struct cas_loc *loc,
 		   void *raw, uint32_t cap, void *scratch);
 
-/* Writer side. cas_pack_reserve assigns a record's place (thread-safe; rolls
- * to a new pack past the size limit). cas_pack_write writes records to their
- * reserved places with io_uring; one thread calls it. cas_pack_sync makes all
- * written records durable. */
+/* Writer side. cas_rec_build lays out a record (header, then the stored
+ * bytes already at rec + CAS_REC_HEADER) in the caller's memory, so that the
+ * threads that make chunks also checksum them. cas_pack_reserve assigns a
+ * record's place (thread-safe; rolls to a new pack past the size limit):
+ * records reserved one after another lie back to back unless a pack rolls.
+ * cas_pack_write writes runs of such records to their places with io_uring;
+ * one thread calls it. cas_pack_sync makes all written records durable. */
+void cas_rec_build(uint8_t *rec, const uint8_t sha[32], uint8_t codec, uint32_t raw, uint32_t stored);
 struct cas_write {
-	struct cas_loc loc;
-	const uint8_t *sha;
-	const void *data;  /* loc.stored bytes */
+	uint32_t pack;
+	uint64_t off;      /* where the first record was reserved */
+	const void *data;  /* len bytes: whole records, back to back */
+	size_t len;
 };
 int cas_pack_reserve(struct cas_store *s, uint32_t stored, uint32_t raw, uint8_t codec,
 		     struct cas_loc *loc);

@@ -28,7 +28,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #define REC_MAGIC "CRCK"
@@ -292,35 +291,24 @@ static void pack_note(struct cas_store *s, uint64_t tag, int res)
 	p->err = res;
 }
 
-static void rec_header(uint8_t h[CAS_REC_HEADER], const struct cas_write *w)
+void cas_rec_build(uint8_t *rec, const uint8_t sha[32], uint8_t codec, uint32_t raw, uint32_t stored)
 {
-	memset(h, 0, CAS_REC_HEADER);
-	memcpy(h, REC_MAGIC, 4);
-	h[4] = w->loc.codec;
-	memcpy(h + 8, &w->loc.raw, 4);
-	memcpy(h + 12, &w->loc.stored, 4);
-	/* On the writer thread: workers hand over data, not checksums. */
-	const uint32_t crc = crc32c(w->data, w->loc.stored);
-	memcpy(h + CAS_REC_CRC, &crc, 4);
-	memcpy(h + CAS_REC_SHA, w->sha, 32);
+	memset(rec, 0, CAS_REC_HEADER);
+	memcpy(rec, REC_MAGIC, 4);
+	rec[4] = codec;
+	memcpy(rec + 8, &raw, 4);
+	memcpy(rec + 12, &stored, 4);
+	const uint32_t crc = crc32c(rec + CAS_REC_HEADER, stored);
+	memcpy(rec + CAS_REC_CRC, &crc, 4);
+	memcpy(rec + CAS_REC_SHA, sha, 32);
 }
 
 /* Finishes a short write synchronously: rare (signals, full disks), so the
  * simple path is fine there. */
-static int write_rest(int fd, const struct iovec *iov, size_t done, uint64_t off)
+static int write_rest(int fd, const uint8_t *p, size_t len, size_t done, uint64_t off)
 {
-	size_t total = iov[0].iov_len + iov[1].iov_len;
-	while (done < total) {
-		const uint8_t *p;
-		size_t n;
-		if (done < iov[0].iov_len) {
-			p = (const uint8_t *)iov[0].iov_base + done;
-			n = iov[0].iov_len - done;
-		} else {
-			p = (const uint8_t *)iov[1].iov_base + (done - iov[0].iov_len);
-			n = total - done;
-		}
-		ssize_t r = pwrite(fd, p, n, (off_t)(off + done));
+	while (done < len) {
+		ssize_t r = pwrite(fd, p + done, len - done, (off_t)(off + done));
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
@@ -330,10 +318,31 @@ static int write_rest(int fd, const struct iovec *iov, size_t done, uint64_t off
 	return 0;
 }
 
+/* The descriptor to write pack with: the current one, a new current one,
+ * or, for records that arrive after their pack was left (a run reserved
+ * just before a roll), the old pack reopened. */
+static int pack_wfd(struct cas_store *s, uint32_t pack, int *fd)
+{
+	if (pack == s->wfd_pack) {
+		*fd = s->wfd;
+		return 0;
+	}
+	if (pack > s->wfd_pack) {
+		int rc = pack_switch(s, pack);
+		*fd = s->wfd;
+		return rc;
+	}
+	int rc = pack_open_w(s, pack, fd);
+	if (rc < 0)
+		return rc;
+	rc = pack_defer(s, *fd, pack);
+	if (rc < 0)
+		close(*fd);
+	return rc;
+}
+
 int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
 {
-	uint8_t hdr[RING_DEPTH][CAS_REC_HEADER];
-	struct iovec iov[RING_DEPTH][2];
 	int fds[RING_DEPTH];
 	unsigned done = 0;
 	pack_sync_finished(s);
@@ -341,36 +350,14 @@ int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
 		unsigned batch = n - done < RING_DEPTH ? n - done : RING_DEPTH;
 		for (unsigned i = 0; i < batch; i++) {
 			const struct cas_write *r = &w[done + i];
-			if (r->loc.pack != s->wfd_pack) {
-				/* Records may arrive slightly out of order across a
-				 * pack boundary; an older pack is reopened for them. */
-				if (r->loc.pack > s->wfd_pack) {
-					int rc = pack_switch(s, r->loc.pack);
-					if (rc < 0)
-						return rc;
-					fds[i] = s->wfd;
-				} else {
-					int fd, rc = pack_open_w(s, r->loc.pack, &fd);
-					if (rc < 0)
-						return rc;
-					rc = pack_defer(s, fd, r->loc.pack);
-					if (rc < 0) {
-						close(fd);
-						return rc;
-					}
-					fds[i] = fd;
-				}
-			} else {
-				fds[i] = s->wfd;
-			}
-			rec_header(hdr[i], r);
-			iov[i][0] = (struct iovec){ hdr[i], CAS_REC_HEADER };
-			iov[i][1] = (struct iovec){ (void *)r->data, r->loc.stored };
+			int rc = pack_wfd(s, r->pack, &fds[i]);
+			if (rc < 0)
+				return rc;
 			/* batch <= RING_DEPTH and every batch is reaped before the
 			 * next: the submission queue always has room. */
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
 			assert(sqe);
-			io_uring_prep_writev(sqe, fds[i], iov[i], 2, r->loc.off);
+			io_uring_prep_write(sqe, fds[i], r->data, (unsigned)r->len, r->off);
 			io_uring_sqe_set_data64(sqe, i);
 		}
 		pack_kick(s);
@@ -393,16 +380,15 @@ int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
 			const unsigned i = (unsigned)tag;
 			got++;
 			const struct cas_write *r = &w[done + i];
-			size_t want = CAS_REC_HEADER + r->loc.stored;
-			if (res >= 0 && (size_t)res < want)
-				res = write_rest(fds[i], iov[i], (size_t)res, r->loc.off);
+			if (res >= 0 && (size_t)res < r->len)
+				res = write_rest(fds[i], r->data, r->len, (size_t)res, r->off);
 			if (res < 0 && !first_err) {
 				char path[4096];
-				cas_pack_path(s, r->loc.pack, path, sizeof(path));
-				first_err = crest_errf(res, "writing a chunk to pack %s", path);
+				cas_pack_path(s, r->pack, path, sizeof(path));
+				first_err = crest_errf(res, "writing chunks to pack %s", path);
 			}
-			if (fds[i] == s->wfd && r->loc.off + want > s->wb_end)
-				s->wb_end = r->loc.off + want;
+			if (fds[i] == s->wfd && r->off + r->len > s->wb_end)
+				s->wb_end = r->off + r->len;
 		}
 		if (first_err)
 			return first_err;

@@ -4,8 +4,10 @@
  * Threads and what they own:
  *   producers (callers)  cut streams into segments and queue them (jobs);
  *   workers (N)          chunk a segment, hash each chunk, decide whether the
- *                        store has it, compress and queue new ones (wq);
- *   writer (1)           writes queued chunks to packs, syncs on request;
+ *                        store has it, compress new ones into the worker's
+ *                        arena as finished pack records, and queue the
+ *                        segment's new records as one job (wq);
+ *   writer (1)           writes queued jobs to packs, syncs on request;
  *   committer (1)        commits snapshots in begin order.
  *
  * Dedup of a chunk, in order of cost: all zeros (a hole, no hash needed
@@ -13,7 +15,18 @@
  * (a memory compare), the table of chunks written but not yet committed,
  * then the RocksDB index.
  *
- * Write ordering. Every chunk queued for the writer gets a sequence number
+ * A segment's new records go to the pack back to back, in stream order: a
+ * restore of the stream then reads each pack span once, instead of picking
+ * its chunks out of N segments' interleaved records (measured on 16 cores:
+ * every record read twice). It also makes one write per segment, not one
+ * per chunk.
+ *
+ * A new chunk is entered in the table of uncommitted chunks as PENDING when
+ * its worker finds it new and gets its seq when the segment's job is queued.
+ * Another worker meeting a PENDING chunk waits for that seq, but only after
+ * queuing its own job, so no two workers ever wait for each other.
+ *
+ * Write ordering. Every job queued for the writer gets a sequence number
  * (seq) under wlock, in queue order; the writer completes them in that order,
  * so "completed_seq >= n" means every chunk up to n is written. A snapshot
  * remembers the highest seq it references (max_seq), whether it queued that
@@ -41,7 +54,8 @@
 #include <unistd.h>
 
 #define NSTRIPES 64
-#define WRITE_BATCH 64
+#define WRITE_BATCH 64          /* runs per cas_pack_write */
+#define PENDING UINT64_MAX      /* a table node's seq until its job is queued */
 
 struct release_ref {
 	void (*release)(void *arg);
@@ -96,7 +110,8 @@ struct engine_snap {
 struct node {
 	struct node *next;
 	uint8_t sha[32];
-	uint64_t seq;
+	uint64_t seq;                /* PENDING until owner's job is queued */
+	const struct batch *owner;   /* the batch that holds it while PENDING */
 };
 
 struct stripe {
@@ -105,12 +120,34 @@ struct stripe {
 	size_t nb, n;
 };
 
+/* A segment's new records, back to back in arena, for the writer. */
 struct wjob {
 	struct wjob *next;
-	struct cas_write w;
-	uint8_t sha[32];
-	void *buf;
+	uint8_t *arena;
+	size_t arena_cap, bytes;
+	struct cas_write *runs;      /* more than one only across a pack roll */
+	unsigned nruns;
 	uint64_t seq;
+};
+
+/* A chunk of the segment at hand that needs the writer: B_NEW, found new
+ * and recorded in the arena; B_WAIT, found PENDING in another batch. */
+struct bitem {
+	uint8_t sha[32];
+	const uint8_t *data;         /* the chunk (alive until the segment is done) */
+	size_t at;                   /* B_NEW: the record's place in the arena */
+	uint32_t raw, stored;
+	uint8_t codec;
+	uint8_t state;
+};
+enum { B_NEW, B_WAIT };
+
+/* A worker's records for the segment at hand. */
+struct batch {
+	uint8_t *arena;
+	size_t len, cap;
+	struct bitem *it;
+	size_t n, cap_it;
 };
 
 struct pend {
@@ -147,10 +184,18 @@ struct engine {
 	char werrmsg[1024];
 	struct pend *pend;
 	size_t npend, cappend;
+	void **arenas;                 /* arenas the writer is done with */
+	size_t *arena_caps;
+	size_t narenas, caparenas;
 	pthread_t writer;
 	bool writer_started;
 
 	struct stripe stripes[NSTRIPES];
+	/* seq_gen counts batches that left PENDING nodes (queued or dropped):
+	 * a worker waiting for a PENDING node sleeps until it moves. */
+	pthread_mutex_t seq_lock;
+	pthread_cond_t seq_cond;
+	uint64_t seq_gen;
 };
 
 static uint64_t online_cores(void)
@@ -202,7 +247,7 @@ static struct node *table_find(struct stripe *s, const uint8_t sha[32])
 	return NULL;
 }
 
-static int table_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq)
+static int table_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq, const struct batch *owner)
 {
 	if (s->n >= s->nb) {
 		size_t nb = s->nb ? s->nb * 2 : 1024;
@@ -230,6 +275,7 @@ static int table_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq)
 		return -ENOMEM;
 	memcpy(n->sha, sha, 32);
 	n->seq = seq;
+	n->owner = owner;
 	size_t k = bucket_of(s, sha);
 	n->next = s->b[k];
 	s->b[k] = n;
@@ -264,98 +310,185 @@ static void atomic_max(atomic_uint_fast64_t *a, uint64_t v)
 
 /* ---- writer ---- */
 
-/* Queues a new chunk (buf is handed over). Called with the chunk's stripe
- * lock held, so no other worker queues the same chunk meanwhile. */
-static int writer_enqueue(struct engine *e, const uint8_t sha[32], void *buf, uint32_t stored,
-			  uint32_t raw, uint8_t codec, uint64_t *seq)
+/* An arena from the writer's leftovers, or a new one. */
+static void arena_get(struct engine *e, struct batch *b)
 {
-	struct wjob *j = malloc(sizeof(*j));
-	if (!j)
-		return crest_errf(-ENOMEM, "queueing a chunk");
-	memcpy(j->sha, sha, 32);
-	j->buf = buf;
-	j->next = NULL;
+	pthread_mutex_lock(&e->wlock);
+	if (e->narenas) {
+		e->narenas--;
+		b->arena = e->arenas[e->narenas];
+		b->cap = e->arena_caps[e->narenas];
+	}
+	pthread_mutex_unlock(&e->wlock);
+}
+
+/* Under wlock. Keeps as many arenas as fit the write queue's budget. */
+static void arena_put(struct engine *e, uint8_t *arena, size_t cap)
+{
+	if (e->narenas == e->caparenas) {
+		size_t n = e->caparenas ? 2 * e->caparenas : 16;
+		void **a = realloc(e->arenas, n * sizeof(*a));
+		if (a)
+			e->arenas = a;
+		size_t *c = realloc(e->arena_caps, n * sizeof(*c));
+		if (c)
+			e->arena_caps = c;
+		if (!a || !c || e->narenas * e->o.segment_bytes > e->o.write_queue_bytes) {
+			free(arena);
+			return;
+		}
+		e->caparenas = n;
+	}
+	e->arenas[e->narenas] = arena;
+	e->arena_caps[e->narenas++] = cap;
+}
+
+/* Queues the batch's B_NEW records from item `from` on as one job, handing
+ * its arena over, and returns the job's seq. Records are reserved back to
+ * back under wlock, so they form one run (more only across a pack roll). */
+static int writer_enqueue(struct engine *e, struct batch *b, size_t from, size_t bytes, uint64_t *seq)
+{
+	struct wjob *j = calloc(1, sizeof(*j));
+	struct cas_write *runs = malloc(2 * sizeof(*runs));
+	if (!j || !runs) {
+		free(j);
+		free(runs);
+		return crest_errf(-ENOMEM, "queueing chunks");
+	}
+	unsigned maxruns = 2;
 	pthread_mutex_lock(&e->wlock);
 	while (e->wq_bytes > e->o.write_queue_bytes && !e->werr)
 		pthread_cond_wait(&e->wcond, &e->wlock);
-	if (e->werr) {
-		int err = e->werr;
+	int rc = e->werr;
+	if (rc) {
 		crest_errset_str(e->werrmsg);
 		pthread_mutex_unlock(&e->wlock);
 		free(j);
-		return err;
+		free(runs);
+		return rc;
 	}
-	if (e->npend == e->cappend) {
-		size_t cap = e->cappend ? e->cappend * 2 : 4096;
+	if (e->npend + b->n > e->cappend) {
+		size_t cap = e->cappend ? e->cappend : 4096;
+		while (cap < e->npend + b->n)
+			cap *= 2;
 		struct pend *np = realloc(e->pend, cap * sizeof(*np));
 		if (!np) {
-			pthread_mutex_unlock(&e->wlock);
-			free(j);
-			return crest_errf(-ENOMEM, "queueing a chunk");
+			rc = crest_errf(-ENOMEM, "queueing chunks");
+			goto fail;
 		}
 		e->pend = np;
 		e->cappend = cap;
 	}
-	int rc = cas_pack_reserve(e->store, stored, raw, codec, &j->w.loc);
-	if (rc < 0) {
-		pthread_mutex_unlock(&e->wlock);
-		free(j);
-		return rc;
-	}
-	j->w.sha = j->sha;
-	j->w.data = buf;
 	j->seq = *seq = ++e->enq_seq;
-	struct pend *p = &e->pend[e->npend++];
-	memcpy(p->ie.sha, sha, 32);
-	p->ie.loc = j->w.loc;
-	p->seq = j->seq;
+	for (size_t i = from; i < b->n; i++) {
+		const struct bitem *x = &b->it[i];
+		if (x->state != B_NEW)
+			continue;
+		struct pend *p = &e->pend[e->npend];
+		rc = cas_pack_reserve(e->store, x->stored, x->raw, x->codec, &p->ie.loc);
+		if (rc < 0)
+			goto fail;   /* the pend entries so far are harmless: never synced, never committed */
+		memcpy(p->ie.sha, x->sha, 32);
+		p->seq = j->seq;
+		e->npend++;
+		const size_t len = CAS_REC_HEADER + (size_t)x->stored;
+		struct cas_write *last = j->nruns ? &runs[j->nruns - 1] : NULL;
+		if (last && last->pack == p->ie.loc.pack && last->off + last->len == p->ie.loc.off) {
+			last->len += len;
+			continue;
+		}
+		if (j->nruns == maxruns) {
+			struct cas_write *nr = realloc(runs, 2 * maxruns * sizeof(*nr));
+			if (!nr) {
+				rc = crest_errf(-ENOMEM, "queueing chunks");
+				goto fail;
+			}
+			runs = nr;
+			maxruns *= 2;
+		}
+		runs[j->nruns++] = (struct cas_write){ .pack = p->ie.loc.pack, .off = p->ie.loc.off,
+						       .data = b->arena + x->at, .len = len };
+	}
+	j->arena = b->arena;
+	j->arena_cap = b->cap;
+	j->bytes = bytes;
+	j->runs = runs;
 	if (e->wq_tail)
 		e->wq_tail->next = j;
 	else
 		e->wq_head = j;
 	e->wq_tail = j;
-	e->wq_bytes += stored;
+	e->wq_bytes += bytes;
 	pthread_cond_broadcast(&e->wcond);
 	pthread_mutex_unlock(&e->wlock);
+	b->arena = NULL;
+	b->cap = b->len = 0;
 	return 0;
+fail:
+	if (!e->werr) {
+		/* A reservation failed after others were made: stop everything
+		 * rather than leave a gap in the pack that nothing will fill. */
+		e->werr = rc;
+		crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
+	}
+	pthread_cond_broadcast(&e->wcond);
+	pthread_mutex_unlock(&e->wlock);
+	free(j);
+	free(runs);
+	return rc;
 }
 
 static void *writer_main(void *arg)
 {
 	struct engine *e = arg;
 	struct wjob *batch[WRITE_BATCH];
-	struct cas_write w[WRITE_BATCH];
+	struct cas_write *w = NULL;
+	unsigned capw = 0;
 	pthread_mutex_lock(&e->wlock);
 	for (;;) {
 		while (!e->wq_head && !(e->sync_target > e->synced_seq) && !e->wstop)
 			pthread_cond_wait(&e->wcond, &e->wlock);
-		unsigned n = 0;
+		unsigned n = 0, nw = 0;
 		size_t bytes = 0;
-		while (e->wq_head && n < WRITE_BATCH) {
+		/* Up to WRITE_BATCH runs, or one job of more (tiny packs). */
+		while (e->wq_head && n < WRITE_BATCH && (n == 0 || nw + e->wq_head->nruns <= WRITE_BATCH)) {
 			struct wjob *j = e->wq_head;
+			if (nw + j->nruns > capw) {
+				unsigned cap = nw + j->nruns > WRITE_BATCH ? nw + j->nruns : WRITE_BATCH;
+				struct cas_write *nwp = realloc(w, cap * sizeof(*nwp));
+				if (!nwp) {
+					if (!e->werr) {
+						e->werr = crest_errf(-ENOMEM, "writing chunks");
+						crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
+					}
+					break;
+				}
+				w = nwp;
+				capw = cap;
+			}
 			e->wq_head = j->next;
-			batch[n] = j;
-			w[n++] = j->w;
-			bytes += j->w.loc.stored;
+			batch[n++] = j;
+			for (unsigned r = 0; r < j->nruns; r++)
+				w[nw++] = j->runs[r];
+			bytes += j->bytes;
 		}
 		if (!e->wq_head)
 			e->wq_tail = NULL;
 		if (n) {
 			bool failed = e->werr != 0;
 			pthread_mutex_unlock(&e->wlock);
-			int rc = failed ? 0 : cas_pack_write(e->store, w, n);
-			for (unsigned i = 0; i < n; i++) {
-				free(batch[i]->buf);
-				if (i + 1 < n)
-					free(batch[i]);
-			}
+			int rc = failed ? 0 : cas_pack_write(e->store, w, nw);
 			pthread_mutex_lock(&e->wlock);
 			if (rc < 0 && !e->werr) {
 				e->werr = rc;
 				crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
 			}
 			e->completed_seq = batch[n - 1]->seq;
-			free(batch[n - 1]);
+			for (unsigned i = 0; i < n; i++) {
+				arena_put(e, batch[i]->arena, batch[i]->arena_cap);
+				free(batch[i]->runs);
+				free(batch[i]);
+			}
 			e->wq_bytes -= bytes;
 			pthread_cond_broadcast(&e->wcond);
 			continue;
@@ -378,6 +511,7 @@ static void *writer_main(void *arg)
 			break;
 	}
 	pthread_mutex_unlock(&e->wlock);
+	free(w);
 	return NULL;
 }
 
@@ -385,6 +519,7 @@ static void *writer_main(void *arg)
 
 struct worker_ctx {
 	struct sha256_hasher *h;
+	struct batch b;
 };
 
 static int seg_push_extent(struct seg *sg, uint64_t len, const uint8_t *sha)
@@ -431,6 +566,87 @@ static bool hint_match(const struct engine_stream *st, uint64_t off, uint64_t le
 	return !x->hole && x->len == len && !memcmp(x->sha, sha, 32);
 }
 
+static int batch_push(struct batch *b, const uint8_t sha[32], const uint8_t *p, size_t n, uint8_t state)
+{
+	if (b->n == b->cap_it) {
+		size_t cap = b->cap_it ? 2 * b->cap_it : 1024;
+		struct bitem *it = realloc(b->it, cap * sizeof(*it));
+		if (!it)
+			return crest_errf(-ENOMEM, "recording new chunks");
+		b->it = it;
+		b->cap_it = cap;
+	}
+	struct bitem *x = &b->it[b->n++];
+	memcpy(x->sha, sha, 32);
+	x->data = p;
+	x->raw = (uint32_t)n;
+	x->state = state;
+	return 0;
+}
+
+/* Compresses a new chunk into the arena as a finished record (kept raw when
+ * LZ4 does not shrink it) and records it B_NEW. */
+static int batch_record(struct engine *e, struct batch *b, const uint8_t sha[32], const uint8_t *p, size_t n)
+{
+	const size_t bound = (size_t)LZ4_compressBound((int)n);
+	if (!b->arena)
+		arena_get(e, b);
+	if (b->len + CAS_REC_HEADER + bound > b->cap) {
+		size_t cap = b->cap ? 2 * b->cap : e->o.segment_bytes + e->o.segment_bytes / 16;
+		while (cap < b->len + CAS_REC_HEADER + bound)
+			cap *= 2;
+		uint8_t *a = realloc(b->arena, cap);
+		if (!a)
+			return crest_errf(-ENOMEM, "compressing a chunk");
+		b->arena = a;
+		b->cap = cap;
+	}
+	int rc = batch_push(b, sha, p, n, B_NEW);
+	if (rc < 0)
+		return rc;
+	uint8_t *rec = b->arena + b->len;
+	const int c = LZ4_compress_default((const char *)p, (char *)rec + CAS_REC_HEADER, (int)n, (int)bound);
+	struct bitem *x = &b->it[b->n - 1];
+	x->at = b->len;
+	x->codec = CAS_CODEC_LZ4;
+	x->stored = (uint32_t)c;
+	if (c <= 0 || (size_t)c >= n) {
+		memcpy(rec + CAS_REC_HEADER, p, n);
+		x->codec = CAS_CODEC_RAW;
+		x->stored = (uint32_t)n;
+	}
+	cas_rec_build(rec, sha, x->codec, x->raw, x->stored);
+	b->len += CAS_REC_HEADER + x->stored;
+	return 0;
+}
+
+/* A chunk neither the table nor the index has: entered PENDING under this
+ * batch and recorded, unless another worker entered it meanwhile. */
+static int chunk_new(struct engine *e, struct worker_ctx *w, struct engine_snap *snap, const uint8_t *p,
+		     size_t n, const uint8_t sha[32])
+{
+	struct stripe *s = stripe_of(e, sha);
+	pthread_mutex_lock(&s->lock);
+	struct node *nd = table_find(s, sha);
+	if (nd) {
+		const uint64_t seq = nd->seq;
+		pthread_mutex_unlock(&s->lock);
+		if (seq != PENDING) {
+			atomic_max(&snap->max_seq, seq);
+			return 0;
+		}
+		return batch_push(&w->b, sha, p, n, B_WAIT);
+	}
+	int rc = table_insert(s, sha, PENDING, &w->b);
+	pthread_mutex_unlock(&s->lock);
+	if (rc < 0)
+		return crest_errf(rc, "recording a new chunk");
+	rc = batch_record(e, &w->b, sha, p, n);
+	if (rc < 0)
+		table_remove(e, sha);   /* nobody can have taken it: a waiter finds it gone and stores it */
+	return rc;
+}
+
 static int chunk_ingest(struct engine *e, struct worker_ctx *w, struct seg *sg, const uint8_t *p,
 			size_t n, uint64_t off)
 {
@@ -450,56 +666,147 @@ static int chunk_ingest(struct engine *e, struct worker_ctx *w, struct seg *sg, 
 	struct stripe *s = stripe_of(e, sha);
 	pthread_mutex_lock(&s->lock);
 	struct node *nd = table_find(s, sha);
-	uint64_t seq = nd ? nd->seq : 0;
+	const uint64_t seq = nd ? nd->seq : 0;
 	pthread_mutex_unlock(&s->lock);
-	if (nd) {
+	if (nd && seq != PENDING)
 		atomic_max(&snap->max_seq, seq);
-		return seg_push_extent(sg, n, sha);
+	else if (nd)
+		rc = batch_push(&w->b, sha, p, n, B_WAIT);
+	else {
+		struct cas_loc loc;
+		rc = cas_chunk_lookup(e->store, sha, &loc);
+		if (rc == -ENOENT)
+			rc = chunk_new(e, w, snap, p, n, sha);
 	}
-	struct cas_loc loc;
-	rc = cas_chunk_lookup(e->store, sha, &loc);
-	if (rc == 0)
-		return seg_push_extent(sg, n, sha);
-	if (rc != -ENOENT)
+	if (rc < 0)
 		return rc;
-
-	/* New to the store: compress outside any lock, then queue under the
-	 * stripe lock unless another worker got there first. */
-	int bound = LZ4_compressBound((int)n);
-	uint8_t *buf = malloc((size_t)bound);
-	if (!buf)
-		return crest_errf(-ENOMEM, "compressing a chunk");
-	int c = LZ4_compress_default((const char *)p, (char *)buf, (int)n, bound);
-	uint8_t codec = CAS_CODEC_LZ4;
-	uint32_t stored = (uint32_t)c;
-	if (c <= 0 || (size_t)c >= n) {
-		memcpy(buf, p, n);  /* LZ4 did not shrink it: keep it raw */
-		codec = CAS_CODEC_RAW;
-		stored = (uint32_t)n;
-	}
-	pthread_mutex_lock(&s->lock);
-	nd = table_find(s, sha);
-	if (nd) {
-		seq = nd->seq;
-		pthread_mutex_unlock(&s->lock);
-		free(buf);
-		atomic_max(&snap->max_seq, seq);
-		return seg_push_extent(sg, n, sha);
-	}
-	rc = writer_enqueue(e, sha, buf, stored, (uint32_t)n, codec, &seq);
-	if (rc == 0)
-		rc = table_insert(s, sha, seq);
-	pthread_mutex_unlock(&s->lock);
-	if (rc < 0) {
-		if (rc == -ENOMEM)
-			crest_errf(rc, "recording a new chunk");
-		return rc;  /* buf was handed over or freed by the writer path */
-	}
-	atomic_max(&snap->max_seq, seq);
-	atomic_fetch_add(&snap->new_chunks, 1);
-	atomic_fetch_add(&snap->new_bytes, n);
-	atomic_fetch_add(&snap->stored_bytes, stored + CAS_REC_HEADER);
 	return seg_push_extent(sg, n, sha);
+}
+
+static void seq_moved(struct engine *e)
+{
+	pthread_mutex_lock(&e->seq_lock);
+	e->seq_gen++;
+	pthread_cond_broadcast(&e->seq_cond);
+	pthread_mutex_unlock(&e->seq_lock);
+}
+
+/* Gives up the batch's records (the segment failed): their PENDING nodes go,
+ * and whoever waits for one stores the chunk itself. */
+static void batch_drop(struct engine *e, struct batch *b, size_t from)
+{
+	for (size_t i = from; i < b->n; i++) {
+		const struct bitem *x = &b->it[i];
+		if (x->state != B_NEW)
+			continue;
+		struct stripe *s = stripe_of(e, x->sha);
+		pthread_mutex_lock(&s->lock);
+		if (s->nb)
+			for (struct node **pp = &s->b[bucket_of(s, x->sha)]; *pp; pp = &(*pp)->next) {
+				struct node *nd = *pp;
+				if (!memcmp(nd->sha, x->sha, 32) && nd->owner == b && nd->seq == PENDING) {
+					*pp = nd->next;
+					free(nd);
+					s->n--;
+					break;
+				}
+			}
+		pthread_mutex_unlock(&s->lock);
+	}
+	b->n = b->len = 0;
+	seq_moved(e);
+}
+
+/* Waits until the PENDING chunk x gets its seq. When its node is gone the
+ * chunk was committed, or its batch failed and was dropped: then this
+ * worker stores it (chunk_new; flushed by the caller's next round). When
+ * the node is this worker's own, entered by chunk_new in this very round,
+ * x waits for the next round, after the record is queued. x points into
+ * the batch, which both of those may move: it is copied first. */
+static int item_resolve(struct engine *e, struct worker_ctx *w, struct engine_snap *snap, const struct bitem *xp)
+{
+	const struct bitem x = *xp;
+	struct stripe *s = stripe_of(e, x.sha);
+	for (;;) {
+		pthread_mutex_lock(&e->seq_lock);
+		const uint64_t gen = e->seq_gen;
+		pthread_mutex_unlock(&e->seq_lock);
+		pthread_mutex_lock(&s->lock);
+		const struct node *nd = table_find(s, x.sha);
+		const uint64_t seq = nd ? nd->seq : 0;
+		const bool mine = nd && nd->owner == &w->b;
+		pthread_mutex_unlock(&s->lock);
+		if (nd && seq != PENDING) {
+			atomic_max(&snap->max_seq, seq);
+			return 0;
+		}
+		if (mine)
+			return batch_push(&w->b, x.sha, x.data, x.raw, B_WAIT);
+		if (!nd) {
+			struct cas_loc loc;
+			int rc = cas_chunk_lookup(e->store, x.sha, &loc);
+			return rc == -ENOENT ? chunk_new(e, w, snap, x.data, x.raw, x.sha) : rc;
+		}
+		pthread_mutex_lock(&e->seq_lock);
+		while (e->seq_gen == gen)
+			pthread_cond_wait(&e->seq_cond, &e->seq_lock);
+		pthread_mutex_unlock(&e->seq_lock);
+	}
+}
+
+/* Ends the segment: queues its new records as one job, gives their nodes
+ * the job's seq, then waits for the chunks it found PENDING elsewhere (only
+ * now, with nothing of its own PENDING: see the top of the file). */
+static int batch_flush(struct engine *e, struct worker_ctx *w, struct engine_snap *snap)
+{
+	struct batch *b = &w->b;
+	size_t from = 0;
+	int rc = 0;
+	while (rc == 0 && from < b->n) {
+		const size_t end = b->n;
+		size_t bytes = 0, raw = 0, nnew = 0;
+		for (size_t i = from; i < end; i++)
+			if (b->it[i].state == B_NEW) {
+				bytes += CAS_REC_HEADER + b->it[i].stored;
+				raw += b->it[i].raw;
+				nnew++;
+			}
+		if (nnew) {
+			uint64_t seq;
+			rc = writer_enqueue(e, b, from, bytes, &seq);
+			if (rc < 0)
+				break;
+			for (size_t i = from; i < end; i++) {
+				const struct bitem *x = &b->it[i];
+				if (x->state != B_NEW)
+					continue;
+				struct stripe *s = stripe_of(e, x->sha);
+				pthread_mutex_lock(&s->lock);
+				struct node *nd = table_find(s, x->sha);
+				if (nd && nd->owner == b && nd->seq == PENDING) {
+					nd->seq = seq;
+					nd->owner = NULL;
+				}
+				pthread_mutex_unlock(&s->lock);
+			}
+			seq_moved(e);
+			atomic_max(&snap->max_seq, seq);
+			atomic_fetch_add(&snap->new_chunks, nnew);
+			atomic_fetch_add(&snap->new_bytes, raw);
+			atomic_fetch_add(&snap->stored_bytes, bytes);
+		}
+		/* Resolving may record chunks anew (after end): another round. */
+		for (size_t i = from; rc == 0 && i < end; i++)
+			if (b->it[i].state == B_WAIT)
+				rc = item_resolve(e, w, snap, &b->it[i]);
+		from = end;
+	}
+	if (rc < 0) {
+		batch_drop(e, b, from);
+		return rc;
+	}
+	b->n = b->len = 0;
+	return 0;
 }
 
 static int seg_process(struct engine *e, struct worker_ctx *w, struct seg *sg)
@@ -515,11 +822,13 @@ static int seg_process(struct engine *e, struct worker_ctx *w, struct seg *sg)
 	while (off < sg->len) {
 		size_t n = dedup_next(dp, sg->data + off, sg->len - off);
 		int rc = chunk_ingest(e, w, sg, sg->data + off, n, sg->off + off);
-		if (rc < 0)
+		if (rc < 0) {
+			batch_drop(e, &w->b, 0);
 			return rc;
+		}
 		off += n;
 	}
-	return 0;
+	return batch_flush(e, w, sg->st->snap);
 }
 
 static void staging_put(struct engine *e, void *buf)
@@ -596,6 +905,8 @@ static void *worker_main(void *arg)
 	}
 	pthread_mutex_unlock(&e->lock);
 	sha256_hasher_free(w.h);
+	free(w.b.arena);
+	free(w.b.it);
 	return NULL;
 }
 
@@ -1156,6 +1467,8 @@ int engine_open(struct cas_store *store, const struct engine_opts *o, struct eng
 	pthread_cond_init(&e->stage_cond, NULL);
 	pthread_mutex_init(&e->wlock, NULL);
 	pthread_cond_init(&e->wcond, NULL);
+	pthread_mutex_init(&e->seq_lock, NULL);
+	pthread_cond_init(&e->seq_cond, NULL);
 	for (int i = 0; i < NSTRIPES; i++)
 		pthread_mutex_init(&e->stripes[i].lock, NULL);
 
@@ -1213,6 +1526,10 @@ void engine_close(struct engine *e)
 	free(e->free_bufs);
 	free(e->workers);
 	free(e->pend);
+	for (size_t i = 0; i < e->narenas; i++)
+		free(e->arenas[i]);
+	free(e->arenas);
+	free(e->arena_caps);
 	for (int i = 0; i < NSTRIPES; i++) {
 		struct stripe *s = &e->stripes[i];
 		for (size_t b = 0; b < s->nb; b++)

@@ -57,5 +57,17 @@ below "$(field new_bytes)" "$mid" 5 "1 byte inserted"
 crest get "$(field snapshot)" "$T/out-shift"
 cmp "$g" "$T/out-shift/shifted.bin" || fail "shifted file differs after get"
 
+note "the same chunks in many segments at once (workers wait for each other's new chunks)"
+r=$T/b/repeated.bin
+"$STORE_TOOL" random "$T/b/blocks" $((8 << 20)) 23
+for i in $(seq 16); do cat "$T/b/blocks"; done >"$r"
+rm "$T/b/blocks"
+PUT_OUT=$("$CREST" --workers 8 --json put --chunker fixed --chunk-size 4K "$r") || fail "crest put of the repeated file failed"
+new=$(field new_bytes)
+[ "$new" -eq $((8 << 20)) ] || fail "128 MiB made of one 8 MiB block 16 times: $new new bytes, not $((8 << 20))"
+crest get "$(field snapshot)" "$T/out-rep"
+cmp "$r" "$T/out-rep/repeated.bin" || fail "repeated file differs after get"
+rm -rf "$T/out-rep" "$r"
+
 verify_store
 echo "PASS"
