@@ -76,6 +76,67 @@ const char *dedup_kind_name(enum dedup_kind k)
 	return k == DEDUP_FIXED ? "fixed" : "cdc";
 }
 
+/*
+ * Byte by byte, fp = (fp << 1) + gear[b] is one dependent shift-and-add per
+ * byte (a LEA: 1 cycle on Zen 3, 2 on recent Xeons), and that chain, not the
+ * loads or the tests, is what bounds the scan. Three bytes at a time the same
+ * hash is
+ *	fp3 = (fp << 3) + (((g0 << 1) + g1) << 1) + g2
+ * where the part after fp << 3 (the hash of those three bytes alone) does not
+ * depend on fp and is ready early: the chain carried from step to step is one
+ * LEA per three bytes (three because LEA scales by at most 8). The hashes after
+ * the first and second byte,
+ *	fp1 = (fp << 1) + g0,  fp2 = (fp1 << 1) + g1,
+ * still need their mask tests, but no later step reads them, so they are
+ * computed beside the chain, not on it. This is exact arithmetic mod 2^64, so
+ * fp1, fp2 and fp3 are bit for bit the values of the byte-by-byte loop, and
+ * they are tested in byte order: every cut falls exactly where it always did,
+ * which stored snapshots depend on. About twice as fast on an Emerald Rapids
+ * Xeon.
+ */
+
+/* Hides x from the optimizer, which would otherwise fold (fp << 3) + x back
+ * into (fp2 << 1) + g2 and so put the chain back at a step per byte. It emits
+ * no instruction. */
+#define GEAR_OPAQUE(x) __asm__("" : "+r"(x))
+
+/* Scans data[i..stop) with the hash carried in *fpp. Returns the index just
+ * past the first byte where (fp & mask) == 0, or 0 if there is none (a cut is
+ * never 0: i >= min), leaving the hash in *fpp. */
+static size_t gear_scan(const uint8_t *data, size_t i, size_t stop, uint64_t mask,
+			uint64_t *fpp)
+{
+	uint64_t fp = *fpp;
+	const uint8_t *q = data + i, *qstop = data + stop;
+
+	/* Eight steps of three bytes per iteration keep the loop control off
+	 * most bytes; the rest goes byte by byte. */
+	for (size_t n = stop > i ? (stop - i) / 24 : 0; n; n--, q += 24) {
+#pragma GCC unroll 8
+		for (size_t k = 0; k < 24; k += 3) {
+			uint64_t g0 = gear[q[k]], g1 = gear[q[k + 1]], g2 = gear[q[k + 2]];
+			uint64_t t = (((g0 << 1) + g1) << 1) + g2;
+			GEAR_OPAQUE(t);
+			uint64_t fp1 = (fp << 1) + g0;
+			uint64_t fp2 = (fp1 << 1) + g1;
+			fp = (fp << 3) + t;
+			if (!(fp1 & mask))
+				return (size_t)(q - data) + k + 1;
+			if (!(fp2 & mask))
+				return (size_t)(q - data) + k + 2;
+			if (!(fp & mask))
+				return (size_t)(q - data) + k + 3;
+		}
+	}
+	for (; q < qstop; q++) {
+		fp = (fp << 1) + gear[*q];
+		if (!(fp & mask))
+			return (size_t)(q - data) + 1;
+	}
+	*fpp = fp;
+	return 0;
+}
+
 size_t dedup_next(const struct dedup_params *p, const uint8_t *data, size_t len)
 {
 	if (len <= p->min)
@@ -86,17 +147,14 @@ size_t dedup_next(const struct dedup_params *p, const uint8_t *data, size_t len)
 	size_t end = len < p->max ? len : p->max;
 	size_t normal = len < p->avg ? len : p->avg;
 	uint64_t fp = 0;
-	size_t i = p->min;
-	for (; i < normal; i++) {
-		fp = (fp << 1) + gear[data[i]];
-		if (!(fp & p->mask_s))
-			return i + 1;
+	size_t i = p->min, cut;
+	if (i < normal) {
+		if ((cut = gear_scan(data, i, normal, p->mask_s, &fp)))
+			return cut;
+		i = normal;
 	}
-	for (; i < end; i++) {
-		fp = (fp << 1) + gear[data[i]];
-		if (!(fp & p->mask_l))
-			return i + 1;
-	}
+	if ((cut = gear_scan(data, i, end, p->mask_l, &fp)))
+		return cut;
 	return end;
 }
 
