@@ -14,8 +14,11 @@
 #include "cas/manifest.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MF_MAGIC "CRMF"
 #define MF_VERSION 1
@@ -162,6 +165,121 @@ static char *r_str(struct rbuf *r)
 	return s;
 }
 
+/* ---- extent lists ----
+ * A region of 8 GiB in 4 KiB chunks has 2M extents (86 MB encoded): decoding
+ * them one field at a time on one thread took a good part of a restore that
+ * should last 0.4 s. Extents are variable-length (a hole has no SHA-256), so
+ * one cheap pass finds where every PIECE-th extent starts; threads then
+ * decode pieces into their places in the array. */
+#define PIECE ((uint64_t)1 << 16)
+#define EXT_HOLE_BYTES 9
+#define EXT_DATA_BYTES 41
+
+struct piece {
+	const uint8_t *p;   /* encoded extents of this piece */
+	uint64_t first, n;  /* their indexes */
+	uint64_t sum;       /* their lengths added up */
+	int bad;
+};
+
+struct ext_job {
+	struct cas_extent *ext;
+	uint64_t limit;     /* no single extent may be longer (the stream's size) */
+	struct piece *pc;
+	size_t npc;
+	atomic_size_t next;
+};
+
+static uint64_t le64(const uint8_t *p)
+{
+	uint64_t v = 0;
+	for (int i = 7; i >= 0; i--)
+		v = v << 8 | p[i];
+	return v;
+}
+
+static void piece_decode(const struct ext_job *j, struct piece *pc)
+{
+	const uint8_t *p = pc->p;
+	uint64_t sum = 0;
+	for (uint64_t i = 0; i < pc->n; i++) {
+		struct cas_extent *e = &j->ext[pc->first + i];
+		e->hole = p[0] != 0;
+		e->len = le64(p + 1);
+		if (e->hole) {
+			memset(e->sha, 0, 32);
+			p += EXT_HOLE_BYTES;
+		} else {
+			memcpy(e->sha, p + 9, 32);
+			p += EXT_DATA_BYTES;
+		}
+		if (e->len > j->limit || __builtin_add_overflow(sum, e->len, &sum)) {
+			pc->bad = 1;
+			return;
+		}
+	}
+	pc->sum = sum;
+}
+
+static void *piece_worker(void *arg)
+{
+	struct ext_job *j = arg;
+	for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->npc;)
+		piece_decode(j, &j->pc[i]);
+	return NULL;
+}
+
+/* Decodes ne extents of s from r; the lengths must add up to s->size. */
+static int ext_decode(struct rbuf *r, struct cas_stream *s, uint64_t ne)
+{
+	const size_t npc = (size_t)((ne + PIECE - 1) / PIECE);
+	struct piece one, *pc = npc > 1 ? calloc(npc, sizeof(*pc)) : &one;
+	if (!pc)
+		return -ENOMEM;
+	/* The pass that bounds everything: each extent's size from its flag. */
+	const uint8_t *p = r->p;
+	size_t left = r->left;
+	for (uint64_t i = 0; i < ne; i++) {
+		if (i % PIECE == 0)
+			pc[i / PIECE] = (struct piece){ .p = p, .first = i,
+							.n = ne - i < PIECE ? ne - i : PIECE };
+		const size_t k = left && p[0] ? EXT_HOLE_BYTES : EXT_DATA_BYTES;
+		if (left < k) {
+			if (pc != &one)
+				free(pc);
+			return -EBADMSG;
+		}
+		p += k;
+		left -= k;
+	}
+	struct ext_job j = { .ext = s->ext, .limit = s->size, .pc = pc, .npc = npc };
+	pthread_t t[16];
+	unsigned nt = 0;
+	if (npc > 1) {
+		long nc = sysconf(_SC_NPROCESSORS_ONLN);
+		unsigned want = nc > 1 ? (unsigned)nc - 1 : 0;
+		want = want > 16 ? 16 : want;
+		want = want > npc - 1 ? (unsigned)(npc - 1) : want;
+		while (nt < want && pthread_create(&t[nt], NULL, piece_worker, &j) == 0)
+			nt++;
+	}
+	piece_worker(&j);
+	for (unsigned i = 0; i < nt; i++)
+		pthread_join(t[i], NULL);
+	uint64_t total = 0;
+	int bad = 0;
+	for (size_t i = 0; i < npc; i++)
+		bad |= pc[i].bad || __builtin_add_overflow(total, pc[i].sum, &total);
+	if (pc != &one)
+		free(pc);
+	if (bad || total != s->size)
+		return -EBADMSG;
+	s->nextents = ne;
+	r->p = p;
+	r->left = left;
+	return 0;
+}
+
 int cas_manifest_decode(const uint8_t *buf, size_t len, bool header_only, struct cas_manifest **out)
 {
 	struct rbuf r = { buf, len, 0 };
@@ -217,25 +335,10 @@ int cas_manifest_decode(const uint8_t *buf, size_t len, bool header_only, struct
 		uint64_t ne = r_uint(&r, 8);
 		if (r.bad || ne > r.left / 9)
 			goto bad;
-		s->ext = calloc(ne ? ne : 1, sizeof(*s->ext));
+		s->ext = malloc((ne ? ne : 1) * sizeof(*s->ext));
 		if (!s->ext)
 			goto bad;
-		uint64_t total = 0;
-		for (; s->nextents < ne; s->nextents++) {
-			struct cas_extent *e = &s->ext[s->nextents];
-			e->hole = r_uint(&r, 1) != 0;
-			e->len = r_uint(&r, 8);
-			if (!e->hole) {
-				const uint8_t *p = r_take(&r, 32);
-				if (!p)
-					goto bad;
-				memcpy(e->sha, p, 32);
-			}
-			if (r.bad || e->len > s->size - total)
-				goto bad;
-			total += e->len;
-		}
-		if (total != s->size)
+		if (ext_decode(&r, s, ne) < 0)
 			goto bad;
 	}
 	if (r.bad || r.left)
