@@ -109,13 +109,14 @@ int cas_pack_sync(struct cas_store *s);
  * the caller takes the ones it wants (cas_reader_take). Headers are read
  * only where a record is known to start (a looked-up record, or the end of
  * one walked over), and never past the end of a record known committed
- * (cas_reader_locate and cas_reader_hint raise that bound): what a writer
+ * (cas_reader_locate raises that bound): what a writer
  * wrote past its last commit may be cut or rewritten.
  */
 struct cas_reader;
 struct cas_cursor {
 	uint32_t pack;
 	uint64_t off;      /* where the next record starts */
+	uint64_t end;      /* walks stop here (0: at the last safe record) */
 	bool valid;
 };
 struct cas_span {
@@ -137,11 +138,9 @@ struct cas_rec {
 /* One per restore, shared by its threads; opens packs once, as needed. */
 int cas_reader_open(struct cas_store *s, struct cas_reader **out);
 void cas_reader_close(struct cas_reader *r);
-/* Looks sha up and notes its record as committed, so that walks may reach
- * it: give the last chunk of a batch. Missing: 0 (the read reports it). */
-int cas_reader_hint(struct cas_reader *r, const uint8_t sha[32]);
-/* *cur at sha's record (an index look-up, which also raises the bound);
- * -ENOENT, no message, when the index has no such chunk. */
+/* *cur at sha's record, cur->end at the record's end (an index look-up,
+ * which also raises the bound); -ENOENT, no message, when the index has no
+ * such chunk. */
 int cas_reader_locate(struct cas_reader *r, const uint8_t sha[32], struct cas_cursor *cur);
 /* The record at sp->cur, which then moves past it: 0, or -ENOENT where the
  * walk cannot go on (the bound, no record there, a record larger than the

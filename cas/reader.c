@@ -107,17 +107,6 @@ static void safe_raise(struct cas_reader *r, uint32_t pack, uint64_t end)
 		;
 }
 
-int cas_reader_hint(struct cas_reader *r, const uint8_t sha[32])
-{
-	struct cas_loc loc;
-	int rc = cas_chunk_lookup(r->s, sha, &loc);
-	if (rc == -ENOENT)
-		return 0;
-	if (rc == 0)
-		safe_raise(r, loc.pack, loc.off + CAS_REC_HEADER + loc.stored);
-	return rc;
-}
-
 struct rec {
 	uint8_t codec;
 	uint32_t raw, stored, crc;
@@ -191,8 +180,9 @@ int cas_reader_locate(struct cas_reader *r, const uint8_t sha[32], struct cas_cu
 	int rc = cas_chunk_lookup(r->s, sha, &loc);
 	if (rc < 0)
 		return rc;
-	safe_raise(r, loc.pack, loc.off + CAS_REC_HEADER + loc.stored);
-	*cur = (struct cas_cursor){ .pack = loc.pack, .off = loc.off, .valid = true };
+	const uint64_t end = loc.off + CAS_REC_HEADER + loc.stored;
+	safe_raise(r, loc.pack, end);
+	*cur = (struct cas_cursor){ .pack = loc.pack, .off = loc.off, .end = end, .valid = true };
 	return 0;
 }
 
@@ -226,7 +216,9 @@ int cas_reader_next(struct cas_reader *r, struct cas_span *sp, struct cas_rec *r
 	struct cas_cursor *cur = &sp->cur;
 	if (!cur->valid || cur->pack >= r->npacks)
 		return -ENOENT;
-	const uint64_t bound = atomic_load_explicit(&r->p[cur->pack].safe, memory_order_relaxed);
+	uint64_t bound = atomic_load_explicit(&r->p[cur->pack].safe, memory_order_relaxed);
+	if (cur->end && cur->end < bound)
+		bound = cur->end;
 	const uint64_t off = cur->off;
 	if (off + CAS_REC_HEADER > bound)
 		return -ENOENT;

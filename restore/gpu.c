@@ -262,10 +262,19 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 	size_t nstart = 0;
 	for (size_t i = 0; i < ws->n && !atomic_load(&j->stop); i += RUN_CHUNKS) {
 		const size_t last = i + RUN_CHUNKS < ws->n ? i + RUN_CHUNKS - 1 : ws->n - 1;
-		rc = cas_reader_hint(j->rd, st->ext[ws->w[last].ext].sha);
-		if (rc == 0) {
-			rc = cas_reader_locate(j->rd, st->ext[ws->w[i].ext].sha, &ws->starts[nstart]);
-			nstart += rc == 0;
+		struct cas_cursor lc;
+		rc = cas_reader_locate(j->rd, st->ext[ws->w[last].ext].sha, &lc);
+		if (rc == 0 || rc == -ENOENT) {
+			const bool have_last = rc == 0;
+			struct cas_cursor *fc = &ws->starts[nstart];
+			rc = cas_reader_locate(j->rd, st->ext[ws->w[i].ext].sha, fc);
+			if (rc == 0) {
+				/* The run's records lie back to back (one ingest job
+				 * per segment): the walk reads up to its last one and
+				 * not, as it once did, MISS_MAX records past it. */
+				fc->end = have_last && lc.pack == fc->pack && lc.off >= fc->off ? lc.end : 0;
+				nstart++;
+			}
 		}
 		if (rc < 0 && rc != -ENOENT)
 			return crest_errctx(rc, "snapshot %s, stream %s, offset %llu", j->c->snapshot, st->name,
