@@ -4,7 +4,8 @@
 # Build on the development machine first, then bundle (see ../../../shared/tools/gpu-bundle):
 #   cmake -S . -B build && make -C build -j2
 #   ../shared/tools/gpu-bundle .gpu build/tests/library/test_gpu build/tests/library/test_library \
-#       build/bench/library/gpu_bench build/capture/libcrest.so build/cli/crest build/cli/casctl
+#       build/bench/library/gpu_bench build/bench/library/restore_ceiling build/capture/libcrest.so \
+#       build/cli/crest build/cli/casctl
 # and run this from the repository root there, with .gpu carried:
 #   sh bench/library/gpu_bench.sh "$OUT"
 # Logs land in OUTDIR; RESULT lines are the figures for bench/RESULTS.md.
@@ -26,9 +27,15 @@ run() { echo "== $*"; "$@"; echo "== exit $?"; }
   for t in roundtrip dedup stall rounds errors; do run .gpu/run test_library $t "$work/test-$t"; done
 } 2>&1 | tee "$out/tests.log"
 
-# 2. 8 GiB of device memory: stall, restore, and the driver's checkpoint.
-run .gpu/run gpu_bench "$work/store" 8 2>&1 | tee "$out/gpu_bench.log"
+# 2. 8 GiB of device memory: stall, restore (with where its time went), and
+#    the driver's checkpoint; then what the machine allows a restore on the
+#    same packs (restore_ceiling), side by side.
+export CREST_TRACE=1
+run .gpu/run gpu_bench "$work/store" 8 >"$out/gpu_bench.log" 2>&1
+unset CREST_TRACE
+grep -v "restore thread" "$out/gpu_bench.log"
 .gpu/run casctl --store "$work/store" verify 2>&1 | tail -1 | tee -a "$out/gpu_bench.log"
+.gpu/run restore_ceiling "$work/store/packs" 1 8 16 2>&1 | tee "$out/ceiling.log"
 rm -rf "$work/store"
 
 # 3. PyTorch on the GPU: killed, resumed in a fresh process, losses bit for bit.
