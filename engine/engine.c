@@ -131,7 +131,8 @@ struct wjob {
 };
 
 /* A chunk of the segment at hand that needs the writer: B_NEW, found new
- * and recorded in the arena; B_WAIT, found PENDING in another batch. */
+ * and recorded in the arena; B_WAIT, found PENDING (entered by a batch not
+ * yet queued, this one's included). */
 struct bitem {
 	uint8_t sha[32];
 	const uint8_t *data;         /* the chunk (alive until the segment is done) */
@@ -144,6 +145,7 @@ enum { B_NEW, B_WAIT };
 
 /* A worker's records for the segment at hand. */
 struct batch {
+	LZ4_stream_t *lz;            /* the worker's compression state, or NULL */
 	uint8_t *arena;
 	size_t len, cap;
 	struct bitem *it;
@@ -325,6 +327,10 @@ static void arena_get(struct engine *e, struct batch *b)
 /* Under wlock. Keeps as many arenas as fit the write queue's budget. */
 static void arena_put(struct engine *e, uint8_t *arena, size_t cap)
 {
+	if ((e->narenas + 1) * e->o.segment_bytes > e->o.write_queue_bytes) {
+		free(arena);
+		return;
+	}
 	if (e->narenas == e->caparenas) {
 		size_t n = e->caparenas ? 2 * e->caparenas : 16;
 		void **a = realloc(e->arenas, n * sizeof(*a));
@@ -333,7 +339,7 @@ static void arena_put(struct engine *e, uint8_t *arena, size_t cap)
 		size_t *c = realloc(e->arena_caps, n * sizeof(*c));
 		if (c)
 			e->arena_caps = c;
-		if (!a || !c || e->narenas * e->o.segment_bytes > e->o.write_queue_bytes) {
+		if (!a || !c) {
 			free(arena);
 			return;
 		}
@@ -605,7 +611,18 @@ static int batch_record(struct engine *e, struct batch *b, const uint8_t sha[32]
 	if (rc < 0)
 		return rc;
 	uint8_t *rec = b->arena + b->len;
-	const int c = LZ4_compress_default((const char *)p, (char *)rec + CAS_REC_HEADER, (int)n, (int)bound);
+	/* LZ4_compress_default clears a 16 KiB table for every chunk, as much
+	 * memory as a 4-8 KiB chunk itself; a fast reset of the worker's own
+	 * state only moves its offsets. Each chunk is still a block of its own
+	 * (no dictionary), as LZ4_decompress_safe reads it. */
+	char *dst = (char *)rec + CAS_REC_HEADER;
+	int c;
+	if (b->lz) {
+		LZ4_resetStream_fast(b->lz);
+		c = LZ4_compress_fast_continue(b->lz, (const char *)p, dst, (int)n, (int)bound, 1);
+	} else {
+		c = LZ4_compress_default((const char *)p, dst, (int)n, (int)bound);
+	}
 	struct bitem *x = &b->it[b->n - 1];
 	x->at = b->len;
 	x->codec = CAS_CODEC_LZ4;
@@ -870,6 +887,7 @@ static void *worker_main(void *arg)
 	struct engine *e = arg;
 	struct worker_ctx w = { 0 };
 	int hrc = sha256_hasher_new(&w.h);
+	w.b.lz = LZ4_createStream();   /* NULL: LZ4_compress_default instead */
 	char hmsg[1024];
 	crest_errcpy(hmsg, sizeof(hmsg));
 	pthread_mutex_lock(&e->lock);
@@ -907,6 +925,8 @@ static void *worker_main(void *arg)
 	sha256_hasher_free(w.h);
 	free(w.b.arena);
 	free(w.b.it);
+	if (w.b.lz)
+		LZ4_freeStream(w.b.lz);
 	return NULL;
 }
 
