@@ -102,15 +102,15 @@ int cas_pack_sync(struct cas_store *s);
  * as good a check as re-hashing, barring deliberate forgery inside the pack,
  * which `casctl verify` (full SHA-256) is for.
  *
- * Why it is fast: the engine writes a stream's chunks in order, a few runs
- * interleaved (one per ingest worker), so a batch of consecutive chunks lies
- * in a few stretches of a pack. A span walks a stretch: one pread fills its
+ * Why it is fast: the engine writes the new chunks of each segment of a
+ * stream back to back, in order, so a batch of consecutive chunks lies in a
+ * few stretches of a pack. A span walks a stretch: one pread fills its
  * buffer with many records, cas_reader_next steps from record to record and
  * the caller takes the ones it wants (cas_reader_take). Headers are read
  * only where a record is known to start (a looked-up record, or the end of
  * one walked over), and never past the end of a record known committed
- * (cas_reader_locate raises that bound): what a writer
- * wrote past its last commit may be cut or rewritten.
+ * (cas_reader_locate raises that bound; cas_cursor.end may stop a walk
+ * sooner): what a writer wrote past its last commit may be cut or rewritten.
  */
 struct cas_reader;
 struct cas_cursor {

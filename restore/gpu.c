@@ -129,9 +129,10 @@ static int job_next(struct job *j, struct window *w, bool *got)
 }
 
 /* A window's chunks are found by walking the packs, not by looking each up:
- * the engine writes a stream's chunks in order, several runs interleaved (one
- * per ingest worker, a 4 MiB segment each), so one pass over the records from
- * the first chunk of each run meets the window's chunks among a few others.
+ * the engine writes each segment's new chunks back to back, in order, so a
+ * pass over the records from the first chunk of each run up to its last
+ * meets the window's chunks, and few others (those of an earlier snapshot
+ * are elsewhere: one run then becomes several walks, or look-ups).
  * Each record met is matched against a table of the window's chunk ids; the
  * wanted ones are checked (header SHA-256 is the id, CRC32C of the stored
  * bytes: see cas.h for why that suffices) and unpacked to their offsets.
@@ -140,7 +141,7 @@ static int job_next(struct job *j, struct window *w, bool *got)
  * (runs not started, chunks elsewhere) is read with cas_reader_get, which
  * names a missing or damaged chunk. */
 #define RUN_CHUNKS 1024     /* a run is started (looked up) every this many chunks */
-#define MISS_MAX 512        /* records in a row not in the window: the run ended */
+#define MISS_MAX 512        /* records in a row not in the window: the run ended early */
 #define SPAN_BYTES (2u << 20) /* one pread: fits the L2 cache, so the copy out stays cheap */
 
 static uint64_t id_key(const uint8_t *sha)
