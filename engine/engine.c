@@ -285,17 +285,21 @@ static int table_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq, c
 	return 0;
 }
 
-static void table_remove(struct engine *e, const uint8_t sha[32])
+/* Removes sha's node: any (owner NULL: its commit made it durable), or only
+ * the PENDING node owner entered (its batch gave it up). */
+static void table_remove(struct engine *e, const uint8_t sha[32], const struct batch *owner)
 {
 	struct stripe *s = stripe_of(e, sha);
 	pthread_mutex_lock(&s->lock);
 	if (s->nb) {
 		for (struct node **pp = &s->b[bucket_of(s, sha)]; *pp; pp = &(*pp)->next) {
-			if (!memcmp((*pp)->sha, sha, 32)) {
-				struct node *n = *pp;
-				*pp = n->next;
-				free(n);
-				s->n--;
+			struct node *n = *pp;
+			if (!memcmp(n->sha, sha, 32)) {
+				if (!owner || (n->owner == owner && n->seq == PENDING)) {
+					*pp = n->next;
+					free(n);
+					s->n--;
+				}
 				break;
 			}
 		}
@@ -368,10 +372,7 @@ static int writer_enqueue(struct engine *e, struct batch *b, size_t from, size_t
 	int rc = e->werr;
 	if (rc) {
 		crest_errset_str(e->werrmsg);
-		pthread_mutex_unlock(&e->wlock);
-		free(j);
-		free(runs);
-		return rc;
+		goto fail;
 	}
 	if (e->npend + b->n > e->cappend) {
 		size_t cap = e->cappend ? e->cappend : 4096;
@@ -660,7 +661,7 @@ static int chunk_new(struct engine *e, struct worker_ctx *w, struct engine_snap 
 		return crest_errf(rc, "recording a new chunk");
 	rc = batch_record(e, &w->b, sha, p, n);
 	if (rc < 0)
-		table_remove(e, sha);   /* nobody can have taken it: a waiter finds it gone and stores it */
+		table_remove(e, sha, &w->b);   /* a waiter finds it gone and stores it */
 	return rc;
 }
 
@@ -712,24 +713,9 @@ static void seq_moved(struct engine *e)
  * and whoever waits for one stores the chunk itself. */
 static void batch_drop(struct engine *e, struct batch *b, size_t from)
 {
-	for (size_t i = from; i < b->n; i++) {
-		const struct bitem *x = &b->it[i];
-		if (x->state != B_NEW)
-			continue;
-		struct stripe *s = stripe_of(e, x->sha);
-		pthread_mutex_lock(&s->lock);
-		if (s->nb)
-			for (struct node **pp = &s->b[bucket_of(s, x->sha)]; *pp; pp = &(*pp)->next) {
-				struct node *nd = *pp;
-				if (!memcmp(nd->sha, x->sha, 32) && nd->owner == b && nd->seq == PENDING) {
-					*pp = nd->next;
-					free(nd);
-					s->n--;
-					break;
-				}
-			}
-		pthread_mutex_unlock(&s->lock);
-	}
+	for (size_t i = from; i < b->n; i++)
+		if (b->it[i].state == B_NEW)
+			table_remove(e, b->it[i].sha, b);
 	b->n = b->len = 0;
 	seq_moved(e);
 }
@@ -1343,7 +1329,7 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 		e->npend -= n;
 		pthread_mutex_unlock(&e->wlock);
 		for (size_t i = 0; i < n; i++)
-			table_remove(e, ie[i].sha);
+			table_remove(e, ie[i].sha, NULL);
 	}
 	free(ie);
 	return rc;
