@@ -188,6 +188,13 @@ int cas_tag_check(const char *tag);   /* -EINVAL with a message if unusable */
 int cas_index_foreach(struct cas_store *s,
 		      int (*cb)(const uint8_t sha[32], const struct cas_loc *loc, void *arg), void *arg);
 
+/* What snapshots cost the index: manifests and the pieces of long extent
+ * lists they name (each piece once, however many snapshots name it). */
+struct cas_index_stats {
+	uint64_t manifests, manifest_bytes, pieces, piece_bytes;
+};
+int cas_index_stats(struct cas_store *s, struct cas_index_stats *st);
+
 struct cas_pack_stats {
 	uint64_t packs, pack_bytes;
 };

@@ -25,6 +25,7 @@ struct cas_store {
 	rocksdb_filterpolicy_t *bloom;    /* owned by topts once set */
 	rocksdb_cache_t *cache;
 	rocksdb_readoptions_t *ropts;
+	rocksdb_readoptions_t *ropts_nofill;   /* look-ups that should not evict (db_has) */
 	rocksdb_writeoptions_t *wopts;
 
 	/* Read side: one O_RDONLY descriptor per pack, opened on first use. */

@@ -5,6 +5,12 @@
  * The encoding is little-endian and versioned; its SHA-256 is the snapshot
  * id. The summary kept for listings is the same encoding cut after the
  * header, so one decoder reads both.
+ *
+ * A long extent list (a region of gigabytes has millions of extents) is not
+ * inlined: it is cut into pieces, each stored apart under its own SHA-256,
+ * which the manifest names. The id still covers every byte (a hash tree of
+ * depth two); pieces are fetched, checked and decoded in parallel, and an
+ * unchanged part of a region costs a later snapshot 48 bytes, not 2.6 MB.
  */
 #ifndef CREST_CAS_MANIFEST_H
 #define CREST_CAS_MANIFEST_H
@@ -45,6 +51,15 @@ struct cas_label {
 	char *key, *value;
 };
 
+/* A piece of a stream's extent list, stored apart (see above). */
+struct cas_piece {
+	uint8_t sha[32];         /* of its encoding */
+	size_t stream;           /* index into streams */
+	uint64_t first, n;       /* extents [first, first + n) of that stream */
+	uint64_t bytes;          /* their lengths added up */
+	size_t off, len;         /* encoding only: where it lies in cas_encoded.pbuf */
+};
+
 struct cas_manifest {
 	uint64_t time_ns;          /* wall clock at capture */
 	char *kind;                /* "files", "process", "library" */
@@ -56,11 +71,32 @@ struct cas_manifest {
 	size_t nstreams;
 	struct cas_stream *streams;
 	bool header_only;          /* decoded from a summary */
+	size_t npieces;            /* extent-list pieces named, in stream order */
+	struct cas_piece *pieces;
 };
 
-int cas_manifest_encode(const struct cas_manifest *m, uint8_t **buf, size_t *len, size_t *head_len);
-/* Decodes buf; -EBADMSG (no message set) when it is malformed. */
+/* An encoded manifest: the manifest itself (its first head_len bytes are the
+ * summary) and the pieces it names, their encodings back to back in pbuf. */
+struct cas_encoded {
+	uint8_t *buf;
+	size_t len, head_len;
+	uint8_t *pbuf;
+	struct cas_piece *pieces;
+	size_t npieces;
+};
+
+/* Encodes m, hashing the pieces (in parallel); -ENOMEM or -EIO (hashing). */
+int cas_manifest_encode(const struct cas_manifest *m, struct cas_encoded *out);
+void cas_encoded_free(struct cas_encoded *e);
+/* Decodes buf; -EBADMSG (no message set) when it is malformed. A full decode
+ * leaves the extents of pieced streams unset: the manifest is complete only
+ * once cas_manifest_piece_decode has filled every piece in m->pieces
+ * (cas_manifest_load in store.c does that). */
 int cas_manifest_decode(const uint8_t *buf, size_t len, bool header_only, struct cas_manifest **out);
+/* Checks piece i's encoding against its SHA-256 and decodes it into place:
+ * -EBADMSG (no message) when it does not match or is malformed. Safe to
+ * call concurrently for different pieces. */
+int cas_manifest_piece_decode(struct cas_manifest *m, size_t i, const uint8_t *buf, size_t len);
 void cas_manifest_free(struct cas_manifest *m);
 
 /* Builders; they copy their strings. -ENOMEM on allocation failure. */

@@ -39,11 +39,14 @@ int cmd_stats(struct cli *c, int argc, char **argv)
 	size_t n = 0;
 	struct stats_acc a = { 0 };
 	struct cas_pack_stats ps;
+	struct cas_index_stats is;
 	rc = cas_snapshot_list(store, &v, &n);
 	if (rc == 0)
 		rc = cas_index_foreach(store, stats_cb, &a);
 	if (rc == 0)
 		rc = cas_pack_stats(store, &ps);
+	if (rc == 0)
+		rc = cas_index_stats(store, &is);
 	cas_close(store);
 	if (rc < 0) {
 		cas_snapshot_list_free(v, n);
@@ -60,12 +63,14 @@ int cmd_stats(struct cli *c, int argc, char **argv)
 	if (c->json) {
 		printf("{\"snapshots\": %zu, \"logical_bytes\": %llu, \"unique_bytes\": %llu, "
 		       "\"stored_bytes\": %llu, \"dedup_ratio\": %.4f, \"compression_ratio\": %.4f, "
-		       "\"chunks\": %llu, \"packs\": %llu, \"pack_bytes\": %llu}\n",
+		       "\"chunks\": %llu, \"packs\": %llu, \"pack_bytes\": %llu, \"manifest_bytes\": %llu, "
+		       "\"pieces\": %llu, \"piece_bytes\": %llu}\n",
 		       n, (unsigned long long)logical, (unsigned long long)a.raw, (unsigned long long)a.stored,
 		       dedup, comp, (unsigned long long)a.chunks, (unsigned long long)ps.packs,
-		       (unsigned long long)ps.pack_bytes);
+		       (unsigned long long)ps.pack_bytes, (unsigned long long)is.manifest_bytes,
+		       (unsigned long long)is.pieces, (unsigned long long)is.piece_bytes);
 	} else {
-		char b[5][32];
+		char b[6][32];
 		printf("store        %s\n", c->store);
 		printf("snapshots    %zu\n", n);
 		printf("logical      %s\n", fmt_bytes(logical, b[0], 32));
@@ -76,6 +81,8 @@ int cmd_stats(struct cli *c, int argc, char **argv)
 		printf("chunks       %llu\n", (unsigned long long)a.chunks);
 		printf("packs        %llu (%s on disk)\n", (unsigned long long)ps.packs,
 		       fmt_bytes(ps.pack_bytes, b[3], 32));
+		printf("manifests    %s, and %llu extent-list pieces (%s)\n", fmt_bytes(is.manifest_bytes, b[4], 32),
+		       (unsigned long long)is.pieces, fmt_bytes(is.piece_bytes, b[5], 32));
 	}
 	return 0;
 }

@@ -10,6 +10,7 @@
 #  - one byte inserted at the start of a 256 MiB file adds under 5% with
 #    content-defined chunking.
 # new_bytes (crest put --json) counts chunk bytes the store did not have.
+# The same data again also adds no extent-list piece (casctl stats).
 . "$(dirname "$0")/lib.sh"
 
 # pct NEW TOTAL: NEW as a percentage of TOTAL, two decimals.
@@ -29,9 +30,17 @@ f=$T/a/state.bin
 put --chunker fixed --chunk-size 4K "$f"
 [ "$(field new_bytes)" -eq "$big" ] || fail "first put of fresh data: new_bytes $(field new_bytes) != $big"
 
+# stat NAME: a number from casctl --json stats.
+stat() { "$CASCTL" --json stats | sed -n "s/.*\"$1\": \([0-9]*\).*/\1/p"; }
+pieces=$(stat pieces)
+[ "$pieces" -gt 0 ] || fail "a $big-byte file's extent list was not stored in pieces"
+
 note "same data again"
 put --chunker fixed --chunk-size 4K "$f"
 below "$(field new_bytes)" "$big" 1 "same data, fixed 4 KiB"
+# Its extent list too: the pieces are the same ones, stored once.
+[ "$(stat pieces)" -eq "$pieces" ] || fail "the same data again stored $(( $(stat pieces) - pieces )) new pieces"
+echo "   extent-list pieces: $pieces, none new"
 put "$f"   # other chunk edges: new to the store
 put "$f"
 below "$(field new_bytes)" "$big" 1 "same data, default chunking"

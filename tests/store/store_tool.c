@@ -14,6 +14,9 @@
  *                                             "offset codec stored sha"
  *   store_tool damage-manifest STORE IDPREFIX invert one byte in the middle
  *                                             of that snapshot's manifest
+ *   store_tool damage-piece STORE flip|drop   the same to the first piece of
+ *                                             an extent list, or delete it;
+ *                                             prints the piece's SHA-256
  *
  * Data comes from xoshiro256** so that a GiB takes well under a second to
  * make (urandom takes several): tests make their data fresh every run and
@@ -286,7 +289,9 @@ static int records(const char *path)
 
 /* Index keys are 'm' + id[32]; the value's SHA-256 is the id, so any changed
  * byte must be caught when the manifest is loaded. */
-static int damage_manifest(const char *store, const char *prefix)
+/* Damages the first index value of this type ('m' manifest, 'l' piece)
+ * whose key starts with the hex prefix: one byte inverted, or deleted. */
+static int damage_index(const char *store, char type, const char *prefix, int drop)
 {
 	char path[4096], *err = NULL;
 	snprintf(path, sizeof(path), "%s/index", store);
@@ -301,22 +306,28 @@ static int damage_manifest(const char *store, const char *prefix)
 	rocksdb_writeoptions_set_sync(wo, 1);
 	rocksdb_iterator_t *it = rocksdb_create_iterator(db, ro);
 	int found = 0;
-	for (rocksdb_iter_seek(it, "m", 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+	for (rocksdb_iter_seek(it, &type, 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
 		size_t kl, vl;
 		const char *k = rocksdb_iter_key(it, &kl);
-		if (kl != 33 || k[0] != 'm')
+		if (kl != 33 || k[0] != type)
 			break;
 		char hex[65];
 		for (int i = 0; i < 32; i++)
 			snprintf(hex + 2 * i, 3, "%02x", (uint8_t)k[1 + i]);
 		if (strncasecmp(hex, prefix, strlen(prefix)))
 			continue;
-		const char *v = rocksdb_iter_value(it, &vl);
-		char *nv = malloc(vl);
-		memcpy(nv, v, vl);
-		nv[vl / 2] ^= 0x5a;
-		rocksdb_put(db, wo, k, kl, nv, vl, &err);
-		free(nv);
+		if (type == 'l')
+			printf("%s\n", hex);
+		if (drop) {
+			rocksdb_delete(db, wo, k, kl, &err);
+		} else {
+			const char *v = rocksdb_iter_value(it, &vl);
+			char *nv = malloc(vl);
+			memcpy(nv, v, vl);
+			nv[vl / 2] ^= 0x5a;
+			rocksdb_put(db, wo, k, kl, nv, vl, &err);
+			free(nv);
+		}
 		found = !err;
 		break;
 	}
@@ -326,7 +337,8 @@ static int damage_manifest(const char *store, const char *prefix)
 	rocksdb_close(db);
 	rocksdb_options_destroy(o);
 	if (err || !found) {
-		fprintf(stderr, "store_tool: no manifest %s damaged in %s%s%s\n", prefix, store,
+		fprintf(stderr, "store_tool: no %s %s damaged in %s%s%s\n", type == 'm' ? "manifest" : "piece",
+			prefix, store,
 			err ? ": " : "", err ? err : "");
 		return 1;
 	}
@@ -349,9 +361,12 @@ int main(int argc, char **argv)
 	if (!strcmp(cmd, "records") && argc == 3)
 		return records(argv[2]);
 	if (!strcmp(cmd, "damage-manifest") && argc == 4)
-		return damage_manifest(argv[2], argv[3]);
+		return damage_index(argv[2], 'm', argv[3], 0);
+	if (!strcmp(cmd, "damage-piece") && argc == 4 && (!strcmp(argv[3], "flip") || !strcmp(argv[3], "drop")))
+		return damage_index(argv[2], 'l', "", !strcmp(argv[3], "drop"));
 	fprintf(stderr, "usage: store_tool random|memory PATH SIZE SEED | scatter PATH FRACTION SEED |\n"
 			"       insert SRC DST COUNT SEED |\n"
-			"       flip PATH OFFSET | records PACK | damage-manifest STORE IDPREFIX\n");
+			"       flip PATH OFFSET | records PACK | damage-manifest STORE IDPREFIX |\n"
+			"       damage-piece STORE flip|drop\n");
 	return 2;
 }
