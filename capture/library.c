@@ -949,7 +949,7 @@ static int restore_regions(crest_t *c, const struct restore_ctx *rc_ctx, const s
 	}
 	if (rc == 0) {
 		struct restore_gpu_opts go = { .d = c->d, .bufs = bufs, .nbufs = (unsigned)nbufs,
-					       .buf_bytes = ndev ? win : RESTORE_WINDOW };
+					       .buf_bytes = ndev ? win : RESTORE_WINDOW, .win_step = SEGMENT };
 		rc = restore_streams_to_device(rc_ctx, dst, n, &go);
 	}
 	for (size_t i = 0; i < got; i++)

@@ -33,6 +33,8 @@ struct restore_gpu_opts {
 	uint8_t *const *bufs;         /* pinned host buffers, at least 2 for devices */
 	unsigned nbufs;
 	size_t buf_bytes;             /* each; a window never exceeds it (0: 8 MiB) */
+	size_t win_step;              /* windows shrink toward the end in these steps
+					 (the engine's segment); 0: they do not */
 };
 
 /* Restores n streams; c->threads caps the threads (nbufs / 2 does too when
