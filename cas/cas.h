@@ -29,6 +29,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "cas/manifest.h"
 
@@ -156,6 +157,22 @@ int cas_reader_take(struct cas_reader *r, const struct cas_rec *rec, void *dst, 
  * is missing or damaged. With bounce dst is written only once all checked
  * out; without, dst may hold junk after an error (a staging buffer). */
 int cas_reader_get(struct cas_reader *r, const uint8_t sha[32], void *dst, uint32_t len, void *bounce);
+/* Direct reads, for stretches whose layout the caller expects (a run of
+ * raw records back to back, between two located ones): the records go
+ * straight to their destinations with one preadv of n iovecs at off, no
+ * span buffer and no copy. Returns the bytes read (short where the pack
+ * ends sooner), or -ENOENT where the pack cannot be opened or the stretch
+ * reaches past what is known committed, or another negative errno from the
+ * read; no message. The caller checks the records in order with
+ * cas_reader_check_raw: a header where a record is only expected is to be
+ * believed once the record before it checked out (which makes that place a
+ * record's start), and what does not check out is left to the walk and
+ * cas_reader_get, which name what is wrong. */
+ssize_t cas_reader_readv(struct cas_reader *r, uint32_t pack, uint64_t off, const struct iovec *iov, int n);
+/* 0 when hdr (CAS_REC_HEADER bytes read from a pack) heads a raw record of
+ * chunk sha, len bytes, and data (its stored bytes) match the header's
+ * CRC32C: the check cas_reader_take makes. -EBADMSG, no message, if not. */
+int cas_reader_check_raw(const uint8_t *hdr, const uint8_t sha[32], const void *data, uint32_t len);
 
 struct cas_index_entry {
 	uint8_t sha[32];

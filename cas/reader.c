@@ -1,7 +1,8 @@
 /*
  * reader.c - sequential chunk reads for restores of large streams: spans of
- * packs read with one pread each, records checked by the header's SHA-256
- * and CRC32C; see cas.h for why that check suffices.
+ * packs read with one pread each, or runs of raw records read straight to
+ * their destinations with one preadv; records checked by the header's
+ * SHA-256 and CRC32C. See cas.h for why that check suffices.
  */
 #include "cas/cas_int.h"
 #include "util/crc32c.h"
@@ -10,6 +11,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <lz4.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -253,4 +255,34 @@ int cas_reader_take(struct cas_reader *r, const struct cas_rec *rec, void *dst, 
 	if (!rec_fits(&x, len))
 		return -EBADMSG;
 	return rec_take(&x, rec->hdr + CAS_REC_HEADER, dst, len, bounce);
+}
+
+ssize_t cas_reader_readv(struct cas_reader *r, uint32_t pack, uint64_t off, const struct iovec *iov, int n)
+{
+	if (pack >= r->npacks || n < 1 || n > IOV_MAX)
+		return -EINVAL;
+	uint64_t len = 0;
+	for (int i = 0; i < n; i++)
+		len += iov[i].iov_len;
+	/* Past the bound a writer may still be cutting or rewriting. */
+	if (off + len > atomic_load_explicit(&r->p[pack].safe, memory_order_relaxed))
+		return -ENOENT;
+	int fd = pack_fd(r, pack);
+	if (fd < 0)
+		return -ENOENT;
+	ssize_t got;
+	do
+		got = preadv(fd, iov, n, (off_t)off);
+	while (got < 0 && errno == EINTR);
+	return got < 0 ? -errno : got;
+}
+
+int cas_reader_check_raw(const uint8_t *hdr, const uint8_t sha[32], const void *data, uint32_t len)
+{
+	struct rec x;
+	rec_parse(hdr, &x);
+	if (memcmp(hdr, CAS_REC_MAGIC, 4) || x.codec != CAS_CODEC_RAW || !rec_fits(&x, len) ||
+	    memcmp(hdr + CAS_REC_SHA, sha, 32) || crc32c(data, len) != x.crc)
+		return -EBADMSG;
+	return 0;
 }

@@ -2,11 +2,12 @@
  * gpu.h - restoring region streams into device memory.
  *
  * Worker threads take windows of consecutive chunks (never more than one
- * buffer's worth, never across streams), read, check (cas_reader_get: the
- * record header's SHA-256 and CRC32C) and decompress them straight into
- * pinned host buffers, then start an asynchronous host-to-
- * device copy of the window; each thread owns two buffers, so it fills one
- * while the other crosses PCIe. Disk (page cache), CPU and PCIe overlap.
+ * buffer's worth, never across streams), read, check (the record header's
+ * SHA-256 and CRC32C: cas/cas.h) and decompress them straight into pinned
+ * host buffers (raw chunks stored back to back are read into them with
+ * preadv, no copy), then start an asynchronous host-to-device copy of the
+ * window; each thread owns two buffers, so it fills one while the other
+ * crosses PCIe. Disk (page cache), CPU and PCIe overlap.
  * A window is copied to the device only once every chunk in it checked out:
  * a damaged chunk stops the restore with an error naming snapshot, stream and
  * offset, and no byte of its window reaches the device.
@@ -39,8 +40,11 @@ struct restore_gpu_opts {
 
 /* Restores n streams; c->threads caps the threads (nbufs / 2 does too when
  * any destination is a device). Returns when every copy has reached the
- * device. Host destinations take the same path without the copy: a chunk
- * that fails its check leaves its bytes in the region as they were. */
+ * device. Host destinations take the same path without the copy, the region
+ * itself as the buffer: a chunk that fails its check fails the restore with
+ * the same error, and the region's bytes are then unspecified (partly
+ * restored anyway; a damaged raw chunk may have been read into place before
+ * its check). */
 int restore_streams_to_device(const struct restore_ctx *c, const struct restore_gpu_dst *dst, size_t n,
 			      const struct restore_gpu_opts *o);
 
