@@ -5,10 +5,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,13 +20,32 @@
 #define CREST_SOURCE_DIR "."
 #endif
 
-/* Runs argv; stdout+stderr to out_path (or /dev/null). Returns the exit
- * status, or a negative code when it could not run or died by a signal. */
-static int run_wait(char *const argv[], const char *out_path)
+/* How long criu may go on after the process it dumps has ended. criu 4.1.1
+ * was seen (transparent.exit_during, now and then) to report the task
+ * "killed by 9 unexpectedly" and then wait on a futex for ever: crest, and
+ * the job's supervisor behind it, must not hang with it. */
+#define CRIU_GRACE_MS 10000
+
+static int pidfd_of(pid_t pid)
 {
+	return (int)syscall(SYS_pidfd_open, pid, 0);
+}
+
+/* Runs argv; stdout+stderr to out_path (or /dev/null). Returns the exit
+ * status, or a negative code when it could not run or died by a signal.
+ * With watch > 0, criu is stopped CRIU_GRACE_MS after process watch has
+ * ended, if it has not finished by then (-ESRCH). Where pidfds are missing
+ * (Linux < 5.3) it is simply waited for. */
+static int run_wait(char *const argv[], const char *out_path, pid_t watch)
+{
+	const int wfd = watch > 0 ? pidfd_of(watch) : -1;
 	pid_t pid = fork();
-	if (pid < 0)
-		return crest_errf(-errno, "cannot start %s", argv[0]);
+	if (pid < 0) {
+		const int err = -errno;
+		if (wfd >= 0)
+			close(wfd);
+		return crest_errf(err, "cannot start %s", argv[0]);
+	}
 	if (pid == 0) {
 		int fd = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 		int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -35,10 +58,36 @@ static int run_wait(char *const argv[], const char *out_path)
 		execv(argv[0], argv);
 		_exit(127);
 	}
+	const int cfd = wfd >= 0 ? pidfd_of(pid) : -1;
+	bool stopped = false;
+	if (cfd >= 0) {
+		/* Both ends watched: criu finishing, or the process ending. */
+		bool gone = false;
+		for (;;) {
+			struct pollfd p[2] = { { .fd = cfd, .events = POLLIN }, { .fd = wfd, .events = POLLIN } };
+			const int n = poll(p, gone ? 1 : 2, gone ? CRIU_GRACE_MS : -1);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 || p[0].revents)
+				break;   /* criu is done (or poll failed: wait below) */
+			if (n == 0) {
+				kill(pid, SIGKILL);
+				stopped = true;
+				break;
+			}
+			gone = true;
+		}
+		close(cfd);
+	}
+	if (wfd >= 0)
+		close(wfd);
 	int st;
 	while (waitpid(pid, &st, 0) < 0)
 		if (errno != EINTR)
 			return crest_errf(-errno, "waiting for %s", argv[0]);
+	if (stopped)
+		return crest_errx(-ESRCH, "%s had not finished %d s after process %d ended: stopped it",
+				  argv[0], CRIU_GRACE_MS / 1000, (int)watch);
 	if (WIFSIGNALED(st))
 		return crest_errx(-EINTR, "%s was killed by signal %d", argv[0], WTERMSIG(st));
 	return WEXITSTATUS(st);
@@ -54,7 +103,7 @@ static int criu_probe(struct criu *c, const char *path)
 		return crest_errf(-errno, "cannot create a temporary file");
 	close(fd);
 	char *argv[] = { (char *)path, "--version", NULL };
-	int rc = run_wait(argv, out);
+	int rc = run_wait(argv, out, 0);
 	char buf[256] = "";
 	FILE *f = fopen(out, "re");
 	if (f) {
@@ -154,7 +203,7 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 		argv[n++] = o->action_script;
 	}
 	argv[n] = NULL;
-	int rc = run_wait((char *const *)argv, NULL);
+	int rc = run_wait((char *const *)argv, NULL, o->pid);
 	if (rc == 0)
 		return 0;
 	if (rc < 0)
@@ -186,7 +235,7 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 	if (o->shell_job)
 		argv[n++] = "--shell-job";
 	argv[n] = NULL;
-	int rc = run_wait((char *const *)argv, NULL);
+	int rc = run_wait((char *const *)argv, NULL, 0);
 	if (rc != 0) {
 		if (rc < 0)
 			return rc;
