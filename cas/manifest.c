@@ -20,7 +20,6 @@
 #include "util/sha256.h"
 
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,29 +141,22 @@ static int pieces_cut(const struct cas_manifest *m, struct cas_encoded *out)
 	return rc < 0 ? rc : pw.err;
 }
 
-struct hash_ctx {
-	struct cas_encoded *out;
-	atomic_int rc;
-};
-
-static void piece_hash(void *arg, size_t i)
+static int piece_hash(struct par *p, void *tls, size_t i)
 {
-	struct hash_ctx *h = arg;
-	struct cas_piece *p = &h->out->pieces[i];
-	const int rc = sha256_once(h->out->pbuf + p->off, p->len, p->sha);
-	if (rc < 0)
-		atomic_store(&h->rc, rc);
+	(void)tls;
+	struct cas_encoded *out = p->arg;
+	struct cas_piece *pc = &out->pieces[i];
+	return sha256_once(out->pbuf + pc->off, pc->len, pc->sha);
 }
 
 int cas_manifest_encode(const struct cas_manifest *m, struct cas_encoded *out)
 {
 	memset(out, 0, sizeof(*out));
 	int rc = pieces_cut(m, out);
-	struct hash_ctx h = { .out = out };
 	if (rc == 0) {
 		/* 86 MB of pieces for 8 GiB of 4 KiB chunks: 60 ms on one core. */
-		par_for(out->npieces, 0, piece_hash, &h);
-		rc = atomic_load(&h.rc);
+		struct par p = { .n = out->npieces, .fn = piece_hash, .arg = out };
+		rc = par_run(&p, 0, NULL, 0);
 	}
 	if (rc < 0) {
 		cas_encoded_free(out);
@@ -279,12 +271,10 @@ static char *r_str(struct rbuf *r)
 
 /* ---- extent lists ----
  * A region of 8 GiB in 4 KiB chunks has 2M extents (86 MB encoded): decoded
- * one field at a time on one thread they took a good part of a restore that
- * should last 0.4 s. Stored pieces are decoded (and checked) one per thread;
- * a long inline list, from version 1, is decoded in parts: extents are
- * variable-length (a hole has no SHA-256), so one cheap pass finds where
- * every PART-th extent starts, then threads decode parts into their places. */
-#define PART ((uint64_t)1 << 16)
+ * and checked on one thread they took a good part of a restore that should
+ * last 0.4 s. Such lists are pieces (see the top), each decoded and checked
+ * on a thread of its own by cas_manifest_piece_decode; what is inline is
+ * short (under PIECE_MIN_EXTENTS), or comes from a version 1 manifest. */
 #define EXT_HOLE_BYTES 9
 #define EXT_DATA_BYTES 41
 
@@ -327,75 +317,25 @@ static int ext_run_decode(const uint8_t *p, size_t len, struct cas_extent *ext, 
 	return 0;
 }
 
-struct part {
-	const uint8_t *p;   /* encoded extents of this part */
-	size_t len;         /* their bytes (known from the first pass) */
-	uint64_t first, n;  /* their indexes */
-	uint64_t sum;       /* their lengths added up */
-	int bad;
-};
-
-struct part_job {
-	struct cas_extent *ext;
-	uint64_t limit;     /* no single extent may be longer (the stream's size) */
-	struct part *pt;
-};
-
-static void part_decode(void *arg, size_t i)
-{
-	const struct part_job *j = arg;
-	struct part *pt = &j->pt[i];
-	size_t used;
-	pt->bad = ext_run_decode(pt->p, pt->len, j->ext + pt->first, pt->n, j->limit, &used, &pt->sum) < 0 ||
-		  used != pt->len;
-}
-
 /* Decodes ne inline extents of s from r; the lengths must add up to s->size. */
 static int ext_decode(struct rbuf *r, struct cas_stream *s, uint64_t ne)
 {
-	const size_t npt = (size_t)((ne + PART - 1) / PART);
-	struct part one, *pt = npt > 1 ? calloc(npt, sizeof(*pt)) : &one;
-	if (!pt)
-		return -ENOMEM;
-	/* The pass that bounds everything: each extent's size from its flag. */
-	const uint8_t *p = r->p;
-	size_t left = r->left;
-	for (uint64_t i = 0; i < ne; i++) {
-		if (i % PART == 0)
-			pt[i / PART] = (struct part){ .p = p, .first = i, .n = ne - i < PART ? ne - i : PART };
-		const size_t k = left && p[0] ? EXT_HOLE_BYTES : EXT_DATA_BYTES;
-		if (left < k) {
-			if (pt != &one)
-				free(pt);
-			return -EBADMSG;
-		}
-		p += k;
-		left -= k;
-		pt[i / PART].len += k;
-	}
-	struct part_job j = { .ext = s->ext, .limit = s->size, .pt = pt };
-	par_for(npt, 0, part_decode, &j);
-	uint64_t total = 0;
-	int bad = 0;
-	for (size_t i = 0; i < npt; i++)
-		bad |= pt[i].bad || __builtin_add_overflow(total, pt[i].sum, &total);
-	if (pt != &one)
-		free(pt);
-	if (bad || total != s->size)
+	size_t used;
+	uint64_t sum;
+	if (ext_run_decode(r->p, r->left, s->ext, ne, s->size, &used, &sum) < 0 || sum != s->size)
 		return -EBADMSG;
 	s->nextents = ne;
-	r->p = p;
-	r->left = left;
+	r->p += used;
+	r->left -= used;
 	return 0;
 }
 
-/* Reads the np piece references of stream si (ne extents) into m->pieces.
- * The extents themselves come later, from cas_manifest_piece_decode. */
+/* Reads the np piece references of stream si (ne extents) into m->pieces
+ * (the caller has bounded np and ne). The extents themselves come later,
+ * from cas_manifest_piece_decode. */
 static int pieces_read(struct rbuf *r, struct cas_manifest *m, size_t si, uint64_t ne, uint32_t np)
 {
 	struct cas_stream *s = &m->streams[si];
-	if (np > r->left / PIECE_REF_BYTES || ne > (uint64_t)np * PIECE_MAX_EXTENTS)
-		return -EBADMSG;
 	struct cas_piece *nv = realloc(m->pieces, (m->npieces + np) * sizeof(*nv));
 	if (!nv)
 		return -ENOMEM;

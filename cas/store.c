@@ -19,7 +19,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
-#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -333,20 +332,31 @@ static int entry_cmp(const void *a, const void *b)
 	return memcmp(((const struct cas_index_entry *)a)->sha, ((const struct cas_index_entry *)b)->sha, 32);
 }
 
+/* A value read pinned (no copy out of RocksDB): 0 with *out set, -ENOENT
+ * (no message) when there is none, or -EIO with a message. */
+static int db_pin(struct cas_store *s, const rocksdb_readoptions_t *ro, const char *k, size_t kl,
+		  rocksdb_pinnableslice_t **out)
+{
+	char *err = NULL;
+	*out = rocksdb_get_pinned(s->db, ro, k, kl, &err);
+	if (err) {
+		const int rc = crest_errx(-EIO, "reading the index of %s: %s", s->dir, err);
+		free(err);
+		return rc;
+	}
+	return *out ? 0 : -ENOENT;
+}
+
 /* Whether the index has key k. For pieces, which are written once and then
  * named by every later snapshot whose region did not change there: reading
  * a 672 KB value to learn that costs far less than writing it again. */
 static int db_has(struct cas_store *s, const char *k, size_t kl)
 {
-	char *err = NULL;
-	rocksdb_pinnableslice_t *ps = rocksdb_get_pinned(s->db, s->ropts_nofill, k, kl, &err);
-	if (err) {
-		int rc = crest_errx(-EIO, "reading the index of %s: %s", s->dir, err);
-		free(err);
-		return rc;
-	}
-	rocksdb_pinnableslice_destroy(ps);
-	return ps != NULL;
+	rocksdb_pinnableslice_t *ps;
+	const int rc = db_pin(s, s->ropts_nofill, k, kl, &ps);
+	if (rc == 0)
+		rocksdb_pinnableslice_destroy(ps);
+	return rc == 0 ? 1 : rc == -ENOENT ? 0 : rc;
 }
 
 int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
@@ -538,100 +548,62 @@ int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
 	return 0;
 }
 
-/* Fetching a manifest's pieces: one thread each, up to one per core. A
- * failure is noted by kind and piece; the message is made by the caller,
- * whose thread the user's message lives in. */
-struct fetch_ctx {
+/* A manifest's pieces are fetched, checked and decoded one to a thread. */
+struct fetch_job {
 	struct cas_store *s;
 	struct cas_manifest *m;
-	atomic_int rc;             /* first failure */
-	atomic_size_t bad;         /* its piece */
-	char err[512];             /* RocksDB's words for an -EIO */
-	pthread_mutex_t lock;
+	const char *hex;             /* the snapshot, for messages */
 };
 
-static void fetch_fail(struct fetch_ctx *f, size_t i, int rc, const char *err)
+static int piece_fetch(struct par *p, void *tls, size_t i)
 {
-	pthread_mutex_lock(&f->lock);
-	if (!atomic_load(&f->rc)) {
-		atomic_store(&f->bad, i);
-		snprintf(f->err, sizeof(f->err), "%s", err ? err : "");
-		atomic_store(&f->rc, rc);
-	}
-	pthread_mutex_unlock(&f->lock);
-}
-
-static void piece_fetch(void *arg, size_t i)
-{
-	struct fetch_ctx *f = arg;
-	if (atomic_load_explicit(&f->rc, memory_order_relaxed))
-		return;
-	char k[33], *err = NULL;
+	(void)tls;
+	const struct fetch_job *f = p->arg;
+	const struct cas_piece *pc = &f->m->pieces[i];
+	char k[33], ph[65];
 	k[0] = 'l';
-	memcpy(k + 1, f->m->pieces[i].sha, 32);
-	rocksdb_pinnableslice_t *ps = rocksdb_get_pinned(f->s->db, f->s->ropts, k, sizeof(k), &err);
-	if (err) {
-		fetch_fail(f, i, -EIO, err);
-		free(err);
-		return;
-	}
-	if (!ps) {
-		fetch_fail(f, i, -ENOENT, NULL);
-		return;
-	}
-	size_t n;
-	const char *v = rocksdb_pinnableslice_value(ps, &n);
-	const int rc = cas_manifest_piece_decode(f->m, i, (const uint8_t *)v, n);
-	rocksdb_pinnableslice_destroy(ps);
-	if (rc < 0)
-		fetch_fail(f, i, rc, NULL);
-}
-
-static int pieces_fetch(struct cas_store *s, struct cas_manifest *m, const char *hex)
-{
-	struct fetch_ctx f = { .s = s, .m = m };
-	pthread_mutex_init(&f.lock, NULL);
-	par_for(m->npieces, 0, piece_fetch, &f);
-	pthread_mutex_destroy(&f.lock);
-	const int rc = atomic_load(&f.rc);
-	if (!rc)
-		return 0;
-	char ph[65];
-	hex_encode(m->pieces[atomic_load(&f.bad)].sha, 32, ph);
-	const char *name = m->streams[m->pieces[atomic_load(&f.bad)].stream].name;
-	if (rc == -EIO)
-		return crest_errx(rc, "reading the index of %s: %s", s->dir, f.err);
+	memcpy(k + 1, pc->sha, 32);
+	hex_encode(pc->sha, 32, ph);
+	const char *name = f->m->streams[pc->stream].name;
+	rocksdb_pinnableslice_t *ps;
+	int rc = db_pin(f->s, f->s->ropts, k, sizeof(k), &ps);
 	if (rc == -ENOENT)
 		return crest_errx(-EBADMSG, "snapshot %.12s in %s is damaged: piece %.12s of the extent list "
-				  "of %s is missing from the index", hex, s->dir, ph, name);
+				  "of %s is missing from the index", f->hex, f->s->dir, ph, name);
+	if (rc < 0)
+		return rc;
+	size_t n;
+	const char *v = rocksdb_pinnableslice_value(ps, &n);
+	rc = cas_manifest_piece_decode(f->m, i, (const uint8_t *)v, n);
+	rocksdb_pinnableslice_destroy(ps);
 	if (rc == -EBADMSG)
 		return crest_errx(rc, "snapshot %.12s in %s is damaged: piece %.12s of the extent list of %s "
-				  "does not match its SHA-256 or does not decode", hex, s->dir, ph, name);
-	return crest_errf(rc, "checking the extent list of %s in snapshot %.12s", name, hex);
+				  "does not match its SHA-256 or does not decode", f->hex, f->s->dir, ph, name);
+	if (rc < 0)
+		return crest_errf(rc, "checking the extent list of %s in snapshot %.12s", name, f->hex);
+	return 0;
 }
 
 int cas_manifest_load(struct cas_store *s, const uint8_t id[32], struct cas_manifest **out)
 {
 	char hex[65];
 	hex_encode(id, 32, hex);
-	char k[33], *err = NULL;
+	char k[33];
 	k[0] = 'm';
 	memcpy(k + 1, id, 32);
-	rocksdb_pinnableslice_t *ps = rocksdb_get_pinned(s->db, s->ropts, k, sizeof(k), &err);
-	if (err) {
-		int rc = crest_errx(-EIO, "reading the index of %s: %s", s->dir, err);
-		free(err);
+	rocksdb_pinnableslice_t *ps;
+	int rc = db_pin(s, s->ropts, k, sizeof(k), &ps);
+	if (rc == -ENOENT)
+		return crest_errx(rc, "snapshot %s is not in %s", hex, s->dir);
+	if (rc < 0)
 		return rc;
-	}
-	if (!ps)
-		return crest_errx(-ENOENT, "snapshot %s is not in %s", hex, s->dir);
 	size_t n;
 	const char *v = rocksdb_pinnableslice_value(ps, &n);
 	/* Long extent lists are pieces (manifest.h), fetched and checked after
 	 * the manifest that names them, so this hash is short. Nothing
 	 * decoded is returned unless every byte of it checks out. */
 	uint8_t sum[32];
-	int rc = sha256_once(v, n, sum);
+	rc = sha256_once(v, n, sum);
 	struct cas_manifest *m = NULL;
 	if (rc == 0 && memcmp(sum, id, 32))
 		rc = crest_errx(-EBADMSG, "manifest of snapshot %.12s in %s is damaged "
@@ -644,8 +616,11 @@ int cas_manifest_load(struct cas_store *s, const uint8_t id[32], struct cas_mani
 			crest_errf(rc, "decoding manifest of snapshot %.12s", hex);
 	}
 	rocksdb_pinnableslice_destroy(ps);
-	if (rc == 0 && m->npieces)
-		rc = pieces_fetch(s, m, hex);
+	if (rc == 0 && m->npieces) {
+		struct fetch_job f = { .s = s, .m = m, .hex = hex };
+		struct par p = { .n = m->npieces, .fn = piece_fetch, .arg = &f };
+		rc = par_run(&p, 0, NULL, 0);
+	}
 	if (rc < 0) {
 		cas_manifest_free(m);
 		return rc;

@@ -8,137 +8,20 @@
  */
 #include "restore/restore.h"
 #include "util/err.h"
+#include "util/par.h"
 #include "util/sha256.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <lz4.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
-#define BATCH 16
-
-static unsigned default_threads(unsigned t)
-{
-	if (t)
-		return t;
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n > 0 ? (unsigned)n : 1;
-}
-
-/* ---- a small parallel for, with a first-error-wins stop ---- */
-
-struct par {
-	size_t n;
-	atomic_size_t next;
-	atomic_uint_fast64_t bytes;
-	atomic_bool stop;
-	pthread_mutex_t lock;
-	int err;
-	char msg[1024];
-	int (*fn)(struct par *p, void *tls, size_t i);
-	int (*tls_new)(struct par *p, void **tls);
-	void (*tls_free)(void *tls);
-	void *arg;
-	unsigned running;            /* under lock; done signals each exit */
-	pthread_cond_t done;
-};
-
-static void par_fail(struct par *p, int err)
-{
-	pthread_mutex_lock(&p->lock);
-	if (!p->err) {
-		p->err = err;
-		crest_errcpy(p->msg, sizeof(p->msg));
-	}
-	pthread_mutex_unlock(&p->lock);
-	atomic_store(&p->stop, true);
-}
-
-static void *par_main(void *arg)
-{
-	struct par *p = arg;
-	void *tls = NULL;
-	int rc = p->tls_new ? p->tls_new(p, &tls) : 0;
-	if (rc < 0)
-		par_fail(p, rc);
-	while (rc == 0 && !atomic_load(&p->stop)) {
-		size_t i = atomic_fetch_add(&p->next, BATCH);
-		if (i >= p->n)
-			break;
-		size_t end = i + BATCH < p->n ? i + BATCH : p->n;
-		for (; i < end && !atomic_load(&p->stop); i++) {
-			rc = p->fn(p, tls, i);
-			if (rc < 0) {
-				par_fail(p, rc);
-				break;
-			}
-		}
-	}
-	if (p->tls_free)
-		p->tls_free(tls);
-	return NULL;
-}
-
-static void *par_thread(void *arg)
-{
-	struct par *p = arg;
-	par_main(p);
-	pthread_mutex_lock(&p->lock);
-	p->running--;
-	pthread_cond_signal(&p->done);
-	pthread_mutex_unlock(&p->lock);
-	return NULL;
-}
-
-static int par_run(struct par *p, unsigned threads, struct progress *prog, uint64_t base)
-{
-	threads = default_threads(threads);
-	if (threads > (p->n + BATCH - 1) / BATCH)
-		threads = (unsigned)((p->n + BATCH - 1) / BATCH);
-	pthread_mutex_init(&p->lock, NULL);
-	pthread_cond_init(&p->done, NULL);
-	pthread_t *t = threads > 1 ? calloc(threads, sizeof(*t)) : NULL;
-	unsigned started = 0;
-	pthread_mutex_lock(&p->lock);
-	for (; t && started < threads; started++)
-		if (pthread_create(&t[started], NULL, par_thread, p) != 0)
-			break;
-	p->running = started;
-	pthread_mutex_unlock(&p->lock);
-	if (started == 0) {
-		par_main(p);  /* one batch, or no threads to be had: do it here */
-	} else {
-		pthread_mutex_lock(&p->lock);
-		while (p->running > 0) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 100 * 1000 * 1000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&p->done, &p->lock, &ts);
-			if (prog)
-				progress_update(prog, base + atomic_load(&p->bytes));
-		}
-		pthread_mutex_unlock(&p->lock);
-	}
-	for (unsigned i = 0; i < started; i++)
-		pthread_join(t[i], NULL);
-	free(t);
-	pthread_cond_destroy(&p->done);
-	pthread_mutex_destroy(&p->lock);
-	if (p->err)
-		crest_errset_str(p->msg);
-	return p->err;
-}
+#define BATCH 16   /* extents a thread takes at a time: neighbours are read together */
 
 /* ---- streaming one stream to a sink ---- */
 
@@ -261,7 +144,7 @@ int restore_stream(const struct restore_ctx *c, const struct cas_stream *st, res
 		return crest_errx(-EBADMSG, "snapshot %s, stream %s: a chunk is larger than any crest writes",
 				  c->snapshot, st->name);
 	}
-	struct par p = { .n = st->nextents, .fn = stream_one, .tls_new = stream_tls_new,
+	struct par p = { .n = st->nextents, .batch = BATCH, .fn = stream_one, .tls_new = stream_tls_new,
 			 .tls_free = bufs_free, .arg = &j };
 	int rc = par_run(&p, c->threads, c->progress, c->progress_base);
 	free(j.off);
@@ -518,7 +401,7 @@ int restore_verify(struct cas_store *s, const uint8_t (*ids)[32], size_t nids, u
 		for (size_t i = 0; i < uniq; i++)
 			total += items[i].len;
 		progress_begin(&prog, "verify", total, quiet);
-		struct par p = { .n = uniq, .fn = verify_one, .tls_new = verify_tls_new,
+		struct par p = { .n = uniq, .batch = BATCH, .fn = verify_one, .tls_new = verify_tls_new,
 				 .tls_free = bufs_free, .arg = &j };
 		rc = par_run(&p, threads, &prog, 0);
 		progress_end(&prog);

@@ -1,43 +1,102 @@
 /* par.c - see par.h. */
 #include "util/par.h"
+#include "util/err.h"
 
-#include <pthread.h>
-#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
-#define PAR_THREADS_MAX 16
-
-struct par_job {
-	size_t n;
-	atomic_size_t next;
-	void (*fn)(void *arg, size_t i);
-	void *arg;
-};
-
-static void *par_main(void *p)
+static void par_fail(struct par *p, int err)
 {
-	struct par_job *j = p;
-	for (size_t i; (i = atomic_fetch_add(&j->next, 1)) < j->n;)
-		j->fn(j->arg, i);
+	pthread_mutex_lock(&p->lock);
+	if (!p->err) {
+		p->err = err;
+		crest_errcpy(p->msg, sizeof(p->msg));
+	}
+	pthread_mutex_unlock(&p->lock);
+	atomic_store(&p->stop, true);
+}
+
+static void *par_main(void *arg)
+{
+	struct par *p = arg;
+	const size_t batch = p->batch ? p->batch : 1;
+	void *tls = NULL;
+	int rc = p->tls_new ? p->tls_new(p, &tls) : 0;
+	if (rc < 0)
+		par_fail(p, rc);
+	while (rc == 0 && !atomic_load(&p->stop)) {
+		size_t i = atomic_fetch_add(&p->next, batch);
+		if (i >= p->n)
+			break;
+		const size_t end = i + batch < p->n ? i + batch : p->n;
+		for (; i < end && !atomic_load(&p->stop); i++) {
+			rc = p->fn(p, tls, i);
+			if (rc < 0) {
+				par_fail(p, rc);
+				break;
+			}
+		}
+	}
+	if (p->tls_free)
+		p->tls_free(tls);
 	return NULL;
 }
 
-void par_for(size_t n, unsigned max_threads, void (*fn)(void *arg, size_t i), void *arg)
+static void *par_thread(void *arg)
 {
-	struct par_job j = { .n = n, .fn = fn, .arg = arg };
-	unsigned want = max_threads;
-	if (!want) {
-		const long nc = sysconf(_SC_NPROCESSORS_ONLN);
-		want = nc > 0 ? (unsigned)nc : 1;
+	struct par *p = arg;
+	par_main(p);
+	pthread_mutex_lock(&p->lock);
+	p->running--;
+	pthread_cond_signal(&p->done);
+	pthread_mutex_unlock(&p->lock);
+	return NULL;
+}
+
+int par_run(struct par *p, unsigned threads, struct progress *prog, uint64_t base)
+{
+	if (!threads) {
+		const long n = sysconf(_SC_NPROCESSORS_ONLN);
+		threads = n > 0 ? (unsigned)n : 1;
 	}
-	want = want > PAR_THREADS_MAX ? PAR_THREADS_MAX : want;
-	if (want > n)
-		want = (unsigned)n;
-	pthread_t t[PAR_THREADS_MAX];
-	unsigned nt = 0;
-	while (nt + 1 < want && pthread_create(&t[nt], NULL, par_main, &j) == 0)
-		nt++;
-	par_main(&j);
-	for (unsigned i = 0; i < nt; i++)
+	const size_t batch = p->batch ? p->batch : 1;
+	if (threads > (p->n + batch - 1) / batch)
+		threads = (unsigned)((p->n + batch - 1) / batch);
+	pthread_mutex_init(&p->lock, NULL);
+	pthread_cond_init(&p->done, NULL);
+	pthread_t *t = threads > 1 ? calloc(threads, sizeof(*t)) : NULL;
+	unsigned started = 0;
+	pthread_mutex_lock(&p->lock);
+	for (; t && started < threads; started++)
+		if (pthread_create(&t[started], NULL, par_thread, p) != 0)
+			break;
+	p->running = started;
+	pthread_mutex_unlock(&p->lock);
+	if (started == 0) {
+		par_main(p);  /* one batch, or no threads to be had: do it here */
+	} else {
+		pthread_mutex_lock(&p->lock);
+		while (p->running > 0) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 100 * 1000 * 1000;
+			if (ts.tv_nsec >= 1000000000) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000;
+			}
+			pthread_cond_timedwait(&p->done, &p->lock, &ts);
+			if (prog)
+				progress_update(prog, base + atomic_load(&p->bytes));
+		}
+		pthread_mutex_unlock(&p->lock);
+	}
+	for (unsigned i = 0; i < started; i++)
 		pthread_join(t[i], NULL);
+	free(t);
+	pthread_cond_destroy(&p->done);
+	pthread_mutex_destroy(&p->lock);
+	if (p->err)
+		crest_errset_str(p->msg);
+	return p->err;
 }
