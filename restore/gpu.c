@@ -238,6 +238,20 @@ static struct want *ws_find(struct winstate *ws, const struct cas_stream *st, co
 	}
 }
 
+/* Marks x, now in buf, done, and copies it to the later places in the
+ * window that want the same chunk. Returns the wanted chunks it filled. */
+static size_t want_done(struct winstate *ws, struct want *x, uint8_t *buf)
+{
+	size_t filled = 1;
+	x->done = true;
+	for (uint32_t d = x->next; d; d = ws->w[d - 1].next) {
+		memcpy(buf + ws->w[d - 1].at, buf + x->at, x->len);
+		ws->w[d - 1].done = true;
+		filled++;
+	}
+	return filled;
+}
+
 /* Reads the run ws->w[first..last] straight into buf when its records lie
  * as the engine writes new chunks: raw, back to back, in window order, from
  * run->off (the first chunk's record) to run->end (the end of the last
@@ -290,13 +304,7 @@ static size_t run_direct(struct worker *wk, const struct cas_stream *st, size_t 
 				return filled;
 			}
 			pos += CAS_REC_HEADER + x->len;
-			x->done = true;
-			filled++;
-			for (uint32_t d = x->next; d; d = ws->w[d - 1].next) {
-				memcpy(buf + ws->w[d - 1].at, buf + x->at, x->len);
-				ws->w[d - 1].done = true;
-				filled++;
-			}
+			filled += want_done(ws, x, buf);
 		}
 		run->off += pos;
 	}
@@ -416,13 +424,7 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 			miss = 0;
 			if (cas_reader_take(j->rd, &rec, buf + hit->at, hit->len, bounce) < 0)
 				continue;   /* left for cas_reader_get, which names it */
-			hit->done = true;
-			left--;
-			for (uint32_t k = hit->next; k; k = ws->w[k - 1].next) {
-				memcpy(buf + ws->w[k - 1].at, buf + hit->at, hit->len);
-				ws->w[k - 1].done = true;
-				left--;
-			}
+			left -= want_done(ws, hit, buf);
 		}
 		done = sp->cur;
 	}
@@ -442,8 +444,7 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 		if (rc < 0)
 			return crest_errctx(rc, "snapshot %s, stream %s, offset %llu", j->c->snapshot, st->name,
 					    (unsigned long long)(w->off + x->at));
-		x->done = true;
-		left--;
+		left -= want_done(ws, x, buf);
 	}
 	wk->t_miss += time_now_ns() - t3;
 	return 0;
