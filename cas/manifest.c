@@ -108,25 +108,37 @@ static int piece_push(struct cas_encoded *out, size_t *cap, const struct cas_pie
 	return 0;
 }
 
+/* The cut rules, with test knobs: CREST_PIECE_MIN_EXTENTS and
+ * CREST_PIECE_SPAN make pieces tiny, so that tests cross every piece
+ * boundary with little data. Decoding does not depend on them. */
+static uint64_t knob(const char *name, uint64_t dflt)
+{
+	const char *v = getenv(name);
+	const unsigned long long n = v && *v ? strtoull(v, NULL, 10) : 0;
+	return n ? (uint64_t)n : dflt;
+}
+
 /* Cuts the long extent lists into pieces, encoded into pbuf. */
 static int pieces_cut(const struct cas_manifest *m, struct cas_encoded *out)
 {
+	const uint64_t min_extents = knob("CREST_PIECE_MIN_EXTENTS", PIECE_MIN_EXTENTS);
+	const uint64_t piece_span = knob("CREST_PIECE_SPAN", PIECE_SPAN);
 	struct wbuf pw = { 0 };
 	size_t cap = 0;
 	int rc = 0;
 	for (size_t i = 0; rc == 0 && i < m->nstreams; i++) {
 		const struct cas_stream *s = &m->streams[i];
-		if (s->nextents < PIECE_MIN_EXTENTS)
+		if (s->nextents < min_extents)
 			continue;
 		uint64_t o = 0, span = 0;
 		struct cas_piece *cur = NULL;
 		for (uint64_t j = 0; rc == 0 && j < s->nextents; j++) {
 			const struct cas_extent *e = &s->ext[j];
-			if (!cur || o / PIECE_SPAN != span || cur->n == PIECE_MAX_EXTENTS) {
+			if (!cur || o / piece_span != span || cur->n == PIECE_MAX_EXTENTS) {
 				const struct cas_piece p = { .stream = i, .first = j, .off = pw.len };
 				rc = piece_push(out, &cap, &p);
 				cur = rc == 0 ? &out->pieces[out->npieces - 1] : NULL;
-				span = o / PIECE_SPAN;
+				span = o / piece_span;
 			}
 			if (rc == 0) {
 				w_extent(&pw, e);
@@ -194,13 +206,14 @@ int cas_manifest_encode(const struct cas_manifest *m, struct cas_encoded *out)
 		while (pi + np < out->npieces && out->pieces[pi + np].stream == i)
 			np++;
 		w_u32(&w, (uint32_t)np);
+		const bool inline_list = np == 0;
 		for (; np; np--, pi++) {
 			const struct cas_piece *p = &out->pieces[pi];
 			w_u64(&w, p->n);
 			w_u64(&w, p->bytes);
 			w_bytes(&w, p->sha, 32);
 		}
-		if (s->nextents < PIECE_MIN_EXTENTS)
+		if (inline_list)
 			for (uint64_t j = 0; j < s->nextents; j++)
 				w_extent(&w, &s->ext[j]);
 	}

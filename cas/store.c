@@ -392,8 +392,10 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	for (size_t i = 0; rc == 0 && i < enc.npieces; i++) {
 		const struct cas_piece *p = &enc.pieces[i];
 		memcpy(k + 1, p->sha, 32);
-		rc = db_has(s, k, 33);
-		if (rc == 0)
+		const int has = db_has(s, k, 33);
+		if (has < 0)
+			rc = has;
+		else if (!has)   /* a piece already stored is skipped, never the rest */
 			rocksdb_writebatch_put(b, k, 33, (const char *)enc.pbuf + p->off, p->len);
 	}
 	if (rc < 0) {
