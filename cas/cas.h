@@ -31,16 +31,18 @@
 #include <stdint.h>
 #include <sys/uio.h>
 
+#include "cas/format.h"
 #include "cas/manifest.h"
 
-#define CAS_FORMAT_VERSION 1
 #define CAS_ID_LEN 32
-#define CAS_REC_HEADER 56              /* bytes before each chunk's data in a pack */
 #define CAS_CHUNK_MAX (32u << 20)     /* largest raw chunk a store accepts */
 
 struct cas_store;
 
-enum cas_mode { CAS_READ, CAS_WRITE };
+/* CAS_REPAIR: a writer that first sets the index aside (renamed, never
+ * deleted) and rebuilds it from the packs and meta logs (cas_open says what
+ * it recovered and what it could not). */
+enum cas_mode { CAS_READ, CAS_WRITE, CAS_REPAIR };
 enum cas_codec { CAS_CODEC_RAW = 0, CAS_CODEC_LZ4 = 1 };
 
 /* Where a chunk lives. off is the record header's offset in the pack. */
@@ -60,6 +62,19 @@ const char *cas_default_path(void);
  * existing store. Refuses anything that is not a crest store of this format. */
 int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out);
 void cas_close(struct cas_store *s);
+/* True when packs the index names are missing (a writer's open checks):
+ * the engine then trusts no parent's chunk list without a look-up. */
+bool cas_store_damaged(const struct cas_store *s);
+
+/* What a writer's open (or a repair) did to put the index right. */
+struct cas_recovery {
+	uint64_t records;       /* chunk records indexed from packs */
+	unsigned recovered;     /* snapshots committed again from the meta logs */
+	unsigned dropped;       /* snapshots there that lack data: left out */
+	unsigned revoked;       /* failed commits taken out of the index */
+	unsigned unindexed;     /* readers: snapshots in the meta logs, not in the index */
+};
+void cas_recovery_get(const struct cas_store *s, struct cas_recovery *r);
 const char *cas_dir(const struct cas_store *s);
 
 /* 0 and *loc when the index has sha, -ENOENT when not, other negatives on I/O. */

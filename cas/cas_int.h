@@ -8,16 +8,19 @@
 #include <pthread.h>
 #include <rocksdb/c.h>
 
-#define CAS_PACK_MAGIC "CRESTPAK"
-#define CAS_PACK_HEADER 16
+#define CAS_PACK_HEADER CAS_FILE_HEADER
 #define CAS_PACK_LIMIT_DEFAULT (1ull << 30)
-#define CAS_REC_MAGIC "CRCK"
-#define CAS_REC_CRC 16     /* offsets in a record header; see pack.c */
-#define CAS_REC_SHA 24
+
+/* A pack's committed end, as the index records it ('p' keys). */
+struct cas_pack_end {
+	uint32_t pack;
+	uint64_t end;
+};
 
 struct cas_store {
 	char *dir;
 	enum cas_mode mode;
+	int format;           /* the store's format version, from FORMAT */
 	int lock_fd;
 	rocksdb_t *db;
 	rocksdb_options_t *opts;
@@ -53,6 +56,24 @@ struct cas_store {
 	uint64_t wb_from;     /* wfd's writeback is started up to here */
 	uint64_t wb_end;      /* and written up to here */
 	bool wb_inflight;     /* a writeback request for wfd is in the ring */
+
+	/* Commit state (store.c). ends: the committed end of each pack this
+	 * writer committed records to, as its 'p' keys say. lost: packs the
+	 * index records that are missing or shorter on disk, sorted; chunks in
+	 * them count as absent for dedup. broken: a commit failed and could not
+	 * be undone; no more commits through this handle, and the packs are
+	 * left as they are for the next writer to reconcile. */
+	struct cas_pack_end *ends;
+	size_t nends;
+	uint32_t *lost;
+	size_t nlost;
+	int broken;
+	struct cas_recovery rec;  /* what cas_recover / cas_hidden_load found */
+	uint8_t (*hidden)[32];  /* readers: revoked ids not yet undone */
+	size_t nhidden;
+	int meta_fd;          /* this session's meta log, once created */
+	uint32_t meta_num;
+	uint64_t meta_end;
 };
 
 /* A pack written since the last cas_pack_sync, other than the current one. */
@@ -63,11 +84,67 @@ struct cas_pack_fd {
 	int err;              /* PFD_FAILED: what the early sync returned */
 };
 
-int cas_pack_open_writer(struct cas_store *s);
+/* floor: the lowest pack number this writer may create (cas_recover). */
+int cas_pack_open_writer(struct cas_store *s, uint32_t floor);
 void cas_pack_close_writer(struct cas_store *s);
 void cas_pack_mark(struct cas_store *s, const struct cas_index_entry *e, size_t n);
 void cas_pack_close_readers(struct cas_store *s);
 void cas_pack_path(const struct cas_store *s, uint32_t pack, char *buf, size_t cap);
 int cas_pack_max_on_disk(struct cas_store *s, uint32_t *max);
+/* Opens pack read-only and checks its header (magic, version, number):
+ * the descriptor, or a negative code with a message. */
+int cas_pack_open_read(const struct cas_store *s, uint32_t pack);
+/* The records of pack from off on, until one does not check out (magic,
+ * sizes, CRC32C): cb gets each with its place; *end is where the walk
+ * stopped. For recovery and repair, which trust nothing else. */
+struct cas_scan_rec {
+	const uint8_t *sha;
+	struct cas_loc loc;
+	const uint8_t *data;     /* the stored bytes */
+};
+int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off,
+		  int (*cb)(const struct cas_scan_rec *r, void *arg), void *arg, uint64_t *end);
+
+/* Index helpers for recover.c (store.c). */
+int cas_ends_load(struct cas_store *s, char type, struct cas_pack_end **out, size_t *n);
+void cas_batch_end(rocksdb_writebatch_t *b, char type, uint32_t num, uint64_t end);
+void cas_batch_entry(rocksdb_writebatch_t *b, const uint8_t sha[32], const struct cas_loc *loc);
+int cas_batch_write(struct cas_store *s, rocksdb_writebatch_t *b, const char *what);
+/* Reconciles the packs and meta logs with the index (recover.c; see the
+ * notes in store.c). full: as if the index recorded nothing (repair, into
+ * an empty index). *floor: pack numbers below it are taken. */
+int cas_recover(struct cas_store *s, bool full, uint32_t *floor);
+/* Readers: ids revoked in the meta logs past their committed ends. */
+int cas_hidden_load(struct cas_store *s);
+bool cas_hidden(const struct cas_store *s, const uint8_t id[32]);
+bool cas_pack_lost(const struct cas_store *s, uint32_t pack);
+
+/* The meta log (meta.c). */
+struct cas_meta_buf {
+	uint8_t *p;
+	size_t len, cap;
+	int err;
+};
+struct cas_meta_item {
+	uint8_t kind;
+	const uint8_t *sha;
+	const uint8_t *p;
+	size_t len;
+	uint32_t log;
+	uint64_t off;
+};
+void cas_meta_path(const struct cas_store *s, uint32_t num, char *buf, size_t cap);
+int cas_meta_max_on_disk(const struct cas_store *s, uint32_t *max);
+/* Adds a record to b; errors are kept in b->err for cas_meta_append. */
+void cas_meta_rec(struct cas_meta_buf *b, uint8_t kind, const uint8_t sha[32], const void *p, size_t len);
+/* Appends b to this session's log (creating it) and syncs it; *old_end is
+ * where the log ended before, for cas_meta_cut. On failure the log is cut
+ * back already. */
+int cas_meta_append(struct cas_store *s, const struct cas_meta_buf *b, uint64_t *old_end);
+int cas_meta_cut(struct cas_store *s, uint64_t end);
+void cas_meta_close(struct cas_store *s);
+/* The records of log num from offset from on, until one does not check out. */
+int cas_meta_walk(const struct cas_store *s, uint32_t num, uint64_t from,
+		  int (*cb)(const struct cas_meta_item *it, void *arg), void *arg, uint64_t *end);
 
 #endif

@@ -30,7 +30,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define REC_MAGIC "CRCK"
 #define RING_DEPTH 64
 /* Writeback of a pack is started every this many bytes (see pack_kick). */
 #define WB_BYTES (32u << 20)
@@ -72,7 +71,7 @@ static int pack_open_w(struct cas_store *s, uint32_t pack, int *fd_out)
 {
 	char path[4096];
 	cas_pack_path(s, pack, path, sizeof(path));
-	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return crest_errf(-errno, "cannot open pack %s", path);
 	struct stat st;
@@ -82,10 +81,8 @@ static int pack_open_w(struct cas_store *s, uint32_t pack, int *fd_out)
 		return crest_errf(err, "cannot stat pack %s", path);
 	}
 	if (st.st_size == 0) {
-		uint8_t h[CAS_PACK_HEADER] = CAS_PACK_MAGIC;
-		uint32_t v = CAS_FORMAT_VERSION;
-		memcpy(h + 8, &v, 4);
-		memcpy(h + 12, &pack, 4);
+		uint8_t h[CAS_PACK_HEADER];
+		cas_file_header(h, CAS_PACK_MAGIC, CAS_PACK_VERSION, pack);
 		if (pwrite(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
 			int err = errno ? -errno : -EIO;
 			close(fd);
@@ -96,7 +93,7 @@ static int pack_open_w(struct cas_store *s, uint32_t pack, int *fd_out)
 	return 0;
 }
 
-int cas_pack_open_writer(struct cas_store *s)
+int cas_pack_open_writer(struct cas_store *s, uint32_t floor)
 {
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/packs", s->dir);
@@ -106,6 +103,9 @@ int cas_pack_open_writer(struct cas_store *s)
 	int rc = cas_pack_max_on_disk(s, &max);
 	if (rc < 0)
 		return rc;
+	/* Never below a number the index records (see store.c's notes). */
+	if (floor > max + 1)
+		max = floor - 1;
 	s->cur_pack = s->first_pack = s->mark_pack = max + 1;
 	s->cur_off = s->mark_off = CAS_PACK_HEADER;
 	rc = io_uring_queue_init(2 * RING_DEPTH, &s->ring, 0);  /* a batch and a kick */
@@ -157,7 +157,10 @@ static void pack_rollback(struct cas_store *s)
 
 void cas_pack_close_writer(struct cas_store *s)
 {
-	if (s->ring_ready)
+	/* A broken store (a failed commit that could not be undone) may have
+	 * index entries past the mark in its WAL: leave its packs whole for
+	 * the next writer, which reconciles them with what the index holds. */
+	if (s->ring_ready && !s->broken)
 		pack_rollback(s);
 	if (s->ring_ready)
 		io_uring_queue_exit(&s->ring);
@@ -294,12 +297,11 @@ static void pack_note(struct cas_store *s, uint64_t tag, int res)
 void cas_rec_build(uint8_t *rec, const uint8_t sha[32], uint8_t codec, uint32_t raw, uint32_t stored)
 {
 	memset(rec, 0, CAS_REC_HEADER);
-	memcpy(rec, REC_MAGIC, 4);
+	memcpy(rec, CAS_REC_MAGIC, 4);
 	rec[4] = codec;
-	memcpy(rec + 8, &raw, 4);
-	memcpy(rec + 12, &stored, 4);
-	const uint32_t crc = crc32c(rec + CAS_REC_HEADER, stored);
-	memcpy(rec + CAS_REC_CRC, &crc, 4);
+	cas_le32_put(rec + 8, raw);
+	cas_le32_put(rec + 12, stored);
+	cas_le32_put(rec + CAS_REC_CRC, crc32c(rec + CAS_REC_HEADER, stored));
 	memcpy(rec + CAS_REC_SHA, sha, 32);
 }
 
@@ -446,8 +448,41 @@ int cas_pack_sync(struct cas_store *s)
 	return 0;
 }
 
+int cas_pack_open_read(const struct cas_store *s, uint32_t pack)
+{
+	char path[4096];
+	cas_pack_path(s, pack, path, sizeof(path));
+	if (pack >= CAS_FILE_NUM_MAX)
+		return crest_errx(-EBADMSG, "pack number %u is out of range (damaged index entry)", pack);
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return crest_errf(-errno, "cannot open pack %s", path);
+	uint8_t h[CAS_PACK_HEADER];
+	uint32_t version, num;
+	int rc = 0;
+	if (pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
+	    cas_file_header_check(h, CAS_PACK_MAGIC, &version, &num) < 0 || num != pack)
+		rc = crest_errx(-EBADMSG, "%s is not a crest pack (bad header)", path);
+	else if (version > CAS_PACK_VERSION)
+		rc = crest_errx(-EPROTONOSUPPORT, "pack %s has version %u; this crest reads up to %u",
+				path, version, CAS_PACK_VERSION);
+	if (rc < 0) {
+		close(fd);
+		return rc;
+	}
+	if (fd == 0) {   /* 0 means "not opened" in the descriptor tables */
+		fd = fcntl(0, F_DUPFD_CLOEXEC, 1);
+		close(0);
+		if (fd < 0)
+			return crest_errf(-errno, "cannot open pack %s", path);
+	}
+	return fd;
+}
+
 static int pack_rfd(struct cas_store *s, uint32_t pack)
 {
+	if (pack >= CAS_FILE_NUM_MAX)
+		return cas_pack_open_read(s, pack);   /* says why */
 	pthread_mutex_lock(&s->rfd_lock);
 	if (pack >= s->nrfds) {
 		uint32_t n = pack + 16;
@@ -462,12 +497,8 @@ static int pack_rfd(struct cas_store *s, uint32_t pack)
 	}
 	int fd = s->rfds[pack];
 	if (fd <= 0) {
-		char path[4096];
-		cas_pack_path(s, pack, path, sizeof(path));
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			fd = crest_errf(-errno, "cannot open pack %s", path);
-		else
+		fd = cas_pack_open_read(s, pack);
+		if (fd > 0)
 			s->rfds[pack] = fd;
 	}
 	pthread_mutex_unlock(&s->rfd_lock);
@@ -511,11 +542,9 @@ int cas_chunk_read(struct cas_store *s, const uint8_t sha[32], const struct cas_
 			adv -= take;
 		}
 	}
-	uint32_t hraw, hstored, hcrc;
-	memcpy(&hraw, h + 8, 4);
-	memcpy(&hstored, h + 12, 4);
-	memcpy(&hcrc, h + CAS_REC_CRC, 4);
-	if (memcmp(h, REC_MAGIC, 4) || h[4] != loc->codec || hraw != loc->raw || hstored != loc->stored ||
+	const uint32_t hraw = cas_le32_get(h + 8), hstored = cas_le32_get(h + 12);
+	const uint32_t hcrc = cas_le32_get(h + CAS_REC_CRC);
+	if (memcmp(h, CAS_REC_MAGIC, 4) || h[4] != loc->codec || hraw != loc->raw || hstored != loc->stored ||
 	    memcmp(h + CAS_REC_SHA, sha, 32)) {
 		cas_pack_path(s, loc->pack, path, sizeof(path));
 		hex_encode(sha, 32, hex);
@@ -560,4 +589,56 @@ int cas_pack_stats(struct cas_store *s, struct cas_pack_stats *st)
 	}
 	closedir(d);
 	return 0;
+}
+
+int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off,
+		  int (*cb)(const struct cas_scan_rec *r, void *arg), void *arg, uint64_t *end)
+{
+	int fd = cas_pack_open_read(s, pack);
+	if (fd < 0)
+		return fd;
+	struct stat st;
+	int rc = fstat(fd, &st) < 0 ? -errno : 0;
+	const uint64_t size = rc == 0 ? (uint64_t)st.st_size : 0;
+	uint8_t *data = NULL;
+	size_t cap = 0;
+	if (off < CAS_PACK_HEADER)
+		off = CAS_PACK_HEADER;
+	/* Each record is read whole and checked before the walk steps over
+	 * it: a record that does not check out may be a torn tail or damage,
+	 * and nothing past it can be trusted to start where it says. */
+	while (rc == 0 && off + CAS_REC_HEADER <= size) {
+		uint8_t h[CAS_REC_HEADER];
+		if (pread(fd, h, sizeof(h), (off_t)off) != (ssize_t)sizeof(h))
+			break;
+		const uint32_t raw = cas_le32_get(h + 8), stored = cas_le32_get(h + 12);
+		if (memcmp(h, CAS_REC_MAGIC, 4) || h[4] > CAS_CODEC_LZ4 || raw > CAS_CHUNK_MAX ||
+		    stored > CAS_CHUNK_MAX || (h[4] == CAS_CODEC_RAW && raw != stored) ||
+		    off + CAS_REC_HEADER + stored > size)
+			break;
+		if (stored > cap) {
+			uint8_t *nd = realloc(data, stored);
+			if (!nd) {
+				rc = -ENOMEM;
+				break;
+			}
+			data = nd;
+			cap = stored;
+		}
+		if (stored && pread(fd, data, stored, (off_t)(off + CAS_REC_HEADER)) != (ssize_t)stored)
+			break;
+		if (crc32c(data, stored) != cas_le32_get(h + CAS_REC_CRC))
+			break;
+		const struct cas_scan_rec r = {
+			.sha = h + CAS_REC_SHA, .data = data,
+			.loc = { .pack = pack, .off = off, .stored = stored, .raw = raw, .codec = h[4] },
+		};
+		rc = cb(&r, arg);
+		off += CAS_REC_HEADER + stored;
+	}
+	free(data);
+	close(fd);
+	if (end)
+		*end = off;
+	return rc;
 }

@@ -83,16 +83,9 @@ static int pack_fd(struct cas_reader *r, uint32_t pack)
 	pthread_mutex_lock(&r->lock);
 	fd = atomic_load(&p->fd);
 	if (!fd) {
-		char path[4096];
-		cas_pack_path(r->s, pack, path, sizeof(path));
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd == 0) {          /* 0 means "not opened" here: take another */
-			int fd2 = fcntl(fd, F_DUPFD_CLOEXEC, 1);
-			close(fd);
-			fd = fd2;
-		}
+		fd = cas_pack_open_read(r->s, pack);
 		if (fd < 0)
-			fd = -ENOENT;
+			fd = -ENOENT;   /* cas_chunk_read says why, where it matters */
 		atomic_store_explicit(&p->fd, fd, memory_order_release);
 	}
 	pthread_mutex_unlock(&r->lock);
@@ -117,9 +110,9 @@ struct rec {
 static void rec_parse(const uint8_t *h, struct rec *x)
 {
 	x->codec = h[4];
-	memcpy(&x->raw, h + 8, 4);
-	memcpy(&x->stored, h + 12, 4);
-	memcpy(&x->crc, h + CAS_REC_CRC, 4);
+	x->raw = cas_le32_get(h + 8);
+	x->stored = cas_le32_get(h + 12);
+	x->crc = cas_le32_get(h + CAS_REC_CRC);
 }
 
 static bool rec_fits(const struct rec *x, uint32_t len)

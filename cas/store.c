@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FORMAT_NAME "FORMAT"
@@ -90,7 +91,7 @@ static int format_write(const char *dir)
 	return 0;
 }
 
-static int format_check(const char *dir)
+static int format_check(const char *dir, int *out)
 {
 	char path[4096], text[64] = "";
 	snprintf(path, sizeof(path), "%s/" FORMAT_NAME, dir);
@@ -103,16 +104,20 @@ static int format_check(const char *dir)
 	int version = 0;
 	if (sscanf(text, "crest-store %d", &version) != 1)
 		return crest_errx(-EINVAL, "%s is not a crest store: its FORMAT file is not crest's", dir);
-	if (version != CAS_FORMAT_VERSION)
+	if (version > CAS_FORMAT_VERSION)
 		return crest_errx(-EPROTONOSUPPORT,
-				  "store %s has format %d; this crest reads format %d only", dir, version,
-				  CAS_FORMAT_VERSION);
+				  "store %s has format %d, newer than this crest (it reads formats %d to %d): "
+				  "use a newer crest", dir, version, CAS_FORMAT_OLDEST, CAS_FORMAT_VERSION);
+	if (version < CAS_FORMAT_OLDEST)
+		return crest_errx(-EPROTONOSUPPORT, "store %s has format %d, which no crest reads", dir, version);
+	*out = version;
 	return 0;
 }
 
 /* Makes dir a store or checks that it is one. */
-static int store_prepare(const char *dir, enum cas_mode mode)
+static int store_prepare(const char *dir, enum cas_mode mode, int *format)
 {
+	*format = CAS_FORMAT_VERSION;
 	struct stat st;
 	if (stat(dir, &st) < 0) {
 		if (errno != ENOENT)
@@ -126,7 +131,7 @@ static int store_prepare(const char *dir, enum cas_mode mode)
 	}
 	if (!S_ISDIR(st.st_mode))
 		return crest_errx(-ENOTDIR, "store %s is not a directory", dir);
-	int rc = format_check(dir);
+	int rc = format_check(dir, format);
 	if (rc != -ENOENT)
 		return rc < 0 && !crest_errmsg()[0] ? crest_errf(rc, "cannot read %s/FORMAT", dir) : rc;
 	int empty = dir_is_empty(dir);
@@ -163,7 +168,7 @@ static int db_open(struct cas_store *s)
 {
 	char path[4096], *err = NULL;
 	snprintf(path, sizeof(path), "%s/index", s->dir);
-	if (s->mode == CAS_WRITE && mkdir(path, 0700) < 0 && errno != EEXIST)
+	if (s->mode != CAS_READ && mkdir(path, 0700) < 0 && errno != EEXIST)
 		return crest_errf(-errno, "cannot create %s", path);
 	s->opts = rocksdb_options_create();
 	s->topts = rocksdb_block_based_options_create();
@@ -175,17 +180,22 @@ static int db_open(struct cas_store *s)
 	rocksdb_options_set_block_based_table_factory(s->opts, s->topts);
 	/* Keys are hashes and values hash lists: nothing to gain from compression. */
 	rocksdb_options_set_compression(s->opts, rocksdb_no_compression);
-	rocksdb_options_set_create_if_missing(s->opts, s->mode == CAS_WRITE);
+	rocksdb_options_set_create_if_missing(s->opts, s->mode != CAS_READ);
+	/* Damage RocksDB can see in its own files stops the open; a WAL cut
+	 * short or damaged is replayed up to the damage (point in time), and
+	 * what it dropped comes back from the meta logs (recover.c). */
+	rocksdb_options_set_paranoid_checks(s->opts, 1);
+	rocksdb_options_set_wal_recovery_mode(s->opts, 2 /* kPointInTimeRecovery */);
 	rocksdb_options_set_max_open_files(s->opts, 256);
 	rocksdb_options_set_info_log_level(s->opts, 4 /* HEADER: keep LOG small */);
 	rocksdb_options_set_keep_log_file_num(s->opts, 2);
-	if (s->mode == CAS_WRITE)
+	if (s->mode != CAS_READ)
 		s->db = rocksdb_open(s->opts, path, &err);
 	else
 		s->db = rocksdb_open_for_read_only(s->opts, path, 0, &err);
 	if (!s->db) {
-		int rc = crest_errx(-EIO, "cannot open the index of store %s: %s", s->dir,
-				    err ? err : "unknown RocksDB error");
+		int rc = crest_errx(-EIO, "cannot open the index of store %s: %s (casctl repair rebuilds it "
+				    "from the packs)", s->dir, err ? err : "unknown RocksDB error");
 		free(err);
 		return rc;
 	}
@@ -195,6 +205,25 @@ static int db_open(struct cas_store *s)
 	s->wopts = rocksdb_writeoptions_create();
 	rocksdb_writeoptions_set_sync(s->wopts, 1);
 	return 0;
+}
+
+/* For repair: the index moves to index.damaged-TIME, kept for whoever
+ * wants to look at it; repair never deletes. */
+static int index_set_aside(struct cas_store *s)
+{
+	char from[4096], to[4096];
+	snprintf(from, sizeof(from), "%s/index", s->dir);
+	snprintf(to, sizeof(to), "%s/index.damaged-%lld", s->dir, (long long)time(NULL));
+	if (rename(from, to) < 0 && errno != ENOENT)
+		return crest_errf(-errno, "cannot move %s aside to %s", from, to);
+	if (errno != ENOENT)
+		fprintf(stderr, "crest: repair: the old index of %s is kept as %s\n", s->dir, to);
+	return 0;
+}
+
+bool cas_store_damaged(const struct cas_store *s)
+{
+	return s->nlost > 0;
 }
 
 int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out)
@@ -207,6 +236,7 @@ int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out)
 	s->mode = mode;
 	s->lock_fd = -1;
 	s->wfd = -1;
+	s->meta_fd = -1;
 	s->pack_limit = CAS_PACK_LIMIT_DEFAULT;
 	const char *lim = getenv("CREST_PACK_LIMIT");
 	if (lim && atoll(lim) >= (1 << 20))
@@ -215,13 +245,26 @@ int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out)
 	pthread_mutex_init(&s->reserve_lock, NULL);
 	int rc = s->dir ? 0 : -ENOMEM;
 	if (rc == 0)
-		rc = store_prepare(dir, mode);
-	if (rc == 0 && mode == CAS_WRITE)
+		rc = store_prepare(dir, mode == CAS_READ ? CAS_READ : CAS_WRITE, &s->format);
+	if (rc == 0 && mode != CAS_READ)
 		rc = store_lock(s);
+	if (rc == 0 && mode == CAS_REPAIR)
+		rc = index_set_aside(s);
 	if (rc == 0)
 		rc = db_open(s);
-	if (rc == 0 && mode == CAS_WRITE)
-		rc = cas_pack_open_writer(s);
+	/* A writer puts the index right before it writes anything (recover.c;
+	 * the notes at cas_commit). */
+	uint32_t floor = 1;
+	if (rc == 0 && mode != CAS_READ)
+		rc = cas_recover(s, mode == CAS_REPAIR, &floor);
+	if (rc == 0 && mode != CAS_READ && s->format < CAS_FORMAT_VERSION) {
+		rc = format_write(dir);   /* what it writes now is format 2 */
+		s->format = CAS_FORMAT_VERSION;
+	}
+	if (rc == 0 && mode != CAS_READ)
+		rc = cas_pack_open_writer(s, floor);
+	if (rc == 0 && mode == CAS_READ)
+		rc = cas_hidden_load(s);
 	if (rc < 0) {
 		cas_close(s);
 		return rc;
@@ -236,6 +279,10 @@ void cas_close(struct cas_store *s)
 		return;
 	cas_pack_close_writer(s);
 	cas_pack_close_readers(s);
+	cas_meta_close(s);
+	free(s->ends);
+	free(s->lost);
+	free(s->hidden);
 	if (s->db)
 		rocksdb_close(s->db);
 	if (s->ropts)
@@ -287,7 +334,7 @@ static int loc_decode(const uint8_t *b, size_t n, struct cas_loc *l)
 	for (int i = 0; i < 4; i++)
 		l->raw |= (uint32_t)b[16 + i] << (8 * i);
 	l->codec = b[20];
-	return 0;
+	return l->pack < CAS_FILE_NUM_MAX && l->codec <= CAS_CODEC_LZ4 ? 0 : -EBADMSG;
 }
 
 /* A value from the index, or NULL with *rc = -ENOENT or an error. */
@@ -324,7 +371,9 @@ int cas_chunk_lookup(struct cas_store *s, const uint8_t sha[32], struct cas_loc 
 		hex_encode(sha, 32, hex);
 		return crest_errx(-EBADMSG, "index entry of chunk %s in %s is damaged", hex, s->dir);
 	}
-	return 0;
+	/* A chunk in a pack that is gone is as good as absent: a writer
+	 * stores it again, and its new entry replaces this one. */
+	return s->nlost && cas_pack_lost(s, loc->pack) ? -ENOENT : 0;
 }
 
 static int entry_cmp(const void *a, const void *b)
@@ -359,9 +408,200 @@ static int db_has(struct cas_store *s, const char *k, size_t kl)
 	return rc == 0 ? 1 : rc == -ENOENT ? 0 : rc;
 }
 
+/* ---- commits ----
+ *
+ * NOTES ON THE DESIGN: what is durable when, and what a reader may trust.
+ *
+ * A snapshot is committed by four writes, each made durable before the next
+ * begins:
+ *   1. its new chunk records, in packs (the engine; cas_pack_sync);
+ *   2. its manifest, the extent-list pieces the index lacks, and its tag, as
+ *      records of this writer's meta log (cas_meta_append, one fdatasync);
+ *   3. one synced RocksDB batch: the chunks' 'c' entries, the 'l' pieces,
+ *      'm' and 'i' for the manifest, 't' for the tag, and the new committed
+ *      ends of the packs ('p') and of the meta log ('q') it wrote to;
+ *   4. nothing else: the batch is the commit point. cas_commit returns 0
+ *      only once it is durable.
+ * So everything the index names lies below a committed end it also records,
+ * in files whose data was synced before it: a reader that trusts the index
+ * reads only durable bytes.
+ *
+ * What a crash or a failure may leave, and what the next writer does about
+ * it (recover.c, run by every writer open before it writes anything):
+ *  - Bytes past a pack's committed end, or whole packs past the last one the
+ *    index records: a killed or failed ingest. Nothing names them; the next
+ *    writer cuts them off (their pack numbers may then be used again, since
+ *    nothing can refer to them).
+ *  - Meta records past a log's committed end: a commit killed between steps
+ *    2 and 3, or a batch RocksDB lost (a damaged WAL drops the batches after
+ *    the damage). Their data is durable, so the next writer finds the chunk
+ *    records past the packs' ends, checks that every chunk each manifest
+ *    needs is there, and commits the snapshot again, saying so; one that is
+ *    not whole is reported and left out.
+ *  - A batch that failed in step 3 (an error from the WAL's write or sync).
+ *    It may be in RocksDB's memtable and WAL nonetheless, and reappear at
+ *    the next open. The commit then appends a revoke record for the id to
+ *    the meta log (synced) and marks the handle broken: RocksDB refuses
+ *    writes after such an error, and the handle's packs are left whole,
+ *    since the batch that names their bytes may come back. The caller
+ *    reports the failure and opens the store again: that writer applies the
+ *    revoke (removes 'm', 'i' and the tag, or puts the tag back where it
+ *    was), so a failed snapshot is never listed. Its chunk entries may stay:
+ *    their bytes were synced in step 1 and are never cut while an entry
+ *    names them, so dedup against them is sound.
+ *  - If the revoke itself cannot be written, the snapshot is in doubt: its
+ *    data is all durable, and if the batch reappears it is listed, whole
+ *    and verified; the message said so.
+ * Pack numbers are never taken from below the highest the index records,
+ * so an entry can never come to name another pack's bytes.
+ */
+
+/* Index keys with a number: type, then the number big-endian (key order is
+ * numeric order). */
+static void key_num(char k[5], char type, uint32_t num)
+{
+	k[0] = type;
+	cas_be32_put((uint8_t *)k + 1, num);
+}
+
+int cas_ends_load(struct cas_store *s, char type, struct cas_pack_end **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	size_t cap = 0;
+	rocksdb_iterator_t *it = rocksdb_create_iterator(s->db, s->ropts);
+	int rc = 0;
+	for (rocksdb_iter_seek(it, &type, 1); rc == 0 && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+		size_t kl, vl;
+		const char *k = rocksdb_iter_key(it, &kl);
+		if (kl < 1 || k[0] != type)
+			break;
+		const char *v = rocksdb_iter_value(it, &vl);
+		if (kl != 5 || vl != 8) {
+			rc = crest_errx(-EBADMSG, "index of %s: a '%c' entry is damaged", s->dir, type);
+			break;
+		}
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 16;
+			struct cas_pack_end *nv = realloc(*out, cap * sizeof(*nv));
+			if (!nv) {
+				rc = crest_errf(-ENOMEM, "reading the index of %s", s->dir);
+				break;
+			}
+			*out = nv;
+		}
+		(*out)[(*n)++] = (struct cas_pack_end){ cas_be32_get((const uint8_t *)k + 1),
+						       cas_le64_get((const uint8_t *)v) };
+	}
+	char *err = NULL;
+	rocksdb_iter_get_error(it, &err);
+	rocksdb_iter_destroy(it);
+	if (err && rc == 0)
+		rc = crest_errx(-EIO, "scanning the index of %s: %s", s->dir, err);
+	free(err);
+	if (rc < 0) {
+		free(*out);
+		*out = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
+void cas_batch_end(rocksdb_writebatch_t *b, char type, uint32_t num, uint64_t end)
+{
+	char k[5];
+	uint8_t v[8];
+	key_num(k, type, num);
+	cas_le64_put(v, end);
+	rocksdb_writebatch_put(b, k, sizeof(k), (const char *)v, sizeof(v));
+}
+
+void cas_batch_entry(rocksdb_writebatch_t *b, const uint8_t sha[32], const struct cas_loc *loc)
+{
+	char k[33];
+	uint8_t v[21];
+	k[0] = 'c';
+	memcpy(k + 1, sha, 32);
+	loc_encode(loc, v);
+	rocksdb_writebatch_put(b, k, sizeof(k), (const char *)v, sizeof(v));
+}
+
+int cas_batch_write(struct cas_store *s, rocksdb_writebatch_t *b, const char *what)
+{
+	char *err = NULL;
+	rocksdb_write(s->db, s->wopts, b, &err);
+	if (!err)
+		return 0;
+	const int rc = crest_errx(-EIO, "%s in %s: %s", what, s->dir, err);
+	free(err);
+	return rc;
+}
+
+/* ends with the committed ends of e merged in (a new array in *out). */
+static int ends_merge(const struct cas_store *s, const struct cas_index_entry *e, size_t n,
+		      struct cas_pack_end **out, size_t *nout)
+{
+	struct cas_pack_end *v = malloc((s->nends + 4) * sizeof(*v));
+	size_t nv = s->nends, cap = s->nends + 4;
+	if (!v)
+		return -ENOMEM;
+	memcpy(v, s->ends, s->nends * sizeof(*v));
+	for (size_t i = 0; i < n; i++) {
+		const uint64_t end = e[i].loc.off + CAS_REC_HEADER + e[i].loc.stored;
+		size_t j = 0;
+		while (j < nv && v[j].pack != e[i].loc.pack)
+			j++;
+		if (j == nv) {
+			if (nv == cap) {
+				cap *= 2;
+				struct cas_pack_end *nn = realloc(v, cap * sizeof(*nn));
+				if (!nn) {
+					free(v);
+					return -ENOMEM;
+				}
+				v = nn;
+			}
+			v[nv++] = (struct cas_pack_end){ e[i].loc.pack, end };
+		} else if (end > v[j].end) {
+			v[j].end = end;
+		}
+	}
+	*out = v;
+	*nout = nv;
+	return 0;
+}
+
+/* After a failed batch: a durable revoke record for the id (with the tag's
+ * previous target, to put back), and the handle broken. See the notes. */
+static void commit_revoke(struct cas_store *s, const uint8_t id[32], const char *tag, const uint8_t *old_tag)
+{
+	struct cas_meta_buf mb = { 0 };
+	uint8_t pl[1 + 32 + 128] = { 0 };
+	size_t len = 0;
+	if (tag) {
+		pl[0] = old_tag ? 1 : 0;
+		if (old_tag)
+			memcpy(pl + 1, old_tag, 32);
+		const size_t tl = strlen(tag);
+		memcpy(pl + 33, tag, tl);
+		len = 33 + tl;
+	}
+	cas_meta_rec(&mb, CAS_META_REVOKE, id, pl, len);
+	uint64_t old_end;
+	char msg[1024];
+	crest_errcpy(msg, sizeof(msg));
+	const int rc = cas_meta_append(s, &mb, &old_end);
+	free(mb.p);
+	crest_errset_str(msg);
+	s->broken = rc < 0 ? rc : -EIO;
+}
+
 int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	       const struct cas_manifest *m, const char *tag, uint8_t id[32])
 {
+	if (s->broken)
+		return crest_errx(-EIO, "store %s: a commit failed earlier and could not be undone in this "
+				  "process; open the store again (its next writer puts it right)", s->dir);
 	struct cas_encoded enc;
 	int rc = cas_manifest_encode(m, &enc);
 	if (rc < 0)
@@ -377,14 +617,10 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	 * 0.38 s sorted, sort included. */
 	qsort(e, n, sizeof(*e), entry_cmp);
 	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
-	for (size_t i = 0; i < n; i++) {
-		char k[33];
-		uint8_t v[21];
-		k[0] = 'c';
-		memcpy(k + 1, e[i].sha, 32);
-		loc_encode(&e[i].loc, v);
-		rocksdb_writebatch_put(b, k, 33, (const char *)v, 21);
-	}
+	struct cas_meta_buf mb = { 0 };
+	cas_meta_rec(&mb, CAS_META_MANIFEST, id, enc.buf, enc.len);
+	for (size_t i = 0; i < n; i++)
+		cas_batch_entry(b, e[i].sha, &e[i].loc);
 	char k[1 + 256];
 	/* Pieces go in the same batch as the manifest that names them: a
 	 * manifest is never visible without its pieces. */
@@ -393,14 +629,40 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 		const struct cas_piece *p = &enc.pieces[i];
 		memcpy(k + 1, p->sha, 32);
 		const int has = db_has(s, k, 33);
-		if (has < 0)
+		if (has < 0) {
 			rc = has;
-		else if (!has)   /* a piece already stored is skipped, never the rest */
+		} else if (!has) {   /* a piece already stored is skipped, never the rest */
 			rocksdb_writebatch_put(b, k, 33, (const char *)enc.pbuf + p->off, p->len);
+			cas_meta_rec(&mb, CAS_META_PIECE, p->sha, enc.pbuf + p->off, p->len);
+		}
 	}
+	uint8_t old_tag[32];
+	bool had_tag = false;
+	if (rc == 0 && tag) {
+		size_t vl;
+		char *v = db_get(s, 't', tag, strlen(tag), &vl, &rc);
+		if (v) {
+			had_tag = vl == 32;
+			if (had_tag)
+				memcpy(old_tag, v, 32);
+			rocksdb_free(v);
+		}
+		if (rc == -ENOENT)
+			rc = 0;
+		cas_meta_rec(&mb, CAS_META_TAG, id, tag, strlen(tag));
+	}
+	struct cas_pack_end *ends = NULL;
+	size_t nends = 0;
+	if (rc == 0)
+		rc = ends_merge(s, e, n, &ends, &nends);
+	uint64_t old_meta_end = 0;
+	if (rc == 0)
+		rc = cas_meta_append(s, &mb, &old_meta_end);
+	free(mb.p);
 	if (rc < 0) {
 		rocksdb_writebatch_destroy(b);
 		cas_encoded_free(&enc);
+		free(ends);
 		return rc;
 	}
 	k[0] = 'm';
@@ -414,15 +676,20 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 		memcpy(k + 1, tag, tl);
 		rocksdb_writebatch_put(b, k, tl + 1, (const char *)id, 32);
 	}
-	char *err = NULL;
-	rocksdb_write(s->db, s->wopts, b, &err);
+	for (size_t i = 0; i < nends; i++)
+		cas_batch_end(b, 'p', ends[i].pack, ends[i].end);
+	cas_batch_end(b, 'q', s->meta_num, s->meta_end);
+	rc = cas_batch_write(s, b, "committing a snapshot");
 	rocksdb_writebatch_destroy(b);
 	cas_encoded_free(&enc);
-	if (err) {
-		rc = crest_errx(-EIO, "committing a snapshot to %s: %s", s->dir, err);
-		free(err);
+	if (rc < 0) {
+		free(ends);
+		commit_revoke(s, id, tag, had_tag ? old_tag : NULL);
 		return rc;
 	}
+	free(s->ends);
+	s->ends = ends;
+	s->nends = nends;
 	cas_pack_mark(s, e, n);
 	return 0;
 }
@@ -448,17 +715,30 @@ int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32])
 	int rc = cas_tag_check(tag);
 	if (rc < 0)
 		return rc;
-	char k[1 + 128], *err = NULL;
+	if (s->broken)
+		return crest_errx(-EIO, "store %s: a commit failed earlier in this process; open it again",
+				  s->dir);
+	/* Like a commit: the meta log first (so repair knows the tag), then
+	 * the index. */
+	struct cas_meta_buf mb = { 0 };
+	uint64_t old_end;
 	size_t tl = strlen(tag);
+	cas_meta_rec(&mb, CAS_META_TAG, id, tag, tl);
+	rc = cas_meta_append(s, &mb, &old_end);
+	free(mb.p);
+	if (rc < 0)
+		return rc;
+	char k[1 + 128];
 	k[0] = 't';
 	memcpy(k + 1, tag, tl);
-	rocksdb_put(s->db, s->wopts, k, tl + 1, (const char *)id, 32, &err);
-	if (err) {
-		rc = crest_errx(-EIO, "setting tag %s in %s: %s", tag, s->dir, err);
-		free(err);
-		return rc;
-	}
-	return 0;
+	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+	rocksdb_writebatch_put(b, k, tl + 1, (const char *)id, 32);
+	cas_batch_end(b, 'q', s->meta_num, s->meta_end);
+	rc = cas_batch_write(s, b, "setting a tag");
+	rocksdb_writebatch_destroy(b);
+	if (rc < 0)
+		s->broken = rc;
+	return rc;
 }
 
 /* Calls cb for each key of the given type, in order; stops on non-zero. */
@@ -488,6 +768,7 @@ static int db_scan(struct cas_store *s, char type,
 }
 
 struct resolve_ctx {
+	const struct cas_store *s;
 	const char *prefix;
 	size_t plen;
 	uint8_t id[32];
@@ -503,7 +784,7 @@ static int resolve_cb(const char *k, size_t kl, const char *v, size_t vl, void *
 		return 0;
 	char hex[65];
 	hex_encode((const uint8_t *)k, 32, hex);
-	if (!strncasecmp(hex, c->prefix, c->plen)) {
+	if (!strncasecmp(hex, c->prefix, c->plen) && !cas_hidden(c->s, (const uint8_t *)k)) {
 		memcpy(c->id, k, 32);
 		c->matches++;
 	}
@@ -524,7 +805,8 @@ int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
 			rocksdb_free(v);
 			if (vl != 32)
 				return crest_errx(-EBADMSG, "tag %s in %s is damaged", name, s->dir);
-			return 0;
+			if (!cas_hidden(s, id))
+				return 0;
 		}
 		if (rc != -ENOENT)
 			return rc;
@@ -537,7 +819,7 @@ int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
 	if (!hexlike)
 		return crest_errx(-ENOENT, "no snapshot named '%s' in %s (not a tag, not an id prefix)",
 				  name, s->dir);
-	struct resolve_ctx c = { .prefix = name, .plen = n };
+	struct resolve_ctx c = { .s = s, .prefix = name, .plen = n };
 	rc = db_scan(s, 'i', resolve_cb, &c);
 	if (rc < 0)
 		return rc;
@@ -594,7 +876,7 @@ int cas_manifest_load(struct cas_store *s, const uint8_t id[32], struct cas_mani
 	k[0] = 'm';
 	memcpy(k + 1, id, 32);
 	rocksdb_pinnableslice_t *ps;
-	int rc = db_pin(s, s->ropts, k, sizeof(k), &ps);
+	int rc = cas_hidden(s, id) ? -ENOENT : db_pin(s, s->ropts, k, sizeof(k), &ps);
 	if (rc == -ENOENT)
 		return crest_errx(rc, "snapshot %s is not in %s", hex, s->dir);
 	if (rc < 0)
@@ -663,7 +945,7 @@ struct list_ctx {
 static int list_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
 {
 	struct list_ctx *c = arg;
-	if (kl != 32)
+	if (kl != 32 || cas_hidden(c->s, (const uint8_t *)k))
 		return 0;
 	struct cas_manifest *m;
 	if (cas_manifest_decode((const uint8_t *)v, vl, true, &m) < 0) {

@@ -1,4 +1,4 @@
-/* casctl.c - the casctl command: the store itself (stats, verify). */
+/* casctl.c - the casctl command: the store itself (stats, verify, repair). */
 #include "cli/commands.h"
 
 #include <stdio.h>
@@ -10,7 +10,8 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: casctl [--store DIR] [--json] [--quiet] [--workers N] COMMAND ...\n"
 		"  stats               logical and stored bytes, dedup and compression ratios\n"
-		"  verify [SNAPSHOT]   re-read and re-hash every chunk the snapshot(s) need\n");
+		"  verify [SNAPSHOT]   re-read and re-hash every chunk the snapshot(s) need\n"
+		"  repair              rebuild the index from the packs and meta logs (the old one is kept)\n");
 }
 
 int main(int argc, char **argv)
@@ -28,6 +29,8 @@ int main(int argc, char **argv)
 		return cmd_stats(&c, argc - 1, argv + 1);
 	if (!strcmp(argv[1], "verify"))
 		return cmd_verify(&c, argc - 1, argv + 1);
+	if (!strcmp(argv[1], "repair"))
+		return cmd_repair(&c, argc - 1, argv + 1);
 	fprintf(stderr, "casctl: unknown command '%s'\n", argv[1]);
 	usage();
 	return 2;

@@ -17,5 +17,6 @@ int cmd_demo(struct cli *c, int argc, char **argv);
 
 int cmd_stats(struct cli *c, int argc, char **argv);
 int cmd_verify(struct cli *c, int argc, char **argv);
+int cmd_repair(struct cli *c, int argc, char **argv);
 
 #endif

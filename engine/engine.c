@@ -1058,7 +1058,9 @@ static int stream_new(struct engine_snap *s, const char *name, uint8_t type, boo
 		return crest_errf(-ENOMEM, "adding stream %s", name);
 	}
 	s->streams[s->nstreams++] = st;
-	if (s->parent) {
+	/* A parent's chunk list stands in for index look-ups only while every
+	 * pack the index names is there (cas_store_damaged). */
+	if (s->parent && !cas_store_damaged(s->e->store)) {
 		const struct cas_stream *h = cas_manifest_find(s->parent, name);
 		if (h && h->nextents) {
 			st->hint_off = malloc(h->nextents * sizeof(*st->hint_off));

@@ -1,0 +1,83 @@
+/*
+ * format.h - the store's on-disk format, declared in one place; cas/FORMAT.md
+ * describes it in words. Every integer on disk is little-endian, except the
+ * numbers inside index keys, which are big-endian so that keys sort in
+ * numeric order. Readers check versions: a store, pack or log newer than
+ * this crest is refused with a message, never guessed at.
+ */
+#ifndef CREST_CAS_FORMAT_H
+#define CREST_CAS_FORMAT_H
+
+#include <stdint.h>
+
+/* STORE/FORMAT holds "crest-store N\n". Version 1: packs and the index.
+ * Version 2 adds the meta log and the 'p' and 'q' index keys; a writer
+ * upgrades a version 1 store when it opens it, and reads it as it was. */
+#define CAS_FORMAT_VERSION 2
+#define CAS_FORMAT_OLDEST 1
+
+/* Packs (STORE/packs/NNNNNNNN.pack) and meta logs (STORE/meta/NNNNNNNN.log)
+ * start with a 16-byte header: magic[8], u32 version, u32 file number. */
+#define CAS_FILE_HEADER 16
+#define CAS_PACK_MAGIC "CRESTPAK"
+#define CAS_PACK_VERSION 1
+#define CAS_META_MAGIC "CRESTMET"
+#define CAS_META_VERSION 1
+/* File numbers stay below this: index values and names are checked against it. */
+#define CAS_FILE_NUM_MAX 0x7fffffffu
+
+/* Records, in packs and meta logs alike: a 56-byte header, then the payload.
+ *   0 magic[4]  4 u8 codec (packs) / kind (meta)  5 three zero bytes
+ *   8 u32 raw length  12 u32 stored length (meta: 0)
+ *  16 u32 CRC32C of the stored bytes  20 four zero bytes  24 SHA-256[32] */
+#define CAS_REC_HEADER 56
+#define CAS_REC_MAGIC "CRCK"
+#define CAS_META_REC_MAGIC "CRMR"
+#define CAS_REC_CRC 16
+#define CAS_REC_SHA 24
+
+/* Kinds of meta log record; the SHA-256 in the header names the payload. */
+enum cas_meta_kind {
+	CAS_META_MANIFEST = 1,   /* a manifest's encoding; SHA-256 = snapshot id */
+	CAS_META_PIECE = 2,      /* an extent-list piece; SHA-256 of the payload */
+	CAS_META_TAG = 3,        /* payload: the tag's name; SHA-256 field: the id */
+	CAS_META_REVOKE = 4,     /* the commit of this id failed. Payload: empty, or
+				  * u8 had, id[32] the tag's earlier target (if had),
+				  * then the tag's name: put it back */
+};
+
+static inline void cas_le32_put(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint32_t cas_le32_get(const uint8_t *p)
+{
+	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static inline void cas_le64_put(uint8_t *p, uint64_t v)
+{
+	for (int i = 0; i < 8; i++)
+		p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint64_t cas_le64_get(const uint8_t *p)
+{
+	return (uint64_t)cas_le32_get(p) | (uint64_t)cas_le32_get(p + 4) << 32;
+}
+static inline void cas_be32_put(uint8_t *p, uint32_t v)
+{
+	for (int i = 0; i < 4; i++)
+		p[i] = (uint8_t)(v >> (24 - 8 * i));
+}
+static inline uint32_t cas_be32_get(const uint8_t *p)
+{
+	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
+}
+
+/* A file header for magic (8 bytes), version and file number. */
+void cas_file_header(uint8_t h[CAS_FILE_HEADER], const char *magic, uint32_t version, uint32_t num);
+/* -EBADMSG when h does not start with magic; else 0 and its fields. */
+int cas_file_header_check(const uint8_t h[CAS_FILE_HEADER], const char *magic, uint32_t *version,
+			  uint32_t *num);
+
+#endif

@@ -1,0 +1,556 @@
+/*
+ * recover.c - putting the index right with what the packs and meta logs
+ * hold: at every writer's open (the tails past what the index records) and
+ * for `casctl repair` (everything, into an empty index). The rules are in
+ * store.c's design notes; in short:
+ *   - a manifest in a meta log that the index lacks, and that no revoke
+ *     record names, is committed again if every chunk and piece it needs
+ *     is there, else reported and left out;
+ *   - a revoke record undoes its commit, if RocksDB brought it back;
+ *   - pack bytes past the last committed end, and packs past the last one
+ *     the index records, are cut (never in repair, which deletes nothing).
+ * Nothing here trusts a byte that does not check out: records are taken
+ * up to the first one whose header or CRC32C is wrong, manifests and
+ * pieces by their SHA-256.
+ */
+#include "cas/cas_int.h"
+#include "util/err.h"
+#include "util/sha256.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* A meta record kept for later: its kind, name and a copy of its payload. */
+struct item {
+	uint8_t kind;
+	uint8_t sha[32];
+	uint8_t *p;
+	size_t len;
+};
+
+struct rec_ctx {
+	struct cas_store *s;
+	struct item *v;
+	size_t n, cap;
+	int err;
+};
+
+static int item_cb(const struct cas_meta_item *it, void *arg)
+{
+	struct rec_ctx *c = arg;
+	if (it->kind < CAS_META_MANIFEST || it->kind > CAS_META_REVOKE)
+		return 0;   /* a kind from a newer crest: not ours to act on */
+	if (c->n == c->cap) {
+		const size_t cap = c->cap ? c->cap * 2 : 16;
+		struct item *nv = realloc(c->v, cap * sizeof(*nv));
+		if (!nv)
+			return crest_errf(-ENOMEM, "reading the meta logs of %s", c->s->dir);
+		c->v = nv;
+		c->cap = cap;
+	}
+	struct item *x = &c->v[c->n];
+	x->kind = it->kind;
+	memcpy(x->sha, it->sha, 32);
+	x->len = it->len;
+	x->p = malloc(it->len ? it->len : 1);
+	if (!x->p)
+		return crest_errf(-ENOMEM, "reading the meta logs of %s", c->s->dir);
+	memcpy(x->p, it->p, it->len);
+	c->n++;
+	return 0;
+}
+
+static void items_free(struct rec_ctx *c)
+{
+	for (size_t i = 0; i < c->n; i++)
+		free(c->v[i].p);
+	free(c->v);
+}
+
+static uint64_t end_of(const struct cas_pack_end *v, size_t n, uint32_t num, bool *found)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i].pack == num) {
+			*found = true;
+			return v[i].end;
+		}
+	*found = false;
+	return 0;
+}
+
+/* The meta records of every log past its committed end (q), and the new
+ * ends in *qn (one per log walked). */
+static int meta_tails(struct cas_store *s, const struct cas_pack_end *q, size_t nq, struct rec_ctx *c,
+		      struct cas_pack_end **qn, size_t *nqn)
+{
+	uint32_t max;
+	int rc = cas_meta_max_on_disk(s, &max);
+	*qn = NULL;
+	*nqn = 0;
+	if (rc < 0 || max == 0)
+		return rc;
+	*qn = calloc(max, sizeof(**qn));
+	if (!*qn)
+		return crest_errf(-ENOMEM, "reading the meta logs of %s", s->dir);
+	for (uint32_t num = 1; rc == 0 && num <= max; num++) {
+		char path[4096];
+		cas_meta_path(s, num, path, sizeof(path));
+		if (access(path, F_OK) < 0)
+			continue;
+		bool found;
+		const uint64_t from = end_of(q, nq, num, &found);
+		uint64_t end;
+		rc = cas_meta_walk(s, num, found ? from : 0, item_cb, c, &end);
+		if (rc == 0 && (!found || end != from))
+			(*qn)[(*nqn)++] = (struct cas_pack_end){ num, end };
+	}
+	return rc;
+}
+
+static char *db_value(struct cas_store *s, char type, const void *key, size_t klen, size_t *vl, int *rc)
+{
+	char k[1 + 256], *err = NULL;
+	k[0] = type;
+	memcpy(k + 1, key, klen);
+	char *v = rocksdb_get(s->db, s->ropts, k, klen + 1, vl, &err);
+	*rc = 0;
+	if (err) {
+		*rc = crest_errx(-EIO, "reading the index of %s: %s", s->dir, err);
+		free(err);
+	}
+	return v;
+}
+
+static bool revoked(const struct rec_ctx *c, const uint8_t id[32])
+{
+	for (size_t i = 0; i < c->n; i++)
+		if (c->v[i].kind == CAS_META_REVOKE && !memcmp(c->v[i].sha, id, 32))
+			return true;
+	return false;
+}
+
+/* Undoes the commit of id, if the index has it (see the notes in store.c). */
+static int apply_revoke(struct cas_store *s, const struct item *x, rocksdb_writebatch_t *b, unsigned *undone)
+{
+	size_t vl;
+	int rc;
+	char *v = db_value(s, 'm', x->sha, 32, &vl, &rc);
+	if (rc < 0)
+		return rc;
+	if (!v)
+		return 0;
+	rocksdb_free(v);
+	char k[1 + 128 + 1];
+	k[0] = 'm';
+	memcpy(k + 1, x->sha, 32);
+	rocksdb_writebatch_delete(b, k, 33);
+	k[0] = 'i';
+	rocksdb_writebatch_delete(b, k, 33);
+	if (x->len > 33 && x->len - 33 <= 128) {
+		const size_t tl = x->len - 33;
+		char *t = db_value(s, 't', x->p + 33, tl, &vl, &rc);
+		if (rc < 0)
+			return rc;
+		const bool points_here = t && vl == 32 && !memcmp(t, x->sha, 32);
+		rocksdb_free(t);
+		if (points_here) {
+			k[0] = 't';
+			memcpy(k + 1, x->p + 33, tl);
+			if (x->p[0])
+				rocksdb_writebatch_put(b, k, tl + 1, (const char *)x->p + 1, 32);
+			else
+				rocksdb_writebatch_delete(b, k, tl + 1);
+		}
+	}
+	char hex[65];
+	hex_encode(x->sha, 32, hex);
+	fprintf(stderr, "crest: snapshot %.12s in %s: its commit had failed; removed it from the index\n", hex,
+		s->dir);
+	(*undone)++;
+	return 0;
+}
+
+struct scan_ctx {
+	struct cas_store *s;
+	rocksdb_writebatch_t *b;
+	uint64_t records;
+};
+
+static int scan_cb(const struct cas_scan_rec *r, void *arg)
+{
+	struct scan_ctx *c = arg;
+	cas_batch_entry(c->b, r->sha, &r->loc);
+	c->records++;
+	if (rocksdb_writebatch_count(c->b) >= 65536) {
+		const int rc = cas_batch_write(c->s, c->b, "indexing chunk records");
+		rocksdb_writebatch_clear(c->b);
+		return rc;
+	}
+	return 0;
+}
+
+/* Indexes the chunk records past each pack's committed end (every record
+ * of packs the index does not record, when they lie past the last it does,
+ * or always when full). New ends go into b. */
+static int packs_index(struct cas_store *s, const struct cas_pack_end *p, size_t np, uint32_t maxp, bool full,
+		       rocksdb_writebatch_t *b, uint64_t *records)
+{
+	uint32_t max;
+	int rc = cas_pack_max_on_disk(s, &max);
+	struct scan_ctx c = { .s = s, .b = rocksdb_writebatch_create() };
+	for (uint32_t pack = 1; rc == 0 && pack <= max; pack++) {
+		char path[4096];
+		cas_pack_path(s, pack, path, sizeof(path));
+		if (access(path, F_OK) < 0)
+			continue;
+		bool found;
+		uint64_t from = end_of(p, np, pack, &found);
+		if (!found && !full && pack < maxp)
+			continue;   /* older than the index's records (format 1): as it was */
+		uint64_t end;
+		rc = cas_pack_scan(s, pack, found ? from : 0, scan_cb, &c, &end);
+		if (rc == 0 && end > from)
+			cas_batch_end(b, 'p', pack, end);
+	}
+	if (rc == 0)
+		rc = cas_batch_write(s, c.b, "indexing chunk records");
+	rocksdb_writebatch_destroy(c.b);
+	*records = c.records;
+	return rc;
+}
+
+static const struct item *piece_find(const struct rec_ctx *c, const uint8_t sha[32])
+{
+	for (size_t i = c->n; i-- > 0;)
+		if (c->v[i].kind == CAS_META_PIECE && !memcmp(c->v[i].sha, sha, 32))
+			return &c->v[i];
+	return NULL;
+}
+
+/* Whether every piece and chunk manifest x needs is there; its pieces and
+ * manifest keys go into b if so. *missing counts what is not. */
+static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const struct item *x,
+			  rocksdb_writebatch_t *b, uint64_t *missing)
+{
+	uint8_t sum[32];
+	struct cas_manifest *m = NULL;
+	*missing = 0;
+	int rc = sha256_once(x->p, x->len, sum);
+	if (rc < 0)
+		return rc;
+	if (memcmp(sum, x->sha, 32) || cas_manifest_decode(x->p, x->len, false, &m) < 0) {
+		*missing = 1;
+		return 0;
+	}
+	for (size_t i = 0; rc == 0 && i < m->npieces; i++) {
+		const struct item *pc = piece_find(c, m->pieces[i].sha);
+		size_t vl;
+		char *v = NULL;
+		if (pc) {
+			if (cas_manifest_piece_decode(m, i, pc->p, pc->len) < 0)
+				pc = NULL;
+		}
+		if (!pc) {
+			v = db_value(s, 'l', m->pieces[i].sha, 32, &vl, &rc);
+			if (rc == 0 && (!v || cas_manifest_piece_decode(m, i, (const uint8_t *)v, vl) < 0))
+				(*missing)++;
+			rocksdb_free(v);
+		} else {
+			char k[33];
+			k[0] = 'l';
+			memcpy(k + 1, pc->sha, 32);
+			rocksdb_writebatch_put(b, k, 33, (const char *)pc->p, pc->len);
+		}
+	}
+	for (size_t i = 0; rc == 0 && !*missing && i < m->nstreams; i++) {
+		const struct cas_stream *st = &m->streams[i];
+		for (uint64_t j = 0; j < st->nextents; j++) {
+			if (st->ext[j].hole)
+				continue;
+			struct cas_loc loc;
+			const int lr = cas_chunk_lookup(s, st->ext[j].sha, &loc);
+			if (lr == -ENOENT || (lr == 0 && cas_pack_lost(s, loc.pack)))
+				(*missing)++;
+			else if (lr < 0)
+				rc = lr;
+		}
+	}
+	if (rc == 0 && !*missing) {
+		char k[33];
+		k[0] = 'm';
+		memcpy(k + 1, x->sha, 32);
+		rocksdb_writebatch_put(b, k, 33, (const char *)x->p, x->len);
+		/* The summary is the manifest's head: encode what was decoded
+		 * and cut it, as cas_commit does. */
+		struct cas_encoded enc;
+		rc = cas_manifest_encode(m, &enc);
+		if (rc == 0) {
+			k[0] = 'i';
+			rocksdb_writebatch_put(b, k, 33, (const char *)enc.buf, enc.head_len);
+			cas_encoded_free(&enc);
+		}
+	}
+	cas_manifest_free(m);
+	return rc;
+}
+
+static int lost_add(struct cas_store *s, uint32_t pack)
+{
+	uint32_t *nv = realloc(s->lost, (s->nlost + 1) * sizeof(*nv));
+	if (!nv)
+		return -ENOMEM;
+	s->lost = nv;
+	size_t i = s->nlost++;
+	while (i > 0 && s->lost[i - 1] > pack) {
+		s->lost[i] = s->lost[i - 1];
+		i--;
+	}
+	s->lost[i] = pack;
+	return 0;
+}
+
+bool cas_pack_lost(const struct cas_store *s, uint32_t pack)
+{
+	size_t lo = 0, hi = s->nlost;
+	while (lo < hi) {
+		const size_t mid = (lo + hi) / 2;
+		if (s->lost[mid] < pack)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < s->nlost && s->lost[lo] == pack;
+}
+
+/* Packs the index records that are gone or shorter than recorded. */
+static int packs_check(struct cas_store *s, const struct cas_pack_end *p, size_t np)
+{
+	unsigned n = 0;
+	char first[4096] = "";
+	for (size_t i = 0; i < np; i++) {
+		char path[4096];
+		struct stat st;
+		cas_pack_path(s, p[i].pack, path, sizeof(path));
+		if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size >= p[i].end)
+			continue;
+		if (lost_add(s, p[i].pack) < 0)
+			return crest_errf(-ENOMEM, "checking the packs of %s", s->dir);
+		if (!n++)
+			snprintf(first, sizeof(first), "%s", path);
+	}
+	if (n)
+		fprintf(stderr, "crest: %u pack%s of %s %s missing or cut short (%s%s): snapshots that need %s "
+			"are damaged (casctl verify lists them; casctl repair rebuilds the index without %s); new snapshots "
+			"store those chunks again\n", n,
+			n == 1 ? "" : "s", s->dir, n == 1 ? "is" : "are", first, n > 1 ? ", ..." : "",
+			n == 1 ? "it" : "them", n == 1 ? "it" : "them");
+	return 0;
+}
+
+/* Cuts what no committed snapshot can name: bytes past the last recorded
+ * pack's end and packs past it. */
+static void packs_reclaim(struct cas_store *s, const struct cas_pack_end *p, size_t np)
+{
+	uint32_t max, last = 0;
+	uint64_t end = 0;
+	for (size_t i = 0; i < np; i++)
+		if (p[i].pack >= last) {
+			last = p[i].pack;
+			end = p[i].end;
+		}
+	if (cas_pack_max_on_disk(s, &max) < 0)
+		return;
+	uint64_t freed = 0;
+	for (uint32_t pack = last + 1; pack <= max; pack++) {
+		char path[4096];
+		struct stat st;
+		cas_pack_path(s, pack, path, sizeof(path));
+		if (lstat(path, &st) == 0 && unlink(path) == 0)
+			freed += (uint64_t)st.st_size;
+	}
+	if (last) {
+		char path[4096];
+		struct stat st;
+		cas_pack_path(s, last, path, sizeof(path));
+		if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > end &&
+		    truncate(path, (off_t)end) == 0)
+			freed += (uint64_t)st.st_size - end;
+	}
+	(void)freed;
+}
+
+static bool index_has_chunks(struct cas_store *s)
+{
+	rocksdb_iterator_t *it = rocksdb_create_iterator(s->db, s->ropts);
+	rocksdb_iter_seek(it, "c", 1);
+	size_t kl;
+	const bool has = rocksdb_iter_valid(it) && (rocksdb_iter_key(it, &kl)[0] == 'c');
+	rocksdb_iter_destroy(it);
+	return has;
+}
+
+int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
+{
+	struct cas_pack_end *p = NULL, *q = NULL, *qn = NULL;
+	size_t np = 0, nq = 0, nqn = 0;
+	struct rec_ctx c = { .s = s };
+	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+	int rc = 0;
+	if (!full) {
+		rc = cas_ends_load(s, 'p', &p, &np);
+		if (rc == 0)
+			rc = cas_ends_load(s, 'q', &q, &nq);
+		if (rc == 0)
+			rc = packs_check(s, p, np);
+	}
+	if (rc == 0)
+		rc = meta_tails(s, q, nq, &c, &qn, &nqn);
+	uint32_t maxp = 0;
+	for (size_t i = 0; i < np; i++)
+		if (p[i].pack > maxp)
+			maxp = p[i].pack;
+	/* Revokes first: a revoked commit is never recovered. */
+	unsigned undone = 0, recovered = 0, dropped = 0;
+	uint8_t (*ids)[32] = NULL;   /* the snapshots recovered */
+	for (size_t i = 0; rc == 0 && i < c.n; i++)
+		if (c.v[i].kind == CAS_META_REVOKE)
+			rc = apply_revoke(s, &c.v[i], b, &undone);
+	bool want = false;
+	for (size_t i = 0; rc == 0 && i < c.n; i++) {
+		size_t vl;
+		if (c.v[i].kind != CAS_META_MANIFEST || revoked(&c, c.v[i].sha))
+			continue;
+		char *v = db_value(s, 'm', c.v[i].sha, 32, &vl, &rc);
+		want |= rc == 0 && !v;
+		rocksdb_free(v);
+	}
+	uint64_t records = 0;
+	if (rc == 0 && want)
+		rc = packs_index(s, p, np, maxp, full, b, &records);
+	for (size_t i = 0; rc == 0 && want && i < c.n; i++) {
+		const struct item *x = &c.v[i];
+		size_t vl;
+		if (x->kind != CAS_META_MANIFEST || revoked(&c, x->sha))
+			continue;
+		char *v = db_value(s, 'm', x->sha, 32, &vl, &rc);
+		rocksdb_free(v);
+		if (rc < 0 || v)
+			continue;
+		uint64_t missing;
+		rc = manifest_check(s, &c, x, b, &missing);
+		char hex[65];
+		hex_encode(x->sha, 32, hex);
+		if (rc == 0 && missing) {
+			dropped++;
+			fprintf(stderr, "crest: snapshot %.12s in the meta log of %s lacks %llu chunk%s or "
+				"piece%s and cannot be recovered\n", hex, s->dir, (unsigned long long)missing,
+				missing == 1 ? "" : "s", missing == 1 ? "" : "s");
+		} else if (rc == 0) {
+			uint8_t (*nv)[32] = realloc(ids, (recovered + 1) * 32);
+			if (!nv) {
+				rc = crest_errf(-ENOMEM, "recovering %s", s->dir);
+				break;
+			}
+			ids = nv;
+			memcpy(ids[recovered++], x->sha, 32);
+			if (!full)
+				fprintf(stderr, "crest: recovered snapshot %.12s into the index of %s: its "
+					"commit reached the meta log but not the index\n", hex, s->dir);
+		}
+	}
+	/* Tags, in log order, for the snapshots now in the index. */
+	for (size_t i = 0; rc == 0 && i < c.n; i++) {
+		const struct item *x = &c.v[i];
+		if (x->kind != CAS_META_TAG || x->len == 0 || x->len > 128 || revoked(&c, x->sha))
+			continue;
+		size_t vl;
+		char *v = db_value(s, 'm', x->sha, 32, &vl, &rc);
+		bool now = false;   /* recovered by this batch */
+		for (unsigned j = 0; !v && j < recovered; j++)
+			now |= !memcmp(ids[j], x->sha, 32);
+		if (v || now) {
+			char k[1 + 128];
+			k[0] = 't';
+			memcpy(k + 1, x->p, x->len);
+			rocksdb_writebatch_put(b, k, x->len + 1, (const char *)x->sha, 32);
+		}
+		rocksdb_free(v);
+	}
+	for (size_t i = 0; i < nqn; i++)
+		cas_batch_end(b, 'q', qn[i].pack, qn[i].end);
+	if (rc == 0 && rocksdb_writebatch_count(b))
+		rc = cas_batch_write(s, b, "reconciling the index with the packs");
+	rocksdb_writebatch_destroy(b);
+	if (rc == 0 && !full) {
+		free(p);
+		p = NULL;
+		rc = cas_ends_load(s, 'p', &p, &np);
+		/* With no end recorded, only a store with no chunk entry at all
+		 * (new, or every commit failed) can lose its packs: a format 1
+		 * store records none and keeps them. */
+		if (rc == 0 && (np || !index_has_chunks(s)))
+			packs_reclaim(s, p, np);
+	}
+	*floor = 1;
+	for (size_t i = 0; i < np; i++)
+		if (p[i].pack >= *floor)
+			*floor = p[i].pack + 1;
+	s->rec = (struct cas_recovery){ .records = records, .recovered = recovered, .dropped = dropped,
+				       .revoked = undone };
+	free(p);
+	free(q);
+	free(qn);
+	free(ids);
+	items_free(&c);
+	return rc;
+}
+
+int cas_hidden_load(struct cas_store *s)
+{
+	struct cas_pack_end *q = NULL, *qn = NULL;
+	size_t nq = 0, nqn = 0;
+	struct rec_ctx c = { .s = s };
+	int rc = cas_ends_load(s, 'q', &q, &nq);
+	if (rc == 0)
+		rc = meta_tails(s, q, nq, &c, &qn, &nqn);
+	for (size_t i = 0; rc == 0 && i < c.n; i++) {
+		if (c.v[i].kind == CAS_META_MANIFEST && !revoked(&c, c.v[i].sha)) {
+			size_t vl;
+			char *v = db_value(s, 'm', c.v[i].sha, 32, &vl, &rc);
+			s->rec.unindexed += rc == 0 && !v;
+			rocksdb_free(v);
+		}
+		if (c.v[i].kind != CAS_META_REVOKE)
+			continue;
+		uint8_t (*nv)[32] = realloc(s->hidden, (s->nhidden + 1) * 32);
+		if (!nv) {
+			rc = crest_errf(-ENOMEM, "opening %s", s->dir);
+			break;
+		}
+		s->hidden = nv;
+		memcpy(s->hidden[s->nhidden++], c.v[i].sha, 32);
+	}
+	free(q);
+	free(qn);
+	items_free(&c);
+	return rc;
+}
+
+bool cas_hidden(const struct cas_store *s, const uint8_t id[32])
+{
+	for (size_t i = 0; i < s->nhidden; i++)
+		if (!memcmp(s->hidden[i], id, 32))
+			return true;
+	return false;
+}
+
+void cas_recovery_get(const struct cas_store *s, struct cas_recovery *r)
+{
+	*r = s->rec;
+}
