@@ -1,0 +1,280 @@
+#!/bin/bash
+# gpu-check.sh - every GPU path of crest on a GPU machine, in one run (issue 9).
+#
+#   scripts/gpu-check.sh             run the checks (from the repository root or anywhere)
+#   scripts/gpu-check.sh --bundle    here, on the build machine: make .gpu/ for a GPU machine
+#
+# One line per check, "PASS name (details)", "FAIL name: reason" or
+# "SKIP name: reason", then a summary line; the exit status is 1 when any
+# check failed. Checks:
+#   test_gpu    tests/library/test_gpu: device regions, rounds, restore, errors
+#   gpu_multi   tests/library/gpu_multi: five device regions and a host region,
+#               six checkpoints with random changes, every snapshot restored
+#               and compared by SHA-256; tiny extent-list pieces (CREST_PIECE_*)
+#   demo        crest demo --gpu: a CUDA job of $GPU_MIB MiB (1024) checkpointed
+#               4 times while it runs, killed, restored from checkpoint 3; its
+#               output must equal an uninterrupted run's
+#   train       python/examples/train.py --mode check --device cuda: PyTorch
+#               training SIGKILLed, resumed in a fresh process, losses bit for bit
+#   verify:X    casctl verify of each store the checks above left
+# Without a GPU (nvidia-smi lists none) the GPU checks say "SKIP ...: no GPU
+# here"; test_gpu and gpu_multi still run, to show that they skip.
+#
+# Binaries come from .gpu/ (a bundle made by --bundle) when it is there, else
+# from build/ (a normal build, scripts/setup.sh); criu from .gpu/criu/criu,
+# else wherever crest finds it (.deps/criu, $CREST_CRIU). Logs go to
+# $OUT/gpu-check/ when $OUT is set (the device tool's output folder), else to
+# $GPU_CHECK_WORK/logs; the stores to $GPU_CHECK_WORK (/tmp/crest-gpu-check).
+#
+# For the lead, two steps. Here, in the checkout's root (nvcc must be here,
+# so that build/cli/crest-workload-gpu exists; criu 4 in .deps/criu):
+#   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo && make -C build -j2
+#   scripts/gpu-check.sh --bundle        # = rm -rf .gpu; ../shared/tools/gpu-bundle .gpu
+#                                        #   build/cli/{crest,casctl,crest-workload-gpu}
+#                                        #   build/tests/library/{test_gpu,gpu_multi}
+#                                        #   build/capture/libcrest.so; criu prefix -> .gpu/criu
+# (GPU_BUNDLE=PATH names the gpu-bundle tool when it is not ../shared/tools
+# or ../../shared/tools.) Then one device call:
+#   run(command="bash scripts/gpu-check.sh", carry=[".gpu"], timeout_s=600)
+# Expected: about 3 minutes on an H100 (estimated from bench/RESULTS.md, not yet
+# measured). Each check has its own time limit, so a hang fails that check only.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+
+if [ "${1:-}" = --bundle ]; then
+	set -e
+	tool=${GPU_BUNDLE:-}
+	if [ -z "$tool" ]; then
+		for t in ../shared/tools/gpu-bundle ../../shared/tools/gpu-bundle; do
+			[ -x "$t" ] && { tool=$t; break; }
+		done
+	fi
+	if [ -z "$tool" ] || [ ! -x "$tool" ]; then echo "gpu-check: no gpu-bundle tool found; set GPU_BUNDLE" >&2; exit 1; fi
+	files=(build/cli/crest build/cli/casctl build/cli/crest-workload-gpu build/tests/library/test_gpu
+	       build/tests/library/gpu_multi build/capture/libcrest.so)
+	for f in "${files[@]}"; do
+		[ -e "$f" ] || { echo "gpu-check: $f is missing: build first (crest-workload-gpu needs nvcc)" >&2; exit 1; }
+	done
+	[ -x .deps/criu/criu ] || { echo "gpu-check: .deps/criu/criu is missing: run scripts/install-criu.sh" >&2; exit 1; }
+	rm -rf .gpu
+	"$tool" .gpu "${files[@]}"
+	# The criu prefix without apt's download cache; its links are relative
+	# (lib -> usr/lib) and travel as links.
+	mkdir -p .gpu/criu
+	(cd .deps/criu && tar --exclude=./.apt -cf - .) | tar -xf - -C .gpu/criu
+	.gpu/criu/criu --version | head -1
+	du -sh .gpu | awk '{print "gpu-check: .gpu is " $1 " (the device call carries at most 64 MiB with the tree)"}'
+	exit 0
+fi
+[ $# -eq 0 ] || { echo "usage: scripts/gpu-check.sh [--bundle]" >&2; exit 2; }
+
+WORK=${GPU_CHECK_WORK:-/tmp/crest-gpu-check}
+LOGS=${OUT:+$OUT/gpu-check}
+LOGS=${LOGS:-$WORK/logs}
+GPU_MIB=${GPU_MIB:-1024}
+rm -rf "$WORK"
+mkdir -p "$WORK" "$LOGS"
+T0=$SECONDS
+
+# Where the programs are.
+if [ -x .gpu/run ]; then
+	FROM=".gpu/ (bundle)"
+	bin() { echo "$ROOT/.gpu/bin/$1"; }
+	RUN=("$ROOT/.gpu/run")   # sets LD_LIBRARY_PATH to the bundle's libraries
+	LIBCREST=$ROOT/.gpu/lib/libcrest.so
+	[ -x .gpu/criu/criu ] && export CREST_CRIU=$ROOT/.gpu/criu/criu
+else
+	FROM="build/"
+	declare -A where=([crest]=build/cli/crest [casctl]=build/cli/casctl
+		[crest-workload-gpu]=build/cli/crest-workload-gpu
+		[test_gpu]=build/tests/library/test_gpu [gpu_multi]=build/tests/library/gpu_multi)
+	bin() { echo "$ROOT/${where[$1]}"; }
+	RUN=()
+	LIBCREST=$ROOT/build/capture/libcrest.so
+fi
+# x PROGRAM ARGS...: runs one of crest's programs; "${RUN[@]}" "$(bin PROGRAM)"
+# where a command line is needed (under timeout).
+x() { local p; p=$(bin "$1"); shift; "${RUN[@]}" "$p" "$@"; }
+
+PASSED=0 FAILED=0 SKIPPED=0
+pass() { echo "PASS $1 ($2)"; PASSED=$((PASSED + 1)); }
+skip() { echo "SKIP $1: $2"; SKIPPED=$((SKIPPED + 1)); }
+# fail NAME REASON [LOG]: the log's last lines follow, indented, to read the cause.
+fail() {
+	echo "FAIL $1: $2"
+	FAILED=$((FAILED + 1))
+	[ -n "${3:-}" ] && [ -s "$3" ] && tail -n 15 "$3" | sed 's/^/    | /'
+	return 0
+}
+# A program's path, or "" when it is not there.
+have() { local p; p=$(bin "$1"); [ -f "$p" ] && [ -x "$p" ] && echo "$p"; }
+# runlog NAME SECONDS CMD...: runs CMD with its output in $LOGS/NAME.log;
+# sets RC (124: timed out) and DT (seconds).
+runlog() {
+	local name=$1 limit=$2 t=$SECONDS
+	shift 2
+	timeout -k 10 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+	RC=$?
+	DT=$((SECONDS - t))
+}
+
+# The machine, for the log.
+GPU=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+	GPU=1
+fi
+{
+	echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cpus, $(free -g | awk '/Mem:/{print $2}') GiB RAM," \
+		"kernel $(uname -r), binaries from $FROM, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+	if [ $GPU = 1 ]; then
+		nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/gpu-check: gpu: /'
+	else
+		echo "gpu-check: no GPU here (nvidia-smi lists none)"
+	fi
+} | tee "$LOGS/machine.txt"
+
+# A library test program: pass on 0, skip on 77 (with its reason), else fail.
+# $DETAIL picks the log line for the details; $EXTRA, a function, may add to
+# them (its output) or fail the check (its status).
+lib_check() {  # lib_check NAME STORE LIMIT PROGRAM ARGS...
+	local name=$1 store=$2 limit=$3 prog=$4
+	shift 4
+	if [ -z "$(have "$prog")" ]; then
+		fail "$name" "$prog was not built ($(bin "$prog") is missing)"
+		return
+	fi
+	runlog "$name" "$limit" "${RUN[@]}" "$(bin "$prog")" "$@"
+	local log=$LOGS/$name.log more=""
+	case $RC in
+	0)
+		STORES+=("$name=$store")
+		if [ -n "${EXTRA:-}" ] && ! more=$("$EXTRA" "$store" "$log"); then
+			fail "$name" "$more" "$log"
+			return
+		fi
+		pass "$name" "$(grep -E "$DETAIL" "$log" | tail -1 | sed 's/^[a-z_]*: //')$more, ${DT} s"
+		;;
+	77)
+		local why
+		why=$(sed -n 's/^SKIP: //p' "$log" | head -1)
+		if [ $GPU = 1 ]; then
+			fail "$name" "skipped although nvidia-smi lists a GPU: $why" "$log"
+		else
+			case $why in "no GPU here"*) skip "$name" "$why" ;; *) skip "$name" "no GPU here ($why)" ;; esac
+		fi
+		;;
+	124) fail "$name" "timed out after $limit s" "$log" ;;
+	*)
+		[ -d "$store" ] && STORES+=("$name=$store")
+		fail "$name" "exit $RC: $(grep -E '^FAIL' "$log" | head -1)" "$log"
+		;;
+	esac
+}
+
+# gpu_multi's pieces: tiny pieces must have made hundreds of them.
+multi_extra() {  # multi_extra STORE LOG
+	local pieces seed
+	pieces=$(x casctl --store "$1" --json stats 2>/dev/null | sed -n 's/.*"pieces": \([0-9]*\).*/\1/p')
+	seed=$(sed -n 's/.*CREST_TEST_SEED=\([0-9]*\).*/\1/p' "$2" | head -1)
+	if [ "${pieces:-0}" -le 100 ]; then
+		echo "the store holds ${pieces:-no} extent-list pieces; CREST_PIECE_* should have made hundreds"
+		return 1
+	fi
+	echo "; seed $seed, $pieces extent-list pieces"
+}
+
+STORES=()
+
+# 1. The GPU library test.
+DETAIL='^gpu: restored' CREST_TEST_KEEP_STORE=1 lib_check test_gpu "$WORK/test_gpu" 120 test_gpu "$WORK/test_gpu"
+
+# 2. Six snapshots of several device regions, every one restored; tiny pieces.
+CREST_PIECE_MIN_EXTENTS=4 CREST_PIECE_SPAN=65536 DETAIL='^gpu_multi: ok' EXTRA=multi_extra \
+	lib_check gpu_multi "$WORK/multi" 180 gpu_multi "$WORK/multi" 256
+
+# 3. The README's main job on the GPU: checkpoints while it runs, restore
+# from a later snapshot, output equal to an uninterrupted run.
+if [ $GPU = 0 ]; then
+	skip demo "no GPU here"
+elif [ "$(id -u)" != 0 ]; then
+	skip demo "crest demo needs root (CRIU)"
+elif [ -z "$(have crest)" ] || [ -z "$(have crest-workload-gpu)" ]; then
+	fail demo "crest or crest-workload-gpu was not built (crest-workload-gpu needs nvcc at build time)"
+else
+	# The demo makes its scratch folder under /tmp; its JSON goes to
+	# demo.json, its messages to demo.log.
+	t=$SECONDS
+	(cd "$WORK" && exec timeout -k 10 300 "${RUN[@]}" "$(bin crest)" --store "$WORK/demo" demo --gpu --json \
+		--mib "$GPU_MIB" --checkpoints 4 --restore-from 3) >"$LOGS/demo.json" 2>"$LOGS/demo.log"
+	RC=$? DT=$((SECONDS - t))
+	log=$LOGS/demo.log
+	if [ "$RC" = 124 ]; then
+		fail demo "timed out after 300 s" "$log"
+	else
+		summary=$(python3 - "$LOGS/demo.json" <<'PY' 2>&1
+import json, sys
+try:
+    d = json.load(open(sys.argv[1]))
+    ck, r = d["checkpoints"], d["restore"]
+    stall = sum(c["stall_seconds"] for c in ck) / len(ck)
+except Exception as e:
+    print("bad no result from crest demo (%s: %s)" % (type(e).__name__, e))
+    sys.exit()
+print("%s %s job of %d MiB, %d checkpoints (mean stall %.2f s), restored checkpoint %d (step %d) in %.2f s, "
+      "%d lines compared: %s" % ("ok" if d["identical"] and d["mode"] == "cuda" else "bad", d["mode"],
+      d["state_mib"], len(ck), stall, r["from"], r["step"], r["seconds"], d["lines_compared"],
+      "identical to an uninterrupted run" if d["identical"] else "DIFFERENT from an uninterrupted run"))
+PY
+		)
+		if [ "$RC" = 0 ] && [ "${summary%% *}" = ok ]; then
+			STORES+=("demo=$WORK/demo")
+			pass demo "${summary#ok }, ${DT} s"
+		else
+			why=$(grep -E '^crest' "$log" | tail -1)
+			fail demo "exit $RC: ${why:-${summary#* }}" "$log"
+			[ -d "$WORK/demo" ] && STORES+=("demo=$WORK/demo")
+		fi
+	fi
+fi
+
+# 4. PyTorch: killed, resumed in a fresh process, losses bit for bit.
+[ $GPU = 1 ] && torch_ok=$(python3 -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo none)
+if [ $GPU = 0 ]; then
+	skip train "no GPU here"
+elif [ "$torch_ok" = none ]; then
+	skip train "python3 has no torch"
+elif [ "$torch_ok" != 1 ]; then
+	fail train "torch.cuda.is_available() is false although nvidia-smi lists a GPU"
+elif [ ! -e "$LIBCREST" ]; then
+	fail train "$LIBCREST is missing"
+else
+	CREST_LIB=$LIBCREST PYTHONUNBUFFERED=1 runlog train 240 python3 python/examples/train.py --mode check \
+		--device cuda --store "$WORK/train" --steps 300 --every 25 --kill-at 190 --hidden 2048 --staging-mib 512
+	log=$LOGS/train.log
+	case $RC in
+	0)
+		STORES+=("train=$WORK/train")
+		pass train "$(grep -E '^check: [0-9]' "$log" | tail -1 | sed 's/^check: //'), ${DT} s"
+		;;
+	124) fail train "timed out after 240 s" "$log" ;;
+	*) fail train "exit $RC: $(grep -E '^check: |Error' "$log" | tail -1)" "$log" ;;
+	esac
+fi
+
+# 5. Every chunk of every store used, re-read and re-hashed.
+if [ ${#STORES[@]} -eq 0 ]; then
+	skip verify "no store was written (no GPU here)"
+fi
+for s in "${STORES[@]}"; do
+	name=${s%%=*} dir=${s#*=}
+	runlog "verify-$name" 120 "${RUN[@]}" "$(bin casctl)" --store "$dir" verify
+	case $RC in
+	0) pass "verify:$name" "$(tail -1 "$LOGS/verify-$name.log"), ${DT} s" ;;
+	124) fail "verify:$name" "timed out after 120 s" "$LOGS/verify-$name.log" ;;
+	*) fail "verify:$name" "exit $RC: $(tail -1 "$LOGS/verify-$name.log")" "$LOGS/verify-$name.log" ;;
+	esac
+done
+
+echo "gpu-check: $PASSED passed, $FAILED failed, $SKIPPED skipped in $((SECONDS - T0)) s (logs in $LOGS)"
+[ "$FAILED" -eq 0 ]

@@ -1,0 +1,420 @@
+/*
+ * gpu_multi.c - many snapshots of several device regions, every one restored.
+ *
+ *   gpu_multi [--host] STORE [MIB]
+ *
+ * Five device regions of odd sizes (the largest MIB MiB + 4093 bytes, default
+ * 32; one of a single byte; one never changed after the first snapshot) and a
+ * host region go through six checkpoints with random changes in between:
+ * scattered writes of random bytes at odd offsets and lengths, zeroed
+ * stretches (holes), rounds where a region is left alone. Before each
+ * checkpoint the device is read back and compared with a host mirror, whose
+ * SHA-256 per region is then that snapshot's expected contents. Some
+ * checkpoints are waited for at once and some only after the next one was
+ * taken, so ingest overlaps the next copy. Then the handle is closed, a fresh
+ * one opened, and every snapshot restored in random order (by tag or by id
+ * prefix, into regions scribbled with a non-zero byte so that holes must come
+ * back as zeros) and compared by SHA-256, with its blob; last the newest
+ * snapshot by default. The staging pool is smaller than the state, so each
+ * full copy goes in rounds.
+ *
+ * Extent-list pieces are made tiny (CREST_PIECE_MIN_EXTENTS=4,
+ * CREST_PIECE_SPAN=65536 unless set), so each snapshot's lists are hundreds
+ * of pieces that the snapshots partly share: a piece lost at commit shows up
+ * as a restore that fails or differs.
+ *
+ * Without a GPU it skips (77, "SKIP: no GPU here (...)"). --host runs the
+ * same sequence with host memory standing in for the device regions, so the
+ * sequence itself is tested everywhere. The seed is printed;
+ * CREST_TEST_SEED=N replays it. Exit 0 when every snapshot came back
+ * bit-exact, 1 otherwise.
+ */
+#include "crest.h"
+#include "capture/cudrv.h"
+#include "util/sha256.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MiB ((size_t)1 << 20)
+#define NSNAP 6
+#define NREG 6
+
+static const struct cudrv *d;
+static bool host_mode;
+static int failures;
+
+#define CU(call)                                                                                  \
+	do {                                                                                      \
+		if (cudrv_check(d, (call), #call) < 0) {                                          \
+			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, crest_errmsg());  \
+			exit(1);                                                                  \
+		}                                                                                 \
+	} while (0)
+#define OK(call)                                                                                       \
+	do {                                                                                           \
+		int rc_ = (call);                                                                      \
+		if (rc_ < 0) {                                                                         \
+			fprintf(stderr, "FAIL %s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_,    \
+				crest_errmsg());                                                       \
+			exit(1);                                                               \
+		}                                                                                      \
+	} while (0)
+
+static uint64_t rng;
+
+static uint64_t rnd(void)
+{
+	/* xorshift64*: reproducible from the printed seed. */
+	rng ^= rng >> 12;
+	rng ^= rng << 25;
+	rng ^= rng >> 27;
+	return rng * 0x2545f4914f6cdd1dull;
+}
+
+static size_t rnd_below(size_t n)
+{
+	return n ? (size_t)(rnd() % n) : 0;
+}
+
+static void rnd_fill(uint8_t *p, size_t n)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		uint64_t x = rnd();
+		memcpy(p + i, &x, 8);
+	}
+	for (; i < n; i++)
+		p[i] = (uint8_t)rnd();
+}
+
+struct region {
+	const char *name;
+	size_t size;
+	bool device;       /* a device region (host memory in --host mode) */
+	bool frozen;       /* never changed after the first snapshot */
+	CUdeviceptr dp;
+	uint8_t *host;     /* the host region, or the stand-in in --host mode */
+	uint8_t *mirror;   /* what the region holds, kept on the host */
+	uint8_t sha[NSNAP][SHA256_LEN];
+	crest_region_t h;
+};
+
+static struct region regs[NREG];
+static uint8_t *scratch;   /* device read-back */
+
+static void *reg_ptr(const struct region *r)
+{
+	return r->device && !host_mode ? (void *)(uintptr_t)r->dp : r->host;
+}
+
+static void reg_write(struct region *r, size_t off, const void *src, size_t n)
+{
+	memcpy(r->mirror + off, src, n);
+	if (r->device && !host_mode)
+		CU(d->MemcpyHtoDAsync(r->dp + off, src, n, NULL));
+	else
+		memcpy(r->host + off, src, n);
+}
+
+static void reg_set(struct region *r, size_t off, uint8_t v, size_t n, bool mirror)
+{
+	if (mirror)
+		memset(r->mirror + off, v, n);
+	if (r->device && !host_mode)
+		CU(d->MemsetD8(r->dp + off, v, n));
+	else
+		memset(r->host + off, v, n);
+}
+
+/* The region's current contents, read back from where they live. */
+static const uint8_t *reg_read(struct region *r)
+{
+	if (!r->device || host_mode)
+		return r->host;
+	CU(d->CtxSynchronize());
+	CU(d->MemcpyDtoHAsync(scratch, r->dp, r->size, NULL));
+	CU(d->CtxSynchronize());
+	return scratch;
+}
+
+static size_t first_diff(const uint8_t *a, const uint8_t *b, size_t n)
+{
+	size_t i = 0;
+	while (i < n && a[i] == b[i])
+		i++;
+	return i;
+}
+
+/* Random changes: scattered writes of odd offsets and lengths, a few whole
+ * pages, now and then a zeroed stretch. A region is left alone one round in
+ * four, and always when frozen. */
+static void mutate(struct region *r, uint8_t *buf)
+{
+	if (r->frozen || rnd_below(4) == 0)
+		return;
+	const unsigned writes = 1 + (unsigned)rnd_below(r->size / (256 * 1024) + 8);
+	for (unsigned i = 0; i < writes; i++) {
+		size_t off, n;
+		if (rnd_below(3) == 0 && r->size >= 8192) {
+			off = rnd_below(r->size / 4096) * 4096;
+			n = 4096 * (1 + rnd_below(4));
+		} else {
+			off = rnd_below(r->size);
+			n = 1 + rnd_below(65536);
+		}
+		if (off + n > r->size)
+			n = r->size - off;
+		rnd_fill(buf, n);
+		reg_write(r, off, buf, n);
+	}
+	if (rnd_below(3) == 0) {
+		size_t off = rnd_below(r->size), n = 1 + rnd_below(MiB + 333);
+		if (off + n > r->size)
+			n = r->size - off;
+		reg_set(r, off, 0, n, true);
+	}
+}
+
+/* Restores snapshot `name` into regions scribbled with a non-zero byte and
+ * compares every region, and the blob, with what snapshot k held. */
+static void restore_check(crest_t *c, const char *name, int k, const char *how)
+{
+	const uint8_t scrib = (uint8_t)(1 + rnd_below(255));
+	for (int i = 0; i < NREG; i++)
+		reg_set(&regs[i], 0, scrib, regs[i].size, false);
+	if (!host_mode)
+		CU(d->CtxSynchronize());
+	struct crest_restore_result rr;
+	int rc = crest_restore(c, name, &rr);
+	if (rc < 0) {
+		printf("FAIL: restore of snapshot %d (%s %s) -> %d: %s\n", k + 1, how, name ? name : "newest", rc,
+		       crest_errmsg());
+		failures++;
+		return;
+	}
+	int bad = 0;
+	for (int i = 0; i < NREG; i++) {
+		struct region *r = &regs[i];
+		const uint8_t *now = reg_read(r);
+		uint8_t sha[SHA256_LEN];
+		OK(sha256_once(now, r->size, sha));
+		if (memcmp(sha, r->sha[k], SHA256_LEN)) {
+			printf("FAIL: snapshot %d (%s %s): region %s (%zu bytes) differs after restore\n", k + 1, how,
+			       name ? name : "newest", r->name, r->size);
+			if (k == NSNAP - 1)   /* the mirror holds the newest contents only */
+				printf("  first difference at byte %zu\n", first_diff(now, r->mirror, r->size));
+			bad++;
+		}
+	}
+	void *blob = NULL;
+	size_t blen = 0;
+	char want[32];
+	snprintf(want, sizeof(want), "snapshot %d", k + 1);
+	rc = crest_read_blob(c, name, "round", &blob, &blen);
+	if (rc < 0 || blen != strlen(want) || memcmp(blob, want, blen)) {
+		printf("FAIL: snapshot %d: blob \"round\" -> %d (%zu bytes): %s\n", k + 1, rc, blen,
+		       rc < 0 ? crest_errmsg() : "wrong contents");
+		bad++;
+	}
+	crest_free(blob);
+	failures += bad;
+	printf("gpu_multi: restore of snapshot %d by %s %s: %.1f MB in %.1f ms: %s\n", k + 1, how,
+	       name ? name : "(newest)", rr.bytes / 1e6, rr.ns / 1e6, bad ? "DIFFERS" : "bit-exact");
+}
+
+static void register_all(crest_t *c)
+{
+	for (int i = 0; i < NREG; i++) {
+		struct region *r = &regs[i];
+		OK(crest_register(c, r->name, reg_ptr(r), r->size,
+				  r->device && !host_mode ? CREST_MEM_DEVICE : CREST_MEM_HOST, &r->h));
+	}
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	int a = 1;
+	if (a < argc && !strcmp(argv[a], "--host")) {
+		host_mode = true;
+		a++;
+	}
+	if (a >= argc || argc - a > 2) {
+		fprintf(stderr, "usage: gpu_multi [--host] STORE [MIB]\n");
+		return 2;
+	}
+	const char *store = argv[a];
+	const size_t mib = a + 1 < argc ? strtoul(argv[a + 1], NULL, 10) : 32;
+	if (mib < 1 || mib > 65536) {
+		fprintf(stderr, "gpu_multi: MIB must be 1 to 65536\n");
+		return 2;
+	}
+	if (!host_mode) {
+		int n = 0;
+		if (cudrv_load(&d) < 0) {
+			printf("SKIP: no GPU here (%s)\n", crest_errmsg());
+			return 77;
+		}
+		if (d->DeviceGetCount(&n) != CUDA_SUCCESS || n == 0) {
+			printf("SKIP: no GPU here (the NVIDIA driver is loaded but sees no GPU)\n");
+			return 77;
+		}
+	}
+	/* Tiny pieces, unless the caller chose: read by the store at commit. */
+	setenv("CREST_PIECE_MIN_EXTENTS", "4", 0);
+	setenv("CREST_PIECE_SPAN", "65536", 0);
+	const char *env = getenv("CREST_TEST_SEED");
+	uint64_t seed = env && *env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 16);
+	seed %= 1000000007ull;
+	rng = seed * 0x9e3779b97f4a7c15ull + 1;
+	printf("gpu_multi: %s, seed %llu (CREST_TEST_SEED=%llu replays it), CREST_PIECE_MIN_EXTENTS=%s "
+	       "CREST_PIECE_SPAN=%s\n", host_mode ? "host memory standing in for the GPU" : "device regions",
+	       (unsigned long long)seed, (unsigned long long)seed, getenv("CREST_PIECE_MIN_EXTENTS"),
+	       getenv("CREST_PIECE_SPAN"));
+
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", store);
+	if (system(cmd) != 0)
+		return 1;
+	if (!host_mode) {
+		CUdevice dev;
+		CUcontext ctx;
+		CU(d->DeviceGet(&dev, 0));
+		CU(d->DevicePrimaryCtxRetain(&ctx, dev));
+		CU(d->CtxSetCurrent(ctx));
+	}
+	const struct region shape[NREG] = {
+		{ .name = "dev/big", .size = mib * MiB + 4093, .device = true },
+		{ .name = "dev/mid", .size = (mib * MiB) / 4 + 1, .device = true },
+		{ .name = "dev/frozen", .size = 2 * MiB + 7, .device = true, .frozen = true },
+		{ .name = "dev/small", .size = 12347, .device = true },
+		{ .name = "dev/one", .size = 1, .device = true },
+		{ .name = "host", .size = MiB + 333 },
+	};
+	size_t total = 0, largest = 0;
+	for (int i = 0; i < NREG; i++) {
+		struct region *r = &regs[i];
+		*r = shape[i];
+		total += r->size;
+		largest = r->size > largest ? r->size : largest;
+		r->mirror = malloc(r->size);
+		if (!r->mirror)
+			return 1;
+		if (r->device && !host_mode) {
+			CU(d->MemAlloc(&r->dp, r->size));
+		} else {
+			r->host = malloc(r->size);
+			if (!r->host)
+				return 1;
+		}
+		rnd_fill(r->mirror, r->size);
+		if (i == 0)   /* a zeroed stretch from the start: holes */
+			memset(r->mirror + r->size / 3, 0, r->size / 8);
+		reg_write(r, 0, r->mirror, r->size);
+	}
+	scratch = malloc(largest);
+	uint8_t *buf = malloc(65536 * 2);
+	if (!scratch || !buf)
+		return 1;
+
+	struct crest_options o;
+	crest_options_init(&o);
+	o.staging_bytes = 16 * MiB;   /* smaller than the state: rounds */
+	if (host_mode)
+		o.flags = CREST_OPEN_NO_GPU;
+	crest_t *c;
+	OK(crest_open(store, &o, &c));
+	register_all(c);
+
+	char ids[NSNAP][65], tags[NSNAP][32], rounds[NSNAP][32];
+	crest_ckpt_t pending[NSNAP];
+	int npending = 0, pidx[NSNAP];
+	for (int k = 0; k < NSNAP; k++) {
+		if (k > 0)
+			for (int i = 0; i < NREG; i++)
+				mutate(&regs[i], buf);
+		/* The snapshot must hold what the device holds: the mirror is
+		 * checked against it, then hashed. */
+		for (int i = 0; i < NREG; i++) {
+			struct region *r = &regs[i];
+			const uint8_t *now = reg_read(r);
+			if (memcmp(now, r->mirror, r->size)) {
+				printf("FAIL: before snapshot %d, region %s differs from its mirror at byte %zu "
+				       "(the test's own bookkeeping)\n", k + 1, r->name, first_diff(now, r->mirror, r->size));
+				return 1;
+			}
+			OK(sha256_once(r->mirror, r->size, r->sha[k]));
+		}
+		snprintf(tags[k], sizeof(tags[k]), "multi-%d", k + 1);
+		snprintf(rounds[k], sizeof(rounds[k]), "snapshot %d", k + 1);
+		const struct crest_blob blob = { .name = "round", .data = rounds[k], .len = strlen(rounds[k]) };
+		crest_ckpt_t h;
+		OK(crest_checkpoint(c, &(struct crest_checkpoint_opts){ .tag = tags[k], .blobs = &blob, .nblobs = 1 },
+				    &h));
+		pending[npending] = h;
+		pidx[npending++] = k;
+		/* Wait now, or only after the next checkpoint (ingest overlaps). */
+		if (rnd_below(2) == 0 || k == NSNAP - 1) {
+			for (int j = 0; j < npending; j++) {
+				struct crest_result res;
+				OK(crest_wait(c, pending[j], &res));
+				memcpy(ids[pidx[j]], res.snapshot, sizeof(res.snapshot));
+				printf("gpu_multi: checkpoint %d %.12s: %.1f MB, %.1f MB new, %.1f MB zero, stall %.1f ms "
+				       "(%u staging waits), ingest %.1f ms\n", pidx[j] + 1, res.snapshot, res.bytes / 1e6,
+				       res.new_bytes / 1e6, res.zero_bytes / 1e6, res.stall_ns / 1e6, res.rounds,
+				       res.ingest_ns / 1e6);
+				if (pidx[j] == 0 && res.rounds == 0) {
+					printf("FAIL: the first checkpoint, larger than the pool, reported no staging waits\n");
+					failures++;
+				}
+			}
+			npending = 0;
+		}
+	}
+	OK(crest_close(c));
+
+	/* A fresh handle, as a restarted job would have. */
+	OK(crest_open(store, &o, &c));
+	register_all(c);
+	int order[NSNAP];
+	for (int k = 0; k < NSNAP; k++)
+		order[k] = k;
+	for (int k = NSNAP - 1; k > 0; k--) {
+		int j = (int)rnd_below((size_t)k + 1), t = order[k];
+		order[k] = order[j];
+		order[j] = t;
+	}
+	for (int n = 0; n < NSNAP; n++) {
+		const int k = order[n];
+		char prefix[13];
+		snprintf(prefix, sizeof(prefix), "%.12s", ids[k]);
+		if (n % 2)
+			restore_check(c, tags[k], k, "tag");
+		else
+			restore_check(c, prefix, k, "id");
+	}
+	restore_check(c, NULL, NSNAP - 1, "default");
+	OK(crest_close(c));
+	for (int i = 0; i < NREG; i++) {
+		if (regs[i].device && !host_mode)
+			d->MemFree(regs[i].dp);
+		free(regs[i].host);
+		free(regs[i].mirror);
+	}
+	free(scratch);
+	free(buf);
+	if (failures) {
+		printf("gpu_multi: FAILED: %d difference(s); seed %llu; store kept in %s\n", failures,
+		       (unsigned long long)seed, store);
+		return 1;
+	}
+	printf("gpu_multi: ok: %d snapshots of %d regions (%.1f MB) all restored bit-exact\n", NSNAP, NREG,
+	       total / 1e6);
+	return 0;
+}
