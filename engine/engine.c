@@ -191,6 +191,7 @@ struct engine {
 	size_t narenas, caparenas;
 	pthread_t writer;
 	bool writer_started;
+	uint64_t writes, fault_write;  /* CREST_FAULT_WRITE: see writer_write */
 
 	struct stripe stripes[NSTRIPES];
 	/* seq_gen counts batches that left PENDING nodes (queued or dropped):
@@ -445,6 +446,17 @@ fail:
 	return rc;
 }
 
+/* Writes a batch of runs. For tests, CREST_FAULT_WRITE=N (read once per
+ * engine) fails this engine's Nth batch without writing it, as a full or
+ * failing disk would: the places it reserved stay holes in the pack. */
+static int writer_write(struct engine *e, const struct cas_write *w, unsigned n)
+{
+	if (++e->writes == e->fault_write)
+		return crest_errx(-EIO, "writing chunks to the store: failure injected by CREST_FAULT_WRITE=%llu",
+				  (unsigned long long)e->fault_write);
+	return cas_pack_write(e->store, w, n);
+}
+
 static void *writer_main(void *arg)
 {
 	struct engine *e = arg;
@@ -484,7 +496,7 @@ static void *writer_main(void *arg)
 		if (n) {
 			bool failed = e->werr != 0;
 			pthread_mutex_unlock(&e->wlock);
-			int rc = failed ? 0 : cas_pack_write(e->store, w, nw);
+			int rc = failed ? 0 : writer_write(e, w, nw);
 			pthread_mutex_lock(&e->wlock);
 			if (rc < 0 && !e->werr) {
 				e->werr = rc;
@@ -1455,6 +1467,9 @@ int engine_open(struct cas_store *store, const struct engine_opts *o, struct eng
 		e->o.segment_bytes = e->o.file_chunking.max > e->o.memory_chunking.max
 					     ? e->o.file_chunking.max : e->o.memory_chunking.max;
 	e->store = store;
+	const char *fault = getenv("CREST_FAULT_WRITE");
+	if (fault)
+		e->fault_write = strtoull(fault, NULL, 10);
 	e->maxbufs = e->o.staging_bytes / e->o.segment_bytes;
 	if (e->maxbufs < 2)
 		e->maxbufs = 2;
