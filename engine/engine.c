@@ -23,8 +23,11 @@
  *
  * A new chunk is entered in the table of uncommitted chunks as PENDING when
  * its worker finds it new and gets its seq when the segment's job is queued.
- * Another worker meeting a PENDING chunk waits for that seq, but only after
- * queuing its own job, so no two workers ever wait for each other.
+ * Another worker meeting a PENDING chunk waits for that seq, but only while
+ * it holds no PENDING chunk itself (after queuing its own job), so no two
+ * workers ever wait for each other. A waiter that takes over a chunk from a
+ * failed batch holds it PENDING until its next job: until then it puts off
+ * its other waits (item_resolve) rather than wait with that chunk in hand.
  *
  * Write ordering. Every job queued for the writer gets a sequence number
  * (seq) under wlock, in queue order; the writer completes them in that order,
@@ -150,6 +153,7 @@ struct batch {
 	size_t len, cap;
 	struct bitem *it;
 	size_t n, cap_it;
+	bool holds;                  /* has PENDING nodes: B_NEW items not yet queued */
 };
 
 struct pend {
@@ -623,6 +627,7 @@ static int batch_record(struct engine *e, struct batch *b, const uint8_t sha[32]
 	int rc = batch_push(b, sha, p, n, B_NEW);
 	if (rc < 0)
 		return rc;
+	b->holds = true;
 	uint8_t *rec = b->arena + b->len;
 	/* LZ4_compress_default clears a 16 KiB table for every chunk, as much
 	 * memory as a 4-8 KiB chunk itself; a fast reset of the worker's own
@@ -729,14 +734,18 @@ static void batch_drop(struct engine *e, struct batch *b, size_t from)
 		if (b->it[i].state == B_NEW)
 			table_remove(e, b->it[i].sha, b);
 	b->n = b->len = 0;
+	b->holds = false;
 	seq_moved(e);
 }
 
 /* Waits until the PENDING chunk x gets its seq. When its node is gone the
  * chunk was committed, or its batch failed and was dropped: then this
- * worker stores it (chunk_new; flushed by the caller's next round). When
- * the node is this worker's own, entered by chunk_new in this very round,
- * x waits for the next round, after the record is queued. x points into
+ * worker stores it (chunk_new; flushed by the caller's next round), and so
+ * holds a PENDING node itself. While it does, it must not wait: another
+ * worker may be waiting for that node while holding the one x waits for
+ * (two workers that took over chunks of dropped batches, each waiting for
+ * the other's). x then waits for the next round, after the batch's records
+ * are queued; so does x when the node is this worker's own. x points into
  * the batch, which both of those may move: it is copied first. */
 static int item_resolve(struct engine *e, struct worker_ctx *w, struct engine_snap *snap, const struct bitem *xp)
 {
@@ -749,13 +758,12 @@ static int item_resolve(struct engine *e, struct worker_ctx *w, struct engine_sn
 		pthread_mutex_lock(&s->lock);
 		const struct node *nd = table_find(s, x.sha);
 		const uint64_t seq = nd ? nd->seq : 0;
-		const bool mine = nd && nd->owner == &w->b;
 		pthread_mutex_unlock(&s->lock);
 		if (nd && seq != PENDING) {
 			atomic_max(&snap->max_seq, seq);
 			return 0;
 		}
-		if (mine)
+		if (nd && w->b.holds)   /* mine included: only the holder sets owner */
 			return batch_push(&w->b, x.sha, x.data, x.raw, B_WAIT);
 		if (!nd) {
 			struct cas_loc loc;
@@ -804,13 +812,16 @@ static int batch_flush(struct engine *e, struct worker_ctx *w, struct engine_sna
 				}
 				pthread_mutex_unlock(&s->lock);
 			}
+			b->holds = false;   /* every B_NEW item so far is queued */
 			seq_moved(e);
 			atomic_max(&snap->max_seq, seq);
 			atomic_fetch_add(&snap->new_chunks, nnew);
 			atomic_fetch_add(&snap->new_bytes, raw);
 			atomic_fetch_add(&snap->stored_bytes, bytes);
 		}
-		/* Resolving may record chunks anew (after end): another round. */
+		/* Resolving may record chunks anew and put waits off (after
+		 * end): another round. The first B_WAIT item is resolved, as
+		 * nothing is held then, so every round gets further. */
 		for (size_t i = from; rc == 0 && i < end; i++)
 			if (b->it[i].state == B_WAIT)
 				rc = item_resolve(e, w, snap, &b->it[i]);
