@@ -359,10 +359,12 @@ static void arena_put(struct engine *e, uint8_t *arena, size_t cap)
 }
 
 /* Queues the batch's B_NEW records from item `from` on as one job, handing
- * its arena over, and returns the job's seq. Records are reserved back to
- * back under wlock, so they form one run (more only across a pack roll). */
+ * its arena over, and sets *seq to the job's seq (0, which no job has, when
+ * it fails). Records are reserved back to back under wlock, so they form
+ * one run (more only across a pack roll). */
 static int writer_enqueue(struct engine *e, struct batch *b, size_t from, size_t bytes, uint64_t *seq)
 {
+	*seq = 0;   /* on every path: the failure paths return e->werr, a sign the compiler cannot see */
 	struct wjob *j = calloc(1, sizeof(*j));
 	struct cas_write *runs = malloc(2 * sizeof(*runs));
 	if (!j || !runs) {
