@@ -37,7 +37,16 @@
  * writer to sync up to max_seq; only then are index entries (all pending up
  * to synced_seq) and the manifest written in one synced batch.
  *
- * Lock order: stripe lock, then wlock. e->lock is never held with either.
+ * A failed write or sync (werr) fails every snapshot that commits after it:
+ * any of them may reference a chunk it lost. Once none is left (the commit
+ * queue is empty), engine_recover forgets everything written and not
+ * committed, and the engine works again: a job checkpointed every few
+ * minutes into a store that failed once loses one checkpoint, not all
+ * later ones.
+ *
+ * Lock order: stripe lock, then wlock. e->lock is never held with either,
+ * but by engine_recover, which takes them under it when no snapshot is in
+ * flight (nothing takes e->lock under them).
  */
 #include "engine/engine.h"
 #include "util/err.h"
@@ -1360,6 +1369,51 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 	return rc;
 }
 
+/* Under e->lock, with the commit queue empty: no snapshot is in flight
+ * that could reference a write the writer failed, and none can begin.
+ * Once the writer is idle, everything written and not committed is
+ * forgotten (the table, the pending index entries; the store starts a fresh
+ * pack and cuts the old ones' unreferenced ends), and werr is cleared. When
+ * the store cannot do that yet, werr stays, with the new reason, and the
+ * next snapshot to fail tries again. */
+static void engine_recover(struct engine *e)
+{
+	pthread_mutex_lock(&e->wlock);
+	if (!e->werr) {
+		pthread_mutex_unlock(&e->wlock);
+		return;
+	}
+	/* Jobs of failed snapshots may still be queued (not written after a
+	 * failure), or a write or sync begun before it still running. */
+	while (e->wq_head || e->completed_seq != e->enq_seq || e->synced_seq < e->sync_target)
+		pthread_cond_wait(&e->wcond, &e->wlock);
+	int rc = cas_pack_discard(e->store);
+	if (rc < 0) {
+		e->werr = rc;
+		crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
+		pthread_mutex_unlock(&e->wlock);
+		return;
+	}
+	e->werr = 0;
+	e->werrmsg[0] = 0;
+	e->npend = 0;
+	pthread_mutex_unlock(&e->wlock);
+	/* No worker is busy: every node has a seq, none is PENDING. */
+	for (int i = 0; i < NSTRIPES; i++) {
+		struct stripe *st = &e->stripes[i];
+		pthread_mutex_lock(&st->lock);
+		for (size_t b = 0; b < st->nb; b++) {
+			for (struct node *n = st->b[b], *next; n; n = next) {
+				next = n->next;
+				free(n);
+			}
+			st->b[b] = NULL;
+		}
+		st->n = 0;
+		pthread_mutex_unlock(&st->lock);
+	}
+}
+
 static void *committer_main(void *arg)
 {
 	struct engine *e = arg;
@@ -1395,6 +1449,10 @@ static void *committer_main(void *arg)
 		r->chunks = atomic_load(&s->chunks);
 		r->new_chunks = atomic_load(&s->new_chunks);
 		r->ingest_ns = time_now_ns() - s->begin_ns;
+		/* Before s is done: whoever waits for it may begin the next one
+		 * at once, and it should find the engine working again. */
+		if (!e->cq_head)
+			engine_recover(e);
 		s->done = true;
 		if (s->detached) {
 			pthread_mutex_unlock(&e->lock);
