@@ -106,6 +106,12 @@ int cas_pack_reserve(struct cas_store *s, uint32_t stored, uint32_t raw, uint8_t
 		     struct cas_loc *loc);
 int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n);
 int cas_pack_sync(struct cas_store *s);
+/* After a failed write or sync: forgets every record written since the last
+ * commit (the caller commits none of them), cuts them from the packs and
+ * goes on in a fresh pack, so later records never share a file with bytes
+ * whose fate is unknown and a failed sync is not reported again. Only while
+ * nothing is being reserved or written. */
+int cas_pack_discard(struct cas_store *s);
 
 /* Sequential reads for restores of large streams (regions): no SHA-256 per
  * chunk and, mostly, no index look-up.

@@ -479,6 +479,48 @@ int cas_pack_open_read(const struct cas_store *s, uint32_t pack)
 	return fd;
 }
 
+int cas_pack_discard(struct cas_store *s)
+{
+	if (!s->ring_ready)
+		return crest_errx(-EROFS, "store %s is not open for writing", s->dir);
+	if (s->broken)   /* its packs stay whole: see cas_pack_close_writer */
+		return crest_errx(-EIO, "store %s: a commit failed earlier in this process; open it again",
+				  s->dir);
+	while (s->ring_inflight > 0) {
+		struct io_uring_cqe *cqe;
+		int rc = io_uring_wait_cqe(&s->ring, &cqe);
+		if (rc < 0)
+			return crest_errf(rc, "waiting for pack syncs in %s", s->dir);
+		const uint64_t tag = io_uring_cqe_get_data64(cqe);
+		const int res = cqe->res;
+		io_uring_cqe_seen(&s->ring, cqe);
+		pack_note(s, tag, res);
+	}
+	/* Unsynced packs hold nothing committed: dropped unsynced, failed
+	 * syncs with them (they are final, see PFD_FAILED). */
+	for (unsigned i = 0; i < s->nunsynced; i++)
+		close(s->unsynced[i].fd);
+	s->nunsynced = 0;
+	if (s->wfd >= 0)
+		close(s->wfd);
+	s->wfd = -1;
+	/* Everything past the mark is unreferenced now: cut it, which also
+	 * gives back the space a full disk needs. */
+	pack_rollback(s);
+	const uint32_t pack = s->cur_pack + 1;
+	int rc = pack_open_w(s, pack, &s->wfd);
+	if (rc < 0)
+		return rc;
+	s->wfd_pack = pack;
+	s->wb_from = s->wb_end = CAS_PACK_HEADER;
+	s->dirty = true;   /* its directory entry */
+	pthread_mutex_lock(&s->reserve_lock);
+	s->cur_pack = pack;
+	s->cur_off = CAS_PACK_HEADER;
+	pthread_mutex_unlock(&s->reserve_lock);
+	return 0;
+}
+
 static int pack_rfd(struct cas_store *s, uint32_t pack)
 {
 	if (pack >= CAS_FILE_NUM_MAX)

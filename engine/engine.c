@@ -23,8 +23,11 @@
  *
  * A new chunk is entered in the table of uncommitted chunks as PENDING when
  * its worker finds it new and gets its seq when the segment's job is queued.
- * Another worker meeting a PENDING chunk waits for that seq, but only after
- * queuing its own job, so no two workers ever wait for each other.
+ * Another worker meeting a PENDING chunk waits for that seq, but only while
+ * it holds no PENDING chunk itself (after queuing its own job), so no two
+ * workers ever wait for each other. A waiter that takes over a chunk from a
+ * failed batch holds it PENDING until its next job: until then it puts off
+ * its other waits (item_resolve) rather than wait with that chunk in hand.
  *
  * Write ordering. Every job queued for the writer gets a sequence number
  * (seq) under wlock, in queue order; the writer completes them in that order,
@@ -34,7 +37,16 @@
  * writer to sync up to max_seq; only then are index entries (all pending up
  * to synced_seq) and the manifest written in one synced batch.
  *
- * Lock order: stripe lock, then wlock. e->lock is never held with either.
+ * A failed write or sync (werr) fails every snapshot that commits after it:
+ * any of them may reference a chunk it lost. Once none is left (the commit
+ * queue is empty), engine_recover forgets everything written and not
+ * committed, and the engine works again: a job checkpointed every few
+ * minutes into a store that failed once loses one checkpoint, not all
+ * later ones.
+ *
+ * Lock order: stripe lock, then wlock. e->lock is never held with either,
+ * but by engine_recover, which takes them under it when no snapshot is in
+ * flight (nothing takes e->lock under them).
  */
 #include "engine/engine.h"
 #include "util/err.h"
@@ -150,6 +162,7 @@ struct batch {
 	size_t len, cap;
 	struct bitem *it;
 	size_t n, cap_it;
+	bool holds;                  /* has PENDING nodes: B_NEW items not yet queued */
 };
 
 struct pend {
@@ -191,6 +204,7 @@ struct engine {
 	size_t narenas, caparenas;
 	pthread_t writer;
 	bool writer_started;
+	uint64_t writes, fault_write;  /* CREST_FAULT_WRITE: see writer_write */
 
 	struct stripe stripes[NSTRIPES];
 	/* seq_gen counts batches that left PENDING nodes (queued or dropped):
@@ -354,10 +368,12 @@ static void arena_put(struct engine *e, uint8_t *arena, size_t cap)
 }
 
 /* Queues the batch's B_NEW records from item `from` on as one job, handing
- * its arena over, and returns the job's seq. Records are reserved back to
- * back under wlock, so they form one run (more only across a pack roll). */
+ * its arena over, and sets *seq to the job's seq (0, which no job has, when
+ * it fails). Records are reserved back to back under wlock, so they form
+ * one run (more only across a pack roll). */
 static int writer_enqueue(struct engine *e, struct batch *b, size_t from, size_t bytes, uint64_t *seq)
 {
+	*seq = 0;   /* on every path: the failure paths return e->werr, a sign the compiler cannot see */
 	struct wjob *j = calloc(1, sizeof(*j));
 	struct cas_write *runs = malloc(2 * sizeof(*runs));
 	if (!j || !runs) {
@@ -445,6 +461,17 @@ fail:
 	return rc;
 }
 
+/* Writes a batch of runs. For tests, CREST_FAULT_WRITE=N (read once per
+ * engine) fails this engine's Nth batch without writing it, as a full or
+ * failing disk would: the places it reserved stay holes in the pack. */
+static int writer_write(struct engine *e, const struct cas_write *w, unsigned n)
+{
+	if (++e->writes == e->fault_write)
+		return crest_errx(-EIO, "writing chunks to the store: failure injected by CREST_FAULT_WRITE=%llu",
+				  (unsigned long long)e->fault_write);
+	return cas_pack_write(e->store, w, n);
+}
+
 static void *writer_main(void *arg)
 {
 	struct engine *e = arg;
@@ -484,7 +511,7 @@ static void *writer_main(void *arg)
 		if (n) {
 			bool failed = e->werr != 0;
 			pthread_mutex_unlock(&e->wlock);
-			int rc = failed ? 0 : cas_pack_write(e->store, w, nw);
+			int rc = failed ? 0 : writer_write(e, w, nw);
 			pthread_mutex_lock(&e->wlock);
 			if (rc < 0 && !e->werr) {
 				e->werr = rc;
@@ -611,6 +638,7 @@ static int batch_record(struct engine *e, struct batch *b, const uint8_t sha[32]
 	int rc = batch_push(b, sha, p, n, B_NEW);
 	if (rc < 0)
 		return rc;
+	b->holds = true;
 	uint8_t *rec = b->arena + b->len;
 	/* LZ4_compress_default clears a 16 KiB table for every chunk, as much
 	 * memory as a 4-8 KiB chunk itself; a fast reset of the worker's own
@@ -717,14 +745,18 @@ static void batch_drop(struct engine *e, struct batch *b, size_t from)
 		if (b->it[i].state == B_NEW)
 			table_remove(e, b->it[i].sha, b);
 	b->n = b->len = 0;
+	b->holds = false;
 	seq_moved(e);
 }
 
 /* Waits until the PENDING chunk x gets its seq. When its node is gone the
  * chunk was committed, or its batch failed and was dropped: then this
- * worker stores it (chunk_new; flushed by the caller's next round). When
- * the node is this worker's own, entered by chunk_new in this very round,
- * x waits for the next round, after the record is queued. x points into
+ * worker stores it (chunk_new; flushed by the caller's next round), and so
+ * holds a PENDING node itself. While it does, it must not wait: another
+ * worker may be waiting for that node while holding the one x waits for
+ * (two workers that took over chunks of dropped batches, each waiting for
+ * the other's). x then waits for the next round, after the batch's records
+ * are queued; so does x when the node is this worker's own. x points into
  * the batch, which both of those may move: it is copied first. */
 static int item_resolve(struct engine *e, struct worker_ctx *w, struct engine_snap *snap, const struct bitem *xp)
 {
@@ -737,13 +769,12 @@ static int item_resolve(struct engine *e, struct worker_ctx *w, struct engine_sn
 		pthread_mutex_lock(&s->lock);
 		const struct node *nd = table_find(s, x.sha);
 		const uint64_t seq = nd ? nd->seq : 0;
-		const bool mine = nd && nd->owner == &w->b;
 		pthread_mutex_unlock(&s->lock);
 		if (nd && seq != PENDING) {
 			atomic_max(&snap->max_seq, seq);
 			return 0;
 		}
-		if (mine)
+		if (nd && w->b.holds)   /* mine included: only the holder sets owner */
 			return batch_push(&w->b, x.sha, x.data, x.raw, B_WAIT);
 		if (!nd) {
 			struct cas_loc loc;
@@ -792,13 +823,16 @@ static int batch_flush(struct engine *e, struct worker_ctx *w, struct engine_sna
 				}
 				pthread_mutex_unlock(&s->lock);
 			}
+			b->holds = false;   /* every B_NEW item so far is queued */
 			seq_moved(e);
 			atomic_max(&snap->max_seq, seq);
 			atomic_fetch_add(&snap->new_chunks, nnew);
 			atomic_fetch_add(&snap->new_bytes, raw);
 			atomic_fetch_add(&snap->stored_bytes, bytes);
 		}
-		/* Resolving may record chunks anew (after end): another round. */
+		/* Resolving may record chunks anew and put waits off (after
+		 * end): another round. The first B_WAIT item is resolved, as
+		 * nothing is held then, so every round gets further. */
 		for (size_t i = from; rc == 0 && i < end; i++)
 			if (b->it[i].state == B_WAIT)
 				rc = item_resolve(e, w, snap, &b->it[i]);
@@ -1337,6 +1371,51 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 	return rc;
 }
 
+/* Under e->lock, with the commit queue empty: no snapshot is in flight
+ * that could reference a write the writer failed, and none can begin.
+ * Once the writer is idle, everything written and not committed is
+ * forgotten (the table, the pending index entries; the store starts a fresh
+ * pack and cuts the old ones' unreferenced ends), and werr is cleared. When
+ * the store cannot do that yet, werr stays, with the new reason, and the
+ * next snapshot to fail tries again. */
+static void engine_recover(struct engine *e)
+{
+	pthread_mutex_lock(&e->wlock);
+	if (!e->werr) {
+		pthread_mutex_unlock(&e->wlock);
+		return;
+	}
+	/* Jobs of failed snapshots may still be queued (not written after a
+	 * failure), or a write or sync begun before it still running. */
+	while (e->wq_head || e->completed_seq != e->enq_seq || e->synced_seq < e->sync_target)
+		pthread_cond_wait(&e->wcond, &e->wlock);
+	int rc = cas_pack_discard(e->store);
+	if (rc < 0) {
+		e->werr = rc;
+		crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
+		pthread_mutex_unlock(&e->wlock);
+		return;
+	}
+	e->werr = 0;
+	e->werrmsg[0] = 0;
+	e->npend = 0;
+	pthread_mutex_unlock(&e->wlock);
+	/* No worker is busy: every node has a seq, none is PENDING. */
+	for (int i = 0; i < NSTRIPES; i++) {
+		struct stripe *st = &e->stripes[i];
+		pthread_mutex_lock(&st->lock);
+		for (size_t b = 0; b < st->nb; b++) {
+			for (struct node *n = st->b[b], *next; n; n = next) {
+				next = n->next;
+				free(n);
+			}
+			st->b[b] = NULL;
+		}
+		st->n = 0;
+		pthread_mutex_unlock(&st->lock);
+	}
+}
+
 static void *committer_main(void *arg)
 {
 	struct engine *e = arg;
@@ -1372,6 +1451,10 @@ static void *committer_main(void *arg)
 		r->chunks = atomic_load(&s->chunks);
 		r->new_chunks = atomic_load(&s->new_chunks);
 		r->ingest_ns = time_now_ns() - s->begin_ns;
+		/* Before s is done: whoever waits for it may begin the next one
+		 * at once, and it should find the engine working again. */
+		if (!e->cq_head)
+			engine_recover(e);
 		s->done = true;
 		if (s->detached) {
 			pthread_mutex_unlock(&e->lock);
@@ -1457,6 +1540,9 @@ int engine_open(struct cas_store *store, const struct engine_opts *o, struct eng
 		e->o.segment_bytes = e->o.file_chunking.max > e->o.memory_chunking.max
 					     ? e->o.file_chunking.max : e->o.memory_chunking.max;
 	e->store = store;
+	const char *fault = getenv("CREST_FAULT_WRITE");
+	if (fault)
+		e->fault_write = strtoull(fault, NULL, 10);
 	e->maxbufs = e->o.staging_bytes / e->o.segment_bytes;
 	if (e->maxbufs < 2)
 		e->maxbufs = 2;

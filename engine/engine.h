@@ -19,7 +19,10 @@
  *    back through its release callback as soon as the engine is done with it
  *    (before the snapshot commits): capture reuses staging buffers that way.
  *  - A failed write fails the snapshots that need it, with a message; it
- *    never commits a snapshot that references missing data.
+ *    never commits a snapshot that references missing data. Once those
+ *    have failed (no snapshot is in flight), the engine forgets what it
+ *    wrote and did not commit and works again: a transient failure of the
+ *    store costs the snapshots under way, not every later one.
  */
 #ifndef CREST_ENGINE_H
 #define CREST_ENGINE_H

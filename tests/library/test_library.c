@@ -4,7 +4,7 @@
  *   test_library CASE STORE_DIR [CREST_BIN CASCTL_BIN]
  *
  * Cases: roundtrip, dedup, stall, errors, rounds, corrupt, direct, scatter,
- * nogpu, cli. Each prints what it measured and exits 0 on success, 1 on
+ * recover, nogpu, cli. Each prints what it measured and exits 0 on success, 1 on
  * failure, 77 when skipped (the reason printed).
  */
 #include "crest.h"
@@ -158,6 +158,60 @@ static void t_roundtrip(const char *dir)
 		free(r[i]);
 		free(ref[i]);
 	}
+}
+
+/* A store that failed once costs one checkpoint, not every later one: the
+ * engine's first pack write fails (CREST_FAULT_WRITE=1, nothing written),
+ * then checkpoints of the same bytes commit with every chunk stored anew
+ * (none may point at what the failed one reserved) and restore bit for
+ * bit, also from a fresh handle, after the failed writes were cut. */
+static void t_recover(const char *dir)
+{
+	const size_t size = 8 * MiB + 3 * 4096;
+	uint8_t *r = malloc(size), *ref1 = malloc(size), *ref2 = malloc(size);
+	if (!r || !ref1 || !ref2)
+		exit(1);
+	fill(r, size, 42);
+	memset(r + 2 * MiB, 0, MiB);
+	memcpy(ref1, r, size);
+	setenv("CREST_FAULT_WRITE", "1", 1);
+	crest_t *c = open_store(dir, 32 * MiB);
+	unsetenv("CREST_FAULT_WRITE");   /* read once, at open */
+	crest_region_t h;
+	OK(crest_register(c, "w", r, size, CREST_MEM_HOST, &h));
+	crest_ckpt_t ck;
+	OK(crest_checkpoint(c, NULL, &ck));
+	EXPECT_ERR(crest_wait(c, ck, NULL), -EIO, "CREST_FAULT_WRITE");
+	struct crest_result res1, res2;
+	OK(crest_checkpoint(c, NULL, &ck));
+	OK(crest_wait(c, ck, &res1));
+	CHECK(res1.new_bytes == size - MiB, "checkpoint after the failure stored %llu new bytes, expected %zu",
+	      (unsigned long long)res1.new_bytes, size - MiB);
+	fill(r + MiB, MiB / 2, 7);
+	memcpy(ref2, r, size);
+	OK(crest_checkpoint(c, NULL, &ck));
+	OK(crest_wait(c, ck, &res2));
+	printf("recover: after the failed checkpoint, %.12s (%llu new bytes) and %.12s (%llu new bytes)\n",
+	       res1.snapshot, (unsigned long long)res1.new_bytes, res2.snapshot,
+	       (unsigned long long)res2.new_bytes);
+	memset(r, 0xa5, size);
+	OK(crest_restore(c, res1.snapshot, NULL));
+	CHECK(!memcmp(r, ref1, size), "first snapshot after the failure differs after restore");
+	OK(crest_restore(c, res2.snapshot, NULL));
+	CHECK(!memcmp(r, ref2, size), "second snapshot after the failure differs after restore");
+	OK(crest_close(c));
+
+	c = open_store(dir, 32 * MiB);
+	OK(crest_register(c, "w", r, size, CREST_MEM_HOST, &h));
+	memset(r, 0x5a, size);
+	OK(crest_restore(c, res1.snapshot, NULL));
+	CHECK(!memcmp(r, ref1, size), "first snapshot after the failure differs in a fresh handle");
+	OK(crest_restore(c, NULL, NULL));
+	CHECK(!memcmp(r, ref2, size), "newest snapshot differs in a fresh handle");
+	OK(crest_close(c));
+	free(r);
+	free(ref1);
+	free(ref2);
 }
 
 /* 1% of the pages change: the second checkpoint stores <= 2% new bytes. */
@@ -687,7 +741,7 @@ static void t_scatter(const char *dir)
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: test_library roundtrip|dedup|stall|errors|rounds|corrupt|direct|scatter|nogpu|cli "
+		fprintf(stderr, "usage: test_library roundtrip|dedup|stall|errors|rounds|corrupt|direct|scatter|recover|nogpu|cli "
 			"STORE [CREST CASCTL]\n");
 		return 2;
 	}
@@ -714,6 +768,8 @@ int main(int argc, char **argv)
 		t_direct(dir);
 	else if (!strcmp(t, "scatter"))
 		t_scatter(dir);
+	else if (!strcmp(t, "recover"))
+		t_recover(dir);
 	else if (!strcmp(t, "nogpu"))
 		rc = t_nogpu(dir);
 	else if (!strcmp(t, "cli") && argc >= 5)
