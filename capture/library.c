@@ -67,6 +67,7 @@ struct crest {
 	struct crest_options o;
 	struct cas_store *store;
 	struct engine *eng;
+	char *store_dir;     /* to open it again (reopen_if_broken) */
 	struct pool *pool;
 	const struct cudrv *d;        /* NULL: no GPU at open */
 	CUdevice dev;
@@ -247,6 +248,8 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 	if (c->o.staging_bytes < 2 * SEGMENT)
 		rc = crest_errx(-EINVAL, "staging pool of %zu bytes is too small: crest needs at least %u",
 				c->o.staging_bytes, 2 * SEGMENT);
+	if (rc == 0 && !(c->store_dir = strdup(dir)))
+		rc = crest_errf(-ENOMEM, "opening crest store %s", dir);
 	if (rc == 0)
 		rc = cas_open(dir, CAS_WRITE, &c->store);
 	if (rc == 0)
@@ -331,6 +334,7 @@ int crest_close(crest_t *c)
 	}
 	cas_manifest_free(c->parent);
 	cas_close(c->store);
+	free(c->store_dir);
 	for (size_t i = 0; i < c->nregions; i++)
 		free(c->regions[i].name);
 	free(c->regions);
@@ -705,6 +709,35 @@ static int add_blobs(struct engine_snap *s, const struct crest_checkpoint_opts *
 	return 0;
 }
 
+/* After a commit that failed in the index, the store refuses commits until
+ * it is opened again, and its next open puts it right (cas_commit's notes):
+ * a job that checkpoints every few minutes goes on with the next one. Only
+ * with no checkpoint in flight, whose handles name the old engine. */
+static int reopen_if_broken(crest_t *c)
+{
+	if ((c->store && c->eng && !cas_store_broken(c->store)) || c->nckpts)
+		return 0;
+	const char *dir = c->store_dir;
+	if (c->eng)
+		engine_close(c->eng);
+	c->eng = NULL;
+	cas_close(c->store);
+	c->store = NULL;
+	cas_manifest_free(c->parent);   /* the parent may be one that failed */
+	c->parent = NULL;
+	int rc = cas_open(dir, CAS_WRITE, &c->store);
+	if (rc == 0) {
+		struct engine_opts eo;
+		engine_opts_default(&eo);
+		if (c->o.workers)
+			eo.workers = c->o.workers;
+		rc = engine_open(c->store, &eo, &c->eng);
+	}
+	if (rc < 0)
+		rc = crest_errctx(rc, "reopening crest store %s after a failed commit", dir);
+	return rc;
+}
+
 int crest_checkpoint(crest_t *c, const struct crest_checkpoint_opts *o, crest_ckpt_t *out)
 {
 	const struct crest_checkpoint_opts none = { 0 };
@@ -740,7 +773,9 @@ int crest_checkpoint(crest_t *c, const struct crest_checkpoint_opts *o, crest_ck
 	if (!cp.q)
 		return crest_errf(-ENOMEM, "starting a checkpoint");
 	struct engine_snap *snap = NULL;
-	rc = sync_devices(c, o->sync_streams, o->nsync_streams);
+	rc = reopen_if_broken(c);
+	if (rc == 0)
+		rc = sync_devices(c, o->sync_streams, o->nsync_streams);
 	if (rc == 0)
 		rc = engine_snapshot_begin(c->eng, "library", &snap);
 	if (rc == 0)
@@ -839,6 +874,11 @@ int crest_wait(crest_t *c, crest_ckpt_t h, struct crest_result *r)
 /* name NULL: the newest snapshot of kind "library". */
 static int resolve(crest_t *c, const char *name, uint8_t id[32])
 {
+	if (!c->store) {   /* a reopen after a failed commit failed: try again */
+		const int rc = reopen_if_broken(c);
+		if (rc < 0)
+			return rc;
+	}
 	if (name)
 		return cas_snapshot_resolve(c->store, name, id);
 	struct cas_snapinfo *v;

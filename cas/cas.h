@@ -65,6 +65,10 @@ void cas_close(struct cas_store *s);
 /* True when packs the index names are missing (a writer's open checks):
  * the engine then trusts no parent's chunk list without a look-up. */
 bool cas_store_damaged(const struct cas_store *s);
+/* True once a commit failed in the index and could not be undone in this
+ * process: commits then fail until the store is opened again (whose open
+ * puts it right; see the notes at cas_commit in store.c). */
+bool cas_store_broken(const struct cas_store *s);
 
 /* What a writer's open (or a repair) did to put the index right. */
 struct cas_recovery {

@@ -226,6 +226,11 @@ bool cas_store_damaged(const struct cas_store *s)
 	return s->nlost > 0;
 }
 
+bool cas_store_broken(const struct cas_store *s)
+{
+	return s->broken != 0;
+}
+
 int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out)
 {
 	crest_errset_str("");
