@@ -2,12 +2,16 @@
  * cas.h - crest's content-addressed store. cas/ owns every file in a store
  * directory; nothing else opens them.
  *
- *   STORE/FORMAT          "crest-store 1": written first, checked on open
+ *   STORE/FORMAT          "crest-store 2": written first, checked on open
  *   STORE/lock            flock()ed by the one writer
  *   STORE/packs/N.pack    append-only chunk records (header + LZ4 or raw data);
  *                         each header holds the chunk's SHA-256 and a CRC32C
  *                         of the stored bytes
- *   STORE/index/          RocksDB: chunk index, manifests, summaries, tags
+ *   STORE/meta/N.log      append-only manifests, pieces and tags, synced before
+ *                         the index batch that commits them
+ *   STORE/index/          RocksDB: a cache of the above (chunk index,
+ *                         manifests, summaries, tags) and committed ends
+ * cas/FORMAT.md is the specification; cas/format.h declares it.
  *
  * Promises:
  *  - A chunk record is never rewritten; a pack is only appended to, by one
@@ -15,8 +19,10 @@
  *    at a pack's end by a killed writer are never referenced; a writer that
  *    closes cuts what it wrote past its last commit (failed snapshots).
  *  - cas_commit makes a snapshot visible whole or not at all: callers sync
- *    the packs first (cas_pack_sync), then one synced RocksDB batch holds the
- *    new index entries, the manifest, its summary and its tag.
+ *    the packs first (cas_pack_sync), then the meta log is synced, then one
+ *    synced RocksDB batch holds the new index entries, the manifest, its
+ *    summary, its tag and the committed ends. A failed commit is never
+ *    listed, and a writer's open recovers what the index lost (store.c).
  *  - A manifest is immutable; its id is the SHA-256 of its encoding, checked
  *    on every load, so a damaged manifest is reported, never used.
  *  - Readers (CAS_READ) open the index read-only and may run beside a writer;
