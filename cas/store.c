@@ -110,7 +110,24 @@ static int format_check(const char *dir)
 	return 0;
 }
 
-/* Makes dir a store or checks that it is one. */
+/* Whether dir holds nothing but, maybe, the temporary file of a FORMAT
+ * write that was killed before its rename. */
+static int dir_is_blank(const char *dir)
+{
+	char tmp[4096];
+	snprintf(tmp, sizeof(tmp), "%s/.FORMAT.tmp", dir);
+	if (unlink(tmp) < 0 && errno != ENOENT)
+		return -errno;
+	return dir_is_empty(dir);
+}
+
+/* Makes dir a store or checks that it is one.
+ *
+ * Two writers may create the same new store at once (two `crest put`s into
+ * a fresh --store). mkdir tolerates EEXIST, and the FORMAT of a store that
+ * has none is written only under an flock held on the directory itself,
+ * re-checked once the lock is held: the first to get it writes FORMAT, the
+ * others then find a store and open it. */
 static int store_prepare(const char *dir, enum cas_mode mode)
 {
 	struct stat st;
@@ -120,25 +137,51 @@ static int store_prepare(const char *dir, enum cas_mode mode)
 		if (mode == CAS_READ)
 			return crest_errx(-ENOENT, "no crest store at %s (crest put creates one; "
 					  "--store or CREST_STORE names another)", dir);
-		if (mkdir(dir, 0700) < 0)
+		if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 			return crest_errf(-errno, "cannot create store directory %s", dir);
-		return format_write(dir);
+		if (stat(dir, &st) < 0)
+			return crest_errf(-errno, "cannot use store %s", dir);
 	}
 	if (!S_ISDIR(st.st_mode))
 		return crest_errx(-ENOTDIR, "store %s is not a directory", dir);
 	int rc = format_check(dir);
 	if (rc != -ENOENT)
 		return rc < 0 && !crest_errmsg()[0] ? crest_errf(rc, "cannot read %s/FORMAT", dir) : rc;
-	int empty = dir_is_empty(dir);
-	if (empty < 0)
-		return crest_errf(empty, "cannot read store directory %s", dir);
-	if (!empty)
-		return crest_errx(-EINVAL, "%s is not a crest store (it has files but no FORMAT); "
-				  "refusing to use it", dir);
-	if (mode == CAS_READ)
+	if (mode == CAS_READ) {
+		int empty = dir_is_empty(dir);
+		if (empty < 0)
+			return crest_errf(empty, "cannot read store directory %s", dir);
+		if (!empty)
+			return crest_errx(-EINVAL, "%s is not a crest store (it has files but no FORMAT); "
+					  "refusing to use it", dir);
 		return crest_errx(-ENOENT, "%s is an empty directory, not a crest store yet", dir);
-	chmod(dir, 0700);
-	return format_write(dir);
+	}
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return crest_errf(-errno, "cannot open store directory %s", dir);
+	while (flock(dfd, LOCK_EX) < 0)
+		if (errno != EINTR) {
+			rc = crest_errf(-errno, "cannot lock store directory %s", dir);
+			close(dfd);
+			return rc;
+		}
+	rc = format_check(dir);
+	if (rc == -ENOENT) {
+		int empty = dir_is_blank(dir);
+		if (empty < 0)
+			rc = crest_errf(empty, "cannot read store directory %s", dir);
+		else if (!empty)
+			rc = crest_errx(-EINVAL, "%s is not a crest store (it has files but no FORMAT); "
+					"refusing to use it", dir);
+		else {
+			fchmod(dfd, 0700);
+			rc = format_write(dir);
+		}
+	} else if (rc < 0 && !crest_errmsg()[0]) {
+		rc = crest_errf(rc, "cannot read %s/FORMAT", dir);
+	}
+	close(dfd);   /* drops the lock */
+	return rc;
 }
 
 static int store_lock(struct cas_store *s)
