@@ -25,6 +25,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define FORMAT_NAME "FORMAT"
@@ -202,6 +203,33 @@ static int store_lock(struct cas_store *s)
 	return 0;
 }
 
+/* A summary of which files make up the index at path (tables, logs,
+ * MANIFESTs; not the info LOG files, which every open rotates), equal for
+ * equal sets of names whatever order readdir gives. */
+static uint64_t index_files_sig(const char *path)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	uint64_t sum = 0, x = 0, n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		const char *nm = e->d_name;
+		size_t l = strlen(nm);
+		if (!(l > 4 && (!strcmp(nm + l - 4, ".sst") || !strcmp(nm + l - 4, ".log"))) &&
+		    strncmp(nm, "MANIFEST-", 9))
+			continue;
+		uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+		for (size_t i = 0; i < l; i++)
+			h = (h ^ (uint8_t)nm[i]) * 1099511628211ull;
+		sum += h;
+		x ^= h * 0x9e3779b97f4a7c15ull;
+		n++;
+	}
+	closedir(d);
+	return sum ^ (x << 1) ^ n;
+}
+
 static int db_open(struct cas_store *s)
 {
 	char path[4096], *err = NULL;
@@ -222,10 +250,52 @@ static int db_open(struct cas_store *s)
 	rocksdb_options_set_max_open_files(s->opts, 256);
 	rocksdb_options_set_info_log_level(s->opts, 4 /* HEADER: keep LOG small */);
 	rocksdb_options_set_keep_log_file_num(s->opts, 2);
-	if (s->mode == CAS_WRITE)
+	if (s->mode == CAS_WRITE) {
 		s->db = rocksdb_open(s->opts, path, &err);
-	else
-		s->db = rocksdb_open_for_read_only(s->opts, path, 0, &err);
+	} else {
+		/* A reader beside a writer. A read-only open reads the version
+		 * in the MANIFEST, opens the table files it lists, then replays
+		 * the write-ahead logs it finds in the directory. Meanwhile a
+		 * writer that opens the index (every `crest put` does) flushes
+		 * its logs into a new table and deletes them, and its
+		 * compactions delete tables. Caught between, the open either
+		 * fails ("Can't access ...sst": a listed table was deleted) or,
+		 * worse, succeeds without the commits of a log deleted after
+		 * the MANIFEST was read: a snapshot or tag seems not to exist.
+		 * So the open counts as good only when the index's files (names
+		 * of tables, logs, MANIFESTs) were the same before and after
+		 * it: nothing was added or removed, so what it read is one
+		 * state. Otherwise it is tried again, pausing 5 ms and doubling,
+		 * about 2.5 s in all: a writer's flush or compaction of crest's
+		 * index takes far less. Every table is opened during the open
+		 * (no limit on open files), so the descriptors the reader holds
+		 * keep working when a table is deleted later. */
+		rocksdb_options_set_max_open_files(s->opts, -1);
+		for (int i = 0;; i++) {
+			uint64_t before = index_files_sig(path), after;
+			s->db = rocksdb_open_for_read_only(s->opts, path, 0, &err);
+			after = index_files_sig(path);
+			if (s->db && before == after)
+				break;
+			if (!s->db && err && !strstr(err, "Can't access") && !strstr(err, "No such file"))
+				break;
+			if (i == 9) {
+				if (s->db) {
+					rocksdb_close(s->db);
+					s->db = NULL;
+					err = strdup("it kept changing while it was opened (a busy writer); try again");
+				}
+				break;
+			}
+			if (s->db)
+				rocksdb_close(s->db);
+			s->db = NULL;
+			free(err);
+			err = NULL;
+			struct timespec ts = { 0, (5L << i) * 1000000L };
+			nanosleep(&ts, NULL);
+		}
+	}
 	if (!s->db) {
 		int rc = crest_errx(-EIO, "cannot open the index of store %s: %s", s->dir,
 				    err ? err : "unknown RocksDB error");
