@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -185,6 +186,96 @@ static int store_prepare(const char *dir, enum cas_mode mode)
 	return rc;
 }
 
+/* How long a writer waits for the store's lock: $CREST_LOCK_TIMEOUT seconds
+ * (0: not at all), else 10 minutes. Long enough for the writers that take
+ * the lock for a while on purpose to finish (a `crest put` or checkpoint
+ * ingest of a few hundred GB at the measured ingest rates), short enough
+ * that a writer held up by a stopped crest, or by a job that keeps a
+ * libcrest handle open for hours, ends with a message instead of hanging
+ * a script for good. Whoever expects longer waits sets the variable. */
+#define LOCK_TIMEOUT_DEFAULT 600.0
+#define LOCK_REPEAT_S 15     /* the waiting message, again every this often */
+
+static double lock_timeout(void)
+{
+	const char *env = getenv("CREST_LOCK_TIMEOUT");
+	if (!env || !*env)
+		return LOCK_TIMEOUT_DEFAULT;
+	char *end;
+	double t = strtod(env, &end);
+	if (*end || t != t || t < 0) {
+		fprintf(stderr, "crest: CREST_LOCK_TIMEOUT=%s is not a number of seconds; using %.0f\n", env,
+			LOCK_TIMEOUT_DEFAULT);
+		return LOCK_TIMEOUT_DEFAULT;
+	}
+	return t;
+}
+
+/* Says who holds the lock: the holder writes "PID COMMAND" into the lock
+ * file once it has it. The text may belong to an earlier holder (the new
+ * one locks, then writes): the pid is shown only while it lives. */
+static void lock_holder(int fd, char *buf, size_t cap)
+{
+	char text[320];
+	ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
+	int pid = 0, used = 0;
+	text[n > 0 ? n : 0] = 0;
+	text[strcspn(text, "\n")] = 0;
+	if (n <= 0 || sscanf(text, "%d %n", &pid, &used) != 1 || pid <= 0 ||
+	    (kill(pid, 0) < 0 && errno == ESRCH)) {
+		snprintf(buf, cap, "another crest (it has not said which)");
+		return;
+	}
+	char path[64], stat[512] = "";
+	const char *state = "";
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "re");
+	if (f) {
+		size_t got = fread(stat, 1, sizeof(stat) - 1, f);
+		stat[got] = 0;
+		fclose(f);
+		const char *p = strrchr(stat, ')');
+		if (p && (p[2] == 'T' || p[2] == 't'))
+			state = ", which is stopped";
+	}
+	if (pid == (int)getpid())
+		snprintf(buf, cap, "this process (pid %d: a store handle it has not closed)", pid);
+	else
+		snprintf(buf, cap, "pid %d (%s)%s", pid, text + used, state);
+}
+
+/* Writes "PID COMMAND" into the lock file, for writers that wait on it. */
+static void lock_say_holder(int fd)
+{
+	char text[320], cmd[256] = "";
+	int cfd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+	if (cfd >= 0) {
+		ssize_t n = read(cfd, cmd, sizeof(cmd) - 1);
+		close(cfd);
+		for (ssize_t i = 0; i < n; i++)
+			if (cmd[i] == 0 || cmd[i] == '\n')
+				cmd[i] = ' ';
+		cmd[n > 0 ? n : 0] = 0;
+		for (ssize_t i = n - 1; i >= 0 && cmd[i] == ' '; i--)
+			cmd[i] = 0;
+	}
+	int n = snprintf(text, sizeof(text), "%d %s\n", (int)getpid(), cmd);
+	if (n > (int)sizeof(text) - 1)
+		n = (int)sizeof(text) - 1;
+	/* Only a message for others: a failure here costs nothing else. */
+	if (ftruncate(fd, 0) == 0 && pwrite(fd, text, (size_t)n, 0) < 0)
+		return;
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The one-writer lock. A writer that finds it taken says who holds it, says
+ * so again every LOCK_REPEAT_S, and gives up after lock_timeout(). */
 static int store_lock(struct cas_store *s)
 {
 	char path[4096];
@@ -192,15 +283,40 @@ static int store_lock(struct cas_store *s)
 	s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (s->lock_fd < 0)
 		return crest_errf(-errno, "cannot open %s", path);
-	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0)
-		return 0;
-	if (errno != EWOULDBLOCK)
-		return crest_errf(-errno, "cannot lock %s", path);
-	fprintf(stderr, "crest: waiting for another crest writing to %s\n", s->dir);
-	while (flock(s->lock_fd, LOCK_EX) < 0)
-		if (errno != EINTR)
+	const double limit = lock_timeout(), t0 = mono_s();
+	double next_say = t0;
+	bool said = false;
+	long sleep_ms = 20;
+	char who[400];
+	for (;;) {
+		if (flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0) {
+			lock_say_holder(s->lock_fd);
+			return 0;
+		}
+		if (errno != EWOULDBLOCK && errno != EINTR)
 			return crest_errf(-errno, "cannot lock %s", path);
-	return 0;
+		const double now = mono_s();
+		if (now - t0 >= limit) {
+			lock_holder(s->lock_fd, who, sizeof(who));
+			return crest_errx(-ETIMEDOUT, "store %s is locked by %s: gave up after %.0f s "
+					  "(CREST_LOCK_TIMEOUT sets how long to wait)", s->dir, who, now - t0);
+		}
+		if (now >= next_say) {
+			lock_holder(s->lock_fd, who, sizeof(who));
+			if (!said)
+				fprintf(stderr, "crest: store %s is locked by %s; waiting up to %.0f s "
+					"(CREST_LOCK_TIMEOUT)\n", s->dir, who, limit);
+			else
+				fprintf(stderr, "crest: still waiting for store %s, locked by %s: %.0f s of %.0f s\n",
+					s->dir, who, now - t0, limit);
+			next_say += LOCK_REPEAT_S;
+			said = true;
+		}
+		struct timespec ts = { 0, sleep_ms * 1000000L };
+		nanosleep(&ts, NULL);
+		if (sleep_ms < 200)
+			sleep_ms *= 2;
+	}
 }
 
 /* A summary of which files make up the index at path (tables, logs,
