@@ -18,7 +18,7 @@ for _ in $(seq 1 1000); do
 done
 grep -q "^$W " "$S/lock" || fail "the writer (pid $W) never wrote itself into $S/lock: $(cat "$S/lock")"
 kill -STOP $W
-trap 'kill -CONT $W 2>/dev/null; cleanup' EXIT
+trap 'kill -CONT $W 2>/dev/null || true; cleanup' EXIT
 echo "   writer pid $W stopped; lock file says: $(cat "$S/lock")"
 
 t0=$(date +%s%N)
