@@ -26,9 +26,9 @@
 
 void tp_capture_free(struct tp_capture *c)
 {
-	if (c->dir[0])
-		fs_rm_tree(c->dir);
-	if (c->files_dir[0])
+	if (c->dir[0] && c->locked)
+		fs_workdir_release(c->dir, c->lock_fd);   /* files_dir too: a dir.SUFFIX */
+	else if (c->files_dir[0])
 		fs_rm_tree(c->files_dir);
 	proc_tree_free(&c->tree);
 	proc_files_free(&c->files);
@@ -105,14 +105,20 @@ int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		return rc;
 	}
 
+	/* Images take as much RAM on tmpfs as the job has state. A crest killed
+	 * mid-checkpoint cannot remove its own: every checkpoint removes those
+	 * of crests that are gone, told by the flock each holds while alive. */
 	const char *tmp = o->tmpdir ? o->tmpdir : "/dev/shm";
-	snprintf(c->dir, sizeof(c->dir), "%s/crest-ckpt-%d-XXXXXX", tmp, (int)o->pid);
-	if (!mkdtemp(c->dir)) {
-		rc = crest_errf(-errno, "cannot create an images directory under %s", tmp);
+	fs_workdir_sweep(tmp, "crest-ckpt-");
+	char prefix[64];
+	snprintf(prefix, sizeof(prefix), "crest-ckpt-%d-", (int)o->pid);
+	rc = fs_workdir_make(tmp, prefix, c->dir, sizeof(c->dir), &c->lock_fd);
+	if (rc < 0) {
 		c->dir[0] = 0;
 		tp_capture_free(c);
 		return rc;
 	}
+	c->locked = true;
 	snprintf(c->files_dir, sizeof(c->files_dir), "%s.files", c->dir);
 	if (mkdir(c->files_dir, 0700) < 0) {
 		rc = crest_errf(-errno, "cannot create %s", c->files_dir);

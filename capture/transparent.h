@@ -34,7 +34,9 @@ struct tp_opts {
 };
 
 struct tp_capture {
-	char dir[PATH_MAX];        /* CRIU's images */
+	char dir[PATH_MAX];        /* CRIU's images (fs_workdir_make) */
+	int lock_fd;               /* its lock, held while it is in use */
+	bool locked;
 	char files_dir[PATH_MAX + 8]; /* contents of files the job writes */
 	struct proc_tree tree;
 	pid_t *cuda;

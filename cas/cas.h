@@ -3,7 +3,8 @@
  * directory; nothing else opens them.
  *
  *   STORE/FORMAT          "crest-store 2": written first, checked on open
- *   STORE/lock            flock()ed by the one writer
+ *   STORE/lock            flock()ed by the one writer, which writes
+ *                         "PID COMMAND" into it for writers that wait
  *   STORE/packs/N.pack    append-only chunk records (header + LZ4 or raw data);
  *                         each header holds the chunk's SHA-256 and a CRC32C
  *                         of the stored bytes
@@ -64,7 +65,8 @@ struct cas_loc {
 const char *cas_default_path(void);
 
 /* CAS_WRITE creates the store if dir is missing or an empty directory, and
- * waits (saying so on stderr) while another writer holds it. CAS_READ needs an
+ * waits while another writer holds it: saying on stderr who, every 15 s,
+ * for $CREST_LOCK_TIMEOUT seconds (default 600), then -ETIMEDOUT. CAS_READ needs an
  * existing store. Refuses anything that is not a crest store of this format. */
 int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out);
 void cas_close(struct cas_store *s);

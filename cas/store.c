@@ -20,6 +20,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -114,7 +115,24 @@ static int format_check(const char *dir, int *out)
 	return 0;
 }
 
-/* Makes dir a store or checks that it is one. */
+/* Whether dir holds nothing but, maybe, the temporary file of a FORMAT
+ * write that was killed before its rename. */
+static int dir_is_blank(const char *dir)
+{
+	char tmp[4096];
+	snprintf(tmp, sizeof(tmp), "%s/.FORMAT.tmp", dir);
+	if (unlink(tmp) < 0 && errno != ENOENT)
+		return -errno;
+	return dir_is_empty(dir);
+}
+
+/* Makes dir a store or checks that it is one.
+ *
+ * Two writers may create the same new store at once (two `crest put`s into
+ * a fresh --store). mkdir tolerates EEXIST, and the FORMAT of a store that
+ * has none is written only under an flock held on the directory itself,
+ * re-checked once the lock is held: the first to get it writes FORMAT, the
+ * others then find a store and open it. */
 static int store_prepare(const char *dir, enum cas_mode mode, int *format)
 {
 	*format = CAS_FORMAT_VERSION;
@@ -125,27 +143,143 @@ static int store_prepare(const char *dir, enum cas_mode mode, int *format)
 		if (mode == CAS_READ)
 			return crest_errx(-ENOENT, "no crest store at %s (crest put creates one; "
 					  "--store or CREST_STORE names another)", dir);
-		if (mkdir(dir, 0700) < 0)
+		if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 			return crest_errf(-errno, "cannot create store directory %s", dir);
-		return format_write(dir);
+		if (stat(dir, &st) < 0)
+			return crest_errf(-errno, "cannot use store %s", dir);
 	}
 	if (!S_ISDIR(st.st_mode))
 		return crest_errx(-ENOTDIR, "store %s is not a directory", dir);
 	int rc = format_check(dir, format);
 	if (rc != -ENOENT)
 		return rc < 0 && !crest_errmsg()[0] ? crest_errf(rc, "cannot read %s/FORMAT", dir) : rc;
-	int empty = dir_is_empty(dir);
-	if (empty < 0)
-		return crest_errf(empty, "cannot read store directory %s", dir);
-	if (!empty)
-		return crest_errx(-EINVAL, "%s is not a crest store (it has files but no FORMAT); "
-				  "refusing to use it", dir);
-	if (mode == CAS_READ)
+	if (mode == CAS_READ) {
+		int empty = dir_is_empty(dir);
+		if (empty < 0)
+			return crest_errf(empty, "cannot read store directory %s", dir);
+		if (!empty)
+			return crest_errx(-EINVAL, "%s is not a crest store (it has files but no FORMAT); "
+					  "refusing to use it", dir);
 		return crest_errx(-ENOENT, "%s is an empty directory, not a crest store yet", dir);
-	chmod(dir, 0700);
-	return format_write(dir);
+	}
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return crest_errf(-errno, "cannot open store directory %s", dir);
+	while (flock(dfd, LOCK_EX) < 0)
+		if (errno != EINTR) {
+			rc = crest_errf(-errno, "cannot lock store directory %s", dir);
+			close(dfd);
+			return rc;
+		}
+	rc = format_check(dir, format);
+	if (rc == -ENOENT) {
+		int empty = dir_is_blank(dir);
+		if (empty < 0)
+			rc = crest_errf(empty, "cannot read store directory %s", dir);
+		else if (!empty)
+			rc = crest_errx(-EINVAL, "%s is not a crest store (it has files but no FORMAT); "
+					"refusing to use it", dir);
+		else {
+			fchmod(dfd, 0700);
+			rc = format_write(dir);
+		}
+	} else if (rc < 0 && !crest_errmsg()[0]) {
+		rc = crest_errf(rc, "cannot read %s/FORMAT", dir);
+	}
+	close(dfd);   /* drops the lock */
+	return rc;
 }
 
+/* How long a writer waits for the store's lock: $CREST_LOCK_TIMEOUT seconds
+ * (0: not at all), else 10 minutes. Long enough for the writers that take
+ * the lock for a while on purpose to finish (a `crest put` or checkpoint
+ * ingest of a few hundred GB at the measured ingest rates), short enough
+ * that a writer held up by a stopped crest, or by a job that keeps a
+ * libcrest handle open for hours, ends with a message instead of hanging
+ * a script for good. Whoever expects longer waits sets the variable. */
+#define LOCK_TIMEOUT_DEFAULT 600.0
+#define LOCK_REPEAT_S 15     /* the waiting message, again every this often */
+
+static double lock_timeout(void)
+{
+	const char *env = getenv("CREST_LOCK_TIMEOUT");
+	if (!env || !*env)
+		return LOCK_TIMEOUT_DEFAULT;
+	char *end;
+	double t = strtod(env, &end);
+	if (*end || t != t || t < 0) {
+		fprintf(stderr, "crest: CREST_LOCK_TIMEOUT=%s is not a number of seconds; using %.0f\n", env,
+			LOCK_TIMEOUT_DEFAULT);
+		return LOCK_TIMEOUT_DEFAULT;
+	}
+	return t;
+}
+
+/* Says who holds the lock: the holder writes "PID COMMAND" into the lock
+ * file once it has it. The text may belong to an earlier holder (the new
+ * one locks, then writes): the pid is shown only while it lives. */
+static void lock_holder(int fd, char *buf, size_t cap)
+{
+	char text[320];
+	ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
+	int pid = 0, used = 0;
+	text[n > 0 ? n : 0] = 0;
+	text[strcspn(text, "\n")] = 0;
+	if (n <= 0 || sscanf(text, "%d %n", &pid, &used) != 1 || pid <= 0 ||
+	    (kill(pid, 0) < 0 && errno == ESRCH)) {
+		snprintf(buf, cap, "another crest (it has not said which)");
+		return;
+	}
+	char path[64], stat[512] = "";
+	const char *state = "";
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	FILE *f = fopen(path, "re");
+	if (f) {
+		size_t got = fread(stat, 1, sizeof(stat) - 1, f);
+		stat[got] = 0;
+		fclose(f);
+		const char *p = strrchr(stat, ')');
+		if (p && (p[2] == 'T' || p[2] == 't'))
+			state = ", which is stopped";
+	}
+	if (pid == (int)getpid())
+		snprintf(buf, cap, "this process (pid %d: a store handle it has not closed)", pid);
+	else
+		snprintf(buf, cap, "pid %d (%s)%s", pid, text + used, state);
+}
+
+/* Writes "PID COMMAND" into the lock file, for writers that wait on it. */
+static void lock_say_holder(int fd)
+{
+	char text[320], cmd[256] = "";
+	int cfd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+	if (cfd >= 0) {
+		ssize_t n = read(cfd, cmd, sizeof(cmd) - 1);
+		close(cfd);
+		for (ssize_t i = 0; i < n; i++)
+			if (cmd[i] == 0 || cmd[i] == '\n')
+				cmd[i] = ' ';
+		cmd[n > 0 ? n : 0] = 0;
+		for (ssize_t i = n - 1; i >= 0 && cmd[i] == ' '; i--)
+			cmd[i] = 0;
+	}
+	int n = snprintf(text, sizeof(text), "%d %s\n", (int)getpid(), cmd);
+	if (n > (int)sizeof(text) - 1)
+		n = (int)sizeof(text) - 1;
+	/* Only a message for others: a failure here costs nothing else. */
+	if (ftruncate(fd, 0) == 0 && pwrite(fd, text, (size_t)n, 0) < 0)
+		return;
+}
+
+static double mono_s(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The one-writer lock. A writer that finds it taken says who holds it, says
+ * so again every LOCK_REPEAT_S, and gives up after lock_timeout(). */
 static int store_lock(struct cas_store *s)
 {
 	char path[4096];
@@ -153,15 +287,67 @@ static int store_lock(struct cas_store *s)
 	s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (s->lock_fd < 0)
 		return crest_errf(-errno, "cannot open %s", path);
-	if (flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0)
-		return 0;
-	if (errno != EWOULDBLOCK)
-		return crest_errf(-errno, "cannot lock %s", path);
-	fprintf(stderr, "crest: waiting for another crest writing to %s\n", s->dir);
-	while (flock(s->lock_fd, LOCK_EX) < 0)
-		if (errno != EINTR)
+	const double limit = lock_timeout(), t0 = mono_s();
+	double next_say = t0;
+	bool said = false;
+	long sleep_ms = 20;
+	char who[400];
+	for (;;) {
+		if (flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0) {
+			lock_say_holder(s->lock_fd);
+			return 0;
+		}
+		if (errno != EWOULDBLOCK && errno != EINTR)
 			return crest_errf(-errno, "cannot lock %s", path);
-	return 0;
+		const double now = mono_s();
+		if (now - t0 >= limit) {
+			lock_holder(s->lock_fd, who, sizeof(who));
+			return crest_errx(-ETIMEDOUT, "store %s is locked by %s: gave up after %.0f s "
+					  "(CREST_LOCK_TIMEOUT sets how long to wait)", s->dir, who, now - t0);
+		}
+		if (now >= next_say) {
+			lock_holder(s->lock_fd, who, sizeof(who));
+			if (!said)
+				fprintf(stderr, "crest: store %s is locked by %s; waiting up to %.0f s "
+					"(CREST_LOCK_TIMEOUT)\n", s->dir, who, limit);
+			else
+				fprintf(stderr, "crest: still waiting for store %s, locked by %s: %.0f s of %.0f s\n",
+					s->dir, who, now - t0, limit);
+			next_say += LOCK_REPEAT_S;
+			said = true;
+		}
+		struct timespec ts = { 0, sleep_ms * 1000000L };
+		nanosleep(&ts, NULL);
+		if (sleep_ms < 200)
+			sleep_ms *= 2;
+	}
+}
+
+/* A summary of which files make up the index at path (tables, logs,
+ * MANIFESTs; not the info LOG files, which every open rotates), equal for
+ * equal sets of names whatever order readdir gives. */
+static uint64_t index_files_sig(const char *path)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	uint64_t sum = 0, x = 0, n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		const char *nm = e->d_name;
+		size_t l = strlen(nm);
+		if (!(l > 4 && (!strcmp(nm + l - 4, ".sst") || !strcmp(nm + l - 4, ".log"))) &&
+		    strncmp(nm, "MANIFEST-", 9))
+			continue;
+		uint64_t h = 1469598103934665603ull;   /* FNV-1a */
+		for (size_t i = 0; i < l; i++)
+			h = (h ^ (uint8_t)nm[i]) * 1099511628211ull;
+		sum += h;
+		x ^= h * 0x9e3779b97f4a7c15ull;
+		n++;
+	}
+	closedir(d);
+	return sum ^ (x << 1) ^ n;
 }
 
 static int db_open(struct cas_store *s)
@@ -189,10 +375,52 @@ static int db_open(struct cas_store *s)
 	rocksdb_options_set_max_open_files(s->opts, 256);
 	rocksdb_options_set_info_log_level(s->opts, 4 /* HEADER: keep LOG small */);
 	rocksdb_options_set_keep_log_file_num(s->opts, 2);
-	if (s->mode != CAS_READ)
+	if (s->mode != CAS_READ) {
 		s->db = rocksdb_open(s->opts, path, &err);
-	else
-		s->db = rocksdb_open_for_read_only(s->opts, path, 0, &err);
+	} else {
+		/* A reader beside a writer. A read-only open reads the version
+		 * in the MANIFEST, opens the table files it lists, then replays
+		 * the write-ahead logs it finds in the directory. Meanwhile a
+		 * writer that opens the index (every `crest put` does) flushes
+		 * its logs into a new table and deletes them, and its
+		 * compactions delete tables. Caught between, the open either
+		 * fails ("Can't access ...sst": a listed table was deleted) or,
+		 * worse, succeeds without the commits of a log deleted after
+		 * the MANIFEST was read: a snapshot or tag seems not to exist.
+		 * So the open counts as good only when the index's files (names
+		 * of tables, logs, MANIFESTs) were the same before and after
+		 * it: nothing was added or removed, so what it read is one
+		 * state. Otherwise it is tried again, pausing 5 ms and doubling,
+		 * about 2.5 s in all: a writer's flush or compaction of crest's
+		 * index takes far less. Every table is opened during the open
+		 * (no limit on open files), so the descriptors the reader holds
+		 * keep working when a table is deleted later. */
+		rocksdb_options_set_max_open_files(s->opts, -1);
+		for (int i = 0;; i++) {
+			uint64_t before = index_files_sig(path), after;
+			s->db = rocksdb_open_for_read_only(s->opts, path, 0, &err);
+			after = index_files_sig(path);
+			if (s->db && before == after)
+				break;
+			if (!s->db && err && !strstr(err, "Can't access") && !strstr(err, "No such file"))
+				break;
+			if (i == 9) {
+				if (s->db) {
+					rocksdb_close(s->db);
+					s->db = NULL;
+					err = strdup("it kept changing while it was opened (a busy writer); try again");
+				}
+				break;
+			}
+			if (s->db)
+				rocksdb_close(s->db);
+			s->db = NULL;
+			free(err);
+			err = NULL;
+			struct timespec ts = { 0, (5L << i) * 1000000L };
+			nanosleep(&ts, NULL);
+		}
+	}
 	if (!s->db) {
 		int rc = crest_errx(-EIO, "cannot open the index of store %s: %s (casctl repair rebuilds it "
 				    "from the packs)", s->dir, err ? err : "unknown RocksDB error");

@@ -10,7 +10,8 @@ static void usage(void)
 	fprintf(stderr,
 		"usage: casctl [--store DIR] [--json] [--quiet] [--workers N] COMMAND ...\n"
 		"  stats               logical and stored bytes, dedup and compression ratios\n"
-		"  verify [SNAPSHOT]   re-read and re-hash every chunk the snapshot(s) need\n"
+		"  verify [SNAPSHOT]   re-read and re-hash every chunk the snapshot(s) need; list\n"
+		"                      each snapshot, damaged ones with what they lost\n"
 		"  repair              rebuild the index from the packs and meta logs (the old one is kept)\n");
 }
 

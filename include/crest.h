@@ -56,7 +56,10 @@ void crest_options_init(struct crest_options *o);
 
 /* Opens (creating if needed) the store in dir; NULL: $CREST_STORE or
  * ./crest-store. o may be NULL. The store stays locked for writing until
- * crest_close. */
+ * crest_close. While another process (or another handle of this one) holds
+ * it, crest_open waits, saying on stderr who holds it, for
+ * $CREST_LOCK_TIMEOUT seconds (default 600; 0: not at all), then fails with
+ * -ETIMEDOUT naming the holder. */
 int crest_open(const char *dir, const struct crest_options *o, crest_t **out);
 /* Waits for the checkpoints not yet waited for, then frees everything.
  * Returns the first failure among them (0 when none). NULL is a no-op. */

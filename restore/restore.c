@@ -302,17 +302,30 @@ int restore_tree(const struct restore_ctx *c, const struct cas_manifest *m, cons
 
 /* ---- verify ---- */
 
+static size_t verify_unloaded(const struct verify_result *r)
+{
+	size_t n = 0;
+	for (size_t k = 0; k < r->nsnaps; k++)
+		n += r->snaps[k].error != NULL;
+	return n;
+}
+
+/* One use of a chunk: by stream st of snapshot k, at off. */
 struct vitem {
 	uint8_t sha[32];
 	uint64_t len, off;
-	const char *snap, *stream;
+	uint32_t k, st;
 };
 
 struct verify_job {
 	struct cas_store *s;
 	struct vitem *items;
+	size_t *first;               /* per distinct chunk: its first use in items */
+	uint8_t *bad;                /* per distinct chunk */
+	char (*names)[13];           /* snapshot ids, short, for messages */
+	struct verify_snap *snaps;
 	uint32_t maxlen;
-	atomic_uint_fast64_t bad, bytes;
+	atomic_uint_fast64_t bad_n;
 };
 
 static int vitem_cmp(const void *a, const void *b)
@@ -329,10 +342,10 @@ static int verify_tls_new(struct par *p, void **tls)
 static int verify_one(struct par *p, void *tls, size_t i)
 {
 	struct verify_job *j = p->arg;
-	const struct vitem *v = &j->items[i];
+	const struct vitem *v = &j->items[j->first[i]];
 	struct cas_extent x = { .len = v->len };
 	memcpy(x.sha, v->sha, 32);
-	int rc = chunk_fetch(j->s, tls, &x, v->snap, v->stream, v->off);
+	int rc = chunk_fetch(j->s, tls, &x, j->names[v->k], j->snaps[v->k].m->streams[v->st].name, v->off);
 	atomic_fetch_add(&p->bytes, v->len);
 	if (rc == -ENOMEM)
 		return rc;
@@ -340,7 +353,42 @@ static int verify_one(struct par *p, void *tls, size_t i)
 		char hex[65];
 		hex_encode(v->sha, 32, hex);
 		fprintf(stderr, "casctl: bad chunk %s: %s\n", hex, crest_errmsg());
-		atomic_fetch_add(&j->bad, 1);
+		j->bad[i] = 1;
+		atomic_fetch_add(&j->bad_n, 1);
+	}
+	return 0;
+}
+
+/* Counts one use of a bad chunk against its snapshot and stream. Uses come
+ * sorted by chunk, so a chunk is listed once per stream however often it
+ * repeats there. */
+static int loss_add(struct verify_snap *vs, const struct vitem *v)
+{
+	const char *name = vs->m->streams[v->st].name;
+	struct verify_loss *l = NULL;
+	for (size_t i = 0; i < vs->nloss && !l; i++)
+		if (vs->loss[i].stream_index == v->st)
+			l = &vs->loss[i];
+	if (!l) {
+		struct verify_loss *nl = realloc(vs->loss, (vs->nloss + 1) * sizeof(*nl));
+		if (!nl)
+			return -ENOMEM;
+		vs->loss = nl;
+		l = &vs->loss[vs->nloss++];
+		memset(l, 0, sizeof(*l));
+		l->stream = name;
+		l->stream_index = v->st;
+	}
+	l->chunks++;
+	l->bytes += v->len;
+	vs->bad_chunks++;
+	vs->bad_bytes += v->len;
+	if (!l->nshas || memcmp(l->shas[l->nshas - 1], v->sha, 32)) {
+		uint8_t (*ns)[32] = realloc(l->shas, (l->nshas + 1) * 32);
+		if (!ns)
+			return -ENOMEM;
+		l->shas = ns;
+		memcpy(l->shas[l->nshas++], v->sha, 32);
 	}
 	return 0;
 }
@@ -348,19 +396,39 @@ static int verify_one(struct par *p, void *tls, size_t i)
 int restore_verify(struct cas_store *s, const uint8_t (*ids)[32], size_t nids, unsigned threads,
 		   bool quiet, struct verify_result *r)
 {
-	struct cas_manifest **ms = calloc(nids ? nids : 1, sizeof(*ms));
+	memset(r, 0, sizeof(*r));
+	r->snaps = calloc(nids ? nids : 1, sizeof(*r->snaps));
+	r->nsnaps = r->snaps ? nids : 0;
 	char (*names)[13] = calloc(nids ? nids : 1, 13);
 	struct vitem *items = NULL;
 	size_t n = 0, cap = 0;
-	int rc = ms && names ? 0 : crest_errf(-ENOMEM, "verifying");
+	int rc = r->snaps && names ? 0 : crest_errf(-ENOMEM, "verifying");
 	uint32_t maxlen = 0;
+	/* Every snapshot whose manifest loads contributes its chunks; one that
+	 * does not (manifest or extent-list piece damaged or missing) is
+	 * reported as such, and the others are still checked. */
 	for (size_t k = 0; rc == 0 && k < nids; k++) {
+		struct verify_snap *vs = &r->snaps[k];
 		char hex[65];
 		hex_encode(ids[k], 32, hex);
 		snprintf(names[k], 13, "%.12s", hex);
-		rc = cas_manifest_load(s, ids[k], &ms[k]);
-		for (size_t i = 0; rc == 0 && i < ms[k]->nstreams; i++) {
-			const struct cas_stream *st = &ms[k]->streams[i];
+		memcpy(vs->id, ids[k], 32);
+		crest_errset_str("");
+		int lrc = cas_manifest_load(s, ids[k], &vs->m);
+		if (lrc == -ENOMEM) {
+			rc = lrc;
+			break;
+		}
+		if (lrc < 0) {
+			vs->m = NULL;
+			vs->error = strdup(crest_errmsg()[0] ? crest_errmsg() : "its manifest cannot be loaded");
+			if (!vs->error)
+				rc = crest_errf(-ENOMEM, "verifying");
+			continue;
+		}
+		crest_errset_str("");
+		for (uint32_t i = 0; rc == 0 && i < vs->m->nstreams; i++) {
+			const struct cas_stream *st = &vs->m->streams[i];
 			uint64_t off = 0;
 			for (uint64_t e = 0; e < st->nextents; off += st->ext[e].len, e++) {
 				if (st->ext[e].hole)
@@ -378,8 +446,8 @@ int restore_verify(struct cas_store *s, const uint8_t (*ids)[32], size_t nids, u
 				memcpy(v->sha, st->ext[e].sha, 32);
 				v->len = st->ext[e].len;
 				v->off = off;
-				v->snap = names[k];
-				v->stream = st->name;
+				v->k = (uint32_t)k;
+				v->st = i;
 				if (v->len > maxlen)
 					maxlen = (uint32_t)v->len;
 			}
@@ -388,18 +456,25 @@ int restore_verify(struct cas_store *s, const uint8_t (*ids)[32], size_t nids, u
 	if (rc == 0 && maxlen > CAS_CHUNK_MAX)
 		rc = crest_errx(-EBADMSG, "a manifest names a chunk larger than any crest writes");
 	size_t uniq = 0;
+	size_t *first = NULL;
+	uint8_t *bad = NULL;
 	if (rc == 0 && n) {
 		qsort(items, n, sizeof(*items), vitem_cmp);
-		for (size_t i = 0; i < n; i++)
-			if (!uniq || memcmp(items[uniq - 1].sha, items[i].sha, 32))
-				items[uniq++] = items[i];
+		first = malloc(n * sizeof(*first));
+		bad = calloc(n, 1);
+		if (!first || !bad)
+			rc = crest_errf(-ENOMEM, "verifying");
+		for (size_t i = 0; rc == 0 && i < n; i++)
+			if (!i || memcmp(items[i - 1].sha, items[i].sha, 32))
+				first[uniq++] = i;
 	}
-	struct verify_job j = { .s = s, .items = items, .maxlen = maxlen };
+	struct verify_job j = { .s = s, .items = items, .first = first, .bad = bad, .names = names,
+				.snaps = r->snaps, .maxlen = maxlen };
 	if (rc == 0 && uniq) {
 		struct progress prog;
 		uint64_t total = 0;
 		for (size_t i = 0; i < uniq; i++)
-			total += items[i].len;
+			total += items[first[i]].len;
 		progress_begin(&prog, "verify", total, quiet);
 		struct par p = { .n = uniq, .batch = BATCH, .fn = verify_one, .tls_new = verify_tls_new,
 				 .tls_free = bufs_free, .arg = &j };
@@ -407,15 +482,41 @@ int restore_verify(struct cas_store *s, const uint8_t (*ids)[32], size_t nids, u
 		progress_end(&prog);
 		r->bytes = atomic_load(&p.bytes);
 	}
+	/* A bad chunk is lost to every snapshot, and stream, that uses it. */
+	for (size_t u = 0; rc == 0 && u < uniq; u++) {
+		if (!bad[u])
+			continue;
+		size_t end = u + 1 < uniq ? first[u + 1] : n;
+		for (size_t i = first[u]; rc == 0 && i < end; i++)
+			if (loss_add(&r->snaps[items[i].k], &items[i]) < 0)
+				rc = crest_errf(-ENOMEM, "verifying");
+	}
 	r->chunks = uniq;
-	r->bad = atomic_load(&j.bad);
-	for (size_t k = 0; k < nids && ms; k++)
-		cas_manifest_free(ms[k]);
-	free(ms);
+	r->bad = atomic_load(&j.bad_n);
+	for (size_t k = 0; k < r->nsnaps; k++)
+		if (r->snaps[k].error || r->snaps[k].nloss)
+			r->damaged++;
 	free(names);
 	free(items);
-	if (rc == 0 && r->bad)
-		rc = crest_errx(-EBADMSG, "%llu of %zu chunks are damaged or missing",
-				(unsigned long long)r->bad, uniq);
+	free(first);
+	free(bad);
+	if (rc == 0 && r->damaged)
+		rc = crest_errx(-EBADMSG, "%zu of %zu snapshots are damaged (%llu of %zu chunks bad, "
+				"%zu manifests or extent lists unreadable)", r->damaged, r->nsnaps,
+				(unsigned long long)r->bad, uniq, verify_unloaded(r));
 	return rc;
+}
+
+void restore_verify_free(struct verify_result *r)
+{
+	for (size_t k = 0; k < r->nsnaps; k++) {
+		struct verify_snap *vs = &r->snaps[k];
+		for (size_t i = 0; i < vs->nloss; i++)
+			free(vs->loss[i].shas);
+		free(vs->loss);
+		free(vs->error);
+		cas_manifest_free(vs->m);
+	}
+	free(r->snaps);
+	memset(r, 0, sizeof(*r));
 }

@@ -55,13 +55,37 @@ int restore_stream_to_memory(const struct restore_ctx *c, const struct cas_strea
 int restore_tree(const struct restore_ctx *c, const struct cas_manifest *m, const char *dest,
 		 uint64_t *bytes_out);
 
+/* What one snapshot lost to bad chunks in one of its streams. */
+struct verify_loss {
+	const char *stream;          /* its name (in the snapshot's manifest) */
+	uint32_t stream_index;
+	uint64_t chunks, bytes;      /* uses of bad chunks, and their bytes */
+	uint8_t (*shas)[32];         /* the bad chunks, each once */
+	size_t nshas;
+};
+struct verify_snap {
+	uint8_t id[32];
+	struct cas_manifest *m;      /* NULL when it could not be loaded */
+	char *error;                 /* then: why (manifest or piece damaged) */
+	uint64_t bad_chunks, bad_bytes;
+	struct verify_loss *loss;    /* streams that lost chunks */
+	size_t nloss;
+};
 struct verify_result {
-	uint64_t chunks, bytes, bad;
+	uint64_t chunks, bytes, bad;  /* distinct chunks checked, their bytes, bad ones */
+	struct verify_snap *snaps;    /* one per id asked for, in that order */
+	size_t nsnaps, damaged;
 };
 /* Re-reads and re-hashes every chunk the given snapshots reference, each
- * distinct chunk once; prints one line per bad chunk on stderr. Returns 0
- * when all are good, -EBADMSG when any is bad, other negatives on failure. */
+ * distinct chunk once, and says per snapshot what it lost: a manifest or
+ * extent-list piece that does not load (the whole snapshot), or the streams
+ * whose chunks are missing or damaged; a bad chunk counts against every
+ * snapshot that uses it. Never stops at the first damage. Prints one line
+ * per bad chunk on stderr. Returns 0 when all are whole, -EBADMSG when any
+ * snapshot is damaged (r filled in either way), other negatives on failure.
+ * Free r with restore_verify_free. */
 int restore_verify(struct cas_store *s, const uint8_t (*ids)[32], size_t nids, unsigned threads,
 		   bool quiet, struct verify_result *r);
+void restore_verify_free(struct verify_result *r);
 
 #endif

@@ -1,11 +1,15 @@
 /* fs.c - file-system helpers; see fs.h. */
 #include "util/fs.h"
+#include "util/err.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -30,4 +34,133 @@ int fs_rm_tree(const char *path)
 	if (rmdir(path) < 0)
 		rc = -errno;
 	return rc;
+}
+
+/* Whether fd (locked) is still the file at path: a sweeper that took the
+ * lock first, found it free and removed the set, unlinks the lock file
+ * before letting go of it. */
+static int still_linked(int fd, const char *path)
+{
+	struct stat a, b;
+	return fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+int fs_workdir_make(const char *parent, const char *prefix, char *dir, unsigned long cap, int *lock_fd)
+{
+	char lock[PATH_MAX];
+	for (int tries = 0; tries < 100; tries++) {
+		int n = snprintf(lock, sizeof(lock), "%s/%sXXXXXX.lock", parent, prefix);
+		if (n < 0 || (unsigned long)n >= sizeof(lock) || (unsigned long)n - 5 >= cap)
+			return crest_errx(-ENAMETOOLONG, "a working directory under %s: path too long", parent);
+		int fd = mkostemps(lock, 5, O_CLOEXEC);
+		if (fd < 0)
+			return crest_errf(-errno, "cannot create a working directory's lock under %s", parent);
+		while (flock(fd, LOCK_EX) < 0)
+			if (errno != EINTR) {
+				int rc = crest_errf(-errno, "cannot lock %s", lock);
+				unlink(lock);
+				close(fd);
+				return rc;
+			}
+		if (!still_linked(fd, lock)) {   /* swept before we locked it */
+			close(fd);
+			continue;
+		}
+		memcpy(dir, lock, (size_t)n - 5);
+		dir[n - 5] = 0;
+		if (mkdir(dir, 0700) < 0) {
+			int rc = crest_errf(-errno, "cannot create %s", dir);
+			unlink(lock);
+			close(fd);
+			dir[0] = 0;
+			return rc;
+		}
+		*lock_fd = fd;
+		return 0;
+	}
+	return crest_errx(-EAGAIN, "cannot create a working directory under %s: its lock kept being "
+			  "swept away", parent);
+}
+
+/* Removes base and every entry base + ".SUFFIX" in parent except the lock;
+ * 0 when all are gone. */
+static int workdir_remove(const char *parent, const char *base)
+{
+	char p[PATH_MAX + 256];
+	snprintf(p, sizeof(p), "%s/%s", parent, base);
+	int rc = fs_rm_tree(p);
+	size_t bl = strlen(base);
+	DIR *d = opendir(parent);
+	if (!d)
+		return -errno;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (strncmp(e->d_name, base, bl) || e->d_name[bl] != '.' || !strcmp(e->d_name + bl, ".lock"))
+			continue;
+		snprintf(p, sizeof(p), "%s/%s", parent, e->d_name);
+		struct stat sb;
+		int r = lstat(p, &sb) == 0 && S_ISDIR(sb.st_mode) ? fs_rm_tree(p) : (unlink(p) < 0 ? -errno : 0);
+		if (r < 0 && r != -ENOENT)
+			rc = r;
+	}
+	closedir(d);
+	return rc;
+}
+
+void fs_workdir_release(const char *dir, int lock_fd)
+{
+	const char *slash = strrchr(dir, '/');
+	if (!slash || lock_fd < 0)
+		return;
+	char parent[PATH_MAX], lock[PATH_MAX + 8];
+	snprintf(parent, sizeof(parent), "%.*s", (int)(slash - dir), dir);
+	snprintf(lock, sizeof(lock), "%s.lock", dir);
+	/* The lock goes last, and only when all else went: a set left half
+	 * removed stays sweepable. */
+	if (workdir_remove(parent, slash + 1) == 0)
+		unlink(lock);
+	close(lock_fd);
+}
+
+int fs_workdir_sweep(const char *parent, const char *prefix)
+{
+	DIR *d = opendir(parent);
+	if (!d)
+		return -errno;
+	/* The names first: removing while reading the same directory would
+	 * leave readdir's order undefined. */
+	char **locks = NULL;
+	size_t n = 0, pl = strlen(prefix);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		size_t l = strlen(e->d_name);
+		if (l <= pl + 5 || strncmp(e->d_name, prefix, pl) || strcmp(e->d_name + l - 5, ".lock"))
+			continue;
+		char **nl = realloc(locks, (n + 1) * sizeof(*nl));
+		if (!nl)
+			break;
+		locks = nl;
+		if (!(locks[n] = strdup(e->d_name)))
+			break;
+		n++;
+	}
+	closedir(d);
+	int removed = 0;
+	for (size_t i = 0; i < n; i++) {
+		char lock[PATH_MAX + 256];
+		snprintf(lock, sizeof(lock), "%s/%s", parent, locks[i]);
+		int fd = open(lock, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		if (fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0 && still_linked(fd, lock)) {
+			locks[i][strlen(locks[i]) - 5] = 0;
+			if (workdir_remove(parent, locks[i]) == 0) {
+				unlink(lock);
+				removed++;
+			}
+		}
+		if (fd >= 0)
+			close(fd);
+		free(locks[i]);
+	}
+	free(locks);
+	return removed;
 }

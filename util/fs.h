@@ -6,4 +6,20 @@
  * it is gone, or was never there; -errno of the last failure otherwise. */
 int fs_rm_tree(const char *path);
 
+/* Working directories in a shared place (images on /dev/shm) that a killed
+ * owner cannot leak for good: a process killed with -9 runs no clean-up,
+ * but the kernel drops its flocks.
+ *
+ * fs_workdir_make creates PARENT/PREFIXxxxxxx.lock, holds an flock on it
+ * (*lock_fd, close-on-exec) and then creates the directory
+ * PARENT/PREFIXxxxxxx (0700), whose path goes to dir (cap bytes). Its owner
+ * may put more entries beside it, named dir + ".SUFFIX". 0 or -errno with a
+ * message. fs_workdir_release removes the directory, those entries and the
+ * lock. fs_workdir_sweep removes every such set under parent whose lock is
+ * free (its owner ended) and returns how many it removed; it never touches
+ * one whose lock is held, nor a PREFIX entry with no lock file beside it. */
+int fs_workdir_make(const char *parent, const char *prefix, char *dir, unsigned long cap, int *lock_fd);
+void fs_workdir_release(const char *dir, int lock_fd);
+int fs_workdir_sweep(const char *parent, const char *prefix);
+
 #endif
