@@ -12,6 +12,7 @@
  *   't' name     -> id[32] of the tagged snapshot
  */
 #include "cas/cas_int.h"
+#include "cas/format.h"
 #include "util/err.h"
 #include "util/par.h"
 #include "util/sha256.h"
@@ -260,36 +261,6 @@ void cas_close(struct cas_store *s)
 
 /* ---- chunk index ---- */
 
-static void loc_encode(const struct cas_loc *l, uint8_t b[21])
-{
-	for (int i = 0; i < 4; i++)
-		b[i] = (uint8_t)(l->pack >> (8 * i));
-	for (int i = 0; i < 8; i++)
-		b[4 + i] = (uint8_t)(l->off >> (8 * i));
-	for (int i = 0; i < 4; i++)
-		b[12 + i] = (uint8_t)(l->stored >> (8 * i));
-	for (int i = 0; i < 4; i++)
-		b[16 + i] = (uint8_t)(l->raw >> (8 * i));
-	b[20] = l->codec;
-}
-
-static int loc_decode(const uint8_t *b, size_t n, struct cas_loc *l)
-{
-	if (n != 21)
-		return -EBADMSG;
-	memset(l, 0, sizeof(*l));
-	for (int i = 0; i < 4; i++)
-		l->pack |= (uint32_t)b[i] << (8 * i);
-	for (int i = 0; i < 8; i++)
-		l->off |= (uint64_t)b[4 + i] << (8 * i);
-	for (int i = 0; i < 4; i++)
-		l->stored |= (uint32_t)b[12 + i] << (8 * i);
-	for (int i = 0; i < 4; i++)
-		l->raw |= (uint32_t)b[16 + i] << (8 * i);
-	l->codec = b[20];
-	return 0;
-}
-
 /* A value from the index, or NULL with *rc = -ENOENT or an error. */
 static char *db_get(struct cas_store *s, char type, const void *key, size_t klen, size_t *vlen, int *rc)
 {
@@ -317,7 +288,7 @@ int cas_chunk_lookup(struct cas_store *s, const uint8_t sha[32], struct cas_loc 
 	char *v = db_get(s, 'c', sha, 32, &n, &rc);
 	if (!v)
 		return rc;
-	rc = loc_decode((const uint8_t *)v, n, loc);
+	rc = cas_loc_decode((const uint8_t *)v, n, loc);
 	rocksdb_free(v);
 	if (rc < 0) {
 		char hex[65];
@@ -379,11 +350,11 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
 	for (size_t i = 0; i < n; i++) {
 		char k[33];
-		uint8_t v[21];
+		uint8_t v[CAS_LOC_BYTES];
 		k[0] = 'c';
 		memcpy(k + 1, e[i].sha, 32);
-		loc_encode(&e[i].loc, v);
-		rocksdb_writebatch_put(b, k, 33, (const char *)v, 21);
+		cas_loc_encode(&e[i].loc, v);
+		rocksdb_writebatch_put(b, k, 33, (const char *)v, CAS_LOC_BYTES);
 	}
 	char k[1 + 256];
 	/* Pieces go in the same batch as the manifest that names them: a
@@ -754,7 +725,7 @@ static int foreach_cb(const char *k, size_t kl, const char *v, size_t vl, void *
 {
 	struct foreach_ctx *c = arg;
 	struct cas_loc loc;
-	if (kl != 32 || loc_decode((const uint8_t *)v, vl, &loc) < 0)
+	if (kl != 32 || cas_loc_decode((const uint8_t *)v, vl, &loc) < 0)
 		return crest_errx(-EBADMSG, "a chunk index entry is damaged");
 	return c->cb((const uint8_t *)k, &loc, c->arg);
 }
