@@ -1,7 +1,9 @@
-/* format.c - the chunk index value's encoding; see format.h. */
+/* format.c - the chunk index value's encoding, tag and snapshot names; see format.h. */
 #include "cas/format.h"
+#include "util/err.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 void cas_loc_encode(const struct cas_loc *l, uint8_t b[CAS_LOC_BYTES])
@@ -32,4 +34,38 @@ int cas_loc_decode(const uint8_t *b, size_t n, struct cas_loc *l)
 		l->raw |= (uint32_t)b[16 + i] << (8 * i);
 	l->codec = b[20];
 	return 0;
+}
+
+static bool tag_ok(const char *tag)
+{
+	size_t n = strlen(tag);
+	if (n == 0 || n > 128)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = tag[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '-' || c == '_' || c == '.' || c == '/' || c == '@' || c == '+'))
+			return false;
+	}
+	return true;
+}
+
+int cas_tag_check(const char *tag)
+{
+	if (tag_ok(tag))
+		return 0;
+	size_t n = strlen(tag);
+	if (n == 0 || n > 128)
+		return crest_errx(-EINVAL, "tag '%s': must be 1 to 128 characters", tag);
+	return crest_errx(-EINVAL, "tag '%s': only letters, digits and -_./@+ are allowed", tag);
+}
+
+int cas_snapshot_name_kind(const char *name)
+{
+	const size_t n = strlen(name);
+	bool hex = n >= 4 && n <= 64;
+	for (size_t i = 0; i < n && hex; i++)
+		hex = (name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f') ||
+		      (name[i] >= 'A' && name[i] <= 'F');
+	return (tag_ok(name) ? CAS_NAME_TAG : 0) | (hex ? CAS_NAME_PREFIX : 0);
 }

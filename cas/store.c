@@ -400,20 +400,6 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 
 /* ---- snapshots and tags ---- */
 
-int cas_tag_check(const char *tag)
-{
-	size_t n = strlen(tag);
-	if (n == 0 || n > 128)
-		return crest_errx(-EINVAL, "tag '%s': must be 1 to 128 characters", tag);
-	for (size_t i = 0; i < n; i++) {
-		char c = tag[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '-' || c == '_' || c == '.' || c == '/' || c == '@' || c == '+'))
-			return crest_errx(-EINVAL, "tag '%s': only letters, digits and -_./@+ are allowed", tag);
-	}
-	return 0;
-}
-
 int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32])
 {
 	int rc = cas_tag_check(tag);
@@ -487,7 +473,8 @@ int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
 	int rc;
 	if (n == 0)
 		return crest_errx(-EINVAL, "empty snapshot name");
-	if (n <= 128 && cas_tag_check(name) == 0) {
+	const int kind = cas_snapshot_name_kind(name);
+	if (kind & CAS_NAME_TAG) {
 		char *v = db_get(s, 't', name, n, &vl, &rc);
 		if (v) {
 			if (vl == 32)
@@ -500,12 +487,7 @@ int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
 		if (rc != -ENOENT)
 			return rc;
 	}
-	crest_errset_str("");
-	int hexlike = n >= 4 && n <= 64;
-	for (size_t i = 0; i < n && hexlike; i++)
-		hexlike = (name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f') ||
-			  (name[i] >= 'A' && name[i] <= 'F');
-	if (!hexlike)
+	if (!(kind & CAS_NAME_PREFIX))
 		return crest_errx(-ENOENT, "no snapshot named '%s' in %s (not a tag, not an id prefix)",
 				  name, s->dir);
 	struct resolve_ctx c = { .prefix = name, .plen = n };
