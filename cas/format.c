@@ -33,6 +33,10 @@ int cas_loc_decode(const uint8_t *b, size_t n, struct cas_loc *l)
 	for (int i = 0; i < 4; i++)
 		l->raw |= (uint32_t)b[16 + i] << (8 * i);
 	l->codec = b[20];
+	/* A damaged entry must not reach the pack tables (pack + 16 would
+	 * wrap in 32 bits) or a decoder that does not exist. */
+	if (l->pack >= CAS_PACK_NUM_MAX || l->codec > CAS_CODEC_LZ4)
+		return -EBADMSG;
 	return 0;
 }
 

@@ -11,11 +11,15 @@
 
 #include "cas/cas.h"
 
+/* Pack numbers are below this: readers size per-pack tables by pack + a
+ * margin in 32 bits, which must not wrap. */
+#define CAS_PACK_NUM_MAX 0x7fffffffu
 #define CAS_LOC_BYTES 21
 
 /* A chunk index value: pack u32, off u64, stored u32, raw u32, codec u8,
  * little-endian. Decoding returns -EBADMSG (no message) when n is not
- * CAS_LOC_BYTES. */
+ * CAS_LOC_BYTES, the pack number is CAS_PACK_NUM_MAX or more, or the codec
+ * is unknown. */
 void cas_loc_encode(const struct cas_loc *l, uint8_t b[CAS_LOC_BYTES]);
 int cas_loc_decode(const uint8_t *b, size_t n, struct cas_loc *l);
 

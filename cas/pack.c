@@ -15,6 +15,7 @@
  * handed out, so no two records overlap and nothing committed is rewritten.
  */
 #include "cas/cas_int.h"
+#include "cas/format.h"
 #include "util/crc32c.h"
 #include "util/err.h"
 #include "util/sha256.h"
@@ -448,6 +449,10 @@ int cas_pack_sync(struct cas_store *s)
 
 static int pack_rfd(struct cas_store *s, uint32_t pack)
 {
+	/* The table grows to pack + 16 entries: a pack number near 2^32 would
+	 * wrap that to a few and index past the end. */
+	if (pack >= CAS_PACK_NUM_MAX)
+		return crest_errx(-EBADMSG, "pack number %u is out of range (damaged index?)", pack);
 	pthread_mutex_lock(&s->rfd_lock);
 	if (pack >= s->nrfds) {
 		uint32_t n = pack + 16;
