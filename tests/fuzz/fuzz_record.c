@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,11 +37,30 @@ static struct cas_reader *rd;
 static int pack_fd = -1;
 static uint8_t *raw, *scratch, *bounce, *span;
 static const uint8_t anchor[32] = { 0xa5, 0x5a, 1, 2, 3 };
+static char top[64];
+
+static int rm_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path);
+	return 0;
+}
+
+/* libFuzzer ends a bounded run with exit(): the store goes with it. */
+static void cleanup(void)
+{
+	if (top[0])
+		nftw(top, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
 
 static void setup(void)
 {
 	char tmpl[] = "/tmp/crest-fuzz-XXXXXX";
 	CHECK(mkdtemp(tmpl));
+	snprintf(top, sizeof(top), "%s", tmpl);
+	atexit(cleanup);
 	char dir[4096];
 	snprintf(dir, sizeof(dir), "%s/store", tmpl);
 	struct cas_store *w;
@@ -67,7 +87,8 @@ static void setup(void)
 	bounce = malloc(CAS_CHUNK_MAX);
 	span = malloc(SPAN);
 	CHECK(raw && scratch && bounce && span);
-	/* The directory is left behind only if the process dies: it is small. */
+	/* The directory is left behind only if the process dies (a crash):
+	 * it is small. */
 }
 
 /* The walk a restore makes, from the pack's first record. */
