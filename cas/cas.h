@@ -61,6 +61,21 @@ struct cas_loc {
 	uint8_t codec;
 };
 
+/* A chunk index value ('c' keys): pack u32, off u64, stored u32, raw u32,
+ * codec u8, little-endian (format.c). Decoding returns -EBADMSG (no
+ * message) when n is not CAS_LOC_BYTES, the pack number is
+ * CAS_FILE_NUM_MAX or more, or the codec is unknown. */
+#define CAS_LOC_BYTES 21
+#define CAS_PACK_NUM_MAX CAS_FILE_NUM_MAX
+void cas_loc_encode(const struct cas_loc *l, uint8_t b[CAS_LOC_BYTES]);
+int cas_loc_decode(const uint8_t *b, size_t n, struct cas_loc *l);
+
+/* What a snapshot name may be (cas_snapshot_resolve tries a tag first,
+ * then an id prefix): CAS_NAME_TAG when it is a valid tag, CAS_NAME_PREFIX
+ * when it is 4 to 64 hex digits, both, or 0 for neither (an empty name). */
+enum { CAS_NAME_TAG = 1, CAS_NAME_PREFIX = 2 };
+int cas_snapshot_name_kind(const char *name);
+
 /* The default store: $CREST_STORE, else ./crest-store. */
 const char *cas_default_path(void);
 

@@ -1,7 +1,11 @@
-/* format.c - the small encoders of format.h that are not inline. */
-#include "cas/format.h"
+/* format.c - the encoders and checks of the on-disk format that are not
+ * inline (format.h), the chunk index value's encoding, and tag and
+ * snapshot names (cas.h): pure functions, tested and fuzzed without a store. */
+#include "cas/cas.h"
+#include "util/err.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <string.h>
 
 void cas_file_header(uint8_t h[CAS_FILE_HEADER], const char *magic, uint32_t version, uint32_t num)
@@ -19,4 +23,72 @@ int cas_file_header_check(const uint8_t h[CAS_FILE_HEADER], const char *magic, u
 	*version = cas_le32_get(h + 8);
 	*num = cas_le32_get(h + 12);
 	return 0;
+}
+
+void cas_loc_encode(const struct cas_loc *l, uint8_t b[CAS_LOC_BYTES])
+{
+	for (int i = 0; i < 4; i++)
+		b[i] = (uint8_t)(l->pack >> (8 * i));
+	for (int i = 0; i < 8; i++)
+		b[4 + i] = (uint8_t)(l->off >> (8 * i));
+	for (int i = 0; i < 4; i++)
+		b[12 + i] = (uint8_t)(l->stored >> (8 * i));
+	for (int i = 0; i < 4; i++)
+		b[16 + i] = (uint8_t)(l->raw >> (8 * i));
+	b[20] = l->codec;
+}
+
+int cas_loc_decode(const uint8_t *b, size_t n, struct cas_loc *l)
+{
+	if (n != CAS_LOC_BYTES)
+		return -EBADMSG;
+	memset(l, 0, sizeof(*l));
+	for (int i = 0; i < 4; i++)
+		l->pack |= (uint32_t)b[i] << (8 * i);
+	for (int i = 0; i < 8; i++)
+		l->off |= (uint64_t)b[4 + i] << (8 * i);
+	for (int i = 0; i < 4; i++)
+		l->stored |= (uint32_t)b[12 + i] << (8 * i);
+	for (int i = 0; i < 4; i++)
+		l->raw |= (uint32_t)b[16 + i] << (8 * i);
+	l->codec = b[20];
+	/* A damaged entry must not reach the pack tables (pack + 16 would
+	 * wrap in 32 bits) or a decoder that does not exist. */
+	if (l->pack >= CAS_PACK_NUM_MAX || l->codec > CAS_CODEC_LZ4)
+		return -EBADMSG;
+	return 0;
+}
+
+static bool tag_ok(const char *tag)
+{
+	size_t n = strlen(tag);
+	if (n == 0 || n > 128)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = tag[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '-' || c == '_' || c == '.' || c == '/' || c == '@' || c == '+'))
+			return false;
+	}
+	return true;
+}
+
+int cas_tag_check(const char *tag)
+{
+	if (tag_ok(tag))
+		return 0;
+	size_t n = strlen(tag);
+	if (n == 0 || n > 128)
+		return crest_errx(-EINVAL, "tag '%s': must be 1 to 128 characters", tag);
+	return crest_errx(-EINVAL, "tag '%s': only letters, digits and -_./@+ are allowed", tag);
+}
+
+int cas_snapshot_name_kind(const char *name)
+{
+	const size_t n = strlen(name);
+	bool hex = n >= 4 && n <= 64;
+	for (size_t i = 0; i < n && hex; i++)
+		hex = (name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f') ||
+		      (name[i] >= 'A' && name[i] <= 'F');
+	return (tag_ok(name) ? CAS_NAME_TAG : 0) | (hex ? CAS_NAME_PREFIX : 0);
 }

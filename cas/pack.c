@@ -15,6 +15,7 @@
  * handed out, so no two records overlap and nothing committed is rewritten.
  */
 #include "cas/cas_int.h"
+#include "cas/format.h"
 #include "util/crc32c.h"
 #include "util/err.h"
 #include "util/sha256.h"

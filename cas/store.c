@@ -12,6 +12,7 @@
  *   't' name     -> id[32] of the tagged snapshot
  */
 #include "cas/cas_int.h"
+#include "cas/format.h"
 #include "util/err.h"
 #include "util/par.h"
 #include "util/sha256.h"
@@ -540,36 +541,6 @@ void cas_close(struct cas_store *s)
 
 /* ---- chunk index ---- */
 
-static void loc_encode(const struct cas_loc *l, uint8_t b[21])
-{
-	for (int i = 0; i < 4; i++)
-		b[i] = (uint8_t)(l->pack >> (8 * i));
-	for (int i = 0; i < 8; i++)
-		b[4 + i] = (uint8_t)(l->off >> (8 * i));
-	for (int i = 0; i < 4; i++)
-		b[12 + i] = (uint8_t)(l->stored >> (8 * i));
-	for (int i = 0; i < 4; i++)
-		b[16 + i] = (uint8_t)(l->raw >> (8 * i));
-	b[20] = l->codec;
-}
-
-static int loc_decode(const uint8_t *b, size_t n, struct cas_loc *l)
-{
-	if (n != 21)
-		return -EBADMSG;
-	memset(l, 0, sizeof(*l));
-	for (int i = 0; i < 4; i++)
-		l->pack |= (uint32_t)b[i] << (8 * i);
-	for (int i = 0; i < 8; i++)
-		l->off |= (uint64_t)b[4 + i] << (8 * i);
-	for (int i = 0; i < 4; i++)
-		l->stored |= (uint32_t)b[12 + i] << (8 * i);
-	for (int i = 0; i < 4; i++)
-		l->raw |= (uint32_t)b[16 + i] << (8 * i);
-	l->codec = b[20];
-	return l->pack < CAS_FILE_NUM_MAX && l->codec <= CAS_CODEC_LZ4 ? 0 : -EBADMSG;
-}
-
 /* A value from the index, or NULL with *rc = -ENOENT or an error. */
 static char *db_get(struct cas_store *s, char type, const void *key, size_t klen, size_t *vlen, int *rc)
 {
@@ -597,7 +568,7 @@ int cas_chunk_lookup(struct cas_store *s, const uint8_t sha[32], struct cas_loc 
 	char *v = db_get(s, 'c', sha, 32, &n, &rc);
 	if (!v)
 		return rc;
-	rc = loc_decode((const uint8_t *)v, n, loc);
+	rc = cas_loc_decode((const uint8_t *)v, n, loc);
 	rocksdb_free(v);
 	if (rc < 0) {
 		char hex[65];
@@ -752,10 +723,10 @@ void cas_batch_end(rocksdb_writebatch_t *b, char type, uint32_t num, uint64_t en
 void cas_batch_entry(rocksdb_writebatch_t *b, const uint8_t sha[32], const struct cas_loc *loc)
 {
 	char k[33];
-	uint8_t v[21];
+	uint8_t v[CAS_LOC_BYTES];
 	k[0] = 'c';
 	memcpy(k + 1, sha, 32);
-	loc_encode(loc, v);
+	cas_loc_encode(loc, v);
 	rocksdb_writebatch_put(b, k, sizeof(k), (const char *)v, sizeof(v));
 }
 
@@ -778,7 +749,8 @@ static int ends_merge(const struct cas_store *s, const struct cas_index_entry *e
 	size_t nv = s->nends, cap = s->nends + 4;
 	if (!v)
 		return -ENOMEM;
-	memcpy(v, s->ends, s->nends * sizeof(*v));
+	if (s->nends)   /* s->ends is NULL before the first commit */
+		memcpy(v, s->ends, s->nends * sizeof(*v));
 	for (size_t i = 0; i < n; i++) {
 		const uint64_t end = e[i].loc.off + CAS_REC_HEADER + e[i].loc.stored;
 		size_t j = 0;
@@ -929,20 +901,6 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 
 /* ---- snapshots and tags ---- */
 
-int cas_tag_check(const char *tag)
-{
-	size_t n = strlen(tag);
-	if (n == 0 || n > 128)
-		return crest_errx(-EINVAL, "tag '%s': must be 1 to 128 characters", tag);
-	for (size_t i = 0; i < n; i++) {
-		char c = tag[i];
-		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-		      c == '-' || c == '_' || c == '.' || c == '/' || c == '@' || c == '+'))
-			return crest_errx(-EINVAL, "tag '%s': only letters, digits and -_./@+ are allowed", tag);
-	}
-	return 0;
-}
-
 int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32])
 {
 	int rc = cas_tag_check(tag);
@@ -1030,7 +988,8 @@ int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
 	int rc;
 	if (n == 0)
 		return crest_errx(-EINVAL, "empty snapshot name");
-	if (n <= 128 && cas_tag_check(name) == 0) {
+	const int kind = cas_snapshot_name_kind(name);
+	if (kind & CAS_NAME_TAG) {
 		char *v = db_get(s, 't', name, n, &vl, &rc);
 		if (v) {
 			if (vl == 32)
@@ -1044,12 +1003,7 @@ int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
 		if (rc != -ENOENT)
 			return rc;
 	}
-	crest_errset_str("");
-	int hexlike = n >= 4 && n <= 64;
-	for (size_t i = 0; i < n && hexlike; i++)
-		hexlike = (name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'f') ||
-			  (name[i] >= 'A' && name[i] <= 'F');
-	if (!hexlike)
+	if (!(kind & CAS_NAME_PREFIX))
 		return crest_errx(-ENOENT, "no snapshot named '%s' in %s (not a tag, not an id prefix)",
 				  name, s->dir);
 	struct resolve_ctx c = { .s = s, .prefix = name, .plen = n };
@@ -1269,7 +1223,7 @@ static int foreach_cb(const char *k, size_t kl, const char *v, size_t vl, void *
 {
 	struct foreach_ctx *c = arg;
 	struct cas_loc loc;
-	if (kl != 32 || loc_decode((const uint8_t *)v, vl, &loc) < 0)
+	if (kl != 32 || cas_loc_decode((const uint8_t *)v, vl, &loc) < 0)
 		return crest_errx(-EBADMSG, "a chunk index entry is damaged");
 	return c->cb((const uint8_t *)k, &loc, c->arg);
 }

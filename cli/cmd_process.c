@@ -138,7 +138,7 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			tag = v;
 		} else if (!strcmp(a, "--every")) {
 			if (cli_parse_duration(v, &every_ns) < 0) {
-				fprintf(stderr, "crest: --every %s: not a duration (30s, 5m, 1h)\n", v);
+				fprintf(stderr, "crest: --every %s: not a duration from 1ms to 366 days (30s, 5m, 1h)\n", v);
 				return 2;
 			}
 		} else if (!strcmp(a, "--count")) {

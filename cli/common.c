@@ -58,9 +58,12 @@ int cli_parse_globals(struct cli *c, int argc, char **argv)
 int cli_parse_size(const char *s, uint64_t *out)
 {
 	char *end;
+	/* strtoull alone would take " -1" (spaces, then a sign it negates). */
+	if (s[0] < '0' || s[0] > '9')
+		return -EINVAL;
 	errno = 0;
 	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || end == s || s[0] == '-')
+	if (errno)
 		return -EINVAL;
 	uint64_t mul = 1;
 	switch (*end) {
@@ -86,7 +89,9 @@ int cli_parse_duration(const char *s, uint64_t *ns)
 	char *end;
 	errno = 0;
 	double v = strtod(s, &end);
-	if (errno || end == s || v <= 0)
+	/* Decimal digits only: strtod also reads "nan", "inf", hex and
+	 * leading spaces. */
+	if (errno || end == s || strspn(s, "0123456789.eE+-") != (size_t)(end - s) || !(v > 0))
 		return -EINVAL;
 	double mul = 1e9;
 	if (!strcmp(end, "ms"))
@@ -99,7 +104,12 @@ int cli_parse_duration(const char *s, uint64_t *ns)
 		mul = 3600e9;
 	else
 		return -EINVAL;
-	*ns = (uint64_t)(v * mul);
+	/* Compared as doubles before the conversion, which is undefined for a
+	 * value out of range (1e308s would be). */
+	const double t = v * mul;
+	if (!(t >= (double)CLI_DURATION_MIN_NS && t <= (double)CLI_DURATION_MAX_NS))
+		return -EINVAL;
+	*ns = (uint64_t)t;
 	return 0;
 }
 

@@ -26,7 +26,10 @@ int cli_parse_globals(struct cli *c, int argc, char **argv);
 
 /* "4096", "64K", "16M", "2G" (powers of 1024). -EINVAL on anything else. */
 int cli_parse_size(const char *s, uint64_t *out);
-/* "30s", "5m", "1h", "250ms", plain seconds. */
+/* "30s", "5m", "1h", "250ms", plain seconds: a finite number, from 1 ms to
+ * 366 days. -EINVAL on anything else. */
+#define CLI_DURATION_MIN_NS 1000000ull
+#define CLI_DURATION_MAX_NS (366ull * 86400 * 1000000000)
 int cli_parse_duration(const char *s, uint64_t *ns);
 
 /* Prints "PROG: MESSAGE" for the current error and returns the exit code. */

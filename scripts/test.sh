@@ -7,6 +7,8 @@
 # warns where the others do not (about a minute on two cores). All three
 # build with CREST_WERROR, so a warning fails the suite; users' builds do
 # not set it.
+# Then the fuzz targets (tests/fuzz/run.sh, clang, build-fuzz/), each for
+# FUZZ_SECONDS (30): one test per target.
 # Installs nothing: scripts/setup.sh does. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -60,6 +62,24 @@ mkdir -p build build-asan build-release
 build build-release -DCMAKE_BUILD_TYPE=Release
 run build
 run build-asan -DCREST_SANITIZE=ON
+# Third stage: the fuzz targets, one test each; skipped (with the reason)
+# only where clang or libFuzzer is missing.
+echo "=== build-fuzz: fuzz targets"
+mkdir -p build-fuzz
+set +e
+tests/fuzz/run.sh 2>&1 | tee build-fuzz/run.log
+frc=${PIPESTATUS[0]}
+set -e
+fpass=$(grep -cE "^fuzz_[a-z_]+: passed" build-fuzz/run.log || true)
+ffail=$(grep -cE "^fuzz_[a-z_]+: FAILED" build-fuzz/run.log || true)
+fskip=$(grep -cE "^skip fuzz_[a-z_]+:" build-fuzz/run.log || true)
+if [ "$frc" -ne 0 ] && [ "$frc" -ne 77 ] && [ "$ffail" -eq 0 ]; then
+	ffail=1   # it failed before running a target (configure, build)
+fi
+[ "$frc" -eq 0 ] || [ "$frc" -eq 77 ] || status=1
+PASSED=$((PASSED + fpass))
+FAILED=$((FAILED + ffail))
+SKIPPED=$((SKIPPED + fskip))
 [ "$FAILED" -eq 0 ] || status=1
 [ "$status" -eq 0 ] && echo "=== all tests passed" || echo "=== some tests FAILED" >&2
 echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
