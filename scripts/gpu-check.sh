@@ -63,6 +63,9 @@ if [ "${1:-}" = --bundle ]; then
 	# (lib -> usr/lib) and travel as links.
 	mkdir -p .gpu/criu
 	(cd .deps/criu && tar --exclude=./.apt -cf - .) | tar -xf - -C .gpu/criu
+	# The commit the binaries were built from: the tree that travels with
+	# them need not have the same .git.
+	{ git rev-parse --short HEAD; git diff --quiet HEAD || echo "(+ uncommitted changes)"; } | paste -sd' ' >.gpu/COMMIT
 	.gpu/criu/criu --version | head -1
 	du -sh .gpu | awk '{print "gpu-check: .gpu is " $1 " (the device call carries at most 64 MiB with the tree)"}'
 	exit 0
@@ -126,7 +129,7 @@ if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q 
 fi
 {
 	echo "gpu-check: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cpus, $(free -g | awk '/Mem:/{print $2}') GiB RAM," \
-		"kernel $(uname -r), binaries from $FROM, commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+		"kernel $(uname -r), binaries from $FROM, commit $( if [ "$FROM" = ".gpu/ (bundle)" ] && [ -f .gpu/COMMIT ]; then cat .gpu/COMMIT; else git rev-parse --short HEAD 2>/dev/null || echo '?'; fi)"
 	if [ $GPU = 1 ]; then
 		nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | sed 's/^/gpu-check: gpu: /'
 	else
