@@ -332,6 +332,10 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 		n++;
 		o += x->len;
 	}
+	if (n == 0) {   /* holes only: no tables (perhaps none allocated yet) */
+		wk->windows++;
+		return 0;
+	}
 	uint64_t t0 = time_now_ns();
 	int rc = ws_reserve(ws, n);
 	if (rc < 0)
