@@ -217,13 +217,11 @@ int cmd_verify(struct cli *c, int argc, char **argv)
 		else
 			verify_print_text(c, &r);
 	}
-	restore_verify_free(&r);
-	if (rc < 0)
-		return cli_fail(c, rc);
-	if (!c->json && !c->quiet) {
+	if (rc == 0 && !c->json && !c->quiet) {
 		char b[32];
 		printf("ok: %zu snapshot%s, %llu chunks, %s re-read and re-hashed in %.2f s\n", n,
 		       n == 1 ? "" : "s", (unsigned long long)r.chunks, fmt_bytes(r.bytes, b, sizeof(b)), secs);
 	}
-	return 0;
+	restore_verify_free(&r);   /* it clears r: the summary above reads it first */
+	return rc < 0 ? cli_fail(c, rc) : 0;
 }

@@ -46,6 +46,9 @@ cat "$T/repair.out"
 [ "$("$CREST" --json ls | grep -o '"id"' | wc -l)" -eq 7 ] || "$CREST" ls
 check_all 7 "after repair"
 verify_store "after repair"
+# Its summary counts what it re-read: never 0 chunks for a store with data.
+summary=$("$CASCTL" verify | tail -n1)
+grep -qE "^ok: 7 snapshots, [1-9][0-9]* chunks" <<<"$summary" || fail "verify's summary: $summary"
 
 note "a pack lost"
 pack=$(ls "$S"/packs/*.pack | head -n1)
