@@ -1115,7 +1115,7 @@ static int stream_new(struct engine_snap *s, const char *name, uint8_t type, boo
 int engine_add_entry(struct engine_snap *s, const char *name, uint8_t type, uint32_t mode,
 		     int64_t mtime_ns, const char *target)
 {
-	struct engine_stream *st;
+	struct engine_stream *st = NULL;
 	int rc = stream_new(s, name, type, false, &st);
 	if (rc < 0)
 		return rc;
