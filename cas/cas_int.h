@@ -114,6 +114,9 @@ int cas_batch_write(struct cas_store *s, rocksdb_writebatch_t *b, const char *wh
  * notes in store.c). full: as if the index recorded nothing (repair, into
  * an empty index). *floor: pack numbers below it are taken. */
 int cas_recover(struct cas_store *s, bool full, uint32_t *floor);
+/* Copies a format 1 store's manifests, pieces and tags into a meta log and
+ * records its packs' ends (recover.c). */
+int cas_upgrade_from_1(struct cas_store *s);
 /* Readers: ids revoked in the meta logs past their committed ends. */
 int cas_hidden_load(struct cas_store *s);
 bool cas_hidden(const struct cas_store *s, const uint8_t id[32]);

@@ -554,3 +554,58 @@ void cas_recovery_get(const struct cas_store *s, struct cas_recovery *r)
 {
 	*r = s->rec;
 }
+
+/* Format 1 to 2. A format 1 store's snapshots live in its index alone; the
+ * first writer of format 2 copies every manifest, piece and tag into a meta
+ * log, and records every pack's end, before FORMAT says 2: from then on
+ * repair can rebuild everything and lost packs are noticed. Run again after
+ * a crash midway, it writes the same records again (harmless). */
+int cas_upgrade_from_1(struct cas_store *s)
+{
+	static const char types[] = { 'l', 'm', 't' };
+	static const uint8_t kinds[] = { CAS_META_PIECE, CAS_META_MANIFEST, CAS_META_TAG };
+	struct cas_meta_buf mb = { 0 };
+	int rc = 0;
+	uint64_t old_end;
+	for (int t = 0; rc == 0 && t < 3; t++) {
+		rocksdb_iterator_t *it = rocksdb_create_iterator(s->db, s->ropts);
+		for (rocksdb_iter_seek(it, &types[t], 1); rc == 0 && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+			size_t kl, vl;
+			const char *k = rocksdb_iter_key(it, &kl);
+			if (kl < 1 || k[0] != types[t])
+				break;
+			const char *v = rocksdb_iter_value(it, &vl);
+			if (types[t] == 't') {   /* name -> id */
+				if (vl == 32 && kl > 1 && kl - 1 <= 128)
+					cas_meta_rec(&mb, kinds[t], (const uint8_t *)v, k + 1, kl - 1);
+			} else if (kl == 33) {
+				cas_meta_rec(&mb, kinds[t], (const uint8_t *)k + 1, v, vl);
+			}
+			if (mb.len >= (64u << 20)) {
+				rc = cas_meta_append(s, &mb, &old_end);
+				mb.len = 0;
+			}
+		}
+		rocksdb_iter_destroy(it);
+	}
+	if (rc == 0 && mb.len)
+		rc = cas_meta_append(s, &mb, &old_end);
+	free(mb.p);
+	uint32_t max = 0;
+	if (rc == 0)
+		rc = cas_pack_max_on_disk(s, &max);
+	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+	for (uint32_t pack = 1; rc == 0 && pack <= max; pack++) {
+		char path[4096];
+		struct stat st;
+		cas_pack_path(s, pack, path, sizeof(path));
+		if (lstat(path, &st) == 0 && S_ISREG(st.st_mode))
+			cas_batch_end(b, 'p', pack, (uint64_t)st.st_size);
+	}
+	if (rc == 0 && s->meta_fd >= 0)
+		cas_batch_end(b, 'q', s->meta_num, s->meta_end);
+	if (rc == 0)
+		rc = cas_batch_write(s, b, "upgrading the store to format 2");
+	rocksdb_writebatch_destroy(b);
+	return rc < 0 ? crest_errctx(rc, "upgrading store %s from format 1", s->dir) : 0;
+}

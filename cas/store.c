@@ -487,6 +487,10 @@ int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out)
 		rc = store_prepare(dir, mode == CAS_READ ? CAS_READ : CAS_WRITE, &s->format);
 	if (rc == 0 && mode != CAS_READ)
 		rc = store_lock(s);
+	if (rc == 0 && mode == CAS_REPAIR && s->format < 2)
+		rc = crest_errx(-EPROTONOSUPPORT, "store %s has format 1: its snapshots are in its index alone, "
+				"so a repair could not find them; any crest writer upgrades it (crest put), after "
+				"which repair works", dir);
 	if (rc == 0 && mode == CAS_REPAIR)
 		rc = index_set_aside(s);
 	if (rc == 0)
@@ -497,7 +501,9 @@ int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out)
 	if (rc == 0 && mode != CAS_READ)
 		rc = cas_recover(s, mode == CAS_REPAIR, &floor);
 	if (rc == 0 && mode != CAS_READ && s->format < CAS_FORMAT_VERSION) {
-		rc = format_write(dir);   /* what it writes now is format 2 */
+		rc = cas_upgrade_from_1(s);
+		if (rc == 0)
+			rc = format_write(dir);
 		s->format = CAS_FORMAT_VERSION;
 	}
 	if (rc == 0 && mode != CAS_READ)
