@@ -12,6 +12,7 @@
 # must pass casctl verify, and what is reported OK must restore.
 set -uo pipefail
 : "${CREST:?}" "${CASCTL:?}" "${STORE_TOOL:?}" "${FAULTSHIM:?}"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=0:verify_asan_link_order=0}
 T=$(mktemp -d "${TMPDIR:-/tmp}/crest-known.XXXXXX")
 JOB=
 trap '[ -n "$JOB" ] && kill -9 $JOB 2>/dev/null; rm -rf "$T"' EXIT
