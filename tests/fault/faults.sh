@@ -31,7 +31,7 @@
 set -uo pipefail
 
 : "${CREST:?}" "${CASCTL:?}" "${STORE_TOOL:?}" "${FAULTSHIM:?}" "${FAULT_LIB:?}"
-SAMPLES=${FAULT_SAMPLES:-100}
+SAMPLES=${FAULT_SAMPLES:-250}
 SEED=${FAULT_SEED:-$(( (RANDOM << 15) | RANDOM ))}
 OPS=${FAULT_OPS:-put dedup lib ckpt}
 # The shim is preloaded ahead of an ASan build's runtime: allow that order.
