@@ -18,6 +18,7 @@
 #include "cas/format.h"
 #include "util/crc32c.h"
 #include "util/err.h"
+#include "util/fault.h"
 #include "util/sha256.h"
 
 #include <assert.h>
@@ -291,6 +292,7 @@ static void pack_note(struct cas_store *s, uint64_t tag, int res)
 		return;
 	}
 	struct cas_pack_fd *p = &s->unsynced[tag & ~SYNC_TAG];
+	res = crest_fault_res("pack.sync", res);   /* tests only: util/fault.h */
 	p->state = res == 0 ? PFD_SYNCED : PFD_FAILED;
 	p->err = res;
 }
@@ -382,6 +384,7 @@ int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
 			}
 			const unsigned i = (unsigned)tag;
 			got++;
+			res = crest_fault_res("pack.write", res);   /* tests only: util/fault.h */
 			const struct cas_write *r = &w[done + i];
 			if (res >= 0 && (size_t)res < r->len)
 				res = write_rest(fds[i], r->data, r->len, (size_t)res, r->off);

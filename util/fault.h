@@ -1,0 +1,33 @@
+/*
+ * fault.h - a test hook for I/O whose result no LD_PRELOAD shim can see:
+ * io_uring completions (tests/fault/faultshim.c covers the libc calls).
+ *
+ * crest_fault_res(site, res) returns res, unless the environment variable
+ * CREST_FAULT_SITE="SITE:N:ERRNO[:sticky]" names this site: then the Nth
+ * call for it (every call from the Nth with sticky) returns -ERRNO instead
+ * (ERRNO: EIO, ENOSPC or a number). The operation itself has happened; only
+ * its reported result changes, as when a device reports an error late.
+ * With CREST_FAULT_TRACE=FILE every call appends "uring:SITE N -" to FILE,
+ * the same trace format as the shim's, so a test can enumerate the calls.
+ * The environment is read once; unset, a call costs one predictable branch.
+ *
+ * Sites: "pack.write" (a pack write's completion), "pack.sync" (an early
+ * data sync of a finished pack).
+ */
+#ifndef CREST_UTIL_FAULT_H
+#define CREST_UTIL_FAULT_H
+
+#include <stdatomic.h>
+
+int crest_fault_res_slow(const char *site, int res);
+
+extern atomic_int crest_fault_on;   /* -1 not read yet, 0 off, 1 on */
+
+static inline int crest_fault_res(const char *site, int res)
+{
+	if (__builtin_expect(atomic_load_explicit(&crest_fault_on, memory_order_relaxed) == 0, 1))
+		return res;
+	return crest_fault_res_slow(site, res);
+}
+
+#endif
