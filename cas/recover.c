@@ -20,6 +20,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -235,17 +236,31 @@ static const struct item *piece_find(const struct rec_ctx *c, const uint8_t sha[
 
 /* Whether every piece and chunk manifest x needs is there; its pieces and
  * manifest keys go into b if so. *missing counts what is not. */
+/* Appends to what (cap bytes) as far as it fits. */
+static void say(char *what, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void say(char *what, size_t cap, const char *fmt, ...)
+{
+	const size_t used = strlen(what);
+	va_list ap;
+	va_start(ap, fmt);
+	if (used < cap)
+		vsnprintf(what + used, cap - used, fmt, ap);
+	va_end(ap);
+}
+
 static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const struct item *x,
-			  rocksdb_writebatch_t *b, uint64_t *missing)
+			  rocksdb_writebatch_t *b, uint64_t *missing, char *what, size_t cap)
 {
 	uint8_t sum[32];
 	struct cas_manifest *m = NULL;
 	*missing = 0;
+	what[0] = 0;
 	int rc = sha256_once(x->p, x->len, sum);
 	if (rc < 0)
 		return rc;
 	if (memcmp(sum, x->sha, 32) || cas_manifest_decode(x->p, x->len, false, &m) < 0) {
 		*missing = 1;
+		say(what, cap, "its manifest does not check out");
 		return 0;
 	}
 	for (size_t i = 0; rc == 0 && i < m->npieces; i++) {
@@ -268,18 +283,37 @@ static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const st
 			rocksdb_writebatch_put(b, k, 33, (const char *)pc->p, pc->len);
 		}
 	}
+	if (*missing)
+		say(what, cap, "%llu extent-list piece%s", (unsigned long long)*missing, *missing == 1 ? "" : "s");
+	unsigned named = 0, unnamed = 0;
+	uint64_t lost_bytes = 0;
+	char names[512] = "";
 	for (size_t i = 0; rc == 0 && !*missing && i < m->nstreams; i++) {
 		const struct cas_stream *st = &m->streams[i];
-		for (uint64_t j = 0; j < st->nextents; j++) {
+		uint64_t n = 0;
+		for (uint64_t j = 0; rc == 0 && j < st->nextents; j++) {
 			if (st->ext[j].hole)
 				continue;
 			struct cas_loc loc;
 			const int lr = cas_chunk_lookup(s, st->ext[j].sha, &loc);
-			if (lr == -ENOENT || (lr == 0 && cas_pack_lost(s, loc.pack)))
-				(*missing)++;
-			else if (lr < 0)
+			if (lr == -ENOENT || (lr == 0 && cas_pack_lost(s, loc.pack))) {
+				n++;
+				lost_bytes += st->ext[j].len;
+			} else if (lr < 0) {
 				rc = lr;
+			}
 		}
+		if (n && named < 4)
+			say(names, sizeof(names), "%s%s", named++ ? ", " : "", st->name);
+		else if (n)
+			unnamed++;
+		*missing += n;
+	}
+	if (rc == 0 && lost_bytes) {
+		say(what, cap, "%llu chunk%s (%llu bytes) of %s", (unsigned long long)*missing,
+		    *missing == 1 ? "" : "s", (unsigned long long)lost_bytes, names);
+		if (unnamed)
+			say(what, cap, " and %u more stream%s", unnamed, unnamed == 1 ? "" : "s");
 	}
 	if (rc == 0 && !*missing) {
 		char k[33];
@@ -443,14 +477,20 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 		if (rc < 0 || v)
 			continue;
 		uint64_t missing;
-		rc = manifest_check(s, &c, x, b, &missing);
+		char what[1024];
+		rc = manifest_check(s, &c, x, b, &missing, what, sizeof(what));
 		char hex[65];
 		hex_encode(x->sha, 32, hex);
 		if (rc == 0 && missing) {
 			dropped++;
-			fprintf(stderr, "crest: snapshot %.12s in the meta log of %s lacks %llu chunk%s or "
-				"piece%s and cannot be recovered\n", hex, s->dir, (unsigned long long)missing,
-				missing == 1 ? "" : "s", missing == 1 ? "" : "s");
+			char tags[512] = "";
+			for (size_t j = 0; j < c.n; j++)
+				if (c.v[j].kind == CAS_META_TAG && !memcmp(c.v[j].sha, x->sha, 32))
+					say(tags, sizeof(tags), "%s%.*s", tags[0] ? ", " : " (tagged ", (int)c.v[j].len,
+					    (const char *)c.v[j].p);
+			if (tags[0])
+				say(tags, sizeof(tags), ")");
+			fprintf(stderr, "crest: snapshot %.12s%s cannot be recovered: it lacks %s\n", hex, tags, what);
 		} else if (rc == 0) {
 			uint8_t (*nv)[32] = realloc(ids, (recovered + 1) * 32);
 			if (!nv) {
