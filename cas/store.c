@@ -652,7 +652,10 @@ static int db_has(struct cas_store *s, const char *k, size_t kl)
  *    the damage). Their data is durable, so the next writer finds the chunk
  *    records past the packs' ends, checks that every chunk each manifest
  *    needs is there, and commits the snapshot again, saying so; one that is
- *    not whole is reported and left out.
+ *    not whole is reported and left out. Until a writer has done that,
+ *    readers do not list such a commit, and `crest ls` and `casctl verify`
+ *    say that the index lacks it (verify fails): a store in that state is
+ *    not reported whole.
  *  - A batch that failed in step 3 (an error from the WAL's write or sync).
  *    It may be in RocksDB's memtable and WAL nonetheless, and reappear at
  *    the next open. The commit then appends a revoke record for the id to
@@ -692,7 +695,7 @@ int cas_ends_load(struct cas_store *s, char type, struct cas_pack_end **out, siz
 		if (kl < 1 || k[0] != type)
 			break;
 		const char *v = rocksdb_iter_value(it, &vl);
-		if (kl != 5 || vl != 8) {
+		if (kl != 5 || vl != 8 || cas_be32_get((const uint8_t *)k + 1) >= CAS_FILE_NUM_MAX) {
 			rc = crest_errx(-EBADMSG, "index of %s: a '%c' entry is damaged", s->dir, type);
 			break;
 		}

@@ -345,6 +345,8 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 	int rc = cas_open(c->store, CAS_READ, &store);
 	if (rc < 0)
 		return cli_fail(c, rc);
+	if (cli_check_index(c, store) < 0)   /* listed all the same: say what is missing */
+		fprintf(stderr, "%s: warning: %s\n", c->prog, crest_errmsg());
 	struct cas_snapinfo *v;
 	size_t n;
 	rc = cas_snapshot_list(store, &v, &n);

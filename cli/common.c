@@ -235,3 +235,15 @@ double cli_secs(uint64_t ns)
 {
 	return (double)ns / 1e9;
 }
+
+int cli_check_index(const struct cli *c, const struct cas_store *s)
+{
+	struct cas_recovery r;
+	cas_recovery_get(s, &r);
+	if (!r.unindexed)
+		return 0;
+	return crest_errx(-EBADMSG, "%s: %u snapshot%s in the meta log %s not in the index (a damaged index, "
+			  "or a commit interrupted or in progress): the next writer, or casctl repair, "
+			  "recovers %s", c->store, r.unindexed, r.unindexed == 1 ? "" : "s",
+			  r.unindexed == 1 ? "is" : "are", r.unindexed == 1 ? "it" : "them");
+}

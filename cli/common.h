@@ -33,6 +33,10 @@ int cli_parse_size(const char *s, uint64_t *out);
 int cli_parse_duration(const char *s, uint64_t *ns);
 
 /* Prints "PROG: MESSAGE" for the current error and returns the exit code. */
+/* -EBADMSG, with the message set, when the store's meta logs hold commits
+ * its index lacks (a damaged index, or a commit interrupted or in
+ * progress): readers say so rather than report a store whole. */
+int cli_check_index(const struct cli *c, const struct cas_store *s);
 int cli_fail(const struct cli *c, int rc);
 
 /* A progress line for a snapshot being ingested, drawn by a side thread
