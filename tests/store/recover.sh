@@ -31,6 +31,8 @@ wal=$(ls "$S"/index/*.log | tail -n1)
 "$STORE_TOOL" flip "$wal" $(( $(stat -c %s "$wal") / 2 ))
 expect_error "verify after the WAL damage" "$CASCTL" verify
 grep -q "not in the index" <<<"$ERR" || fail "verify did not name the lost commits: $ERR"
+"$CREST" ls >/dev/null 2>"$T/ls.err" || fail "ls after the WAL damage"
+grep -q "warning: .* not in the index" "$T/ls.err" || fail "ls said nothing of the lost commits"
 "$STORE_TOOL" random "$T/d/f7" 100K $((seed + 7))
 "$CREST" --quiet put --tag t7 "$T/d/f7" 2>"$T/rec.err" >/dev/null || fail "put after WAL damage"
 grep -q "recovered snapshot" "$T/rec.err" || fail "the writer recovered nothing: $(cat "$T/rec.err")"
@@ -58,6 +60,22 @@ put "$T/d/f1"
 rm -rf "$T/out"
 crest get "$(field snapshot)" "$T/out" && cmp "$T/d/f1" "$T/out/f1" || fail "the re-put snapshot does not restore"
 
+note "repair with a pack gone: what is lost is named, the rest kept"
+# Each put above wrote a pack of its own: pack 2 holds t2's chunks.
+[ -f "$S/packs/00000002.pack" ] || fail "no pack 2: $(ls "$S/packs")"
+rm "$S/packs/00000002.pack"
+rm -rf "$S/index"
+rc=0
+"$CASCTL" repair >"$T/repair.out" 2>&1 || rc=$?
+cat "$T/repair.out"
+[ "$rc" -eq 1 ] || fail "repair that lost snapshots exited $rc"
+grep -q "snapshot .* (tagged t2) cannot be recovered: it lacks [0-9]* chunks ([0-9]* bytes) of f2" \
+	"$T/repair.out" || fail "repair did not name t2 and what it lacks"
+"$CREST" --quiet get t2 "$T/out2" 2>/dev/null && fail "a lost snapshot is still listed"
+rm -rf "$T/out"
+crest get "$(field snapshot)" "$T/out" && cmp "$T/d/f1" "$T/out/f1" || fail "the whole snapshot after repair"
+verify_store "after a repair that lost snapshots"
+
 note "killed puts"
 # A new file for each put: a put of data already stored is too quick to kill.
 delays=(0 0.1 0.15 0.2 0.3)   # seconds from start to kill -9, per put
@@ -72,7 +90,7 @@ for i in 1 2 3 4; do
 	kill -9 "$p" 2>/dev/null || true
 	wait "$p" 2>/dev/null || true
 done
-put "$T/d/f2"
+put "$T/d/f7"   # already stored: adds nothing
 after=$(du -sb "$S/packs" | cut -f1)
 # A put the kill came too late for committed its 160 MiB: that space is
 # rightly kept (its snapshot is listed); nothing else may be.
@@ -81,6 +99,15 @@ allowed=$((before + done_puts * 161 * 1048576 + 1048576))
 echo "   pack bytes: $before before the killed puts, $after after the next put ($done_puts of 4 puts finished before their kill)"
 [ "$done_puts" -lt 4 ] || fail "no put was killed mid-way: the test proves nothing"
 [ "$after" -le "$allowed" ] || fail "killed puts left $((after - allowed)) bytes of packs behind"
+
+note "a pack of a newer version"
+pack=$(ls "$S"/packs/*.pack | tail -n1)
+cp "$pack" "$T/pack.keep"
+printf '\x09' | dd of="$pack" bs=1 seek=8 conv=notrunc status=none   # version 9
+"$CASCTL" verify >"$T/v9.out" 2>&1 && fail "verify passed with a version 9 pack"
+grep -q "has version 9; this crest reads up to 1" "$T/v9.out" || fail "verify with a version 9 pack: $(cat "$T/v9.out")"
+cp "$T/pack.keep" "$pack"
+verify_store "the pack put back"
 
 note "a newer format"
 echo "crest-store 99" >"$S/FORMAT"
