@@ -117,7 +117,7 @@ shim_env() {
 	env LD_PRELOAD="$FAULTSHIM" CREST_FAULT_PROG="${CREST_FAULT_PROG_OVERRIDE:-}" "$@"
 }
 
-tried=0
+tried=0 doubt=0
 nfail=0
 FAILS=$T/failures
 : >"$FAILS"
@@ -154,8 +154,18 @@ try() {
 		report "$point" "store does not open after op rc $rc: $(head -1 "$T/ls.out")"
 		return
 	fi
+	# A writer killed between its meta log and its index batch leaves a
+	# commit in doubt: whole on disk, not yet in the index. A reader's
+	# verify says so (and fails) until the next writer commits it; that
+	# is checked after the retry below. Nothing else may fail verify.
+	local in_doubt=0
 	if ! "$CASCTL" --store "$st" --quiet verify >"$T/v.out" 2>&1; then
-		report "$point" "casctl verify fails after op rc $rc: $(grep -v '^faultshim' "$T/v.out" | head -1)"
+		if [ "$rc" -eq 137 ] && grep -q "in the meta log .* not in the index" "$T/v.out"; then
+			in_doubt=1
+			doubt=$((doubt + 1))
+		else
+			report "$point" "casctl verify fails after op rc $rc: $(grep -v '^faultshim' "$T/v.out" | head -1)"
+		fi
 	fi
 	local tags
 	tags=$(tags_of "$st")
@@ -186,6 +196,14 @@ try() {
 			report "$point" "retry exited 0 ($(head -c 60 "$T/retry.out" | tr '\n' ' ')) but does not restore: $(head -1 "$T/chk.out")"
 		"$CASCTL" --store "$st" --quiet verify >"$T/v.out" 2>&1 ||
 			report "$point" "casctl verify fails after the retry: $(head -1 "$T/v.out")"
+		if [ "$in_doubt" -eq 1 ]; then
+			if tags_of "$st" | grep -qx "$op.op"; then
+				check "$st" "$op.op" >"$T/chk.out" 2>&1 ||
+					report "$point" "the recovered snapshot does not restore: $(head -1 "$T/chk.out")"
+			else
+				report "$point" "the commit in doubt was neither recovered nor dropped with a message"
+			fi
+		fi
 	fi
 }
 
@@ -302,7 +320,7 @@ echo "growth: packs $b0 -> $b1 bytes after 9 failed or killed puts of 2 MiB each
 fi
 
 npoints=$(sed 's/^FAIL \[\([^]]*\)\].*/\1/' "$FAILS" | sort -u | wc -l)
-echo "$tried fault points tried (of $total), $npoints failing ($nfail failed checks)"
+echo "$tried fault points tried (of $total), $npoints failing ($nfail failed checks); $doubt left a commit in doubt, recovered by the next writer"
 if [ "$nfail" -gt 0 ]; then
 	echo "failing points (FAULT_POINT=\"OP FUNC N MODE\" replays one), first check each:"
 	awk '{ p = $0; sub(/\].*/, "", p); if (!(p in seen)) { seen[p] = 1; print "  " substr($0, 1, 220) } }' "$FAILS"
