@@ -102,21 +102,6 @@ static void opts(struct engine_opts *o, unsigned workers)
 }
 
 /* One memory stream of len bytes at p. */
-static int snap_mem(struct engine *e, const char *name, const void *p, size_t len, struct engine_snap **out)
-{
-	int rc = engine_snapshot_begin(e, "test", out);
-	struct engine_stream *st;
-	if (rc == 0)
-		rc = engine_stream_open(*out, name, CAS_STREAM_REGION, true, &st);
-	if (rc == 0)
-		rc = engine_stream_add_memory(st, p, len, NULL, NULL);
-	if (rc == 0)
-		rc = engine_stream_close(st);
-	if (rc == 0)
-		rc = engine_snapshot_seal(*out);
-	return rc;
-}
-
 /* Waits for s until deadline; a snapshot still not done then means the
  * engine hung: report and exit (its threads cannot be stopped). */
 static void wait_bounded(struct engine_snap *s, uint64_t deadline, const char *what, uint64_t seed)
@@ -168,12 +153,20 @@ static void t_deadlock(const char *dir, uint64_t seed)
 		struct engine *e;
 		OK(engine_open(store, &o, &e));
 		struct engine_snap *p, *s[NSNAP];
-		struct engine_stream *st[NSNAP];
-		OK(snap_mem(e, "probe", probe, SEG, &p));
+		struct engine_stream *st[NSNAP], *pst;
+		/* The probe is begun first and given its data last: the snapshots
+		 * begun behind it are in the commit queue when its write fails,
+		 * so the engine cannot recover (it does once the queue is empty)
+		 * before they are done, and every one of them must fail. */
+		OK(engine_snapshot_begin(e, "test", &p));
+		OK(engine_stream_open(p, "probe", CAS_STREAM_REGION, true, &pst));
 		for (unsigned i = 0; i < NSNAP; i++) {
 			OK(engine_snapshot_begin(e, "test", &s[i]));
 			OK(engine_stream_open(s[i], "mem", CAS_STREAM_REGION, true, &st[i]));
 		}
+		OK(engine_stream_add_memory(pst, probe, SEG, NULL, NULL));
+		OK(engine_stream_close(pst));
+		OK(engine_snapshot_seal(p));
 		const uint64_t deadline = now_ns() + budget_ns;
 		wait_bounded(p, deadline, "the probe snapshot", seed);
 		int rc = engine_snapshot_wait(p, NULL);

@@ -1191,6 +1191,7 @@ static void op_verify(bool all)
 	int rc = restore_verify(S, (const uint8_t (*)[32])ids, n, 1 + (unsigned)below(2), true, &r);
 	if (rc < 0 || r.bad)
 		fail("verify of %zu snapshots: %s (%llu bad chunks)", n, crest_errmsg(), (unsigned long long)r.bad);
+	restore_verify_free(&r);
 	free(ids);
 	st.verifies++;
 }
