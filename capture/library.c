@@ -225,6 +225,16 @@ static size_t slice_size(size_t pool)
 	return s < SEGMENT ? SEGMENT : s;
 }
 
+/* The engine on c's store, with the handle's options. */
+static int engine_start(crest_t *c)
+{
+	struct engine_opts eo;
+	engine_opts_default(&eo);
+	if (c->o.workers)
+		eo.workers = c->o.workers;
+	return engine_open(c->store, &eo, &c->eng);
+}
+
 int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 {
 	if (!out)
@@ -264,13 +274,8 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 		if (c->d)
 			c->d->CtxSetCurrent(saved);
 	}
-	if (rc == 0) {
-		struct engine_opts eo;
-		engine_opts_default(&eo);
-		if (c->o.workers)
-			eo.workers = c->o.workers;
-		rc = engine_open(c->store, &eo, &c->eng);
-	}
+	if (rc == 0)
+		rc = engine_start(c);
 	if (rc < 0) {
 		rc = crest_errctx(rc, "opening crest store %s", dir);
 		c->magic = CREST_MAGIC;
@@ -726,13 +731,8 @@ static int reopen_if_broken(crest_t *c)
 	cas_manifest_free(c->parent);   /* the parent may be one that failed */
 	c->parent = NULL;
 	int rc = cas_open(dir, CAS_WRITE, &c->store);
-	if (rc == 0) {
-		struct engine_opts eo;
-		engine_opts_default(&eo);
-		if (c->o.workers)
-			eo.workers = c->o.workers;
-		rc = engine_open(c->store, &eo, &c->eng);
-	}
+	if (rc == 0)
+		rc = engine_start(c);
 	if (rc < 0)
 		rc = crest_errctx(rc, "reopening crest store %s after a failed commit", dir);
 	return rc;

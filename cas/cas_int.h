@@ -91,6 +91,13 @@ void cas_pack_mark(struct cas_store *s, const struct cas_index_entry *e, size_t 
 void cas_pack_close_readers(struct cas_store *s);
 void cas_pack_path(const struct cas_store *s, uint32_t pack, char *buf, size_t cap);
 int cas_pack_max_on_disk(struct cas_store *s, uint32_t *max);
+/* The highest N of the files "N.suffix" in STORE/sub (0: none, or no sub). */
+int cas_max_on_disk(const struct cas_store *s, const char *sub, const char *suffix, uint32_t *max);
+/* fsync of a file or directory by path: 0 or a negative errno. */
+int cas_fsync_path(const char *path);
+/* An index value of type and key (rocksdb_free it), or NULL with *rc
+ * -ENOENT (no message) or an error (with one). */
+char *cas_db_get(struct cas_store *s, char type, const void *key, size_t klen, size_t *vlen, int *rc);
 /* Opens pack read-only and checks its header (magic, version, number):
  * the descriptor, or a negative code with a message. */
 int cas_pack_open_read(const struct cas_store *s, uint32_t pack);

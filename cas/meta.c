@@ -32,31 +32,7 @@ void cas_meta_path(const struct cas_store *s, uint32_t num, char *buf, size_t ca
 
 int cas_meta_max_on_disk(const struct cas_store *s, uint32_t *max)
 {
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/meta", s->dir);
-	*max = 0;
-	DIR *d = opendir(path);
-	if (!d)
-		return errno == ENOENT ? 0 : crest_errf(-errno, "cannot read %s", path);
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		unsigned n;
-		char tail[8];
-		if (sscanf(e->d_name, "%8u.%7s", &n, tail) == 2 && !strcmp(tail, "log") && n > *max)
-			*max = n;
-	}
-	closedir(d);
-	return 0;
-}
-
-static int sync_dir(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	int rc = fsync(fd) < 0 ? -errno : 0;
-	close(fd);
-	return rc;
+	return cas_max_on_disk(s, "meta", "log", max);
 }
 
 /* Creates this session's log, its header durable and its name too. */
@@ -77,7 +53,7 @@ static int meta_create(struct cas_store *s)
 		return crest_errf(-errno, "cannot create meta log %s", path);
 	uint8_t h[CAS_FILE_HEADER];
 	cas_file_header(h, CAS_META_MAGIC, CAS_META_VERSION, num);
-	if (pwrite(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) || fdatasync(fd) < 0 || sync_dir(dir) < 0) {
+	if (pwrite(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) || fdatasync(fd) < 0 || cas_fsync_path(dir) < 0) {
 		rc = crest_errf(errno ? -errno : -EIO, "cannot write meta log %s", path);
 		close(fd);
 		unlink(path);

@@ -49,23 +49,28 @@ void cas_pack_path(const struct cas_store *s, uint32_t pack, char *buf, size_t c
 	snprintf(buf, cap, "%s/packs/%08u.pack", s->dir, pack);
 }
 
-int cas_pack_max_on_disk(struct cas_store *s, uint32_t *max)
+int cas_max_on_disk(const struct cas_store *s, const char *sub, const char *suffix, uint32_t *max)
 {
 	char path[4096];
-	snprintf(path, sizeof(path), "%s/packs", s->dir);
+	snprintf(path, sizeof(path), "%s/%s", s->dir, sub);
+	*max = 0;
 	DIR *d = opendir(path);
 	if (!d)
-		return crest_errf(-errno, "cannot read %s", path);
+		return errno == ENOENT ? 0 : crest_errf(-errno, "cannot read %s", path);
 	struct dirent *e;
-	*max = 0;
 	while ((e = readdir(d))) {
 		unsigned n;
 		char tail[8];
-		if (sscanf(e->d_name, "%8u.%7s", &n, tail) == 2 && !strcmp(tail, "pack") && n > *max)
+		if (sscanf(e->d_name, "%8u.%7s", &n, tail) == 2 && !strcmp(tail, suffix) && n > *max)
 			*max = n;
 	}
 	closedir(d);
 	return 0;
+}
+
+int cas_pack_max_on_disk(struct cas_store *s, uint32_t *max)
+{
+	return cas_max_on_disk(s, "packs", "pack", max);
 }
 
 /* Opens (creating with its header when new) the pack for writing. */
@@ -404,11 +409,10 @@ int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
 	return 0;
 }
 
-int cas_pack_sync(struct cas_store *s)
+/* Waits for every kick and early sync in the ring: an entry's state is
+ * final only then, and unsynced may not shrink under them. */
+static int pack_reap(struct cas_store *s)
 {
-	char path[4096];
-	/* Early syncs and kicks in the ring finish first: an entry's state is
-	 * final only then, and unsynced may not shrink under them. */
 	while (s->ring_inflight > 0) {
 		struct io_uring_cqe *cqe;
 		int rc = io_uring_wait_cqe(&s->ring, &cqe);
@@ -419,6 +423,15 @@ int cas_pack_sync(struct cas_store *s)
 		io_uring_cqe_seen(&s->ring, cqe);
 		pack_note(s, tag, res);
 	}
+	return 0;
+}
+
+int cas_pack_sync(struct cas_store *s)
+{
+	char path[4096];
+	int rc = pack_reap(s);
+	if (rc < 0)
+		return rc;
 	const bool new_packs = s->nunsynced > 0;
 	while (s->nunsynced > 0) {
 		const struct cas_pack_fd *p = &s->unsynced[s->nunsynced - 1];
@@ -490,16 +503,9 @@ int cas_pack_discard(struct cas_store *s)
 	if (s->broken)   /* its packs stay whole: see cas_pack_close_writer */
 		return crest_errx(-EIO, "store %s: a commit failed earlier in this process; open it again",
 				  s->dir);
-	while (s->ring_inflight > 0) {
-		struct io_uring_cqe *cqe;
-		int rc = io_uring_wait_cqe(&s->ring, &cqe);
-		if (rc < 0)
-			return crest_errf(rc, "waiting for pack syncs in %s", s->dir);
-		const uint64_t tag = io_uring_cqe_get_data64(cqe);
-		const int res = cqe->res;
-		io_uring_cqe_seen(&s->ring, cqe);
-		pack_note(s, tag, res);
-	}
+	int rc = pack_reap(s);
+	if (rc < 0)
+		return rc;
 	/* Unsynced packs hold nothing committed: dropped unsynced, failed
 	 * syncs with them (they are final, see PFD_FAILED). */
 	for (unsigned i = 0; i < s->nunsynced; i++)
@@ -512,7 +518,7 @@ int cas_pack_discard(struct cas_store *s)
 	 * gives back the space a full disk needs. */
 	pack_rollback(s);
 	const uint32_t pack = s->cur_pack + 1;
-	int rc = pack_open_w(s, pack, &s->wfd);
+	rc = pack_open_w(s, pack, &s->wfd);
 	if (rc < 0)
 		return rc;
 	s->wfd_pack = pack;

@@ -114,17 +114,12 @@ static int meta_tails(struct cas_store *s, const struct cas_pack_end *q, size_t 
 	return rc;
 }
 
+/* An index value, or NULL with *rc 0 when there is none. */
 static char *db_value(struct cas_store *s, char type, const void *key, size_t klen, size_t *vl, int *rc)
 {
-	char k[1 + 256], *err = NULL;
-	k[0] = type;
-	memcpy(k + 1, key, klen);
-	char *v = rocksdb_get(s->db, s->ropts, k, klen + 1, vl, &err);
-	*rc = 0;
-	if (err) {
-		*rc = crest_errx(-EIO, "reading the index of %s: %s", s->dir, err);
-		free(err);
-	}
+	char *v = cas_db_get(s, type, key, klen, vl, rc);
+	if (*rc == -ENOENT)
+		*rc = 0;
 	return v;
 }
 

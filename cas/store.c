@@ -60,7 +60,7 @@ static int dir_is_empty(const char *dir)
 	return empty;
 }
 
-static int fsync_path(const char *path)
+int cas_fsync_path(const char *path)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
@@ -89,7 +89,7 @@ static int format_write(const char *dir)
 	close(fd);
 	if (rename(tmp, dst) < 0)
 		return crest_errf(-errno, "cannot rename %s to %s", tmp, dst);
-	fsync_path(dir);
+	cas_fsync_path(dir);
 	return 0;
 }
 
@@ -553,7 +553,7 @@ void cas_close(struct cas_store *s)
 /* ---- chunk index ---- */
 
 /* A value from the index, or NULL with *rc = -ENOENT or an error. */
-static char *db_get(struct cas_store *s, char type, const void *key, size_t klen, size_t *vlen, int *rc)
+char *cas_db_get(struct cas_store *s, char type, const void *key, size_t klen, size_t *vlen, int *rc)
 {
 	char k[1 + 256], *err = NULL;
 	if (klen > 256) {
@@ -576,7 +576,7 @@ int cas_chunk_lookup(struct cas_store *s, const uint8_t sha[32], struct cas_loc 
 {
 	size_t n;
 	int rc;
-	char *v = db_get(s, 'c', sha, 32, &n, &rc);
+	char *v = cas_db_get(s, 'c', sha, 32, &n, &rc);
 	if (!v)
 		return rc;
 	rc = cas_loc_decode((const uint8_t *)v, n, loc);
@@ -859,7 +859,7 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	bool had_tag = false;
 	if (rc == 0 && tag) {
 		size_t vl;
-		char *v = db_get(s, 't', tag, strlen(tag), &vl, &rc);
+		char *v = cas_db_get(s, 't', tag, strlen(tag), &vl, &rc);
 		if (v) {
 			had_tag = vl == 32;
 			if (had_tag)
@@ -1004,7 +1004,7 @@ int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
 		return crest_errx(-EINVAL, "empty snapshot name");
 	const int kind = cas_snapshot_name_kind(name);
 	if (kind & CAS_NAME_TAG) {
-		char *v = db_get(s, 't', name, n, &vl, &rc);
+		char *v = cas_db_get(s, 't', name, n, &vl, &rc);
 		if (v) {
 			if (vl == 32)
 				memcpy(id, v, 32);
