@@ -32,9 +32,7 @@ static int names_cmp(const void *a, const void *b)
 	return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Adds path (stored as name) and, for a directory, everything below it in
- * name order, so the same tree always gives the same manifest. */
-static int put_path(struct engine_snap *s, const char *path, const char *name, const struct cli *c)
+int cli_put_path(struct engine_snap *s, const char *path, const char *name, const struct cli *c)
 {
 	struct stat sb;
 	if (lstat(path, &sb) < 0)
@@ -107,7 +105,7 @@ static int put_path(struct engine_snap *s, const char *path, const char *name, c
 		} else {
 			snprintf(cp, pl, "%s/%s", path, names[i]);
 			snprintf(cn, nl, "%s/%s", name, names[i]);
-			rc = put_path(s, cp, cn, c);
+			rc = cli_put_path(s, cp, cn, c);
 		}
 		free(cp);
 		free(cn);
@@ -229,7 +227,7 @@ int cmd_put(struct cli *c, int argc, char **argv)
 	}
 	struct cli_progress *pr = cli_progress_start(c, s, "put");
 	for (int k = i; rc == 0 && k < argc; k++)
-		rc = put_path(s, argv[k], names[k], c);
+		rc = cli_put_path(s, argv[k], names[k], c);
 	free(names);
 	struct engine_result r;
 	if (rc < 0) {

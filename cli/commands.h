@@ -19,4 +19,9 @@ int cmd_stats(struct cli *c, int argc, char **argv);
 int cmd_verify(struct cli *c, int argc, char **argv);
 int cmd_repair(struct cli *c, int argc, char **argv);
 
+/* crest put's walk: adds path (stored as name) and, for a directory,
+ * everything below it in name order, so the same tree always gives the
+ * same manifest (cmd_files.c; tests/store/model.c drives it too). */
+int cli_put_path(struct engine_snap *s, const char *path, const char *name, const struct cli *c);
+
 #endif

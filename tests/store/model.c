@@ -36,6 +36,7 @@
  * store is kept. The store lives under $TMPDIR, else /dev/shm.
  */
 #include "cas/cas.h"
+#include "cli/commands.h"
 #include "dedup/chunker.h"
 #include "engine/engine.h"
 #include "restore/restore.h"
@@ -922,67 +923,8 @@ static void expect_put(struct ents *out, const char *top)
 	qsort(out->v, out->n, sizeof(*out->v), ent_cmp);
 }
 
-static int names_cmp(const void *a, const void *b)
-{
-	return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* As cli/cmd_files.c put_path: path and, for a directory, all below it in
- * name order, stored under name. */
-static int put_path(struct engine_snap *s, const char *path, const char *name)
-{
-	struct stat sb;
-	if (lstat(path, &sb) < 0)
-		return crest_errf(-errno, "cannot read %s", path);
-	int64_t mt = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
-	if (S_ISLNK(sb.st_mode)) {
-		char target[PATH_MAX];
-		ssize_t n = readlink(path, target, sizeof(target) - 1);
-		if (n < 0)
-			return crest_errf(-errno, "cannot read symlink %s", path);
-		target[n] = 0;
-		return engine_add_entry(s, name, CAS_STREAM_SYMLINK, sb.st_mode & 07777, mt, target);
-	}
-	if (S_ISREG(sb.st_mode)) {
-		int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-		if (fd < 0)
-			return crest_errf(-errno, "cannot open %s", path);
-		struct engine_stream *es;
-		int rc = engine_stream_open(s, name, CAS_STREAM_FILE, false, &es);
-		if (rc == 0) {
-			engine_stream_meta(es)->mode = sb.st_mode & 07777;
-			engine_stream_meta(es)->mtime_ns = mt;
-			engine_snapshot_expect(s, (uint64_t)sb.st_size);
-			rc = engine_stream_add_fd(es, fd, path);
-			engine_stream_close(es);
-		}
-		close(fd);
-		return rc;
-	}
-	int rc = engine_add_entry(s, name, CAS_STREAM_DIR, sb.st_mode & 07777, mt, NULL);
-	if (rc < 0)
-		return rc;
-	DIR *d = opendir(path);
-	if (!d)
-		return crest_errf(-errno, "cannot read directory %s", path);
-	char *names[WORK_MAX_ENTS * 2];
-	size_t n = 0;
-	struct dirent *de;
-	while ((de = readdir(d)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") && n < sizeof(names) / sizeof(names[0]))
-			names[n++] = xstrdup(de->d_name);
-	closedir(d);
-	qsort(names, n, sizeof(*names), names_cmp);
-	for (size_t i = 0; i < n; i++) {
-		char cp[PATH_MAX * 2], cn[PATH_MAX * 2];
-		snprintf(cp, sizeof(cp), "%s/%s", path, names[i]);
-		snprintf(cn, sizeof(cn), "%s/%s", name, names[i]);
-		if (rc == 0)
-			rc = put_path(s, cp, cn);
-		free(names[i]);
-	}
-	return rc;
-}
+/* crest put's own walk does the puts (cli_put_path), quietly. */
+static const struct cli quiet_cli = { .prog = "model", .quiet = true };
 
 static struct snap *snap_new(bool library)
 {
@@ -1078,7 +1020,7 @@ static void op_put(void)
 			engine_snapshot_set_parent(es, par->id, pm);
 		}
 		if (rc == 0)
-			rc = put_path(es, path, strrchr(topname, '/') ? strrchr(topname, '/') + 1 : topname);
+			rc = cli_put_path(es, path, strrchr(topname, '/') ? strrchr(topname, '/') + 1 : topname, &quiet_cli);
 		if (rc < 0)
 			fail("put %s: %s", topname, crest_errmsg());
 		engine_snapshot_seal(es);
