@@ -16,6 +16,7 @@
 #include "cas/cas.h"
 #include "engine/engine.h"
 #include "util/err.h"
+#include "tests/check.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -29,28 +30,6 @@
 
 #define CHUNK 4096u
 #define SEG (8 * CHUNK)          /* the engine's segment: 8 chunks */
-
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);   \
-			fprintf(stderr, __VA_ARGS__);                          \
-			fprintf(stderr, "\n");                                 \
-			failures++;                                            \
-		}                                                              \
-	} while (0)
-
-#define OK(call)                                                                              \
-	do {                                                                                  \
-		int rc_ = (call);                                                             \
-		if (rc_ < 0) {                                                                \
-			fprintf(stderr, "FAIL %s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_, \
-				crest_errmsg());                                              \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
 
 static uint64_t rng_state;
 

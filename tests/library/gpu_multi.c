@@ -32,6 +32,7 @@
 #include "crest.h"
 #include "capture/cudrv.h"
 #include "util/sha256.h"
+#include "tests/check.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -47,24 +48,6 @@
 
 static const struct cudrv *d;
 static bool host_mode;
-static int failures;
-
-#define CU(call)                                                                                  \
-	do {                                                                                      \
-		if (cudrv_check(d, (call), #call) < 0) {                                          \
-			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, crest_errmsg());  \
-			exit(1);                                                                  \
-		}                                                                                 \
-	} while (0)
-#define OK(call)                                                                                       \
-	do {                                                                                           \
-		int rc_ = (call);                                                                      \
-		if (rc_ < 0) {                                                                         \
-			fprintf(stderr, "FAIL %s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_,    \
-				crest_errmsg());                                                       \
-			exit(1);                                                               \
-		}                                                                                      \
-	} while (0)
 
 static uint64_t rng;
 

@@ -9,6 +9,7 @@
  */
 #include "crest.h"
 #include "capture/cudrv.h"
+#include "tests/check.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -18,22 +19,6 @@
 #define MiB (1024u * 1024u)
 
 static const struct cudrv *d;
-
-#define CU(call)                                                                          \
-	do {                                                                              \
-		if (cudrv_check(d, (call), #call) < 0) {                                  \
-			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, crest_errmsg()); \
-			exit(1);                                                          \
-		}                                                                         \
-	} while (0)
-#define OK(call)                                                                                   \
-	do {                                                                                       \
-		int rc_ = (call);                                                                  \
-		if (rc_ < 0) {                                                                     \
-			fprintf(stderr, "FAIL %s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_, crest_errmsg()); \
-			exit(1);                                                                   \
-		}                                                                                  \
-	} while (0)
 
 static void fill(uint8_t *p, size_t n, uint64_t seed)
 {

@@ -8,6 +8,7 @@
  * failure, 77 when skipped (the reason printed).
  */
 #include "crest.h"
+#include "tests/check.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -22,38 +23,6 @@
 #include <unistd.h>
 
 #define MiB (1024u * 1024u)
-
-static int failures;
-
-#define CHECK(cond, ...)                                                       \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);   \
-			fprintf(stderr, __VA_ARGS__);                          \
-			fprintf(stderr, "\n");                                 \
-			failures++;                                            \
-		}                                                              \
-	} while (0)
-
-#define OK(call)                                                                              \
-	do {                                                                                  \
-		int rc_ = (call);                                                             \
-		if (rc_ < 0) {                                                                \
-			fprintf(stderr, "FAIL %s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_, \
-				crest_errmsg());                                              \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
-
-/* An error with a message that names something: printed for the log. */
-#define EXPECT_ERR(call, err, needle)                                                          \
-	do {                                                                                   \
-		int rc_ = (call);                                                              \
-		const char *m_ = crest_errmsg();                                               \
-		printf("  %-58s -> %d: %s\n", #call, rc_, m_);                                 \
-		CHECK(rc_ == (err), "%s returned %d, expected %d (%s)", #call, rc_, err, m_);  \
-		CHECK(strstr(m_, needle), "message of %s lacks \"%s\": %s", #call, needle, m_); \
-	} while (0)
 
 static uint64_t now_ns(void)
 {

@@ -1,0 +1,57 @@
+/*
+ * check.h - the assertions of crest's C tests. CHECK counts a failure and
+ * goes on (the test exits non-zero at its end when failures > 0); OK stops
+ * the test at the first error of a call that must succeed; EXPECT_ERR
+ * wants one exact error code and a message naming something; CU is OK for
+ * CUDA driver calls made through capture/cudrv.h (the test's `d`).
+ * Included once per test program.
+ */
+#ifndef CREST_TESTS_CHECK_H
+#define CREST_TESTS_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "util/err.h"
+
+static int failures __attribute__((unused));   /* CHECK counts here */
+
+#define CHECK(cond, ...)                                                       \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);   \
+			fprintf(stderr, __VA_ARGS__);                          \
+			fprintf(stderr, "\n");                                 \
+			failures++;                                            \
+		}                                                              \
+	} while (0)
+
+#define OK(call)                                                                              \
+	do {                                                                                  \
+		int rc_ = (call);                                                             \
+		if (rc_ < 0) {                                                                \
+			fprintf(stderr, "FAIL %s:%d: %s = %d: %s\n", __FILE__, __LINE__, #call, rc_, \
+				crest_errmsg());                                              \
+			exit(1);                                                              \
+		}                                                                             \
+	} while (0)
+
+#define EXPECT_ERR(call, err, needle)                                                          \
+	do {                                                                                   \
+		int rc_ = (call);                                                              \
+		const char *m_ = crest_errmsg();                                               \
+		printf("  %-58s -> %d: %s\n", #call, rc_, m_);                                 \
+		CHECK(rc_ == (err), "%s returned %d, expected %d (%s)", #call, rc_, err, m_);  \
+		CHECK(strstr(m_, needle), "message of %s lacks \"%s\": %s", #call, needle, m_); \
+	} while (0)
+
+#define CU(call)                                                                          \
+	do {                                                                              \
+		if (cudrv_check(d, (call), #call) < 0) {                                  \
+			fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, crest_errmsg()); \
+			exit(1);                                                          \
+		}                                                                         \
+	} while (0)
+
+#endif
