@@ -147,10 +147,9 @@ void cas_meta_path(const struct cas_store *s, uint32_t num, char *buf, size_t ca
 int cas_meta_max_on_disk(const struct cas_store *s, uint32_t *max);
 /* Adds a record to b; errors are kept in b->err for cas_meta_append. */
 void cas_meta_rec(struct cas_meta_buf *b, uint8_t kind, const uint8_t sha[32], const void *p, size_t len);
-/* Appends b to this session's log (creating it) and syncs it; *old_end is
- * where the log ended before, for cas_meta_cut. On failure the log is cut
- * back already. */
-int cas_meta_append(struct cas_store *s, const struct cas_meta_buf *b, uint64_t *old_end);
+/* Appends b to this session's log (creating it) and syncs it. On failure
+ * the log is cut back to where it ended before, as far as the disk lets. */
+int cas_meta_append(struct cas_store *s, const struct cas_meta_buf *b);
 int cas_meta_cut(struct cas_store *s, uint64_t end);
 void cas_meta_close(struct cas_store *s);
 /* The records of log num from offset from on, until one does not check out. */

@@ -94,7 +94,7 @@ void cas_meta_rec(struct cas_meta_buf *b, uint8_t kind, const uint8_t sha[32], c
 	b->len = need;
 }
 
-int cas_meta_append(struct cas_store *s, const struct cas_meta_buf *b, uint64_t *old_end)
+int cas_meta_append(struct cas_store *s, const struct cas_meta_buf *b)
 {
 	char path[4096];
 	if (b->err)
@@ -104,7 +104,7 @@ int cas_meta_append(struct cas_store *s, const struct cas_meta_buf *b, uint64_t 
 		if (rc < 0)
 			return rc;
 	}
-	*old_end = s->meta_end;
+	const uint64_t old_end = s->meta_end;
 	cas_meta_path(s, s->meta_num, path, sizeof(path));
 	size_t done = 0;
 	while (done < b->len) {
@@ -113,14 +113,14 @@ int cas_meta_append(struct cas_store *s, const struct cas_meta_buf *b, uint64_t 
 			continue;
 		if (r <= 0) {
 			const int err = r < 0 ? -errno : -EIO;
-			cas_meta_cut(s, *old_end);
+			cas_meta_cut(s, old_end);
 			return crest_errf(err, "cannot write meta log %s", path);
 		}
 		done += (size_t)r;
 	}
 	if (fdatasync(s->meta_fd) < 0) {
 		const int err = -errno;
-		cas_meta_cut(s, *old_end);
+		cas_meta_cut(s, old_end);
 		return crest_errf(err, "cannot sync meta log %s", path);
 	}
 	s->meta_end += b->len;

@@ -395,23 +395,15 @@ static void packs_reclaim(struct cas_store *s, const struct cas_pack_end *p, siz
 		}
 	if (cas_pack_max_on_disk(s, &max) < 0)
 		return;
-	uint64_t freed = 0;
+	char path[4096];
 	for (uint32_t pack = last + 1; pack <= max; pack++) {
-		char path[4096];
-		struct stat st;
 		cas_pack_path(s, pack, path, sizeof(path));
-		if (lstat(path, &st) == 0 && unlink(path) == 0)
-			freed += (uint64_t)st.st_size;
+		unlink(path);
 	}
-	if (last) {
-		char path[4096];
-		struct stat st;
-		cas_pack_path(s, last, path, sizeof(path));
-		if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > end &&
-		    truncate(path, (off_t)end) == 0)
-			freed += (uint64_t)st.st_size - end;
-	}
-	(void)freed;
+	struct stat st;
+	cas_pack_path(s, last, path, sizeof(path));
+	if (last && lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > end)
+		truncate(path, (off_t)end);
 }
 
 static bool index_has_chunks(struct cas_store *s)
@@ -601,7 +593,6 @@ int cas_upgrade_from_1(struct cas_store *s)
 	static const uint8_t kinds[] = { CAS_META_PIECE, CAS_META_MANIFEST, CAS_META_TAG };
 	struct cas_meta_buf mb = { 0 };
 	int rc = 0;
-	uint64_t old_end;
 	for (int t = 0; rc == 0 && t < 3; t++) {
 		rocksdb_iterator_t *it = rocksdb_create_iterator(s->db, s->ropts);
 		for (rocksdb_iter_seek(it, &types[t], 1); rc == 0 && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
@@ -617,14 +608,14 @@ int cas_upgrade_from_1(struct cas_store *s)
 				cas_meta_rec(&mb, kinds[t], (const uint8_t *)k + 1, v, vl);
 			}
 			if (mb.len >= (64u << 20)) {
-				rc = cas_meta_append(s, &mb, &old_end);
+				rc = cas_meta_append(s, &mb);
 				mb.len = 0;
 			}
 		}
 		rocksdb_iter_destroy(it);
 	}
 	if (rc == 0 && mb.len)
-		rc = cas_meta_append(s, &mb, &old_end);
+		rc = cas_meta_append(s, &mb);
 	free(mb.p);
 	uint32_t max = 0;
 	if (rc == 0)

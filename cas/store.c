@@ -806,10 +806,9 @@ static void commit_revoke(struct cas_store *s, const uint8_t id[32], const char 
 		len = 33 + tl;
 	}
 	cas_meta_rec(&mb, CAS_META_REVOKE, id, pl, len);
-	uint64_t old_end;
 	char msg[1024];
 	crest_errcpy(msg, sizeof(msg));
-	const int rc = cas_meta_append(s, &mb, &old_end);
+	const int rc = cas_meta_append(s, &mb);
 	free(mb.p);
 	crest_errset_str(msg);
 	s->broken = rc < 0 ? rc : -EIO;
@@ -874,9 +873,8 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	size_t nends = 0;
 	if (rc == 0)
 		rc = ends_merge(s, e, n, &ends, &nends);
-	uint64_t old_meta_end = 0;
 	if (rc == 0)
-		rc = cas_meta_append(s, &mb, &old_meta_end);
+		rc = cas_meta_append(s, &mb);
 	free(mb.p);
 	if (rc < 0) {
 		rocksdb_writebatch_destroy(b);
@@ -926,10 +924,9 @@ int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32])
 	/* Like a commit: the meta log first (so repair knows the tag), then
 	 * the index. */
 	struct cas_meta_buf mb = { 0 };
-	uint64_t old_end;
 	size_t tl = strlen(tag);
 	cas_meta_rec(&mb, CAS_META_TAG, id, tag, tl);
-	rc = cas_meta_append(s, &mb, &old_end);
+	rc = cas_meta_append(s, &mb);
 	free(mb.p);
 	if (rc < 0)
 		return rc;
