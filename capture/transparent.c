@@ -10,6 +10,7 @@
  */
 #include "capture/transparent.h"
 #include "capture/gpuckpt.h"
+#include "capture/gpumap.h"
 #include "util/err.h"
 #include "util/fs.h"
 #include "util/progress.h"
@@ -33,7 +34,24 @@ void tp_capture_free(struct tp_capture *c)
 	proc_tree_free(&c->tree);
 	proc_files_free(&c->files);
 	free(c->cuda);
+	free(c->gpus);
 	memset(c, 0, sizeof(*c));
+}
+
+/* The GPUs the job saw, for a restore onto others (gpumap.h): those its
+ * first CUDA process was allowed (CUDA_VISIBLE_DEVICES), else all. */
+static int record_gpus(const struct cudrv *d, struct tp_capture *c)
+{
+	struct gpu_info *host = NULL, *seen = NULL;
+	size_t nhost = 0, nseen = 0;
+	int rc = gpumap_host(d, &host, &nhost);
+	if (rc == 0)
+		rc = gpumap_seen(c->cuda[0], host, nhost, &seen, &nseen);
+	if (rc == 0)
+		rc = gpumap_format(seen, nseen, &c->gpus);
+	free(host);
+	free(seen);
+	return rc;
 }
 
 static int write_list(const char *path, const struct proc_files *f)
@@ -93,6 +111,8 @@ int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		rc = cudrv_load(&d);
 		if (rc == 0)
 			rc = cudrv_need_checkpoint(d);
+		if (rc == 0)
+			rc = record_gpus(d, c);
 		if (rc < 0) {
 			crest_errctx(rc, "pid %d uses CUDA", (int)c->cuda[0]);
 			tp_capture_free(c);
@@ -316,6 +336,8 @@ int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const char *
 		rc = label_u64(m, "stall_ns", c->stall_ns);
 	if (rc == 0)
 		rc = cas_manifest_label(m, "host", host);
+	if (rc == 0 && c->gpus)
+		rc = cas_manifest_label(m, "gpus", c->gpus);
 
 	/* CRIU's images, in name order so manifests of the same job line up. */
 	DIR *d = rc == 0 ? opendir(c->dir) : NULL;

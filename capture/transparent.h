@@ -41,6 +41,7 @@ struct tp_capture {
 	struct proc_tree tree;
 	pid_t *cuda;
 	size_t ncuda;
+	char *gpus;                /* the GPUs the job saw (gpumap_format), or NULL */
 	bool shell_job;
 	struct proc_files files;   /* sizes as the freeze saw them */
 	char comm[64];

@@ -292,18 +292,20 @@ int cmd_restore(struct cli *c, int argc, char **argv)
 			o.keep_files = true;
 		else if (!strcmp(argv[i], "--gpu-map") && i + 1 < argc)
 			gpu_map = argv[++i];
+		else if (!strcmp(argv[i], "--gpu") && i + 1 < argc)
+			o.gpu = argv[++i];
 		else if (!strcmp(argv[i], "--tmpdir") && i + 1 < argc)
 			o.tmpdir = argv[++i];
 		else if (argv[i][0] != '-' && !name)
 			name = argv[i];
 		else {
-			fprintf(stderr, "usage: crest restore SNAPSHOT [--keep-files] [--gpu-map OLD=NEW,...] "
+			fprintf(stderr, "usage: crest restore SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] "
 					"[--tmpdir DIR]\n");
 			return 2;
 		}
 	}
 	if (!name) {
-		fprintf(stderr, "usage: crest restore SNAPSHOT [--keep-files] [--gpu-map OLD=NEW,...] [--tmpdir DIR]\n");
+		fprintf(stderr, "usage: crest restore SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] [--tmpdir DIR]\n");
 		return 2;
 	}
 	struct gpuckpt_map *map = NULL;

@@ -16,7 +16,7 @@ static void usage(void)
 		"  show SNAPSHOT                     a snapshot's metadata and streams\n"
 		"  tag SNAPSHOT TAG                  name a snapshot\n"
 		"  checkpoint --pid PID [--tag T] [--every DURATION] [--kill]   snapshot a running process\n"
-		"  restore SNAPSHOT [--keep-files] [--gpu-map OLD=NEW]          bring a process back\n"
+		"  restore SNAPSHOT [--keep-files] [--gpu N|--gpu-map OLD=NEW]  bring a process back\n"
 		"  demo                              checkpoint, kill and restore a sample job\n"
 		"SNAPSHOT is a full id, a unique id prefix (4+ hex digits) or a tag.\n"
 		"The store is --store DIR, else $CREST_STORE, else ./crest-store.\n");

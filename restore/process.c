@@ -1,5 +1,6 @@
 /* process.c - restore of a checkpointed process tree; see process.h. */
 #include "restore/process.h"
+#include "capture/gpumap.h"
 #include "capture/proc.h"
 #include "util/err.h"
 #include "util/fs.h"
@@ -7,6 +8,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -132,6 +134,47 @@ static int jobfile_restore(const struct restore_ctx *c, const struct cas_stream 
 	return rc;
 }
 
+/* Where the job's GPUs go: what the user asked for, completed into the
+ * whole map the driver wants and checked against this machine's GPUs, all
+ * before anything is restored (gpumap.h). Snapshots of older crests do not
+ * say which GPUs their job saw: their map goes to the driver as given. */
+static int gpu_plan(const struct cudrv *d, const struct cas_manifest *m, const struct rp_opts *o,
+		    struct gpuckpt_map **map, size_t *n)
+{
+	const char *label = cas_manifest_get_label(m, "gpus");
+	*map = NULL;
+	*n = 0;
+	if (!label) {
+		if (o->gpu)
+			return crest_errx(-EINVAL, "this snapshot does not record which GPUs its job saw (an older "
+					  "crest took it): name each with --gpu-map OLD=NEW");
+		if (!o->nmap)
+			return 0;
+		*map = malloc(o->nmap * sizeof(**map));
+		if (!*map)
+			return crest_errf(-ENOMEM, "mapping GPUs");
+		memcpy(*map, o->map, o->nmap * sizeof(**map));
+		*n = o->nmap;
+		return 0;
+	}
+	struct gpu_info *seen = NULL, *host = NULL;
+	size_t nseen = 0, nhost = 0;
+	int rc = gpumap_parse(label, &seen, &nseen);
+	if (rc == 0)
+		rc = gpumap_host(d, &host, &nhost);
+	if (rc == 0)
+		rc = gpumap_complete(seen, nseen, host, nhost, o->map, o->nmap, o->gpu, map, n);
+	for (size_t i = 0; rc == 0 && o->notes && i < *n; i++) {
+		char a[41], b[41];
+		gpumap_uuid_str(&(*map)[i].from, a);
+		gpumap_uuid_str(&(*map)[i].to, b);
+		fprintf(o->notes, "GPU %s -> %s\n", a, b);
+	}
+	free(seen);
+	free(host);
+	return rc;
+}
+
 int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, const struct criu *criu,
 		    const struct rp_opts *o, struct rp_result *r)
 {
@@ -155,6 +198,10 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		if (rc < 0)
 			crest_errctx(rc, "snapshot %s holds CUDA processes", c->snapshot);
 	}
+	struct gpuckpt_map *gmap = NULL;
+	size_t ngmap = 0;
+	if (rc == 0 && ncuda)
+		rc = gpu_plan(d, m, o, &gmap, &ngmap);
 	if (rc == 0)
 		rc = pids_free(pids, npids, o->wait_pids_ms ? o->wait_pids_ms : 5000);
 	char dir[PATH_MAX];
@@ -203,15 +250,23 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	uint64_t t2 = time_now_ns();
 	r->criu_ns = t2 - t1;
 	if (rc == 0 && ncuda) {
-		rc = gpuckpt_resume(d, cuda, ncuda, o->map, o->nmap);
-		if (rc < 0)
-			crest_errctx(rc, "the processes are back but their GPU state is not");
+		rc = gpuckpt_resume(d, cuda, ncuda, gmap, ngmap);
+		/* A process whose GPU state did not come back holds its memory
+		 * and cannot run: end the tree rather than leave it hanging.
+		 * The snapshot is untouched; the restore can be tried again. */
+		if (rc < 0) {
+			for (size_t i = 0; i < npids; i++)
+				kill(pids[i], SIGKILL);
+			crest_errctx(rc, "the processes came back but their GPU state did not, so crest ended "
+				     "them (pid %d and %zu more); the snapshot is as it was", (int)pids[0], npids - 1);
+		}
 	}
 	r->gpu_ns = time_now_ns() - t2;
 	if (dir[0])
 		fs_rm_tree(dir);
 	free(pids);
 	free(cuda);
+	free(gmap);
 	r->total_ns = time_now_ns() - t0;
 	return rc;
 }

@@ -23,8 +23,9 @@
 struct rp_opts {
 	const char *tmpdir;                /* NULL: /dev/shm */
 	bool keep_files;                   /* leave the job's files as they are now */
-	const struct gpuckpt_map *map;     /* --gpu-map */
+	const struct gpuckpt_map *map;     /* --gpu-map: completed by gpumap_complete */
 	size_t nmap;
+	const char *gpu;                   /* --gpu: the job's first GPU goes here */
 	FILE *notes;                       /* what was done to files; NULL: silent */
 	unsigned wait_pids_ms;             /* how long to wait for a pid to be freed */
 };

@@ -241,6 +241,83 @@ PY
 	fi
 fi
 
+# 3b. A CUDA job moved to another GPU (issue 10, item 7): checkpointed on
+# GPU 0, killed, restored with `--gpu 1` and again with the partial map
+# GPU0=GPU1 that the driver alone refuses; each run's output must equal an
+# uninterrupted run's, the restored job must run on GPU 1, and a map onto a
+# GPU that is not here must be refused before anything is restored, the
+# job's log untouched. Needs two GPUs (nvidia-h200-x2); skipped on one.
+move_run() {  # move_run WHAT ARGS...: restore, then wait for the job; sets MOVE_ERR
+	local what=$1 t
+	shift
+	if ! "${RUN[@]}" "$(bin crest)" --store "$mw/store" restore mv "$@" >>"$LOGS/gpu_move.log" 2>&1; then
+		MOVE_ERR="$what: crest restore failed: $(grep -E '^crest' "$LOGS/gpu_move.log" | tail -1)"
+		return 1
+	fi
+	local on="" i
+	for i in $(seq 1 50); do
+		on=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader 2>/dev/null |
+			awk -F', ' -v p="$mpid" '$1 == p {print $2}')
+		[ -n "$on" ] && break
+		sleep 0.1
+	done
+	for t in $(seq 1 600); do kill -0 "$mpid" 2>/dev/null || break; sleep 0.1; done
+	if [ "$on" != "$uuid1" ]; then
+		MOVE_ERR="$what: the restored job ran on '${on:-no GPU seen}', not on GPU 1 ($uuid1)"
+		return 1
+	fi
+	if ! cmp -s "$mw/job.out" "$mw/ref.out"; then
+		MOVE_ERR="$what: its output differs from an uninterrupted run's"
+		return 1
+	fi
+	return 0
+}
+ngpu=0
+[ $GPU = 1 ] && ngpu=$(nvidia-smi -L | grep -c '^GPU ')
+if [ $GPU = 0 ]; then
+	skip gpu_move "no GPU here"
+elif [ "$ngpu" -lt 2 ]; then
+	skip gpu_move "one GPU here: moving a job needs two (nvidia-h200-x2)"
+elif [ -z "$(have crest-workload-gpu)" ]; then
+	fail gpu_move "crest-workload-gpu was not built"
+else
+	mw=$WORK/move MOVE_ERR="" t=$SECONDS
+	mkdir -p "$mw"
+	uuid0=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | sed -n 1p)
+	uuid1=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | sed -n 2p)
+	wl=(--mib 256 --steps 40 --interval-ms 100)
+	: >"$LOGS/gpu_move.log"
+	"${RUN[@]}" "$(bin crest-workload-gpu)" "${wl[@]}" >"$mw/ref.out" 2>>"$LOGS/gpu_move.log"
+	(cd "$mw" && exec setsid "${RUN[@]}" "$(bin crest-workload-gpu)" "${wl[@]}" >"$mw/job.out" 2>&1 </dev/null) &
+	mpid=$!
+	for i in $(seq 1 100); do [ "$(wc -l <"$mw/job.out")" -ge 10 ] && break; sleep 0.1; done
+	if ! "${RUN[@]}" "$(bin crest)" --store "$mw/store" checkpoint --pid "$mpid" --tag mv >>"$LOGS/gpu_move.log" 2>&1; then
+		MOVE_ERR="checkpoint failed: $(grep -E '^crest' "$LOGS/gpu_move.log" | tail -1)"
+	fi
+	kill -9 "$mpid" 2>/dev/null
+	wait "$mpid" 2>/dev/null
+	if [ -z "$MOVE_ERR" ]; then
+		cp "$mw/job.out" "$mw/job.keep"
+		if "${RUN[@]}" "$(bin crest)" --store "$mw/store" restore mv \
+			--gpu-map "$uuid0=GPU-00000000-0000-0000-0000-000000000000" >"$mw/bad.out" 2>&1; then
+			MOVE_ERR="a map onto a GPU that is not here was accepted"
+		elif ! grep -q "not on this machine" "$mw/bad.out"; then
+			MOVE_ERR="a map onto a missing GPU failed without saying why: $(tail -1 "$mw/bad.out")"
+		elif ! cmp -s "$mw/job.out" "$mw/job.keep" || kill -0 "$mpid" 2>/dev/null; then
+			MOVE_ERR="a refused map touched the job's log or left a process"
+		fi
+	fi
+	[ -z "$MOVE_ERR" ] && move_run "--gpu 1" --gpu 1 &&
+		move_run "--gpu-map GPU0=GPU1 alone" --gpu-map "$uuid0=$uuid1"
+	DT=$((SECONDS - t))
+	if [ -z "$MOVE_ERR" ]; then
+		STORES+=("gpu_move=$mw/store")
+		pass gpu_move "checkpointed on GPU 0, restored onto GPU 1 with --gpu 1 and with GPU0=GPU1 alone: ran there, output identical to an uninterrupted run both times; a map onto a missing GPU refused before restoring, log untouched, ${DT} s"
+	else
+		fail gpu_move "$MOVE_ERR" "$LOGS/gpu_move.log"
+	fi
+fi
+
 # 4. PyTorch: killed, resumed in a fresh process, losses bit for bit.
 [ $GPU = 1 ] && torch_ok=$(python3 -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo none)
 if [ $GPU = 0 ]; then
