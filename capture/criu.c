@@ -196,6 +196,8 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 	argv[n++] = "--file-locks";
 	if (o->leave_running)
 		argv[n++] = "--leave-running";
+	else if (o->leave_stopped)
+		argv[n++] = "--leave-stopped";
 	if (o->shell_job)
 		argv[n++] = "--shell-job";
 	if (o->action_script) {

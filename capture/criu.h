@@ -25,6 +25,7 @@ struct criu_dump_opts {
 	pid_t pid;
 	const char *dir;           /* images directory, exists */
 	bool leave_running;
+	bool leave_stopped;        /* neither: criu kills the tree after the dump */
 	bool shell_job;            /* the root is not a session leader */
 	const char *action_script; /* an executable criu runs at each step, or NULL */
 };

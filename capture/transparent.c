@@ -18,15 +18,74 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
+
+/* Sends sig to every process of the tree as it is now. A stopped tree
+ * cannot fork, so a fresh listing is exact; the listing taken before the
+ * freeze is the fallback if the root itself is gone. */
+static void signal_tree(struct tp_capture *c, int sig)
+{
+	struct proc_tree now;
+	const struct proc_tree *t = proc_tree_get(c->tree.pids[0], &now) == 0 ? &now : &c->tree;
+	crest_errset_str("");
+	for (size_t i = 0; i < t->n; i++)
+		kill(t->pids[i], sig);
+	if (t == &now)
+		proc_tree_free(&now);
+}
+
+int tp_capture_kill(struct tp_capture *c)
+{
+	if (!c->stopped)
+		return 0;
+	c->stopped = false;
+	signal_tree(c, SIGKILL);
+	/* Gone or a zombie: its parent reaps it; crest restore waits for that. */
+	const uint64_t deadline = time_now_ns() + 5000000000ull;
+	for (size_t i = 0; i < c->tree.n; i++) {
+		char st;
+		while ((st = proc_state(c->tree.pids[i])) && st != 'Z' && st != 'X') {
+			if (time_now_ns() >= deadline)
+				return crest_errx(-ETIMEDOUT, "pid %d did not end within 5 s of SIGKILL (--kill)",
+						  (int)c->tree.pids[i]);
+			struct timespec ts = { 0, 10 * 1000 * 1000 };
+			nanosleep(&ts, NULL);
+		}
+	}
+	return 0;
+}
+
+int tp_capture_resume(struct tp_capture *c)
+{
+	if (!c->stopped)
+		return 0;
+	c->stopped = false;
+	signal_tree(c, SIGCONT);
+	/* The driver works on a thread inside each process: they run first. */
+	if (c->ncuda) {
+		int rc = gpuckpt_resume(c->drv, c->cuda, c->ncuda, NULL, 0);
+		if (rc < 0)
+			return crest_errctx(rc, "pid %d runs again but its GPU state could not be brought back",
+					    (int)c->tree.pids[0]);
+	}
+	return 0;
+}
 
 void tp_capture_free(struct tp_capture *c)
 {
+	if (c->stopped) {
+		char msg[1024];
+		crest_errcpy(msg, sizeof(msg));
+		tp_capture_resume(c);
+		crest_errset_str(msg);
+	}
 	if (c->dir[0] && c->locked)
 		fs_workdir_release(c->dir, c->lock_fd);   /* files_dir too: a dir.SUFFIX */
 	else if (c->files_dir[0])
@@ -193,11 +252,20 @@ int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		}
 	}
 	uint64_t t1 = time_now_ns();
+	/* --kill leaves the tree stopped, not killed: the images on tmpfs are
+	 * the job's only copy until the store has committed them, and a store
+	 * that fails (full, damaged, locked) must not take the job with it.
+	 * Stopped, the job changes nothing (memory, files) that the snapshot
+	 * holds; tp_capture_kill ends it after the commit. */
 	struct criu_dump_opts dopts = { .pid = o->pid, .dir = c->dir, .leave_running = !o->kill,
-					.shell_job = c->shell_job, .action_script = hook };
+					.leave_stopped = o->kill, .shell_job = c->shell_job,
+					.action_script = hook };
 	rc = criu_dump(o->criu, &dopts);
 	uint64_t t2 = time_now_ns();
 	c->dump_ns = t2 - t1;
+	c->drv = d;
+	if (rc == 0 && o->kill)
+		c->stopped = true;
 	int rrc = 0;
 	if (c->ncuda && (rc < 0 || !o->kill)) {
 		char msg[1024];

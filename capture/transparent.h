@@ -9,6 +9,12 @@
  * (driver restore + unlock) unless it is to be killed. Only then does
  * tp_capture_ingest hand the images to the engine, which stores them in the
  * background: a failure there never touches the job.
+ *
+ * A job to be killed (--kill) is left stopped by CRIU, not killed: it is
+ * ended by tp_capture_kill only once its snapshot is committed. Until then
+ * the images on tmpfs are its only copy, and they go with tp_capture_free;
+ * a failed store resumes it instead (tp_capture_resume), so no failure can
+ * leave the job neither running nor stored.
  */
 #ifndef CREST_CAPTURE_TRANSPARENT_H
 #define CREST_CAPTURE_TRANSPARENT_H
@@ -26,7 +32,7 @@
 
 struct tp_opts {
 	pid_t pid;
-	bool kill;                 /* end the job after the dump */
+	bool kill;                 /* end the job once its snapshot is stored */
 	uint64_t file_limit;       /* bytes kept of each file open for writing */
 	unsigned lock_timeout_ms;  /* for cuCheckpointProcessLock; 0: 10 s */
 	const char *tmpdir;        /* for images; NULL: /dev/shm */
@@ -43,6 +49,8 @@ struct tp_capture {
 	size_t ncuda;
 	char *gpus;                /* the GPUs the job saw (gpumap_format), or NULL */
 	bool shell_job;
+	bool stopped;              /* --kill: left stopped by CRIU, not yet ended */
+	const struct cudrv *drv;   /* for the CUDA processes, when ncuda */
 	struct proc_files files;   /* sizes as the freeze saw them */
 	char comm[64];
 	uint64_t stall_ns, gpu_lock_ns, gpu_ckpt_ns, dump_ns, gpu_resume_ns;
@@ -58,7 +66,18 @@ int tp_capture_run(const struct tp_opts *o, struct tp_capture *c);
 int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const char *tag,
 		      const uint8_t *parent_id, struct cas_manifest *parent, struct engine_snap **out);
 
-/* Removes the images and frees c. */
+/* For a capture taken with --kill, once its snapshot is committed: ends
+ * the stopped tree (SIGKILL to each process of it) and waits a moment for
+ * it to be gone, so that a restore can have its pids. */
+int tp_capture_kill(struct tp_capture *c);
+
+/* For a capture taken with --kill whose snapshot was not stored: lets the
+ * stopped tree run on as if there had been no --kill (SIGCONT, then the
+ * driver's restore + unlock for CUDA processes). */
+int tp_capture_resume(struct tp_capture *c);
+
+/* Removes the images and frees c. A tree still stopped is resumed first:
+ * the job is never left stopped, nor ended without a stored snapshot. */
 void tp_capture_free(struct tp_capture *c);
 
 /* The action script criu runs inside its freeze: `crest __criu-hook DIR LIMIT`. */

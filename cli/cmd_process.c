@@ -35,9 +35,14 @@ int ckpt_once(const struct cli *c, struct cas_store *store, struct engine *e, co
 	for (size_t i = 0; watch && i < cap.files.n; i++)
 		if (!strcmp(cap.files.v[i].path, watch))
 			st->watch_size = cap.files.v[i].size;
-	if (!c->quiet && !c->json)
-		printf("pid %d (%s) resumed after a %.3f s stall%s\n", (int)o->pid, cap.comm,
-		       cli_secs(cap.stall_ns), o->kill ? " (then ended: --kill)" : "");
+	if (!c->quiet && !c->json) {
+		if (o->kill)
+			printf("pid %d (%s) dumped in %.3f s and stopped: it ends once the snapshot is "
+			       "stored (--kill)\n", (int)o->pid, cap.comm, cli_secs(cap.stall_ns));
+		else
+			printf("pid %d (%s) resumed after a %.3f s stall\n", (int)o->pid, cap.comm,
+			       cli_secs(cap.stall_ns));
+	}
 	fflush(stdout);
 
 	/* The parent's chunk lists let unchanged pages skip the index. */
@@ -54,6 +59,23 @@ int ckpt_once(const struct cli *c, struct cas_store *store, struct engine *e, co
 		cli_progress_stop(pr);
 		rc = engine_snapshot_wait(s, &st->r);
 		memcpy(st->id, st->r.id, 32);
+	}
+	/* --kill: the job ends only now that its snapshot is committed; if it
+	 * was not, the job runs on (its images alone would be lost with the
+	 * tmpfs, and a job to restore by hand helps nobody). */
+	if (o->kill && rc == 0) {
+		rc = tp_capture_kill(&cap);
+		if (rc < 0)
+			crest_errctx(rc, "snapshot stored, but the job was not ended");
+	} else if (o->kill) {
+		char why[1024];
+		crest_errcpy(why, sizeof(why));
+		const int rrc = tp_capture_resume(&cap);
+		if (rrc < 0)
+			crest_errctx(rrc, "nothing stored (%s), and then", why);
+		else
+			crest_errx(rc, "%s; nothing was stored, so pid %d was not ended (--kill): it runs on",
+				   why, (int)o->pid);
 	}
 	tp_capture_free(&cap);
 	return rc;

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -88,49 +89,115 @@ static const char *meta_get(const char *meta, const char *key, char *buf, size_t
 	return NULL;
 }
 
-/* Puts a file the job held open back as it was at the snapshot. */
-static int jobfile_restore(const struct restore_ctx *c, const struct cas_stream *st, FILE *notes)
+/*
+ * The job's files are put back in stages, so that a restore that fails
+ * leaves them byte for byte as they were (the job's output after the
+ * snapshot is the user's work): each is first written whole to a temporary
+ * beside it, from chunks verified on the way; only once every image and
+ * every file is ready are they swapped in, right before CRIU runs, by an
+ * atomic exchange of names; if CRIU fails they are swapped back. Nothing
+ * of a live file is cut or written in place.
+ */
+struct staged {
+	char path[PATH_MAX];
+	char tmp[PATH_MAX];        /* the new content; after the swap, the original */
+	bool existed;              /* path was there: a swap, else a plain rename */
+	bool swapped;
+	uint64_t now, size;        /* bytes in the file now, at the snapshot */
+};
+
+/* "DIR/.BASE.crest-TAG-XXXXXX" beside path, created with O_EXCL. */
+static int temp_beside(const char *path, const char *tag, char *out, size_t cap)
 {
-	char path[PATH_MAX], sz[32];
-	if (!meta_get(st->meta, "path", path, sizeof(path)) || !meta_get(st->meta, "size", sz, sizeof(sz)))
-		return crest_errx(-EBADMSG, "snapshot %s: job file stream %s is damaged", c->snapshot, st->name);
-	uint64_t size = strtoull(sz, NULL, 10);
-	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	const char *slash = strrchr(path, '/');
+	const int dl = slash ? (int)(slash - path) + 1 : 0;
+	const char *base = slash ? slash + 1 : path;
+	/* The base cut to fit NAME_MAX with the suffix. */
+	if (snprintf(out, cap, "%.*s.%.200s.crest-%s-XXXXXX", dl, path, base, tag) >= (int)cap)
+		return crest_errx(-ENAMETOOLONG, "cannot stage %s: its path is too long", path);
+	const int fd = mkostemp(out, O_CLOEXEC);
 	if (fd < 0)
-		return crest_errf(-errno, "cannot open %s to put it back", path);
+		return crest_errf(-errno, "cannot create a temporary file beside %s", path);
+	return fd;
+}
+
+/* Bytes [from, to) of in to the same place in out. */
+static int copy_range(int in, int out, uint64_t from, uint64_t to, const char *path)
+{
+	const size_t cap = 1 << 20;
+	uint8_t *buf = from < to ? malloc(cap) : NULL;
+	if (from < to && !buf)
+		return crest_errf(-ENOMEM, "copying %s", path);
+	int rc = 0;
+	for (uint64_t off = from; off < to;) {
+		const size_t want = to - off < cap ? (size_t)(to - off) : cap;
+		const ssize_t r = pread(in, buf, want, (off_t)off);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			rc = crest_errf(-errno, "cannot read %s", path);
+			break;
+		}
+		if (r == 0)
+			break;   /* shorter now: the rest stays zeros */
+		if (pwrite(out, buf, (size_t)r, (off_t)off) != r) {
+			rc = crest_errf(errno ? -errno : -EIO, "cannot write a temporary file beside %s", path);
+			break;
+		}
+		off += (uint64_t)r;
+	}
+	free(buf);
+	return rc;
+}
+
+/* Writes the file as it was at the snapshot into a temporary beside it. */
+static int jobfile_stage(const struct restore_ctx *c, const struct cas_stream *st, struct staged *f)
+{
+	char sz[32];
+	if (!meta_get(st->meta, "path", f->path, sizeof(f->path)) || !meta_get(st->meta, "size", sz, sizeof(sz)))
+		return crest_errx(-EBADMSG, "snapshot %s: job file stream %s is damaged", c->snapshot, st->name);
+	f->size = strtoull(sz, NULL, 10);
 	struct stat sb;
-	uint64_t now = fstat(fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
-	/* Cut or extend to the snapshot's size first, then write the kept
-	 * prefix over it: a file larger than the capture limit keeps its tail
-	 * (for an append-only log, the same bytes it had). Holes in the prefix
-	 * were zeros: write them as such. */
+	int in = open(f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (in < 0 && errno != ENOENT)
+		return crest_errf(-errno, "cannot open %s to put it back", f->path);
+	if (in >= 0 && (fstat(in, &sb) < 0 || !S_ISREG(sb.st_mode))) {
+		close(in);
+		return crest_errx(-EINVAL, "cannot put %s back: it is no longer a regular file", f->path);
+	}
+	f->existed = in >= 0;
+	f->now = f->existed ? (uint64_t)sb.st_size : 0;
+	const int fd = temp_beside(f->path, "restore", f->tmp, sizeof(f->tmp));
+	if (fd < 0) {
+		f->tmp[0] = 0;
+		if (in >= 0)
+			close(in);
+		return fd;
+	}
+	int rc = 0;
+	if (f->existed && (fchown(fd, sb.st_uid, sb.st_gid) < 0 || fchmod(fd, sb.st_mode & 07777) < 0))
+		rc = crest_errf(-errno, "cannot give %s the owner and mode of %s", f->tmp, f->path);
+	/* The snapshot's size; its kept prefix over the file's own bytes: a
+	 * file larger than the capture limit keeps its tail (for an
+	 * append-only log, the same bytes it had). Holes in the prefix are
+	 * zeros in the fresh file already. */
+	if (rc == 0 && ftruncate(fd, (off_t)f->size) < 0)
+		rc = crest_errf(-errno, "cannot size %s to %llu bytes", f->tmp, (unsigned long long)f->size);
+	if (rc == 0 && f->existed && st->size < f->size)
+		rc = copy_range(in, fd, st->size, f->now < f->size ? f->now : f->size, f->path);
+	if (in >= 0)
+		close(in);
 	struct restore_ctx quiet = *c;
 	quiet.progress = NULL;
-	int rc = ftruncate(fd, (off_t)size) < 0 ? crest_errf(-errno, "cannot cut %s back to %llu bytes", path,
-							     (unsigned long long)size) : 0;
-	uint64_t off = 0;
-	static const uint8_t zeros[4096];
-	for (uint64_t i = 0; rc == 0 && i < st->nextents; off += st->ext[i].len, i++) {
-		for (uint64_t z = 0; st->ext[i].hole && z < st->ext[i].len && rc == 0;) {
-			uint64_t n = st->ext[i].len - z < sizeof(zeros) ? st->ext[i].len - z : sizeof(zeros);
-			if (pwrite(fd, zeros, n, (off_t)(off + z)) != (ssize_t)n)
-				rc = crest_errf(-errno, "cannot write %s", path);
-			z += n;
-		}
-	}
-	struct restore_fd_sink sink = { fd, path };
+	struct restore_fd_sink sink = { fd, f->tmp };
 	if (rc == 0)
 		rc = restore_stream(&quiet, st, restore_sink_fd, &sink);
-	close(fd);
-	if (rc == 0 && notes) {
-		if (now > size)
-			fprintf(notes, "restored %s to its size at the snapshot: %llu bytes (%llu bytes written "
-				"after it discarded)\n", path, (unsigned long long)size,
-				(unsigned long long)(now - size));
-		else
-			fprintf(notes, "restored %s as it was at the snapshot (%llu bytes)\n", path,
-				(unsigned long long)size);
-	}
+	if (rc == 0 && fsync(fd) < 0)
+		rc = crest_errf(-errno, "cannot write %s", f->tmp);
+	if (close(fd) < 0 && rc == 0)
+		rc = crest_errf(-errno, "cannot write %s", f->tmp);
+	if (rc < 0)
+		crest_errctx(rc, "putting back %s", f->path);
 	return rc;
 }
 
@@ -173,6 +240,71 @@ static int gpu_plan(const struct cudrv *d, const struct cas_manifest *m, const s
 	free(seen);
 	free(host);
 	return rc;
+}
+
+/* Puts the staged file in place; its original goes under f->tmp. */
+static int jobfile_swap(struct staged *f)
+{
+	if (!f->existed) {
+		if (rename(f->tmp, f->path) < 0)
+			return crest_errf(-errno, "cannot rename %s to %s", f->tmp, f->path);
+		f->swapped = true;
+		return 0;
+	}
+	if (renameat2(AT_FDCWD, f->tmp, AT_FDCWD, f->path, RENAME_EXCHANGE) == 0) {
+		f->swapped = true;
+		return 0;
+	}
+	if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
+		return crest_errf(-errno, "cannot swap %s into %s", f->tmp, f->path);
+	/* No exchange on this file system (NFS, some FUSE): the original to a
+	 * name of its own, then the staged file in its place. */
+	char orig[PATH_MAX];
+	const int fd = temp_beside(f->path, "orig", orig, sizeof(orig));
+	if (fd < 0)
+		return fd;
+	close(fd);
+	if (rename(f->path, orig) < 0) {
+		const int rc = crest_errf(-errno, "cannot rename %s to %s", f->path, orig);
+		unlink(orig);
+		return rc;
+	}
+	if (rename(f->tmp, f->path) < 0) {
+		const int rc = crest_errf(-errno, "cannot rename %s to %s", f->tmp, f->path);
+		if (rename(orig, f->path) < 0)
+			return crest_errf(-errno, "%s was moved to %s and could not be put back", f->path, orig);
+		return rc;
+	}
+	unlink(f->tmp);
+	memcpy(f->tmp, orig, sizeof(orig));
+	f->swapped = true;
+	return 0;
+}
+
+/* Undoes jobfile_swap: the original back under its name. */
+static int jobfile_unswap(struct staged *f)
+{
+	if (!f->swapped)
+		return 0;
+	int rc = 0;
+	if (!f->existed) {
+		rc = unlink(f->path) < 0 && errno != ENOENT ? -errno : 0;
+	} else if (renameat2(AT_FDCWD, f->tmp, AT_FDCWD, f->path, RENAME_EXCHANGE) < 0 &&
+		   rename(f->tmp, f->path) < 0) {
+		rc = crest_errf(-errno, "the original of %s is kept as %s: cannot rename it back", f->path,
+				f->tmp);
+		f->tmp[0] = 0;   /* not to be removed */
+	}
+	f->swapped = false;
+	return rc;
+}
+
+static void staged_free(struct staged *v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		if (v[i].tmp[0])
+			unlink(v[i].tmp);
+	free(v);
 }
 
 int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, const struct criu *criu,
@@ -237,10 +369,20 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		close(fd);
 		r->bytes += st->size;
 	}
-	r->stream_ns = time_now_ns() - t0;
-	for (size_t i = 0; rc == 0 && !o->keep_files && i < m->nstreams; i++)
+	/* The job's files staged beside them: the live ones are not touched. */
+	struct staged *files = NULL;
+	size_t nfiles = 0;
+	for (size_t i = 0; !o->keep_files && i < m->nstreams; i++)
+		nfiles += m->streams[i].type == CAS_STREAM_JOBFILE;
+	if (rc == 0 && nfiles && !(files = calloc(nfiles, sizeof(*files))))
+		rc = crest_errf(-ENOMEM, "restore");
+	for (size_t i = 0, k = 0; rc == 0 && files && i < m->nstreams; i++)
 		if (m->streams[i].type == CAS_STREAM_JOBFILE)
-			rc = jobfile_restore(c, &m->streams[i], o->notes);
+			rc = jobfile_stage(c, &m->streams[i], &files[k++]);
+	r->stream_ns = time_now_ns() - t0;
+	/* Everything is ready: the files go in, and CRIU runs at once. */
+	for (size_t i = 0; rc == 0 && i < nfiles; i++)
+		rc = jobfile_swap(&files[i]);
 	const char *sj = cas_manifest_get_label(m, "shell_job");
 	uint64_t t1 = time_now_ns();
 	if (rc == 0) {
@@ -252,8 +394,9 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	if (rc == 0 && ncuda) {
 		rc = gpuckpt_resume(d, cuda, ncuda, gmap, ngmap);
 		/* A process whose GPU state did not come back holds its memory
-		 * and cannot run: end the tree rather than leave it hanging.
-		 * The snapshot is untouched; the restore can be tried again. */
+		 * and cannot run: end the tree rather than leave it hanging, and
+		 * put its files back below. The snapshot is untouched; the
+		 * restore can be tried again. */
 		if (rc < 0) {
 			for (size_t i = 0; i < npids; i++)
 				kill(pids[i], SIGKILL);
@@ -262,6 +405,32 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		}
 	}
 	r->gpu_ns = time_now_ns() - t2;
+	if (rc < 0 && nfiles) {
+		/* The processes are not back: the originals go back in place. */
+		char msg[1024];
+		crest_errcpy(msg, sizeof(msg));
+		int urc = 0;
+		for (size_t i = nfiles; files && i-- > 0;) {
+			const int u = jobfile_unswap(&files[i]);
+			urc = urc ? urc : u;
+		}
+		if (urc < 0)
+			crest_errctx(rc, "%s; and then", msg);
+		else
+			crest_errx(rc, "%s; the job's files were left untouched", msg);
+	}
+	for (size_t i = 0; rc == 0 && files && o->notes && i < nfiles; i++) {
+		const struct staged *f = &files[i];
+		if (f->now > f->size)
+			fprintf(o->notes, "restored %s to its size at the snapshot: %llu bytes (%llu bytes written "
+				"after it discarded)\n", f->path, (unsigned long long)f->size,
+				(unsigned long long)(f->now - f->size));
+		else
+			fprintf(o->notes, "restored %s as it was at the snapshot (%llu bytes)\n", f->path,
+				(unsigned long long)f->size);
+	}
+	/* After a restore: the originals; after a failure: the staged files. */
+	staged_free(files, nfiles);
 	if (dir[0])
 		fs_rm_tree(dir);
 	free(pids);

@@ -2,8 +2,10 @@
  * process.h - bringing a checkpointed process tree back from the store.
  *
  * The images stream out of the store into a private tmpfs directory, the
- * files the job had open for writing are put back as they were at the
- * snapshot (unless the caller keeps them), CRIU restores the tree, and CUDA
+ * files the job had open for writing are staged as they were at the
+ * snapshot in temporaries beside them (unless the caller keeps them) and
+ * swapped in right before CRIU restores the tree (swapped back if it
+ * fails: a failed restore leaves them byte for byte as they were), and CUDA
  * processes get their device state back through the driver (restore +
  * unlock), optionally onto other GPUs. restore/ reaches CRIU and the driver
  * through capture/'s wrappers; it writes nothing to the store.

@@ -1,0 +1,75 @@
+# Issue 10, item 2: a restore that fails leaves the job's files byte for
+# byte as they were. They used to be cut back to their snapshot size before
+# the chunks were read and before CRIU ran, so a failed restore lost the
+# job's output written after the snapshot. Two failures: CRIU refuses (a
+# stand-in criu), and the chunk of the job's log is damaged in the store.
+# Each time the log and stdout are compared with copies taken before, the
+# message must say the files were left untouched, and no temporary file may
+# be left beside them. The damage is then undone and a real restore works.
+source "$(dirname "$0")/lib.sh"
+need_root
+cd "$T"
+start_job job.out --mib 16 --interval-ms 50 --log "$T/job.log"
+wait_lines job.log 4
+# --file-limit below the log's size: the restore keeps the file's own tail.
+"$CREST" --store "$S" checkpoint --pid "$JOB" --tag j --file-limit 100 >/dev/null
+at=$(lines job.log)
+wait_lines job.log $((at + 4))
+kill_gone "$JOB"
+cp job.log log.before
+cp job.out out.before
+echo "log: $(wc -c <job.log) bytes now"
+
+untouched() {
+	cmp job.log log.before || fail "$1: the job's log was changed by a failed restore"
+	cmp job.out out.before || fail "$1: the job's stdout was changed by a failed restore"
+	grep -q "left untouched" "$T/err.txt" || fail "$1: the message does not say the files were left untouched"
+	local left
+	left=$(find "$T" -maxdepth 1 -name '.*crest-*' | head -3)
+	[ -z "$left" ] || fail "$1: temporaries left behind: $left"
+	[ -e /proc/"$JOB" ] && fail "$1: the job is running though the restore failed"
+	echo "$1: files byte-for-byte as before"
+}
+
+# 1. CRIU fails.
+cat >fake-criu <<'FAKE'
+#!/bin/sh
+[ "$1" = --version ] && { echo "Version: 4.1.1"; exit 0; }
+exit 1
+FAKE
+chmod +x fake-criu
+expect_error "criu restore failed" env CREST_CRIU="$T/fake-criu" "$CREST" --store "$S" restore j
+untouched "criu fails"
+
+# 2. The log's chunk is damaged (stdout holds the same lines: one chunk
+# for both): find it by its SHA-256 in the packs.
+read -r kept size < <("$CREST" --store "$S" show j --json | python3 -c '
+import json, sys
+for s in json.load(sys.stdin)["streams"]:
+    if s["type"] == "jobfile" and s["meta"].endswith("/job.log"):
+        print(s["size"], s["meta"].split("size=")[1].split(";")[0])')
+[ -n "$size" ] || fail "no job file stream for job.log in the snapshot"
+[ "$kept" -lt "$size" ] || fail "the log ($size bytes) is not above --file-limit ($kept kept)"
+sha=$(head -c "$kept" job.log | sha256sum | cut -d' ' -f1)
+rec=""
+for pack in "$S"/packs/*.pack; do
+	rec=$("$STORE_TOOL" records "$pack" | awk -v s="$sha" '$4 == s' | head -1)
+	[ -n "$rec" ] && break
+done
+[ -n "$rec" ] || fail "the log's chunk $sha is in no pack"
+read -r off _ stored _ <<<"$rec"
+flip=$((off + 56 + stored / 2))
+"$STORE_TOOL" flip "$pack" "$flip"
+expect_error "${sha:0:16}" "$CREST" --store "$S" restore j
+untouched "damaged log chunk"
+"$STORE_TOOL" flip "$pack" "$flip"
+
+# 3. Undamaged, with the real criu: the log goes back to its snapshot size.
+"$CREST" --store "$S" restore j >restore.out
+cat restore.out
+grep -q "discarded" restore.out || fail "the restore did not cut the log back"
+# The restored job appends at once: the first $size bytes are the log at
+# the snapshot, its kept $kept bytes from the store, the rest its own tail.
+[ "$(wc -c <job.log)" -ge "$size" ] || fail "the restored log is shorter than at the snapshot"
+head -c "$size" log.before | cmp - <(head -c "$size" job.log) || fail "the restored log's first $size bytes differ"
+echo PASS
