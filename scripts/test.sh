@@ -52,11 +52,28 @@ run() {  # run DIR CMAKE_ARGS...
 	total=$(sed -E 's/.*out of ([0-9]+).*/\1/' <<<"$line")
 	skipped=$(grep -cE "^\s+[0-9]+ - .*\(Skipped\)" "$dir/ctest.log" || true)
 	[ -n "$line" ] || { failed=1; total=1; status=1; }
+	# Each skipped test's reason: the first "SKIP: " line of its output in
+	# ctest's log (ctest itself shows only "Skipped"). A skip without one,
+	# or for anything but "no GPU here" / "no torch here", is a failure:
+	# a skip must never hide a test that could have run.
+	local name reason bad=0
+	while read -r name; do
+		reason=$(awk -v t="$name" '
+			$2 == "Test:" && $3 == t { on = 1; next }
+			on && /^<end of output>/ { exit }
+			on && /^SKIP: / { sub(/^SKIP: /, ""); print; exit }' "$dir/Testing/Temporary/LastTest.log")
+		case $reason in
+		"no GPU here"* | "no torch here"*) SKIPS+=("$dir: $name: $reason") ;;
+		"") SKIPS+=("$dir: $name: FAILED: skipped without a \"SKIP: reason\" line"); bad=$((bad + 1)) ;;
+		*) SKIPS+=("$dir: $name: FAILED: a skip is allowed only for no GPU or no torch here: $reason"); bad=$((bad + 1)) ;;
+		esac
+	done < <(sed -nE 's/^\s+[0-9]+ - (.*) \(Skipped\)$/\1/p' "$dir/ctest.log")
+	[ "$bad" -eq 0 ] || status=1
 	PASSED=$((PASSED + total - failed - skipped))
-	FAILED=$((FAILED + failed))
-	SKIPPED=$((SKIPPED + skipped))
+	FAILED=$((FAILED + failed + bad))
+	SKIPPED=$((SKIPPED + skipped - bad))
 }
-PASSED=0 FAILED=0 SKIPPED=0
+PASSED=0 FAILED=0 SKIPPED=0 SKIPS=()
 
 mkdir -p build build-asan build-release
 build build-release -DCMAKE_BUILD_TYPE=Release
@@ -80,7 +97,11 @@ fi
 PASSED=$((PASSED + fpass))
 FAILED=$((FAILED + ffail))
 SKIPPED=$((SKIPPED + fskip))
+while read -r l; do SKIPS+=("build-fuzz: ${l#skip }"); done < <(grep -E "^skip fuzz_[a-z_]+:" build-fuzz/run.log || true)
 [ "$FAILED" -eq 0 ] || status=1
 [ "$status" -eq 0 ] && echo "=== all tests passed" || echo "=== some tests FAILED" >&2
+# What did not run and why, just above the totals (which stay the last line).
+echo "=== skipped: ${#SKIPS[@]}"
+for l in "${SKIPS[@]}"; do echo "  $l"; done
 echo "$PASSED passed, $FAILED failed, $SKIPPED skipped"
 exit "$status"

@@ -33,6 +33,7 @@
 #include "capture/cudrv.h"
 #include "util/sha256.h"
 #include "tests/check.h"
+#include "tests/gpu_here.h"
 
 #include <errno.h>
 #include <stdbool.h>
@@ -240,13 +241,18 @@ int main(int argc, char **argv)
 	}
 	if (!host_mode) {
 		int n = 0;
-		if (cudrv_load(&d) < 0) {
-			printf("SKIP: no GPU here (%s)\n", crest_errmsg());
+		char why[512];
+		if (no_gpu_here(why, sizeof(why))) {
+			printf("SKIP: %s\n", why);
 			return 77;
 		}
+		if (cudrv_load(&d) < 0) {
+			fprintf(stderr, "FAIL: a GPU is here but its driver does not load: %s\n", crest_errmsg());
+			return 1;
+		}
 		if (d->DeviceGetCount(&n) != CUDA_SUCCESS || n == 0) {
-			printf("SKIP: no GPU here (the NVIDIA driver is loaded but sees no GPU)\n");
-			return 77;
+			fprintf(stderr, "FAIL: a GPU device node is here but the driver sees no GPU\n");
+			return 1;
 		}
 	}
 	/* Tiny pieces, unless the caller chose: read by the store at commit. */

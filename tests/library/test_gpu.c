@@ -1,6 +1,7 @@
 /*
- * test_gpu.c - libcrest on device regions. Skips (77, reason printed) where
- * there is no GPU driver or no GPU.
+ * test_gpu.c - libcrest on device regions. Skips (77, "SKIP: no GPU here
+ * (...)") only where there is no NVIDIA GPU (tests/gpu_here.h); a GPU whose
+ * driver fails to load or sees no device fails the test.
  *
  * Three device regions (one with a zeroed stretch, one of odd size) and a
  * host region go through a checkpoint whose state is larger than the staging
@@ -10,6 +11,7 @@
 #include "crest.h"
 #include "capture/cudrv.h"
 #include "tests/check.h"
+#include "tests/gpu_here.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -38,14 +40,19 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	if (cudrv_load(&d) < 0) {
-		printf("SKIP: %s\n", crest_errmsg());
+	char why[512];
+	if (no_gpu_here(why, sizeof(why))) {
+		printf("SKIP: %s\n", why);
 		return 77;
+	}
+	if (cudrv_load(&d) < 0) {
+		fprintf(stderr, "FAIL: a GPU is here but its driver does not load: %s\n", crest_errmsg());
+		return 1;
 	}
 	int n = 0;
 	if (d->DeviceGetCount(&n) != CUDA_SUCCESS || n == 0) {
-		printf("SKIP: the NVIDIA driver is here but sees no GPU\n");
-		return 77;
+		fprintf(stderr, "FAIL: a GPU device node is here but the driver sees no GPU\n");
+		return 1;
 	}
 	char cmd[4200];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", argv[1]);

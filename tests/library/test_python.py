@@ -9,7 +9,7 @@ import sys
 try:
     import torch
 except ImportError as e:
-    print("SKIP: no torch in %s (%s): install python3-torch" % (sys.executable, e))
+    print("SKIP: no torch here (%s in %s): install python3-torch" % (e, sys.executable))
     sys.exit(77)
 
 import crest
