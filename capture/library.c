@@ -23,6 +23,7 @@
 #include "util/sha256.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,7 +34,6 @@
 #include <emmintrin.h>
 #endif
 
-#define CREST_MAGIC 0x6372657374415049ull   /* "crestAPI" */
 #define MAX_CTX 16
 #define SEGMENT (4u << 20)                  /* the engine's segment: slices are multiples */
 #define RESTORE_WINDOW (64u << 20)          /* largest restore window: see restore_regions */
@@ -63,7 +63,6 @@ struct pending {
 };
 
 struct crest {
-	uint64_t magic;
 	struct crest_options o;
 	struct cas_store *store;
 	struct engine *eng;
@@ -86,11 +85,79 @@ struct crest {
 
 /* ---- handles ---- */
 
-static int check_handle(const crest_t *c, const char *what)
+/*
+ * A crest_t * given to the caller is a token, never the address of the
+ * struct: slot and generation of a process-wide table, odd so that no real
+ * pointer matches one. Every public function looks the token up under the
+ * lock and gets the struct only if the slot is live and of the same
+ * generation. A closed handle (its slot freed, or reused by a later
+ * crest_open with the next generation), a handle closed twice, or a pointer
+ * that never came from crest_open is -EBADF and is never dereferenced. The
+ * lock covers the lookup only: a handle is still used by one thread at a
+ * time (crest.h), so no call is running on a handle while it is closed.
+ */
+#define HANDLE_SLOTS 65535u
+
+struct handle_slot {
+	crest_t *c;          /* NULL: free */
+	uint32_t gen;
+};
+
+static pthread_mutex_t handles_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct handle_slot *handles;
+static size_t nhandles;
+
+static crest_t *handle_token(size_t slot, uint32_t gen)
 {
-	if (!c)
+	return (crest_t *)(((uintptr_t)gen << 17) | ((uintptr_t)(slot + 1) << 1) | 1u);
+}
+
+/* A slot for c; *out its token. */
+static int handle_add(crest_t *c, crest_t **out)
+{
+	int rc = 0;
+	pthread_mutex_lock(&handles_lock);
+	size_t i = 0;
+	while (i < nhandles && handles[i].c)
+		i++;
+	if (i == nhandles) {
+		struct handle_slot *n = NULL;
+		if (nhandles < HANDLE_SLOTS)
+			n = realloc(handles, (nhandles + 1) * sizeof(*n));
+		if (!n)
+			rc = crest_errx(-EMFILE, "crest_open: %zu crest handles are open already", nhandles);
+		else {
+			handles = n;
+			handles[nhandles++] = (struct handle_slot){ 0 };
+		}
+	}
+	if (rc == 0) {
+		handles[i].c = c;
+		handles[i].gen = (handles[i].gen + 1) & 0x7fffffffu;   /* fits the token on 32-bit too */
+		*out = handle_token(i, handles[i].gen);
+	}
+	pthread_mutex_unlock(&handles_lock);
+	return rc;
+}
+
+/* The struct behind token h; with drop, the slot is freed in the same
+ * critical section, so of two crest_close calls only one gets it. */
+static int handle_get(const crest_t *h, const char *what, bool drop, crest_t **out)
+{
+	*out = NULL;
+	if (!h)
 		return crest_errx(-EBADF, "%s: the crest handle is NULL", what);
-	if (c->magic != CREST_MAGIC)
+	const uintptr_t t = (uintptr_t)h;
+	const size_t slot = ((t >> 1) & 0xffffu) - 1;
+	const uint32_t gen = (uint32_t)(t >> 17);
+	pthread_mutex_lock(&handles_lock);
+	if ((t & 1) && slot < nhandles && handles[slot].c && handles[slot].gen == gen) {
+		*out = handles[slot].c;
+		if (drop)
+			handles[slot].c = NULL;
+	}
+	pthread_mutex_unlock(&handles_lock);
+	if (!*out)
 		return crest_errx(-EBADF, "%s: not an open crest handle (closed, or never opened)", what);
 	return 0;
 }
@@ -235,6 +302,8 @@ static int engine_start(crest_t *c)
 	return engine_open(c->store, &eo, &c->eng);
 }
 
+static int crest_destroy(crest_t *c);
+
 int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 {
 	if (!out)
@@ -278,16 +347,16 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 		rc = engine_start(c);
 	if (rc < 0) {
 		rc = crest_errctx(rc, "opening crest store %s", dir);
-		c->magic = CREST_MAGIC;
 		char msg[1024];
 		crest_errcpy(msg, sizeof(msg));
-		crest_close(c);
+		crest_destroy(c);
 		crest_errset_str(msg);
 		return rc;
 	}
-	c->magic = CREST_MAGIC;
-	*out = c;
-	return 0;
+	rc = handle_add(c, out);
+	if (rc < 0)
+		crest_destroy(c);   /* keeps the message: destroy has nothing to wait for */
+	return rc;
 }
 
 static void result_fill(const struct pending *p, const struct engine_result *er, struct crest_result *r)
@@ -304,13 +373,10 @@ static void result_fill(const struct pending *p, const struct engine_result *er,
 	r->rounds = p->rounds;
 }
 
-int crest_close(crest_t *c)
+/* Waits for the pending checkpoints and frees c: crest_close, and
+ * crest_open's failures. */
+static int crest_destroy(crest_t *c)
 {
-	if (!c)
-		return 0;
-	int rc = check_handle(c, "crest_close");
-	if (rc < 0)
-		return rc;
 	int first = 0;
 	char msg[1024] = "";
 	for (size_t i = 0; i < c->nckpts; i++) {
@@ -344,11 +410,21 @@ int crest_close(crest_t *c)
 		free(c->regions[i].name);
 	free(c->regions);
 	free(c->ckpts);
-	c->magic = 0;
 	free(c);
 	if (first)
 		crest_errset_str(msg);
 	return first;
+}
+
+int crest_close(crest_t *ch)
+{
+	if (!ch)
+		return 0;
+	crest_t *c;
+	int rc = handle_get(ch, "crest_close", true, &c);
+	if (rc < 0)
+		return rc;
+	return crest_destroy(c);
 }
 
 /* ---- regions ---- */
@@ -398,9 +474,10 @@ static int region_check(crest_t *c, const struct region *r)
 	return 0;
 }
 
-int crest_register(crest_t *c, const char *name, void *ptr, size_t size, enum crest_mem mem, crest_region_t *out)
+int crest_register(crest_t *ch, const char *name, void *ptr, size_t size, enum crest_mem mem, crest_region_t *out)
 {
-	int rc = check_handle(c, "crest_register");
+	crest_t *c;
+	int rc = handle_get(ch, "crest_register", false, &c);
 	if (rc < 0)
 		return rc;
 	if (!name || !*name || !out)
@@ -449,9 +526,10 @@ int crest_register(crest_t *c, const char *name, void *ptr, size_t size, enum cr
 	return 0;
 }
 
-int crest_unregister(crest_t *c, crest_region_t id)
+int crest_unregister(crest_t *ch, crest_region_t id)
 {
-	int rc = check_handle(c, "crest_unregister");
+	crest_t *c;
+	int rc = handle_get(ch, "crest_unregister", false, &c);
 	if (rc < 0)
 		return rc;
 	struct region *r = region_find(c, id);
@@ -465,9 +543,10 @@ int crest_unregister(crest_t *c, crest_region_t id)
 	return 0;
 }
 
-size_t crest_region_count(const crest_t *c)
+size_t crest_region_count(const crest_t *ch)
 {
-	return check_handle(c, "crest_region_count") < 0 ? 0 : c->nregions;
+	crest_t *c;
+	return handle_get(ch, "crest_region_count", false, &c) < 0 ? 0 : c->nregions;
 }
 
 /* ---- checkpoint ---- */
@@ -738,10 +817,11 @@ static int reopen_if_broken(crest_t *c)
 	return rc;
 }
 
-int crest_checkpoint(crest_t *c, const struct crest_checkpoint_opts *o, crest_ckpt_t *out)
+int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_ckpt_t *out)
 {
 	const struct crest_checkpoint_opts none = { 0 };
-	int rc = check_handle(c, "crest_checkpoint");
+	crest_t *c;
+	int rc = handle_get(ch, "crest_checkpoint", false, &c);
 	if (rc < 0)
 		return rc;
 	if (!out)
@@ -752,6 +832,13 @@ int crest_checkpoint(crest_t *c, const struct crest_checkpoint_opts *o, crest_ck
 	for (size_t i = 0; i < o->nblobs; i++)
 		if (o->blobs[i].name && region_by_name(c, o->blobs[i].name))
 			return crest_errx(-EEXIST, "blob %s has the name of a region", o->blobs[i].name);
+	/* Two streams of one name: the manifest would hold both and a reader
+	 * would get whichever it finds first. Quadratic, but blobs are few. */
+	for (size_t i = 0; i < o->nblobs; i++)
+		for (size_t j = 0; j < i && o->blobs[i].name; j++)
+			if (o->blobs[j].name && !strcmp(o->blobs[i].name, o->blobs[j].name))
+				return crest_errx(-EEXIST, "blobs %zu and %zu are both named %s", j, i,
+						  o->blobs[i].name);
 	if (o->tag && (rc = cas_tag_check(o->tag)) < 0)
 		return rc;
 	for (size_t i = 0; i < c->nregions; i++)
@@ -828,9 +915,10 @@ int crest_checkpoint(crest_t *c, const struct crest_checkpoint_opts *o, crest_ck
 	return 0;
 }
 
-int crest_poll(crest_t *c, crest_ckpt_t h)
+int crest_poll(crest_t *ch, crest_ckpt_t h)
 {
-	int rc = check_handle(c, "crest_poll");
+	crest_t *c;
+	int rc = handle_get(ch, "crest_poll", false, &c);
 	if (rc < 0)
 		return rc;
 	struct pending *p = pending_find(c, h);
@@ -840,9 +928,10 @@ int crest_poll(crest_t *c, crest_ckpt_t h)
 	return engine_snapshot_timedwait(p->snap, 0) ? 1 : 0;
 }
 
-int crest_wait(crest_t *c, crest_ckpt_t h, struct crest_result *r)
+int crest_wait(crest_t *ch, crest_ckpt_t h, struct crest_result *r)
 {
-	int rc = check_handle(c, "crest_wait");
+	crest_t *c;
+	int rc = handle_get(ch, "crest_wait", false, &c);
 	if (rc < 0)
 		return rc;
 	struct pending *p = pending_find(c, h);
@@ -1000,9 +1089,10 @@ static int restore_regions(crest_t *c, const struct restore_ctx *rc_ctx, const s
 	return rc;
 }
 
-int crest_restore(crest_t *c, const char *snapshot, struct crest_restore_result *res)
+int crest_restore(crest_t *ch, const char *snapshot, struct crest_restore_result *res)
 {
-	int rc = check_handle(c, "crest_restore");
+	crest_t *c;
+	int rc = handle_get(ch, "crest_restore", false, &c);
 	if (rc < 0)
 		return rc;
 	const uint64_t t0 = time_now_ns();
@@ -1043,9 +1133,10 @@ int crest_restore(crest_t *c, const char *snapshot, struct crest_restore_result 
 	return 0;
 }
 
-int crest_read_blob(crest_t *c, const char *snapshot, const char *name, void **data, size_t *len)
+int crest_read_blob(crest_t *ch, const char *snapshot, const char *name, void **data, size_t *len)
 {
-	int rc = check_handle(c, "crest_read_blob");
+	crest_t *c;
+	int rc = handle_get(ch, "crest_read_blob", false, &c);
 	if (rc < 0)
 		return rc;
 	if (!name || !data || !len)

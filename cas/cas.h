@@ -247,7 +247,9 @@ int cas_snapshot_list(struct cas_store *s, struct cas_snapinfo **out, size_t *n)
 void cas_snapshot_list_free(struct cas_snapinfo *v, size_t n);
 
 int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32]);
-int cas_tag_check(const char *tag);   /* -EINVAL with a message if unusable */
+/* -EINVAL with a message if unusable as a new tag: not a valid tag, or 4 to
+ * 64 hex digits (it would shadow an id prefix). */
+int cas_tag_check(const char *tag);
 
 /* Every index entry, in key order; cb returns non-zero to stop (passed on). */
 int cas_index_foreach(struct cas_store *s,

@@ -75,9 +75,15 @@ static bool tag_ok(const char *tag)
 
 int cas_tag_check(const char *tag)
 {
+	size_t n = strlen(tag);
+	/* Names resolve tag first: a tag of 4 to 64 hex digits would hide
+	 * every snapshot whose id starts with it. Old stores may hold such
+	 * tags; they still resolve, only new ones are refused. */
+	if (tag_ok(tag) && (cas_snapshot_name_kind(tag) & CAS_NAME_PREFIX))
+		return crest_errx(-EINVAL, "tag '%s': 4 to 64 hex digits read as a snapshot id prefix; "
+				  "add a letter past f", tag);
 	if (tag_ok(tag))
 		return 0;
-	size_t n = strlen(tag);
 	if (n == 0 || n > 128)
 		return crest_errx(-EINVAL, "tag '%s': must be 1 to 128 characters", tag);
 	return crest_errx(-EINVAL, "tag '%s': only letters, digits and -_./@+ are allowed", tag);

@@ -25,6 +25,10 @@
  *  - libcuda is loaded with dlopen: without a GPU, host regions work and
  *    device regions fail with "no NVIDIA GPU driver here".
  *  - A crest handle is used by one thread at a time.
+ *  - A crest_t * is a token, not an address: after crest_close, or for any
+ *    pointer crest_open did not return, every function (crest_close too)
+ *    fails with -EBADF and crest_region_count returns 0. The token is
+ *    never dereferenced, and a later crest_open never brings it back.
  */
 #ifndef CREST_H
 #define CREST_H
@@ -62,7 +66,8 @@ void crest_options_init(struct crest_options *o);
  * -ETIMEDOUT naming the holder. */
 int crest_open(const char *dir, const struct crest_options *o, crest_t **out);
 /* Waits for the checkpoints not yet waited for, then frees everything.
- * Returns the first failure among them (0 when none). NULL is a no-op. */
+ * Returns the first failure among them (0 when none). NULL is a no-op; a
+ * handle already closed is -EBADF. */
 int crest_close(crest_t *c);
 
 enum crest_mem {
@@ -93,7 +98,8 @@ struct crest_checkpoint_opts {
 	const char *tag;               /* optional: names the snapshot */
 	const char *const *labels;     /* "key=value" strings, shown by crest show */
 	size_t nlabels;
-	const struct crest_blob *blobs;  /* copied before crest_checkpoint returns */
+	const struct crest_blob *blobs;  /* copied before crest_checkpoint returns; names
+					  * unique (-EEXIST), and unlike any region's */
 	size_t nblobs;
 	/* CUstream handles to synchronize before copying. None: every context
 	 * that holds a device region is synchronized (cuCtxSynchronize). */

@@ -259,6 +259,18 @@ int restore_tree(const struct restore_ctx *c, const struct cas_manifest *m, cons
 				rc = crest_errf(-errno, "cannot create symlink %s", path);
 			else
 				set_mtime(path, st->mtime_ns, AT_SYMLINK_NOFOLLOW);
+		} else if (st->type == CAS_STREAM_FILE && !strncmp(st->meta, "link=", 5)) {
+			/* A hard link of an earlier file of this snapshot (FORMAT.md). */
+			const char *first = st->meta + 5;
+			size_t k = 0;
+			while (k < i && strcmp(m->streams[k].name, first))
+				k++;
+			if (k == i || m->streams[k].type != CAS_STREAM_FILE || *m->streams[k].meta)
+				return crest_errx(-EBADMSG, "snapshot %s: %s is a link to '%s', which is not an "
+						  "earlier file of it", c->snapshot, st->name, first);
+			snprintf(tmp, sizeof(tmp), "%s/%s", dest, first);
+			if (linkat(AT_FDCWD, tmp, AT_FDCWD, path, 0) < 0)
+				return crest_errf(-errno, "cannot link %s to %s", path, tmp);
 		} else {
 			/* Files, and every other stream (regions, images) as a file. */
 			const char *slash = strrchr(path, '/');
@@ -269,7 +281,8 @@ int restore_tree(const struct restore_ctx *c, const struct cas_manifest *m, cons
 			struct restore_ctx sc = *c;
 			sc.progress_base = done;
 			rc = restore_stream_to_fd(&sc, st, fd);
-			if (rc == 0 && fchmod(fd, st->mode ? st->mode & 07777 : 0600) < 0)
+			/* A file's mode is exact, 0000 too; other streams have none. */
+			if (rc == 0 && fchmod(fd, st->type == CAS_STREAM_FILE || st->mode ? st->mode & 07777 : 0600) < 0)
 				rc = crest_errf(-errno, "cannot set the mode of %s", path);
 			if (close(fd) < 0 && rc == 0)
 				rc = crest_errf(-errno, "cannot write %s", tmp);

@@ -351,7 +351,39 @@ static void t_errors(const char *dir)
 	OK(crest_checkpoint(c, NULL, &ck));   /* fine again once unregistered */
 	OK(crest_wait(c, ck, NULL));
 
+	printf("errors: two blobs of one name\n");
+	const struct crest_blob twins[] = { { "s", "x", 1 }, { "t", "y", 1 }, { "s", "z", 1 } };
+	EXPECT_ERR(crest_checkpoint(c, &(struct crest_checkpoint_opts){ .blobs = twins, .nblobs = 3 }, &ck),
+		   -EEXIST, "blobs 0 and 2 are both named s");
+	OK(crest_checkpoint(c, &(struct crest_checkpoint_opts){ .blobs = twins, .nblobs = 2 }, &ck));
+	OK(crest_wait(c, ck, NULL));
+
+	printf("errors: a closed, a twice-closed and a foreign handle\n");
 	OK(crest_close(c));
+	crest_t *closed = c;
+	void *data;
+	size_t len;
+	EXPECT_ERR(crest_register(closed, "a", a, size, CREST_MEM_HOST, &hx), -EBADF, "not an open crest handle");
+	EXPECT_ERR(crest_unregister(closed, ha), -EBADF, "crest_unregister");
+	CHECK(crest_region_count(closed) == 0, "crest_region_count of a closed handle");
+	EXPECT_ERR(crest_checkpoint(closed, NULL, &ck), -EBADF, "crest_checkpoint");
+	EXPECT_ERR(crest_poll(closed, ck), -EBADF, "crest_poll");
+	EXPECT_ERR(crest_wait(closed, ck, NULL), -EBADF, "crest_wait");
+	EXPECT_ERR(crest_restore(closed, "two", NULL), -EBADF, "crest_restore");
+	EXPECT_ERR(crest_read_blob(closed, NULL, "s", &data, &len), -EBADF, "crest_read_blob");
+	EXPECT_ERR(crest_close(closed), -EBADF, "crest_close");
+	/* The next open may reuse the slot (and malloc the address): the old
+	 * handle must still be refused, and the new one must still work. */
+	crest_t *c2 = open_store(dir, 16 * MiB);
+	EXPECT_ERR(crest_checkpoint(closed, NULL, &ck), -EBADF, "not an open crest handle");
+	EXPECT_ERR(crest_close(closed), -EBADF, "crest_close");
+	uint64_t foreign[64] = { 0 };
+	EXPECT_ERR(crest_checkpoint((crest_t *)foreign, NULL, &ck), -EBADF, "not an open crest handle");
+	EXPECT_ERR(crest_close((crest_t *)((uintptr_t)c2 ^ 2)), -EBADF, "crest_close");
+	OK(crest_read_blob(c2, NULL, "s", &data, &len));
+	CHECK(len == 1 && *(char *)data == 'x', "blob s of the newest snapshot");
+	crest_free(data);
+	OK(crest_close(c2));
 	EXPECT_ERR(crest_open(dir, &(struct crest_options){ .staging_bytes = 4096 }, &c), -EINVAL, "too small");
 	free(a);
 	free(b);
