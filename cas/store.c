@@ -167,7 +167,7 @@ static int store_trusted(const char *dir, const struct stat *st)
 		}
 		if (S_ISLNK(es.st_mode))
 			rc = crest_errx(-EPERM, "store %s: %s is a symlink, which a store never holds: refusing "
-					"to follow it (remove it; crest recreates %s)", dir, path, names[i]);
+					"to follow it (put the real %s in its place)", dir, path, names[i]);
 		else
 			rc = entry_trusted(dir, names[i], &es);
 	}
