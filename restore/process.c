@@ -86,6 +86,54 @@ static const char *meta_get(const char *meta, const char *key, char *buf, size_t
 	return NULL;
 }
 
+/* Opens the job file at path (absolute, as the capture read it from
+ * /proc, so free of symlinks) for writing, as root, in a directory its
+ * user may change: no symlink anywhere on the way is followed, a missing
+ * file is created only where nothing is, and an existing one must be a
+ * regular file owned by whoever owned it at the snapshot (meta uid=;
+ * older snapshots: its directory's owner or root): a symlink, or a hard
+ * link to another user's file, is refused, not written.
+ * Returns the fd, or a negative code with a message. */
+static int jobfile_open(const struct restore_ctx *c, const struct cas_stream *st, const char *path)
+{
+	char parent[PATH_MAX], uidbuf[16];
+	const char *base = fs_split(path, parent, sizeof(parent));
+	if (path[0] != '/' || !*base)
+		return crest_errx(-EBADMSG, "snapshot %s: job file path '%s' is damaged", c->snapshot, path);
+	int root = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (root < 0)
+		return crest_errf(-errno, "cannot open /");
+	int dfd = fs_openat_beneath(root, parent + 1, O_RDONLY | O_DIRECTORY, 0);
+	close(root);
+	if (dfd == -ELOOP)
+		return crest_errx(dfd, "refusing to put back %s: a directory on its path is now a symlink", path);
+	if (dfd < 0)
+		return crest_errf(dfd, "cannot open %s to put %s back", parent[0] ? parent : "/", base);
+	struct stat ds, fs;
+	int fd = openat(dfd, base, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT)
+		fd = openat(dfd, base, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	int err = errno, rc = 0;
+	if (fd < 0)
+		rc = err == ELOOP ? crest_errx(-ELOOP, "refusing to put back %s: it is now a symlink", path)
+				  : crest_errf(-err, "cannot open %s to put it back", path);
+	else if (fstat(fd, &fs) < 0 || fstat(dfd, &ds) < 0)
+		rc = crest_errf(-errno, "cannot stat %s", path);
+	else if (!S_ISREG(fs.st_mode))
+		rc = crest_errx(-EPERM, "refusing to put back %s: it is no longer a regular file", path);
+	else if (meta_get(st->meta, "uid", uidbuf, sizeof(uidbuf)) ? fs.st_uid != (uid_t)strtoul(uidbuf, NULL, 10)
+								  : fs.st_uid != ds.st_uid && fs.st_uid != geteuid())
+		rc = crest_errx(-EPERM, "refusing to put back %s: it now belongs to uid %u, not to the job's "
+				"file owner", path, (unsigned)fs.st_uid);
+	close(dfd);
+	if (rc < 0) {
+		if (fd >= 0)
+			close(fd);
+		return rc;
+	}
+	return fd;
+}
+
 /* Puts a file the job held open back as it was at the snapshot. */
 static int jobfile_restore(const struct restore_ctx *c, const struct cas_stream *st, FILE *notes)
 {
@@ -93,9 +141,9 @@ static int jobfile_restore(const struct restore_ctx *c, const struct cas_stream 
 	if (!meta_get(st->meta, "path", path, sizeof(path)) || !meta_get(st->meta, "size", sz, sizeof(sz)))
 		return crest_errx(-EBADMSG, "snapshot %s: job file stream %s is damaged", c->snapshot, st->name);
 	uint64_t size = strtoull(sz, NULL, 10);
-	int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	int fd = jobfile_open(c, st, path);
 	if (fd < 0)
-		return crest_errf(-errno, "cannot open %s to put it back", path);
+		return fd;
 	struct stat sb;
 	uint64_t now = fstat(fd, &sb) == 0 ? (uint64_t)sb.st_size : 0;
 	/* Cut or extend to the snapshot's size first, then write the kept
