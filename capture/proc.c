@@ -190,6 +190,9 @@ int proc_files_writable(const struct proc_tree *t, struct proc_files *out)
 			out->v = nv;
 			out->v[out->n].path = strdup(target);
 			out->v[out->n].size = (uint64_t)sb.st_size;
+			out->v[out->n].dev = (uint64_t)sb.st_dev;
+			out->v[out->n].ino = (uint64_t)sb.st_ino;
+			out->v[out->n].uid = (uint32_t)sb.st_uid;
 			if (!out->v[out->n].path) {
 				closedir(d);
 				proc_files_free(out);

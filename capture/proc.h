@@ -32,6 +32,8 @@ void proc_comm(pid_t pid, char *buf, size_t cap);
 struct proc_file {
 	char *path;
 	uint64_t size;        /* when listed; the capture records its own */
+	uint64_t dev, ino;    /* the file the job holds, whatever its path names later */
+	uint32_t uid;         /* its owner: a restore writes only a file it still owns */
 };
 struct proc_files {
 	struct proc_file *v;

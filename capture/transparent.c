@@ -119,7 +119,8 @@ static int write_list(const char *path, const struct proc_files *f)
 	if (!out)
 		return crest_errf(-errno, "cannot create %s", path);
 	for (size_t i = 0; i < f->n; i++)
-		fprintf(out, "%s\n", f->v[i].path);
+		fprintf(out, "%llu %llu %s\n", (unsigned long long)f->v[i].dev, (unsigned long long)f->v[i].ino,
+			f->v[i].path);
 	if (fclose(out) != 0)
 		return crest_errf(-errno, "cannot write %s", path);
 	return 0;
@@ -449,8 +450,8 @@ int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const char *
 		if (access(path, F_OK) < 0)
 			continue;  /* the hook could not read it: nothing to put back */
 		snprintf(sname, sizeof(sname), "jobfiles/%zu", i);
-		snprintf(meta, sizeof(meta), "size=%llu;path=%s", (unsigned long long)c->files.v[i].size,
-			 c->files.v[i].path);
+		snprintf(meta, sizeof(meta), "size=%llu;uid=%u;path=%s", (unsigned long long)c->files.v[i].size,
+			 (unsigned)c->files.v[i].uid, c->files.v[i].path);
 		rc = add_file(s, sname, CAS_STREAM_JOBFILE, path, meta, &bytes);
 	}
 	if (rc < 0) {
@@ -464,15 +465,25 @@ int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const char *
 
 /* ---- the hook ---- */
 
-static int copy_prefix(const char *src, const char *dst, uint64_t limit, uint64_t *size)
+/* The hook runs as root after the listing, and whoever owns the job's
+ * directory may have put a symlink (to a root-only file) or another file
+ * at the listed path meanwhile: only the very file the job held, by device
+ * and inode, is copied, or the snapshot (and a restore the user runs)
+ * would hand them what root read. */
+static int copy_prefix(const char *src, uint64_t dev, uint64_t ino, const char *dst, uint64_t limit,
+		       uint64_t *size)
 {
-	int in = open(src, O_RDONLY | O_CLOEXEC);
+	int in = open(src, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (in < 0)
 		return -errno;
 	struct stat sb;
 	if (fstat(in, &sb) < 0) {
 		close(in);
 		return -errno;
+	}
+	if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_dev != dev || (uint64_t)sb.st_ino != ino) {
+		close(in);
+		return -ESTALE;
 	}
 	*size = (uint64_t)sb.st_size;
 	int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -524,9 +535,13 @@ int tp_hook_main(int argc, char **argv)
 		line[strcspn(line, "\n")] = 0;
 		snprintf(dst, sizeof(dst), "%s/%zu.data", argv[1], i);
 		uint64_t size = 0;
-		/* A file the hook cannot read is left out, not a failed dump:
-		 * crest restore then leaves that file alone. */
-		if (copy_prefix(line, dst, limit, &size) == 0)
+		unsigned long long dev, ino;
+		int at = 0;
+		/* A file the hook cannot read, or that is no longer the job's,
+		 * is left out, not a failed dump: crest restore then leaves that
+		 * file alone. */
+		if (sscanf(line, "%llu %llu %n", &dev, &ino, &at) == 2 && at &&
+		    copy_prefix(line + at, dev, ino, dst, limit, &size) == 0)
 			fprintf(sizes, "%zu %llu\n", i, (unsigned long long)size);
 		else
 			unlink(dst);

@@ -127,6 +127,53 @@ static int dir_is_blank(const char *dir)
 	return dir_is_empty(dir);
 }
 
+/* Whether st (the store directory, or one of its own entries) is safe for
+ * this user, as root above all, to trust: owned by this user or by root,
+ * and writable by nobody else, or someone else could swap its files for
+ * symlinks or their own. 0 or -EPERM with a message saying how to fix it. */
+static int entry_trusted(const char *dir, const char *name, const struct stat *st)
+{
+	uid_t me = geteuid();
+	const char *sep = name ? "/" : "";
+	if (!name)
+		name = "";
+	if (st->st_uid != me && st->st_uid != 0)
+		return crest_errx(-EPERM, "store %s%s%s belongs to uid %u, not to this user (uid %u) or root: "
+				  "refusing to trust it (chown %u %s%s%s, or use a store of your own)", dir, sep,
+				  name, (unsigned)st->st_uid, (unsigned)me, (unsigned)me, dir, sep, name);
+	if ((S_ISDIR(st->st_mode) || S_ISREG(st->st_mode)) && (st->st_mode & 022))
+		return crest_errx(-EPERM, "store %s%s%s is writable by %s (mode %03o): refusing to trust it "
+				  "(chmod %s %s%s%s)", dir, sep, name, st->st_mode & 002 ? "everyone" : "its group",
+				  st->st_mode & 0777, S_ISDIR(st->st_mode) ? "700" : "600", dir, sep, name);
+	return 0;
+}
+
+/* The store directory and the entries crest keeps in it: none may be a
+ * symlink (crest, as root, would follow it anywhere), and none may be
+ * another user's or writable by others. Checked once, at open: an entry
+ * cannot change afterwards unless its directory lets someone else write. */
+static int store_trusted(const char *dir, const struct stat *st)
+{
+	static const char *const names[] = { FORMAT_NAME, "lock", "packs", "meta", "index" };
+	int rc = entry_trusted(dir, NULL, st);
+	for (size_t i = 0; rc == 0 && i < sizeof(names) / sizeof(*names); i++) {
+		char path[4096];
+		struct stat es;
+		snprintf(path, sizeof(path), "%s/%s", dir, names[i]);
+		if (lstat(path, &es) < 0) {
+			if (errno != ENOENT)
+				rc = crest_errf(-errno, "cannot check %s", path);
+			continue;
+		}
+		if (S_ISLNK(es.st_mode))
+			rc = crest_errx(-EPERM, "store %s: %s is a symlink, which a store never holds: refusing "
+					"to follow it (put the real %s in its place)", dir, path, names[i]);
+		else
+			rc = entry_trusted(dir, names[i], &es);
+	}
+	return rc;
+}
+
 /* Makes dir a store or checks that it is one.
  *
  * Two writers may create the same new store at once (two `crest put`s into
@@ -151,7 +198,10 @@ static int store_prepare(const char *dir, enum cas_mode mode, int *format)
 	}
 	if (!S_ISDIR(st.st_mode))
 		return crest_errx(-ENOTDIR, "store %s is not a directory", dir);
-	int rc = format_check(dir, format);
+	int rc = store_trusted(dir, &st);
+	if (rc < 0)
+		return rc;
+	rc = format_check(dir, format);
 	if (rc != -ENOENT)
 		return rc < 0 && !crest_errmsg()[0] ? crest_errf(rc, "cannot read %s/FORMAT", dir) : rc;
 	if (mode == CAS_READ) {
@@ -285,9 +335,14 @@ static int store_lock(struct cas_store *s)
 {
 	char path[4096];
 	snprintf(path, sizeof(path), "%s/lock", s->dir);
-	s->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	s->lock_fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (s->lock_fd < 0)
 		return crest_errf(-errno, "cannot open %s", path);
+	struct stat st;
+	if (fstat(s->lock_fd, &st) < 0)
+		return crest_errf(-errno, "cannot stat %s", path);
+	if (!S_ISREG(st.st_mode))
+		return crest_errx(-EPERM, "store %s: %s is not a regular file (remove it)", s->dir, path);
 	const double limit = lock_timeout(), t0 = mono_s();
 	double next_say = t0;
 	bool said = false;
@@ -349,6 +404,29 @@ static uint64_t index_files_sig(const char *path)
 	}
 	closedir(d);
 	return sum ^ (x << 1) ^ n;
+}
+
+/* The index directory 0700 and its files 0600, as the CLI's umask makes
+ * them (see db_open). Best effort: the store works either way. */
+static void db_files_private(const char *path)
+{
+	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return;
+	fchmod(dfd, 0700);
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		struct stat st;
+		if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+		    (st.st_mode & 077))
+			fchmodat(dfd, e->d_name, st.st_mode & 0700, 0);
+	}
+	closedir(d);
 }
 
 static int db_open(struct cas_store *s)
@@ -433,6 +511,13 @@ static int db_open(struct cas_store *s)
 	rocksdb_readoptions_set_fill_cache(s->ropts_nofill, 0);
 	s->wopts = rocksdb_writeoptions_create();
 	rocksdb_writeoptions_set_sync(s->wopts, 1);
+	/* RocksDB creates its files 0644 less the caller's umask, and its C
+	 * API has no way to ask for less: a libcrest caller's umask 022 left
+	 * them readable by all, where the CLI (umask 077) makes 0600. The
+	 * directory, 0700 whatever the umask, keeps them from others; their
+	 * own modes are brought to the CLI's here. */
+	if (s->mode != CAS_READ)
+		db_files_private(path);
 	return 0;
 }
 

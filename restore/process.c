@@ -99,26 +99,54 @@ static const char *meta_get(const char *meta, const char *key, char *buf, size_t
  * of a live file is cut or written in place.
  */
 struct staged {
-	char path[PATH_MAX];
-	char tmp[PATH_MAX];        /* the new content; after the swap, the original */
+	char path[PATH_MAX];       /* for messages; the file is dfd + base */
+	int dfd;                   /* its directory, resolved once, never through a symlink */
+	char base[NAME_MAX + 1];
+	char tmp[NAME_MAX + 1];    /* in dfd: the new content; after the swap, the original */
 	bool existed;              /* path was there: a swap, else a plain rename */
 	bool swapped;
 	uint64_t now, size;        /* bytes in the file now, at the snapshot */
 };
 
-/* "DIR/.BASE.crest-TAG-XXXXXX" beside path, created with O_EXCL. */
-static int temp_beside(const char *path, const char *tag, char *out, size_t cap)
+/* A new file ".BASE.crest-TAG-XXXXXX" in dfd, made with O_EXCL|O_NOFOLLOW
+ * (nothing planted there can be a target); its name goes to out. */
+static int temp_at(int dfd, const char *base, const char *tag, char *out, size_t cap)
 {
-	const char *slash = strrchr(path, '/');
-	const int dl = slash ? (int)(slash - path) + 1 : 0;
-	const char *base = slash ? slash + 1 : path;
-	/* The base cut to fit NAME_MAX with the suffix. */
-	if (snprintf(out, cap, "%.*s.%.200s.crest-%s-XXXXXX", dl, path, base, tag) >= (int)cap)
-		return crest_errx(-ENAMETOOLONG, "cannot stage %s: its path is too long", path);
-	const int fd = mkostemp(out, O_CLOEXEC);
-	if (fd < 0)
-		return crest_errf(-errno, "cannot create a temporary file beside %s", path);
-	return fd;
+	static const char digits[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+	for (int tries = 0; tries < 100; tries++) {
+		uint64_t r = (uint64_t)time_now_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32 ^ (uint64_t)tries;
+		char x[7];
+		for (int i = 0; i < 6; i++, r /= 36)
+			x[i] = digits[r % 36];
+		x[6] = 0;
+		/* The base cut to fit NAME_MAX with the suffix. */
+		snprintf(out, cap, ".%.200s.crest-%s-%s", base, tag, x);
+		const int fd = openat(dfd, out, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd >= 0 || errno != EEXIST)
+			return fd >= 0 ? fd : crest_errf(-errno, "cannot create a temporary file beside %s", base);
+	}
+	return crest_errx(-EEXIST, "cannot create a temporary file beside %s", base);
+}
+
+/* The directory of path (absolute, as the capture read it from /proc, so
+ * free of symlinks), opened without following any symlink on the way: as
+ * root, in a directory its user may change, crest never writes through a
+ * link that user planted. */
+static int jobfile_dir(const struct staged *f, char *parent, size_t cap)
+{
+	const char *base = fs_split(f->path, parent, cap);
+	if (f->path[0] != '/' || !*base || strlen(base) > NAME_MAX)
+		return crest_errx(-EBADMSG, "job file path '%s' is damaged", f->path);
+	const int root = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (root < 0)
+		return crest_errf(-errno, "cannot open /");
+	const int dfd = fs_openat_beneath(root, parent + 1, O_RDONLY | O_DIRECTORY, 0);
+	close(root);
+	if (dfd == -ELOOP)
+		return crest_errx(dfd, "refusing to put back %s: a directory on its path is now a symlink", f->path);
+	if (dfd < 0)
+		return crest_errf(dfd, "cannot open %s to put %s back", parent[0] ? parent : "/", base);
+	return dfd;
 }
 
 /* Bytes [from, to) of in to the same place in out. */
@@ -157,24 +185,43 @@ static int jobfile_stage(const struct restore_ctx *c, const struct cas_stream *s
 	if (!meta_get(st->meta, "path", f->path, sizeof(f->path)) || !meta_get(st->meta, "size", sz, sizeof(sz)))
 		return crest_errx(-EBADMSG, "snapshot %s: job file stream %s is damaged", c->snapshot, st->name);
 	f->size = strtoull(sz, NULL, 10);
-	struct stat sb;
-	int in = open(f->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	char parent[PATH_MAX], uidbuf[16];
+	f->dfd = jobfile_dir(f, parent, sizeof(parent));
+	if (f->dfd < 0)
+		return f->dfd;
+	snprintf(f->base, sizeof(f->base), "%s", fs_split(f->path, parent, sizeof(parent)));
+	struct stat sb, ds;
+	int in = openat(f->dfd, f->base, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+	if (in < 0 && errno == ELOOP)
+		return crest_errx(-ELOOP, "refusing to put back %s: it is now a symlink", f->path);
 	if (in < 0 && errno != ENOENT)
 		return crest_errf(-errno, "cannot open %s to put it back", f->path);
-	if (in >= 0 && (fstat(in, &sb) < 0 || !S_ISREG(sb.st_mode))) {
+	/* An existing file must be a regular file of the owner it had at the
+	 * snapshot (meta uid=; older snapshots: its directory's owner or
+	 * root): a hard link to another user's file is refused, not written. */
+	int rc = 0;
+	if (in >= 0 && (fstat(in, &sb) < 0 || fstat(f->dfd, &ds) < 0))
+		rc = crest_errf(-errno, "cannot stat %s", f->path);
+	else if (in >= 0 && !S_ISREG(sb.st_mode))
+		rc = crest_errx(-EPERM, "refusing to put back %s: it is no longer a regular file", f->path);
+	else if (in >= 0 && (meta_get(st->meta, "uid", uidbuf, sizeof(uidbuf))
+			     ? sb.st_uid != (uid_t)strtoul(uidbuf, NULL, 10)
+			     : sb.st_uid != ds.st_uid && sb.st_uid != geteuid()))
+		rc = crest_errx(-EPERM, "refusing to put back %s: it now belongs to uid %u, not to the job's "
+				"file owner", f->path, (unsigned)sb.st_uid);
+	if (rc < 0) {
 		close(in);
-		return crest_errx(-EINVAL, "cannot put %s back: it is no longer a regular file", f->path);
+		return rc;
 	}
 	f->existed = in >= 0;
 	f->now = f->existed ? (uint64_t)sb.st_size : 0;
-	const int fd = temp_beside(f->path, "restore", f->tmp, sizeof(f->tmp));
+	const int fd = temp_at(f->dfd, f->base, "restore", f->tmp, sizeof(f->tmp));
 	if (fd < 0) {
 		f->tmp[0] = 0;
 		if (in >= 0)
 			close(in);
 		return fd;
 	}
-	int rc = 0;
 	if (f->existed && (fchown(fd, sb.st_uid, sb.st_gid) < 0 || fchmod(fd, sb.st_mode & 07777) < 0))
 		rc = crest_errf(-errno, "cannot give %s the owner and mode of %s", f->tmp, f->path);
 	/* The snapshot's size; its kept prefix over the file's own bytes: a
@@ -242,40 +289,43 @@ static int gpu_plan(const struct cudrv *d, const struct cas_manifest *m, const s
 	return rc;
 }
 
-/* Puts the staged file in place; its original goes under f->tmp. */
+/* Puts the staged file in place; its original goes under f->tmp. All of
+ * it relative to f->dfd: nothing on the path is looked up again. */
 static int jobfile_swap(struct staged *f)
 {
 	if (!f->existed) {
-		if (rename(f->tmp, f->path) < 0)
-			return crest_errf(-errno, "cannot rename %s to %s", f->tmp, f->path);
+		if (renameat2(f->dfd, f->tmp, f->dfd, f->base, RENAME_NOREPLACE) < 0 &&
+		    (errno != EINVAL || renameat(f->dfd, f->tmp, f->dfd, f->base) < 0))
+			return crest_errf(-errno, "cannot put %s in place", f->path);
 		f->swapped = true;
 		return 0;
 	}
-	if (renameat2(AT_FDCWD, f->tmp, AT_FDCWD, f->path, RENAME_EXCHANGE) == 0) {
+	if (renameat2(f->dfd, f->tmp, f->dfd, f->base, RENAME_EXCHANGE) == 0) {
 		f->swapped = true;
 		return 0;
 	}
 	if (errno != EINVAL && errno != ENOSYS && errno != EOPNOTSUPP)
-		return crest_errf(-errno, "cannot swap %s into %s", f->tmp, f->path);
+		return crest_errf(-errno, "cannot swap the staged %s in", f->path);
 	/* No exchange on this file system (NFS, some FUSE): the original to a
 	 * name of its own, then the staged file in its place. */
-	char orig[PATH_MAX];
-	const int fd = temp_beside(f->path, "orig", orig, sizeof(orig));
+	char orig[NAME_MAX + 1];
+	const int fd = temp_at(f->dfd, f->base, "orig", orig, sizeof(orig));
 	if (fd < 0)
 		return fd;
 	close(fd);
-	if (rename(f->path, orig) < 0) {
-		const int rc = crest_errf(-errno, "cannot rename %s to %s", f->path, orig);
-		unlink(orig);
+	if (renameat(f->dfd, f->base, f->dfd, orig) < 0) {
+		const int rc = crest_errf(-errno, "cannot move %s aside", f->path);
+		unlinkat(f->dfd, orig, 0);
 		return rc;
 	}
-	if (rename(f->tmp, f->path) < 0) {
-		const int rc = crest_errf(-errno, "cannot rename %s to %s", f->tmp, f->path);
-		if (rename(orig, f->path) < 0)
-			return crest_errf(-errno, "%s was moved to %s and could not be put back", f->path, orig);
+	if (renameat(f->dfd, f->tmp, f->dfd, f->base) < 0) {
+		const int rc = crest_errf(-errno, "cannot put the staged %s in place", f->path);
+		if (renameat(f->dfd, orig, f->dfd, f->base) < 0)
+			return crest_errf(-errno, "%s was moved to %s beside it and could not be put back", f->path,
+					  orig);
 		return rc;
 	}
-	unlink(f->tmp);
+	unlinkat(f->dfd, f->tmp, 0);
 	memcpy(f->tmp, orig, sizeof(orig));
 	f->swapped = true;
 	return 0;
@@ -288,11 +338,11 @@ static int jobfile_unswap(struct staged *f)
 		return 0;
 	int rc = 0;
 	if (!f->existed) {
-		rc = unlink(f->path) < 0 && errno != ENOENT ? -errno : 0;
-	} else if (renameat2(AT_FDCWD, f->tmp, AT_FDCWD, f->path, RENAME_EXCHANGE) < 0 &&
-		   rename(f->tmp, f->path) < 0) {
-		rc = crest_errf(-errno, "the original of %s is kept as %s: cannot rename it back", f->path,
-				f->tmp);
+		rc = unlinkat(f->dfd, f->base, 0) < 0 && errno != ENOENT ? -errno : 0;
+	} else if (renameat2(f->dfd, f->tmp, f->dfd, f->base, RENAME_EXCHANGE) < 0 &&
+		   renameat(f->dfd, f->tmp, f->dfd, f->base) < 0) {
+		rc = crest_errf(-errno, "the original of %s is kept as %s beside it: cannot rename it back",
+				f->path, f->tmp);
 		f->tmp[0] = 0;   /* not to be removed */
 	}
 	f->swapped = false;
@@ -301,9 +351,12 @@ static int jobfile_unswap(struct staged *f)
 
 static void staged_free(struct staged *v, size_t n)
 {
-	for (size_t i = 0; v && i < n; i++)
-		if (v[i].tmp[0])
-			unlink(v[i].tmp);
+	for (size_t i = 0; v && i < n; i++) {
+		if (v[i].dfd >= 0 && v[i].tmp[0])
+			unlinkat(v[i].dfd, v[i].tmp, 0);
+		if (v[i].dfd >= 0)
+			close(v[i].dfd);
+	}
 	free(v);
 }
 
@@ -376,6 +429,8 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		nfiles += m->streams[i].type == CAS_STREAM_JOBFILE;
 	if (rc == 0 && nfiles && !(files = calloc(nfiles, sizeof(*files))))
 		rc = crest_errf(-ENOMEM, "restore");
+	for (size_t i = 0; files && i < nfiles; i++)
+		files[i].dfd = -1;
 	for (size_t i = 0, k = 0; rc == 0 && files && i < m->nstreams; i++)
 		if (m->streams[i].type == CAS_STREAM_JOBFILE)
 			rc = jobfile_stage(c, &m->streams[i], &files[k++]);

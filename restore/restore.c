@@ -8,6 +8,7 @@
  */
 #include "restore/restore.h"
 #include "util/err.h"
+#include "util/fs.h"
 #include "util/par.h"
 #include "util/sha256.h"
 
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -221,96 +223,239 @@ static int name_safe(const char *name)
 	return 1;
 }
 
-static int set_mtime(const char *path, int64_t ns, int flags)
+static void ns_times(int64_t ns, struct timespec ts[2])
 {
-	struct timespec ts[2] = { { (time_t)(ns / 1000000000), (long)(ns % 1000000000) },
-				  { (time_t)(ns / 1000000000), (long)(ns % 1000000000) } };
-	return utimensat(AT_FDCWD, path, ts, flags) < 0 ? -errno : 0;
+	ts[0].tv_sec = ts[1].tv_sec = (time_t)(ns / 1000000000);
+	ts[0].tv_nsec = ts[1].tv_nsec = (long)(ns % 1000000000);
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* A snapshot that holds the symlink "a" and the entry "a/x" would write x
+ * wherever a points: refused before anything is written. symlinks: the
+ * snapshot's symlink names, sorted. */
+static const char *below_symlink(const char *name, const char **symlinks, size_t n, char *buf, size_t cap)
+{
+	for (const char *p = strchr(name, '/'); n && p; p = strchr(p + 1, '/')) {
+		snprintf(buf, cap, "%.*s", (int)(p - name), name);
+		const char *key = buf;
+		if (bsearch(&key, symlinks, n, sizeof(*symlinks), str_cmp))
+			return buf;
+	}
+	return NULL;
+}
+
+/* The directory that holds name inside dest, opened without following any
+ * symlink and without leaving dest; the open one is kept in *cur (its
+ * relative path in cur_path) for the next entry, which is usually its
+ * sibling. A negative result carries a message. */
+static int parent_fd(int destfd, const char *dest, const char *name, int *cur, char *cur_path, size_t cap,
+		     const char **base)
+{
+	char parent[4096];
+	*base = fs_split(name, parent, sizeof(parent));
+	if (*cur >= 0 && !strcmp(parent, cur_path))
+		return *cur;
+	if (*cur >= 0)
+		close(*cur);
+	*cur = fs_openat_beneath(destfd, parent, O_RDONLY | O_DIRECTORY, 0);
+	if (*cur >= 0) {
+		snprintf(cur_path, cap, "%s", parent);
+		return *cur;
+	}
+	int rc = *cur;
+	*cur = -1;
+	if (rc == -ELOOP || rc == -EXDEV)
+		return crest_errx(rc, "%s/%s: a symlink on the way would take it out of %s; refusing to "
+				  "restore through it", dest, name, dest);
+	return crest_errf(rc, "cannot open directory %s/%s", dest, parent);
+}
+
+/* Stream i, a hard link of an earlier file of the snapshot (FORMAT.md),
+ * made from both parents' fds, each resolved inside dest. */
+static int tree_link(const struct restore_ctx *c, const struct cas_manifest *m, size_t i, int destfd,
+		     const char *dest, int dfd, const char *base)
+{
+	const struct cas_stream *st = &m->streams[i];
+	const char *first = st->meta + 5;
+	size_t k = 0;
+	while (k < i && strcmp(m->streams[k].name, first))
+		k++;
+	if (k == i || m->streams[k].type != CAS_STREAM_FILE || *m->streams[k].meta)
+		return crest_errx(-EBADMSG, "snapshot %s: %s is a link to '%s', which is not an earlier file of it",
+				  c->snapshot, st->name, first);
+	char parent[4096];
+	const char *fbase = fs_split(first, parent, sizeof(parent));
+	const int ffd = fs_openat_beneath(destfd, parent, O_RDONLY | O_DIRECTORY, 0);
+	if (ffd < 0)
+		return crest_errf(ffd, "cannot open directory %s/%s", dest, parent);
+	int rc = linkat(ffd, fbase, dfd, base, 0) < 0 ? crest_errf(-errno, "cannot link %s/%s to %s/%s", dest,
+								    st->name, dest, first) : 0;
+	close(ffd);
+	return rc;
+}
+
+/* A file, through a temporary name beside it that nobody can have planted
+ * (O_EXCL, O_NOFOLLOW: a symlink there is an error, not a target), short
+ * enough that any legal name can be restored, and renamed into place only
+ * where nothing is (RENAME_NOREPLACE). */
+static int tree_file(const struct restore_ctx *c, const struct cas_stream *st, int dfd, const char *base,
+		     const char *dest, uint64_t done)
+{
+	char tmp[32];
+	int fd = -1;
+	for (int tries = 0; fd < 0 && tries < 100; tries++) {
+		unsigned r = 0;
+		if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r))
+			r = (unsigned)time_now_ns() ^ ((unsigned)getpid() << 16);
+		snprintf(tmp, sizeof(tmp), ".crest-%08x", r);
+		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0 && errno != EEXIST)
+			break;
+	}
+	if (fd < 0)
+		return crest_errf(-errno, "cannot create a temporary file for %s/%s", dest, st->name);
+	struct restore_ctx sc = *c;
+	sc.progress_base = done;
+	int rc = restore_stream_to_fd(&sc, st, fd);
+	/* A file's mode is exact, 0000 too; other streams have none. */
+	if (rc == 0 && fchmod(fd, st->type == CAS_STREAM_FILE || st->mode ? st->mode & 07777 : 0600) < 0)
+		rc = crest_errf(-errno, "cannot set the mode of %s/%s", dest, st->name);
+	struct timespec ts[2];
+	ns_times(st->mtime_ns, ts);
+	if (rc == 0)
+		futimens(fd, ts);
+	if (close(fd) < 0 && rc == 0)
+		rc = crest_errf(-errno, "cannot write %s/%s", dest, st->name);
+	if (rc == 0 && renameat2(dfd, tmp, dfd, base, RENAME_NOREPLACE) < 0) {
+		/* A file system without RENAME_NOREPLACE: a hard link also
+		 * refuses an existing name. */
+		if (errno == EINVAL && linkat(dfd, tmp, dfd, base, 0) == 0)
+			errno = 0;
+		if (errno)
+			rc = crest_errf(-errno, "cannot rename a temporary file to %s/%s", dest, st->name);
+	}
+	unlinkat(dfd, tmp, 0);   /* after a rename: gone already */
+	return rc;
 }
 
 int restore_tree(const struct restore_ctx *c, const struct cas_manifest *m, const char *dest,
 		 uint64_t *bytes_out)
 {
-	char path[8192], tmp[8192];
+	char buf[4096], cur_path[4096] = "";
+	const char *base;
 	uint64_t done = 0;
-	/* Check everything before touching anything: a bad name or an existing
-	 * target stops the restore with dest unchanged. */
-	for (size_t i = 0; i < m->nstreams; i++) {
-		const struct cas_stream *st = &m->streams[i];
-		if (!name_safe(st->name))
-			return crest_errx(-EBADMSG, "snapshot %s holds the name '%s', which would leave %s; "
-					  "refusing to restore it", c->snapshot, st->name, dest);
-		snprintf(path, sizeof(path), "%s/%s", dest, st->name);
-		struct stat sb;
-		if (lstat(path, &sb) == 0)
-			return crest_errx(-EEXIST, "%s already exists; crest get does not overwrite", path);
+	int rc = 0, cur = -1;
+	/* Check everything before touching anything: a bad name, an entry
+	 * below one of the snapshot's own symlinks, or an existing target
+	 * stops the restore with dest unchanged. */
+	const char **symlinks = calloc(m->nstreams ? m->nstreams : 1, sizeof(*symlinks));
+	size_t nsym = 0;
+	if (!symlinks)
+		return crest_errf(-ENOMEM, "restoring snapshot %s", c->snapshot);
+	for (size_t i = 0; i < m->nstreams; i++)
+		if (m->streams[i].type == CAS_STREAM_SYMLINK)
+			symlinks[nsym++] = m->streams[i].name;
+	qsort(symlinks, nsym, sizeof(*symlinks), str_cmp);
+	for (size_t i = 0; rc == 0 && i < m->nstreams; i++) {
+		const char *name = m->streams[i].name, *link;
+		if (!name_safe(name))
+			rc = crest_errx(-EBADMSG, "snapshot %s holds the name '%s', which would leave %s; "
+					"refusing to restore it", c->snapshot, name, dest);
+		else if ((link = below_symlink(name, symlinks, nsym, buf, sizeof(buf))))
+			rc = crest_errx(-EBADMSG, "snapshot %s holds '%s' below its own symlink '%s', which "
+					"would take it out of %s; refusing to restore it", c->snapshot, name, link,
+					dest);
 	}
-	if (mkdir(dest, 0700) < 0 && errno != EEXIST)
-		return crest_errf(-errno, "cannot create %s", dest);
-	for (size_t i = 0; i < m->nstreams; i++) {
+	free(symlinks);
+	if (rc < 0)
+		return rc;
+	/* dest itself is the caller's to name; below it nothing is followed. */
+	int destfd = open(dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (destfd < 0 && errno != ENOENT)
+		return crest_errf(-errno, "cannot open %s", dest);
+	for (size_t i = 0; destfd >= 0 && i < m->nstreams; i++) {
+		const char *name = m->streams[i].name;
+		char parent[4096];
+		base = fs_split(name, parent, sizeof(parent));
+		int pfd = fs_openat_beneath(destfd, parent, O_RDONLY | O_DIRECTORY, 0);
+		struct stat sb;
+		if (pfd == -ENOENT)
+			continue;   /* a directory the restore creates */
+		if (pfd < 0) {
+			rc = parent_fd(destfd, dest, name, &cur, cur_path, sizeof(cur_path), &base);
+			break;
+		}
+		int there = fstatat(pfd, base, &sb, AT_SYMLINK_NOFOLLOW) == 0;
+		close(pfd);
+		if (there) {
+			rc = crest_errx(-EEXIST, "%s/%s already exists; crest get does not overwrite", dest, name);
+			break;
+		}
+	}
+	if (rc < 0) {
+		close(destfd);
+		return rc;
+	}
+	if (destfd < 0) {
+		if (mkdir(dest, 0700) < 0 && errno != EEXIST)
+			return crest_errf(-errno, "cannot create %s", dest);
+		destfd = open(dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (destfd < 0)
+			return crest_errf(-errno, "cannot open %s", dest);
+	}
+	/* Every entry is made relative to its parent's fd, resolved again
+	 * inside dest: whoever else can write in dest may rename things
+	 * meanwhile, but cannot make root write outside it. */
+	for (size_t i = 0; rc == 0 && i < m->nstreams; i++) {
 		const struct cas_stream *st = &m->streams[i];
-		snprintf(path, sizeof(path), "%s/%s", dest, st->name);
-		int rc = 0;
+		int dfd = parent_fd(destfd, dest, st->name, &cur, cur_path, sizeof(cur_path), &base);
+		if (dfd < 0) {
+			rc = dfd;
+			break;
+		}
+		struct timespec ts[2];
+		ns_times(st->mtime_ns, ts);
 		if (st->type == CAS_STREAM_DIR) {
-			if (mkdir(path, 0700) < 0)
-				rc = crest_errf(-errno, "cannot create directory %s", path);
+			if (mkdirat(dfd, base, 0700) < 0)
+				rc = crest_errf(-errno, "cannot create directory %s/%s", dest, st->name);
 		} else if (st->type == CAS_STREAM_SYMLINK) {
-			if (symlink(st->target, path) < 0)
-				rc = crest_errf(-errno, "cannot create symlink %s", path);
+			if (symlinkat(st->target, dfd, base) < 0)
+				rc = crest_errf(-errno, "cannot create symlink %s/%s", dest, st->name);
 			else
-				set_mtime(path, st->mtime_ns, AT_SYMLINK_NOFOLLOW);
+				utimensat(dfd, base, ts, AT_SYMLINK_NOFOLLOW);
 		} else if (st->type == CAS_STREAM_FILE && !strncmp(st->meta, "link=", 5)) {
-			/* A hard link of an earlier file of this snapshot (FORMAT.md). */
-			const char *first = st->meta + 5;
-			size_t k = 0;
-			while (k < i && strcmp(m->streams[k].name, first))
-				k++;
-			if (k == i || m->streams[k].type != CAS_STREAM_FILE || *m->streams[k].meta)
-				return crest_errx(-EBADMSG, "snapshot %s: %s is a link to '%s', which is not an "
-						  "earlier file of it", c->snapshot, st->name, first);
-			snprintf(tmp, sizeof(tmp), "%s/%s", dest, first);
-			if (linkat(AT_FDCWD, tmp, AT_FDCWD, path, 0) < 0)
-				return crest_errf(-errno, "cannot link %s to %s", path, tmp);
+			rc = tree_link(c, m, i, destfd, dest, dfd, base);
 		} else {
 			/* Files, and every other stream (regions, images) as a file. */
-			const char *slash = strrchr(path, '/');
-			snprintf(tmp, sizeof(tmp), "%.*s/.%s.crest-tmp", (int)(slash - path), path, slash + 1);
-			int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-			if (fd < 0)
-				return crest_errf(-errno, "cannot create %s", tmp);
-			struct restore_ctx sc = *c;
-			sc.progress_base = done;
-			rc = restore_stream_to_fd(&sc, st, fd);
-			/* A file's mode is exact, 0000 too; other streams have none. */
-			if (rc == 0 && fchmod(fd, st->type == CAS_STREAM_FILE || st->mode ? st->mode & 07777 : 0600) < 0)
-				rc = crest_errf(-errno, "cannot set the mode of %s", path);
-			if (close(fd) < 0 && rc == 0)
-				rc = crest_errf(-errno, "cannot write %s", tmp);
-			if (rc == 0 && rename(tmp, path) < 0)
-				rc = crest_errf(-errno, "cannot rename %s to %s", tmp, path);
-			if (rc < 0) {
-				unlink(tmp);
-				return rc;
-			}
-			set_mtime(path, st->mtime_ns, 0);
+			rc = tree_file(c, st, dfd, base, dest, done);
 			done += st->size;
 		}
-		if (rc < 0)
-			return rc;
 	}
+	if (cur >= 0)
+		close(cur);
 	/* Directory modes and times last, deepest first: a read-only directory
 	 * must not stop its own children being written. */
-	for (size_t i = m->nstreams; i-- > 0;) {
+	for (size_t i = m->nstreams; rc == 0 && i-- > 0;) {
 		const struct cas_stream *st = &m->streams[i];
 		if (st->type != CAS_STREAM_DIR)
 			continue;
-		snprintf(path, sizeof(path), "%s/%s", dest, st->name);
-		chmod(path, st->mode & 07777);
-		set_mtime(path, st->mtime_ns, 0);
+		int fd = fs_openat_beneath(destfd, st->name, O_RDONLY | O_DIRECTORY, 0);
+		if (fd < 0)
+			continue;   /* renamed away meanwhile by whoever owns dest */
+		struct timespec ts[2];
+		ns_times(st->mtime_ns, ts);
+		fchmod(fd, st->mode & 07777);
+		futimens(fd, ts);
+		close(fd);
 	}
-	if (bytes_out)
+	close(destfd);
+	if (rc == 0 && bytes_out)
 		*bytes_out = done;
-	return 0;
+	return rc;
 }
 
 /* ---- verify ---- */

@@ -22,4 +22,20 @@ int fs_workdir_make(const char *parent, const char *prefix, char *dir, unsigned 
 void fs_workdir_release(const char *dir, int lock_fd);
 int fs_workdir_sweep(const char *parent, const char *prefix);
 
+/* Opens rel, a relative path under the directory dirfd, without leaving
+ * that directory and without following any symlink on the way, the last
+ * component included: for paths in places other users may change (a
+ * `crest get` destination, a job's directory), where a planted symlink
+ * must not turn root's write into a write elsewhere. openat2 with
+ * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS where the kernel has it, else one
+ * O_NOFOLLOW openat per component. flags and mode as for openat (O_NOFOLLOW
+ * and O_CLOEXEC are added). "" or "." opens dirfd itself again. Returns the
+ * fd, or -errno with no message: -ELOOP for a symlink on the way, -EXDEV
+ * for a ".." that would leave dirfd. */
+int fs_openat_beneath(int dirfd, const char *rel, int flags, unsigned mode);
+
+/* Splits rel at its last '/': the parent part goes to parent (cap bytes,
+ * "" when rel has no '/'), and the last component is returned. */
+const char *fs_split(const char *rel, char *parent, unsigned long cap);
+
 #endif
