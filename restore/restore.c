@@ -252,6 +252,36 @@ static const char *below_symlink(const char *name, const char **symlinks, size_t
  * symlink and without leaving dest; the open one is kept in *cur (its
  * relative path in cur_path) for the next entry, which is usually its
  * sibling. A negative result carries a message. */
+/* The directory parent below destfd, made where it is missing (0700, as
+ * restore_tree makes directories before their modes are set): a process
+ * snapshot names its images criu/NAME without a directory entry for criu.
+ * One component at a time, never through a symlink. The fd, or -errno. */
+static int mkdirs_beneath(int destfd, const char *parent)
+{
+	char buf[4096];
+	snprintf(buf, sizeof(buf), "%s", parent);
+	int fd = fcntl(destfd, F_DUPFD_CLOEXEC, 0);
+	char *save = NULL;
+	for (char *comp = strtok_r(buf, "/", &save); fd >= 0 && comp; comp = strtok_r(NULL, "/", &save)) {
+		if (!strcmp(comp, ".") || !strcmp(comp, "..")) {
+			close(fd);
+			return -EXDEV;
+		}
+		if (mkdirat(fd, comp, 0700) < 0 && errno != EEXIST) {
+			const int err = -errno;
+			close(fd);
+			return err;
+		}
+		const int next = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		const int err = next < 0 ? -errno : 0;
+		close(fd);
+		if (next < 0)
+			return err;
+		fd = next;
+	}
+	return fd < 0 ? -errno : fd;
+}
+
 static int parent_fd(int destfd, const char *dest, const char *name, int *cur, char *cur_path, size_t cap,
 		     const char **base)
 {
@@ -262,6 +292,8 @@ static int parent_fd(int destfd, const char *dest, const char *name, int *cur, c
 	if (*cur >= 0)
 		close(*cur);
 	*cur = fs_openat_beneath(destfd, parent, O_RDONLY | O_DIRECTORY, 0);
+	if (*cur == -ENOENT)
+		*cur = mkdirs_beneath(destfd, parent);
 	if (*cur >= 0) {
 		snprintf(cur_path, cap, "%s", parent);
 		return *cur;
