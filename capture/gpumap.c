@@ -118,7 +118,7 @@ int gpumap_seen(pid_t pid, const struct gpu_info *host, size_t nhost, struct gpu
 
 int gpumap_format(const struct gpu_info *g, size_t n, char **out)
 {
-	size_t cap = n * (41 + 1 + sizeof(g->name) + 1) + 1, len = 0;
+	size_t cap = n * (41 + 1 + sizeof(g->name) + 24) + 1, len = 0;
 	char *s = malloc(cap);
 	if (!s)
 		return crest_errf(-ENOMEM, "recording GPUs");
@@ -127,6 +127,8 @@ int gpumap_format(const struct gpu_info *g, size_t n, char **out)
 		char u[41];
 		gpumap_uuid_str(&g[i].uuid, u);
 		len += (size_t)snprintf(s + len, cap - len, "%s%s=%s", i ? ";" : "", u, g[i].name);
+		if (g[i].mib)
+			len += (size_t)snprintf(s + len, cap - len, "@%llu", (unsigned long long)g[i].mib);
 	}
 	*out = s;
 	return 0;
@@ -154,6 +156,11 @@ int gpumap_parse(const char *s, struct gpu_info **out, size_t *n)
 		rc = gpuckpt_parse_uuid(t, &v[k].uuid);
 		if (rc < 0)
 			crest_errctx(rc, "the snapshot's list of GPUs is damaged");
+		char *at = strrchr(eq + 1, '@');   /* GPU names hold no '@' */
+		if (at) {
+			*at = 0;
+			v[k].mib = strtoull(at + 1, NULL, 10);
+		}
 		snprintf(v[k].name, sizeof(v[k].name), "%s", eq + 1);
 		k++;
 	}
@@ -167,12 +174,84 @@ int gpumap_parse(const char *s, struct gpu_info **out, size_t *n)
 	return 0;
 }
 
+
 static int find(const struct gpu_info *g, size_t n, const CUuuid *u)
 {
 	for (size_t i = 0; i < n; i++)
 		if (!memcmp(g[i].uuid.bytes, u->bytes, sizeof(u->bytes)))
 			return (int)i;
 	return -1;
+}
+
+static bool fits(const struct gpu_info *seen, const struct gpu_info *host)
+{
+	return !seen->mib || !host->mib || host->mib >= seen->mib;
+}
+
+/* Runs nvidia-smi with query (csv, no header, no units), calling line for
+ * each line of its output. Nothing when it cannot run. */
+static void smi(const char *query, void (*line)(char *l, void *arg), void *arg)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "nvidia-smi %s --format=csv,noheader,nounits 2>/dev/null", query);
+	FILE *f = popen(cmd, "re");
+	if (!f)
+		return;
+	char buf[512];
+	while (fgets(buf, sizeof(buf), f))
+		line(buf, arg);
+	pclose(f);
+}
+
+struct used_ctx {
+	const pid_t *pids;
+	size_t npids;
+	struct gpu_info *g;
+	size_t n;
+};
+
+/* "pid, GPU-uuid, MiB" of a running compute process. */
+static void used_line(char *l, void *arg)
+{
+	struct used_ctx *c = arg;
+	char uuid[64];
+	unsigned long long mib;
+	int pid;
+	CUuuid u;
+	if (sscanf(l, "%d, %63[^,], %llu", &pid, uuid, &mib) != 3 || gpuckpt_parse_uuid(uuid, &u) < 0)
+		return;
+	bool ours = false;
+	for (size_t i = 0; i < c->npids; i++)
+		ours |= c->pids[i] == pid;
+	const int k = ours ? find(c->g, c->n, &u) : -1;
+	if (k >= 0)
+		c->g[k].mib += mib;
+}
+
+void gpumap_used(const pid_t *pids, size_t npids, struct gpu_info *seen, size_t nseen)
+{
+	struct used_ctx c = { pids, npids, seen, nseen };
+	smi("--query-compute-apps=pid,gpu_uuid,used_memory", used_line, &c);
+}
+
+/* "GPU-uuid, MiB" free. */
+static void free_line(char *l, void *arg)
+{
+	struct used_ctx *c = arg;
+	char uuid[64];
+	unsigned long long mib;
+	CUuuid u;
+	if (sscanf(l, "%63[^,], %llu", uuid, &mib) != 2 || gpuckpt_parse_uuid(uuid, &u) < 0)
+		return;
+	const int k = find(c->g, c->n, &u);
+	if (k >= 0)
+		c->g[k].mib = mib ? mib : 1;   /* 0 would read as "not known" */
+}
+
+void gpumap_free_mem(struct gpu_info *host, size_t nhost)
+{
+	struct used_ctx c = { NULL, 0, host, nhost };
+	smi("--query-gpu=uuid,memory.free", free_line, &c);
 }
 
 int gpumap_complete(const struct gpu_info *seen, size_t nseen, const struct gpu_info *host, size_t nhost,
@@ -208,6 +287,10 @@ int gpumap_complete(const struct gpu_info *seen, size_t nseen, const struct gpu_
 		else if (strcmp(seen[s].name, host[h].name))
 			rc = crest_errx(-EINVAL, "cannot move %s (%s) to %s (%s): the driver restores onto the same "
 					"chip only", a, seen[s].name, b, host[h].name);
+		else if (seen[s].mib && host[h].mib && host[h].mib < seen[s].mib)
+			rc = crest_errx(-EINVAL, "cannot move %s to %s: the job used %llu MiB there and %s has %llu "
+					"MiB free", a, b, (unsigned long long)seen[s].mib, b,
+					(unsigned long long)host[h].mib);
 		else if (to[s] >= 0 && to[s] != h)
 			rc = crest_errx(-EINVAL, "GPU %s is mapped twice", a);
 		else if (taken[h] && to[s] != h)
@@ -221,21 +304,22 @@ int gpumap_complete(const struct gpu_info *seen, size_t nseen, const struct gpu_
 	 * free GPU of its chip. */
 	for (size_t i = 0; rc == 0 && i < nseen; i++) {
 		const int h = find(host, nhost, &seen[i].uuid);
-		if (to[i] < 0 && h >= 0 && !taken[h]) {
+		if (to[i] < 0 && h >= 0 && !taken[h] && fits(&seen[i], &host[h])) {
 			to[i] = h;
 			taken[h] = true;
 		}
 	}
 	for (size_t i = 0; rc == 0 && i < nseen; i++) {
 		for (size_t h = 0; to[i] < 0 && h < nhost; h++)
-			if (!taken[h] && !strcmp(host[h].name, seen[i].name)) {
+			if (!taken[h] && !strcmp(host[h].name, seen[i].name) && fits(&seen[i], &host[h])) {
 				to[i] = (int)h;
 				taken[h] = true;
 			}
 		if (to[i] < 0) {
 			gpumap_uuid_str(&seen[i].uuid, a);
-			rc = crest_errx(-EINVAL, "no GPU here is free for the job's %s (%s): every GPU it saw needs "
-					"one of its chip (give --gpu-map for it)", a, seen[i].name);
+			rc = crest_errx(-EINVAL, "no GPU here is free for the job's %s (%s%s): every GPU it saw "
+					"needs one of its chip with that memory free (give --gpu-map for it)", a,
+					seen[i].name, seen[i].mib ? ", its memory" : "");
 		}
 	}
 	struct gpuckpt_map *m = NULL;

@@ -15,6 +15,7 @@
 #define CREST_CAPTURE_GPUMAP_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "capture/cudrv.h"
@@ -23,6 +24,7 @@
 struct gpu_info {
 	CUuuid uuid;
 	char name[96];     /* the chip, as cuDeviceGetName says */
+	uint64_t mib;      /* seen: the job's memory on it; host: free memory; 0: not known */
 };
 
 /* The GPUs of this machine, in the driver's order. */
@@ -31,7 +33,14 @@ int gpumap_host(const struct cudrv *d, struct gpu_info **out, size_t *n);
  * names, by index or UUID (prefix), else all of host. */
 int gpumap_seen(pid_t pid, const struct gpu_info *host, size_t nhost, struct gpu_info **out, size_t *n);
 
-/* "GPU-uuid=name;GPU-uuid=name" and back (-EINVAL with a message). */
+/* Memory by GPU from nvidia-smi, which ships with the driver (the driver
+ * API tells no process another's usage): into seen, what the processes
+ * pids use on each; into host, what each has free. Left 0 where nvidia-smi
+ * is missing or says nothing: the check is then not made. */
+void gpumap_used(const pid_t *pids, size_t npids, struct gpu_info *seen, size_t nseen);
+void gpumap_free_mem(struct gpu_info *host, size_t nhost);
+
+/* "GPU-uuid=name[@MiB];..." and back (-EINVAL with a message). */
 int gpumap_format(const struct gpu_info *g, size_t n, char **out);
 int gpumap_parse(const char *s, struct gpu_info **out, size_t *n);
 void gpumap_uuid_str(const CUuuid *u, char buf[41]);
@@ -39,7 +48,7 @@ void gpumap_uuid_str(const CUuuid *u, char buf[41]);
 /* The whole map for a restore: the user's pairs (want; gpu, if not NULL,
  * adds "the job's first GPU -> this one", an index into host or a UUID),
  * checked (each from a GPU the job saw, each to a GPU here of the same
- * chip, none twice) and completed (every other GPU the job saw to itself
+ * chip with the memory the job used free, where both are known, none twice) and completed (every other GPU the job saw to itself
  * if it is here and free, else to a free one of its chip). *n is 0 when
  * nothing moves. -EINVAL with a message that says what cannot be done. */
 int gpumap_complete(const struct gpu_info *seen, size_t nseen, const struct gpu_info *host, size_t nhost,

@@ -106,6 +106,8 @@ static int record_gpus(const struct cudrv *d, struct tp_capture *c)
 	int rc = gpumap_host(d, &host, &nhost);
 	if (rc == 0)
 		rc = gpumap_seen(c->cuda[0], host, nhost, &seen, &nseen);
+	if (rc == 0)   /* while the job still holds its device memory */
+		gpumap_used(c->cuda, c->ncuda, seen, nseen);
 	if (rc == 0)
 		rc = gpumap_format(seen, nseen, &c->gpus);
 	free(host);

@@ -277,6 +277,8 @@ static int gpu_plan(const struct cudrv *d, const struct cas_manifest *m, const s
 	if (rc == 0)
 		rc = gpumap_host(d, &host, &nhost);
 	if (rc == 0)
+		gpumap_free_mem(host, nhost);
+	if (rc == 0)
 		rc = gpumap_complete(seen, nseen, host, nhost, o->map, o->nmap, o->gpu, map, n);
 	for (size_t i = 0; rc == 0 && o->notes && i < *n; i++) {
 		char a[41], b[41];

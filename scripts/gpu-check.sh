@@ -296,6 +296,13 @@ else
 	fi
 	kill -9 "$mpid" 2>/dev/null
 	wait "$mpid" 2>/dev/null
+	# The snapshot names the GPUs its job saw, with the memory it used on
+	# GPU 0 (nvidia-smi), so a restore can check a target has it free.
+	gpus=$("${RUN[@]}" "$(bin crest)" --store "$mw/store" show mv 2>/dev/null | sed -n 's/^label *gpus=//p')
+	mib0=$(grep -o "$uuid0=[^;@]*@[0-9]*" <<<"$gpus" | sed 's/.*@//')
+	if [ -z "$MOVE_ERR" ] && [ "${mib0:-0}" -le 0 ]; then
+		MOVE_ERR="the snapshot does not record the job's memory on GPU 0: gpus=$gpus"
+	fi
 	if [ -z "$MOVE_ERR" ]; then
 		cp "$mw/job.out" "$mw/job.keep"
 		if "${RUN[@]}" "$(bin crest)" --store "$mw/store" restore mv \
@@ -312,7 +319,7 @@ else
 	DT=$((SECONDS - t))
 	if [ -z "$MOVE_ERR" ]; then
 		STORES+=("gpu_move=$mw/store")
-		pass gpu_move "checkpointed on GPU 0, restored onto GPU 1 with --gpu 1 and with GPU0=GPU1 alone: ran there, output identical to an uninterrupted run both times; a map onto a missing GPU refused before restoring, log untouched, ${DT} s"
+		pass gpu_move "checkpointed on GPU 0 (its memory there recorded: $mib0 MiB), restored onto GPU 1 with --gpu 1 and with GPU0=GPU1 alone: ran there, output identical to an uninterrupted run both times; a map onto a missing GPU refused before restoring, log untouched, ${DT} s"
 	else
 		fail gpu_move "$MOVE_ERR" "$LOGS/gpu_move.log"
 	fi

@@ -85,14 +85,29 @@ static void fixed_cases(void)
 	EXPECT_ERR(gpumap_complete(two, 2, two, 2, ww, 2, NULL, &m, &n), -EINVAL, "mapped onto");
 	EXPECT_ERR(gpumap_complete(two, 2, two, 2, NULL, 0, "7", &m, &n), -EINVAL, "not on this machine");
 
+	/* Memory: the job used 60 GiB on A; B has 40 GiB free, C 80. */
+	struct gpu_info ua = A, fb = B, fc = C;
+	ua.mib = 61440;
+	fb.mib = 40960;
+	fc.mib = 81920;
+	const struct gpu_info used[] = { ua }, room[] = { fb, fc };
+	w = pair(&A, &B);
+	EXPECT_ERR(gpumap_complete(used, 1, room, 2, &w, 1, NULL, &m, &n), -EINVAL, "MiB free");
+	OK(gpumap_complete(used, 1, room, 2, NULL, 0, NULL, &m, &n));
+	CHECK(n == 1 && same(&m[0].to, &C.uuid), "A needing 60 GiB: want C (80 free), not B (40 free)");
+	free(m);
+	EXPECT_ERR(gpumap_complete(used, 1, (const struct gpu_info[]){ fb }, 1, NULL, 0, NULL, &m, &n), -EINVAL,
+		   "with that memory free");
+
 	/* The label a checkpoint writes, back. */
 	char *s;
 	struct gpu_info *back;
 	size_t nb;
-	OK(gpumap_format(mixed, 2, &s));
+	const struct gpu_info labelled[] = { A, ua };
+	OK(gpumap_format(labelled, 2, &s));
 	OK(gpumap_parse(s, &back, &nb));
-	CHECK(nb == 2 && same(&back[1].uuid, &X.uuid) && !strcmp(back[1].name, X.name),
-	      "format/parse of %s did not round-trip", s);
+	CHECK(nb == 2 && same(&back[1].uuid, &A.uuid) && !strcmp(back[1].name, A.name) && back[1].mib == 61440 &&
+	      back[0].mib == 0, "format/parse of %s did not round-trip", s);
 	free(s);
 	free(back);
 	EXPECT_ERR(gpumap_parse("GPU-12=x;junk", &back, &nb), -EINVAL, "damaged");
@@ -116,12 +131,19 @@ static void random_cases(unsigned rounds)
 		struct gpu_info pool[8], seen[8], host[8];
 		for (unsigned i = 0; i < 8; i++)
 			pool[i] = gpu(i + 1, chips[below(2)]);
+		struct gpu_info mem[8];   /* used by the job / free here: 0 (not known) or some GiB */
+		for (unsigned i = 0; i < 8; i++)
+			mem[i].mib = below(3) ? (uint64_t)(1 + below(80)) * 1024 : 0;
 		size_t nseen = 1 + below(4), nhost = 1 + below(6);
-		for (size_t i = 0; i < nseen; i++)
+		for (size_t i = 0; i < nseen; i++) {
 			seen[i] = pool[i];                 /* the job's GPUs: pool[0..nseen) */
+			seen[i].mib = mem[i].mib;
+		}
 		unsigned start = below(8);
-		for (size_t i = 0; i < nhost; i++)
+		for (size_t i = 0; i < nhost; i++) {
 			host[i] = pool[(start + i) % 8];   /* this machine's: some of the same, some not */
+			host[i].mib = below(3) ? (uint64_t)(1 + below(80)) * 1024 : 0;
+		}
 		struct gpuckpt_map want[2];
 		size_t nwant = below(3);
 		for (size_t i = 0; i < nwant; i++)
@@ -149,6 +171,9 @@ static void random_cases(unsigned rounds)
 					h = (int)j;
 			CHECK(h >= 0 && !strcmp(host[h].name, seen[i].name), "round %u: GPU %zu mapped off-chip "
 			      "or off-machine", r, i);
+			CHECK(h < 0 || same(&host[h].uuid, &seen[i].uuid) || !seen[i].mib || !host[h].mib ||
+			      host[h].mib >= seen[i].mib, "round %u: GPU %zu moved onto one without its memory free",
+			      r, i);
 			for (size_t k = 0; k < n; k++)
 				CHECK(&m[k] == p || !same(&m[k].to, &p->to), "round %u: two GPUs onto one", r);
 		}
