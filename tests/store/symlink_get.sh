@@ -13,26 +13,12 @@ SEED=${CREST_TEST_SEED:-$RANDOM}
 echo "seed $SEED (CREST_TEST_SEED replays it)"
 RANDOM=$SEED
 
-U=crest-attacker-$$
-useradd -M -N -s /usr/sbin/nologin "$U" || fail "cannot create user $U"
-trap 'userdel "$U" 2>/dev/null; cleanup' EXIT
-as_user() { setpriv --reuid="$U" --regid="$(id -g "$U")" --clear-groups "$@"; }
+. "$(dirname "$0")/../attacker.sh"
 
 chmod 755 "$T"
 A=$T/attacker
 mkdir "$A" && chown "$U" "$A"
-# The targets: a root-only file and a root-only directory.
-SECRET=$T/secret
-head -c $((1000 + RANDOM)) /dev/urandom >"$SECRET"
-chmod 600 "$SECRET"
-cp -p "$SECRET" "$T/secret.orig"
-OUT=$T/out
-mkdir -m 700 "$OUT"
-untouched() {
-	cmp -s "$SECRET" "$T/secret.orig" || fail "$1: root's file $SECRET was overwritten"
-	[ "$(stat -c %a "$SECRET")" = 600 ] || fail "$1: root's file $SECRET was chmod-ed"
-	[ -z "$(ls -A "$OUT")" ] || fail "$1: crest wrote into $OUT: $(ls -A "$OUT")"
-}
+# The targets: SECRET and OUT (attacker.sh).
 
 mkdir -p "$T/data/sub"
 head -c $((5000 + RANDOM)) /dev/urandom >"$T/data/f"

@@ -8,20 +8,8 @@
 : "${CRAFT_TREE:?CRAFT_TREE must name craft_tree}"
 [ "$(id -u)" -eq 0 ] || { echo "SKIP: needs root, to create a second user"; exit 77; }
 
-U=crest-attacker-$$
-useradd -M -N -s /usr/sbin/nologin "$U" || fail "cannot create user $U"
-trap 'userdel "$U" 2>/dev/null; cleanup' EXIT
+. "$(dirname "$0")/../attacker.sh"
 
-SECRET=$T/secret
-head -c 3000 /dev/urandom >"$SECRET"
-chmod 600 "$SECRET"
-cp -p "$SECRET" "$T/secret.orig"
-OUT=$T/out
-mkdir -m 700 "$OUT"
-untouched() {
-	cmp -s "$SECRET" "$T/secret.orig" || fail "$1: root's file $SECRET was changed"
-	[ -z "$(ls -A "$OUT")" ] || fail "$1: crest wrote into $OUT: $(ls -A "$OUT")"
-}
 echo data >"$T/f"
 put --tag one "$T/f"
 

@@ -7,18 +7,10 @@
 # when the path has become a symlink to the root-only file.
 source "$(dirname "$0")/lib.sh"
 need_root
-U=crest-attacker-$$
-useradd -M -N -s /usr/sbin/nologin "$U" || fail "cannot create user $U"
-trap 'userdel "$U" 2>/dev/null; cleanup' EXIT
+. "$(dirname "$0")/../attacker.sh"
 chmod 755 "$T"
 A=$T/home
 mkdir "$A" && chown "$U" "$A"
-as_user() { setpriv --reuid="$U" --regid="$(id -g "$U")" --clear-groups "$@"; }
-SECRET=$T/secret
-head -c 4096 /dev/urandom >"$SECRET"
-chmod 600 "$SECRET"
-cp -p "$SECRET" "$T/secret.orig"
-untouched() { cmp -s "$SECRET" "$T/secret.orig" || fail "$1: root's file $SECRET was overwritten"; }
 
 cd "$T"
 # The job runs as root (CRIU here cannot dump another user's process: its
