@@ -9,8 +9,23 @@ target_sources(crest_capture PRIVATE
 
 set(CREST_INTERNAL_LIBS crest_capture crest_engine crest_restore crest_cas crest_dedup crest_util)
 
-# Shared: every internal archive whole, only the public crest_* names exported.
-file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/libcrest.map "{ global: crest_*; local: *; };\n")
+# Shared: every internal archive whole, and exactly the functions crest.h
+# declares exported (the list is read from the header, so the two cannot
+# drift; tests/library/exports.sh checks the result with nm -D).
+file(STRINGS ${CMAKE_SOURCE_DIR}/include/crest.h _api_lines REGEX "[ *]crest_[a-z_0-9]+\\(")
+set(_api "")
+foreach(l ${_api_lines})
+  string(REGEX MATCH "crest_[a-z_0-9]+\\(" _fn "${l}")
+  string(REPLACE "(" "" _fn "${_fn}")
+  list(APPEND _api ${_fn})
+endforeach()
+list(REMOVE_DUPLICATES _api)
+list(LENGTH _api _napi)
+if(_napi LESS 5)
+  message(FATAL_ERROR "read only ${_napi} functions from include/crest.h: the export list would be wrong")
+endif()
+list(JOIN _api "; " _api_globals)
+file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/libcrest.map "{ global: ${_api_globals}; local: *; };\n")
 file(WRITE ${CMAKE_CURRENT_BINARY_DIR}/libcrest_empty.c "/* libcrest: the code is in the archives */\n")
 add_library(crest_lib SHARED ${CMAKE_CURRENT_BINARY_DIR}/libcrest_empty.c)
 set(_whole)
