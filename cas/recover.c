@@ -37,8 +37,9 @@ struct item {
 
 struct rec_ctx {
 	struct cas_store *s;
-	struct item *v;
+	struct item *v;           /* in log order: tags apply in it */
 	size_t n, cap;
+	const struct item **by;   /* the same, by kind then SHA-256 (items_index) */
 	int err;
 };
 
@@ -72,6 +73,7 @@ static void items_free(struct rec_ctx *c)
 	for (size_t i = 0; i < c->n; i++)
 		free(c->v[i].p);
 	free(c->v);
+	free(c->by);
 }
 
 static uint64_t end_of(const struct cas_pack_end *v, size_t n, uint32_t num, bool *found)
@@ -123,12 +125,39 @@ static char *db_value(struct cas_store *s, char type, const void *key, size_t kl
 	return v;
 }
 
+static int item_cmp(const void *a, const void *b)
+{
+	const struct item *x = *(const struct item *const *)a, *y = *(const struct item *const *)b;
+	return x->kind != y->kind ? (x->kind < y->kind ? -1 : 1) : memcmp(x->sha, y->sha, 32);
+}
+
+/* Sorts the items for item_find: a repair reads every log, and looks up
+ * each manifest's revoke and each piece it names, which a scan of all
+ * items per look-up would make quadratic. */
+static int items_index(struct rec_ctx *c)
+{
+	c->by = malloc((c->n ? c->n : 1) * sizeof(*c->by));
+	if (!c->by)
+		return crest_errf(-ENOMEM, "reading the meta logs of %s", c->s->dir);
+	for (size_t i = 0; i < c->n; i++)
+		c->by[i] = &c->v[i];
+	qsort(c->by, c->n, sizeof(*c->by), item_cmp);
+	return 0;
+}
+
+/* An item of this kind and SHA-256, or NULL. */
+static const struct item *item_find(const struct rec_ctx *c, uint8_t kind, const uint8_t sha[32])
+{
+	struct item key = { .kind = kind };
+	memcpy(key.sha, sha, 32);
+	const struct item *kp = &key;
+	const struct item **hit = c->by ? bsearch(&kp, c->by, c->n, sizeof(*c->by), item_cmp) : NULL;
+	return hit ? *hit : NULL;
+}
+
 static bool revoked(const struct rec_ctx *c, const uint8_t id[32])
 {
-	for (size_t i = 0; i < c->n; i++)
-		if (c->v[i].kind == CAS_META_REVOKE && !memcmp(c->v[i].sha, id, 32))
-			return true;
-	return false;
+	return item_find(c, CAS_META_REVOKE, id) != NULL;
 }
 
 /* Undoes the commit of id, if the index has it (see the notes in store.c). */
@@ -221,13 +250,6 @@ static int packs_index(struct cas_store *s, const struct cas_pack_end *p, size_t
 	return rc;
 }
 
-static const struct item *piece_find(const struct rec_ctx *c, const uint8_t sha[32])
-{
-	for (size_t i = c->n; i-- > 0;)
-		if (c->v[i].kind == CAS_META_PIECE && !memcmp(c->v[i].sha, sha, 32))
-			return &c->v[i];
-	return NULL;
-}
 
 /* Whether every piece and chunk manifest x needs is there; its pieces and
  * manifest keys go into b if so. *missing counts what is not. */
@@ -259,7 +281,7 @@ static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const st
 		return 0;
 	}
 	for (size_t i = 0; rc == 0 && i < m->npieces; i++) {
-		const struct item *pc = piece_find(c, m->pieces[i].sha);
+		const struct item *pc = item_find(c, CAS_META_PIECE, m->pieces[i].sha);
 		size_t vl;
 		char *v = NULL;
 		if (pc) {
@@ -432,6 +454,8 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 	}
 	if (rc == 0)
 		rc = meta_tails(s, q, nq, &c, &qn, &nqn);
+	if (rc == 0)
+		rc = items_index(&c);
 	uint32_t maxp = 0;
 	for (size_t i = 0; i < np; i++)
 		if (p[i].pack > maxp)
@@ -546,6 +570,8 @@ int cas_hidden_load(struct cas_store *s)
 	int rc = cas_ends_load(s, 'q', &q, &nq);
 	if (rc == 0)
 		rc = meta_tails(s, q, nq, &c, &qn, &nqn);
+	if (rc == 0)
+		rc = items_index(&c);
 	for (size_t i = 0; rc == 0 && i < c.n; i++) {
 		if (c.v[i].kind == CAS_META_MANIFEST && !revoked(&c, c.v[i].sha)) {
 			size_t vl;
