@@ -4,11 +4,14 @@
  * the test at the first error of a call that must succeed; EXPECT_ERR
  * wants one exact error code and a message naming something; CU is OK for
  * CUDA driver calls made through capture/cudrv.h (the test's `d`).
+ * first_diff says where two buffers part, for failure messages.
  * Included once per test program.
  */
 #ifndef CREST_TESTS_CHECK_H
 #define CREST_TESTS_CHECK_H
 
+#include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +19,15 @@
 #include "util/err.h"
 
 static int failures __attribute__((unused));   /* CHECK counts here */
+
+/* The first index where a and b differ, or n when they do not. */
+static inline size_t first_diff(const uint8_t *a, const uint8_t *b, size_t n)
+{
+	size_t i = 0;
+	while (i < n && a[i] == b[i])
+		i++;
+	return i;
+}
 
 #define CHECK(cond, ...)                                                       \
 	do {                                                                   \

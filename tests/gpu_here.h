@@ -39,4 +39,21 @@ static inline bool no_gpu_here(char *why, size_t cap)
 	return false;
 }
 
+/* A GPU test's start: 77 with "SKIP: no GPU here (...)" printed where it
+ * may skip, 1 with a FAIL line where a GPU is here but its driver does not
+ * load, else 0 with *d loaded. (Include capture/cudrv.h first.) */
+static inline int gpu_test_start(const struct cudrv **d)
+{
+	char why[512];
+	if (no_gpu_here(why, sizeof(why))) {
+		printf("SKIP: %s\n", why);
+		return 77;
+	}
+	if (cudrv_load(d) < 0) {
+		fprintf(stderr, "FAIL: a GPU is here but its driver does not load: %s\n", crest_errmsg());
+		return 1;
+	}
+	return 0;
+}
+
 #endif

@@ -127,14 +127,6 @@ static const uint8_t *reg_read(struct region *r)
 	return scratch;
 }
 
-static size_t first_diff(const uint8_t *a, const uint8_t *b, size_t n)
-{
-	size_t i = 0;
-	while (i < n && a[i] == b[i])
-		i++;
-	return i;
-}
-
 /* Random changes: scattered writes of odd offsets and lengths, a few whole
  * pages, now and then a zeroed stretch. A region is left alone one round in
  * four, and always when frozen. */
@@ -241,15 +233,9 @@ int main(int argc, char **argv)
 	}
 	if (!host_mode) {
 		int n = 0;
-		char why[512];
-		if (no_gpu_here(why, sizeof(why))) {
-			printf("SKIP: %s\n", why);
-			return 77;
-		}
-		if (cudrv_load(&d) < 0) {
-			fprintf(stderr, "FAIL: a GPU is here but its driver does not load: %s\n", crest_errmsg());
-			return 1;
-		}
+		const int start = gpu_test_start(&d);
+		if (start)
+			return start;
 		if (d->DeviceGetCount(&n) != CUDA_SUCCESS || n == 0) {
 			fprintf(stderr, "FAIL: a GPU device node is here but the driver sees no GPU\n");
 			return 1;

@@ -40,15 +40,9 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	char why[512];
-	if (no_gpu_here(why, sizeof(why))) {
-		printf("SKIP: %s\n", why);
-		return 77;
-	}
-	if (cudrv_load(&d) < 0) {
-		fprintf(stderr, "FAIL: a GPU is here but its driver does not load: %s\n", crest_errmsg());
-		return 1;
-	}
+	const int start = gpu_test_start(&d);
+	if (start)
+		return start;
 	int n = 0;
 	if (d->DeviceGetCount(&n) != CUDA_SUCCESS || n == 0) {
 		fprintf(stderr, "FAIL: a GPU device node is here but the driver sees no GPU\n");

@@ -37,6 +37,7 @@
  */
 #include "cas/cas.h"
 #include "cli/commands.h"
+#include "tests/check.h"
 #include "dedup/chunker.h"
 #include "engine/engine.h"
 #include "restore/restore.h"
@@ -757,14 +758,6 @@ static uint8_t *read_whole(const char *path, size_t len)
 	}
 	close(fd);
 	return p;
-}
-
-static size_t first_diff(const uint8_t *a, const uint8_t *b, size_t n)
-{
-	size_t i = 0;
-	while (i < n && a[i] == b[i])
-		i++;
-	return i;
 }
 
 /* dest must hold exactly want (names relative to dest), nothing else. */
