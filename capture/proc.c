@@ -27,6 +27,12 @@ char proc_state(pid_t pid)
 	return p && p[1] == ' ' ? p[2] : 0;
 }
 
+bool proc_gone(pid_t pid)
+{
+	const char st = proc_state(pid);
+	return !st || st == 'Z' || st == 'X';
+}
+
 static pid_t proc_ppid(pid_t pid)
 {
 	char path[64], buf[512];

@@ -26,6 +26,10 @@ bool proc_uses_cuda(pid_t pid);
 
 /* 'R', 'S', 'Z', ... or 0 when the process does not exist. */
 char proc_state(pid_t pid);
+/* True when pid no longer runs: gone, or a zombie ('Z') or dead ('X') its
+ * parent has not reaped yet. A job killed under crest is usually still a
+ * zombie when crest looks, since its parent reaps it when it gets around to it. */
+bool proc_gone(pid_t pid);
 /* comm of pid into buf ("?" when unknown). */
 void proc_comm(pid_t pid, char *buf, size_t cap);
 

@@ -280,7 +280,7 @@ int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	c->gpu_resume_ns = time_now_ns() - t2;
 	c->stall_ns = time_now_ns() - t0;
 	if (rc < 0) {
-		if (!proc_state(o->pid))
+		if (proc_gone(o->pid))
 			crest_errctx(rc, "process %d exited during its checkpoint", (int)o->pid);
 		tp_capture_free(c);
 		return rc;

@@ -252,8 +252,7 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 		}
 		if (!every_ns || stop_requested || (count && n >= count))
 			break;
-		const char state = proc_state(o.pid);
-		if (!state || state == 'Z') {
+		if (proc_gone(o.pid)) {
 			if (!c->quiet && !c->json)
 				printf("pid %d has exited: no more checkpoints\n", (int)o.pid);
 			break;
