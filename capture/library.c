@@ -19,6 +19,7 @@
 #include "restore/gpu.h"
 #include "restore/restore.h"
 #include "util/err.h"
+#include "util/par.h"
 #include "util/progress.h"
 #include "util/sha256.h"
 
@@ -35,7 +36,7 @@
 #endif
 
 #define MAX_CTX 16
-#define SEGMENT (4u << 20)                  /* the engine's segment: slices are multiples */
+#define SEGMENT ENGINE_SEGMENT_BYTES       /* slices are whole segments */
 #define RESTORE_WINDOW (64u << 20)          /* largest restore window: see restore_regions */
 
 struct region {
@@ -1034,10 +1035,8 @@ static int restore_regions(crest_t *c, const struct restore_ctx *rc_ctx, const s
 	struct restore_gpu_dst *dst = calloc(n, sizeof(*dst));
 	struct pool_slice **sl = calloc(pool_nslices(c->pool), sizeof(*sl));
 	unsigned threads = c->o.restore_threads;
-	if (!threads) {
-		long nc = sysconf(_SC_NPROCESSORS_ONLN);
-		threads = nc > 0 ? (unsigned)nc : 1;
-	}
+	if (!threads)
+		threads = par_cores();
 	/* Windows as large as two per thread allow, up to 64 MiB: a window is
 	 * restored by walking the packs over the segments it covers (gpu.c),
 	 * and the more of the segments that were ingested side by side it

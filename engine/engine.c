@@ -50,6 +50,7 @@
  */
 #include "engine/engine.h"
 #include "util/err.h"
+#include "util/par.h"
 #include "util/progress.h"
 #include "util/sha256.h"
 
@@ -214,18 +215,12 @@ struct engine {
 	uint64_t seq_gen;
 };
 
-static uint64_t online_cores(void)
-{
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-	return n > 0 ? (uint64_t)n : 1;
-}
-
 void engine_opts_default(struct engine_opts *o)
 {
 	memset(o, 0, sizeof(*o));
-	o->workers = (unsigned)online_cores();
+	o->workers = par_cores();
 	o->staging_bytes = 256u << 20;
-	o->segment_bytes = 4u << 20;
+	o->segment_bytes = ENGINE_SEGMENT_BYTES;
 	o->write_queue_bytes = 128u << 20;
 	/* Chosen from bench/store/chunkers.sh (bench/RESULTS.md). Memory images
 	 * change in place a page at a time: fixed 4 KiB chunks store exactly

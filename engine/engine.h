@@ -38,10 +38,15 @@ struct engine;
 struct engine_snap;
 struct engine_stream;
 
+/* The default unit of parallel work. Library capture cuts regions into
+ * slices that are whole segments, so a region's chunks fall where they fell
+ * last time and unchanged data dedups. */
+#define ENGINE_SEGMENT_BYTES (4u << 20)
+
 struct engine_opts {
 	unsigned workers;            /* 0: one per online core */
 	size_t staging_bytes;        /* file-read buffers in flight; 0: 256 MiB */
-	size_t segment_bytes;        /* unit of parallel work; 0: 4 MiB */
+	size_t segment_bytes;        /* unit of parallel work; 0: ENGINE_SEGMENT_BYTES */
 	size_t write_queue_bytes;    /* compressed chunks waiting for the writer; 0: 128 MiB */
 	struct dedup_params file_chunking;    /* for files; kind 0 & avg 0: defaults */
 	struct dedup_params memory_chunking;  /* for regions and images */

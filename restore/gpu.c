@@ -1,6 +1,7 @@
 /* gpu.c - restoring region streams into device memory; see gpu.h. */
 #include "restore/gpu.h"
 #include "util/err.h"
+#include "util/par.h"
 #include "util/progress.h"
 
 #include <errno.h>
@@ -603,10 +604,8 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 	if (j.maxchunk > CAS_CHUNK_MAX)
 		return crest_errx(-EBADMSG, "snapshot %s: a chunk is larger than any crest writes", c->snapshot);
 	unsigned threads = c->threads;
-	if (!threads) {
-		long nc = sysconf(_SC_NPROCESSORS_ONLN);
-		threads = nc > 0 ? (unsigned)nc : 1;
-	}
+	if (!threads)
+		threads = par_cores();
 	if (device && threads > o->nbufs / 2)
 		threads = o->nbufs / 2;
 	j.threads = threads;

@@ -54,12 +54,16 @@ static void *par_thread(void *arg)
 	return NULL;
 }
 
+unsigned par_cores(void)
+{
+	const long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (unsigned)n : 1;
+}
+
 int par_run(struct par *p, unsigned threads, struct progress *prog, uint64_t base)
 {
-	if (!threads) {
-		const long n = sysconf(_SC_NPROCESSORS_ONLN);
-		threads = n > 0 ? (unsigned)n : 1;
-	}
+	if (!threads)
+		threads = par_cores();
 	const size_t batch = p->batch ? p->batch : 1;
 	if (threads > (p->n + batch - 1) / batch)
 		threads = (unsigned)((p->n + batch - 1) / batch);

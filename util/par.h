@@ -50,4 +50,8 @@ struct par {
  * Returns 0, or the first failure's code with its message. */
 int par_run(struct par *p, unsigned threads, struct progress *prog, uint64_t base);
 
+/* One thread per online core: the default of every parallel part of crest
+ * (engine workers, restores, par_run). At least 1. */
+unsigned par_cores(void);
+
 #endif
