@@ -12,8 +12,8 @@
  */
 #include "crest.h"
 
-#include "capture/cudrv.h"
-#include "capture/pool.h"
+#include "gpu/cudrv.h"
+#include "gpu/pool.h"
 #include "cas/cas.h"
 #include "engine/engine.h"
 #include "restore/gpu.h"

@@ -1,13 +1,8 @@
-# libcrest: the library-capture API (include/crest.h). Its sources live in
-# crest_capture with the rest of capture/; libcrest.so and libcrest.a wrap
-# crest_capture and everything it links, so a job needs only -lcrest (plus,
-# for the static archive, the system libraries listed in CREST_STATIC_DEPS).
-target_sources(crest_capture PRIVATE
-  ${CMAKE_CURRENT_SOURCE_DIR}/library.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/pool.c
-  ${CMAKE_SOURCE_DIR}/restore/gpu.c)
-
-set(CREST_INTERNAL_LIBS crest_capture crest_engine crest_restore crest_cas crest_dedup crest_util)
+# libcrest: the library-capture API (include/crest.h). libcrest.so and
+# libcrest.a wrap crest_capture and everything it links, so a job needs only
+# -lcrest (plus, for the static archive, the system libraries listed in
+# CREST_STATIC_DEPS).
+set(CREST_INTERNAL_LIBS crest_capture crest_engine crest_restore crest_gpu crest_cas crest_dedup crest_util)
 
 # Shared: every internal archive whole, and exactly the functions crest.h
 # declares exported (the list is read from the header, so the two cannot

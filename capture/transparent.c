@@ -9,8 +9,8 @@
  * reads the listed files and writes into the capture's tmpfs directory.
  */
 #include "capture/transparent.h"
-#include "capture/gpuckpt.h"
-#include "capture/gpumap.h"
+#include "gpu/gpuckpt.h"
+#include "gpu/gpumap.h"
 #include "util/err.h"
 #include "util/fs.h"
 #include "util/progress.h"

@@ -24,8 +24,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "capture/criu.h"
-#include "capture/proc.h"
+#include "os/criu.h"
+#include "os/proc.h"
 #include "engine/engine.h"
 
 #define TP_FILE_LIMIT_DEFAULT (64ull << 20)

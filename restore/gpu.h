@@ -11,7 +11,7 @@
  * A window is copied to the device only once every chunk in it checked out:
  * a damaged chunk stops the restore with an error naming snapshot, stream and
  * offset, and no byte of its window reaches the device.
- * The driver comes from capture/cudrv.h; restore/ still only reads the store.
+ * The driver comes from gpu/cudrv.h; restore/ still only reads the store.
  */
 #ifndef CREST_RESTORE_GPU_H
 #define CREST_RESTORE_GPU_H
@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "capture/cudrv.h"
+#include "gpu/cudrv.h"
 #include "restore/restore.h"
 
 struct restore_gpu_dst {

@@ -1,7 +1,7 @@
 /* process.c - restore of a checkpointed process tree; see process.h. */
 #include "restore/process.h"
-#include "capture/gpumap.h"
-#include "capture/proc.h"
+#include "gpu/gpumap.h"
+#include "os/proc.h"
 #include "util/err.h"
 #include "util/fs.h"
 #include "util/progress.h"

@@ -18,8 +18,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-#include "capture/criu.h"
-#include "capture/gpuckpt.h"
+#include "os/criu.h"
+#include "gpu/gpuckpt.h"
 #include "restore/restore.h"
 
 struct rp_opts {

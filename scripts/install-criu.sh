@@ -10,7 +10,7 @@
 #
 # Usage: scripts/install-criu.sh [PREFIX]      (default: $CRIU_PREFIX, else <repo>/.deps/criu)
 #   CRIU_DEBIAN_SUITE=sid picks criu 4.2.x instead: 4.1.1 cannot dump processes holding
-#   AF_INET sockets on kernels >= 6.16 (capture/CRIU-NOTES.md). Remove PREFIX to switch.
+#   AF_INET sockets on kernels >= 6.16 (os/CRIU-NOTES.md). Remove PREFIX to switch.
 #   CRIU_DEBIAN_MIRROR overrides the mirror (default http://deb.debian.org/debian).
 # Needs root (criu itself needs it anyway) and network access to a Debian mirror.
 # Idempotent: does nothing but `criu check` when PREFIX/criu --version already says 4.x.
@@ -22,7 +22,7 @@ log() { echo "install-criu: $*" >&2; }
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 prefix=${1:-${CRIU_PREFIX:-$repo_root/.deps/criu}}
 mirror=${CRIU_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-suite=${CRIU_DEBIAN_SUITE:-trixie}   # sid has criu 4.2.x (see capture/CRIU-NOTES.md)
+suite=${CRIU_DEBIAN_SUITE:-trixie}   # sid has criu 4.2.x (see os/CRIU-NOTES.md)
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 arch=amd64
 triplet=x86_64-linux-gnu

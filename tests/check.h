@@ -3,7 +3,7 @@
  * goes on (the test exits non-zero at its end when failures > 0); OK stops
  * the test at the first error of a call that must succeed; EXPECT_ERR
  * wants one exact error code and a message naming something; CU is OK for
- * CUDA driver calls made through capture/cudrv.h (the test's `d`).
+ * CUDA driver calls made through gpu/cudrv.h (the test's `d`).
  * first_diff says where two buffers part, for failure messages.
  * Included once per test program.
  */

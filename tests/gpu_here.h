@@ -41,7 +41,7 @@ static inline bool no_gpu_here(char *why, size_t cap)
 
 /* A GPU test's start: 77 with "SKIP: no GPU here (...)" printed where it
  * may skip, 1 with a FAIL line where a GPU is here but its driver does not
- * load, else 0 with *d loaded. (Include capture/cudrv.h first.) */
+ * load, else 0 with *d loaded. (Include gpu/cudrv.h first.) */
 static inline int gpu_test_start(const struct cudrv **d)
 {
 	char why[512];

@@ -15,7 +15,7 @@
  * figures for bench/RESULTS.md.
  */
 #include "crest.h"
-#include "capture/cudrv.h"
+#include "gpu/cudrv.h"
 
 #include <errno.h>
 #include <pthread.h>

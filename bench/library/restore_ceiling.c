@@ -17,7 +17,7 @@
  *                full window, two windows per thread (no device: skipped)
  * Lines starting with RESULT carry the figures.
  */
-#include "capture/cudrv.h"
+#include "gpu/cudrv.h"
 #include "util/crc32c.h"
 
 #include <dirent.h>

@@ -7,8 +7,8 @@
  *
  *   crest-bare-ckpt PID DIR    (DIR on tmpfs; criu from $CREST_CRIU)
  */
-#include "capture/criu.h"
-#include "capture/gpuckpt.h"
+#include "os/criu.h"
+#include "gpu/gpuckpt.h"
 #include "util/err.h"
 #include "util/progress.h"
 

@@ -8,7 +8,7 @@
  *             (seconds), from CLI_DURATION_MIN_NS to CLI_DURATION_MAX_NS.
  */
 #include "cli/common.h"
-#include "capture/gpuckpt.h"
+#include "gpu/gpuckpt.h"
 
 #include <errno.h>
 #include <math.h>

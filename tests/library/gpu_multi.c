@@ -30,7 +30,7 @@
  * bit-exact, 1 otherwise.
  */
 #include "crest.h"
-#include "capture/cudrv.h"
+#include "gpu/cudrv.h"
 #include "util/sha256.h"
 #include "tests/check.h"
 #include "tests/gpu_here.h"

@@ -9,7 +9,7 @@
  * registered and a size mismatch must fail clearly.
  */
 #include "crest.h"
-#include "capture/cudrv.h"
+#include "gpu/cudrv.h"
 #include "tests/check.h"
 #include "tests/gpu_here.h"
 

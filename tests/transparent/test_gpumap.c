@@ -1,11 +1,11 @@
 /*
- * test_gpumap.c - completing a restore's GPU map (capture/gpumap.h) without
+ * test_gpumap.c - completing a restore's GPU map (gpu/gpumap.h) without
  * a GPU: the cases the driver refused (a map of some GPUs only) and the
  * ones crest must refuse itself, then random GPU sets against the rules:
  * every GPU the job saw mapped exactly once, onto a GPU here of its chip,
  * no two onto one, the user's pairs kept. The seed is printed.
  */
-#include "capture/gpumap.h"
+#include "gpu/gpumap.h"
 #include "tests/check.h"
 
 #include <errno.h>

@@ -7,8 +7,8 @@
  * Symbols are taken by their versioned names (cuMemcpyDtoHAsync_v2 ...),
  * which is what cuda.h's macros would have linked against.
  */
-#ifndef CREST_CAPTURE_CUDRV_H
-#define CREST_CAPTURE_CUDRV_H
+#ifndef CREST_GPU_CUDRV_H
+#define CREST_GPU_CUDRV_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /* pool.c - the staging pool; see pool.h. */
-#include "capture/pool.h"
+#include "gpu/pool.h"
 #include "util/err.h"
 
 #include <errno.h>

@@ -4,8 +4,8 @@
  * they hold open for writing (their contents are part of a snapshot, since
  * CRIU refuses to restore a file whose size changed).
  */
-#ifndef CREST_CAPTURE_PROC_H
-#define CREST_CAPTURE_PROC_H
+#ifndef CREST_OS_PROC_H
+#define CREST_OS_PROC_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -6,8 +6,8 @@
  * status; on failure the error lines of criu's log are quoted in the message
  * (criu logs a harmless RLIMIT_NOFILE "Error" on every run, left out).
  */
-#ifndef CREST_CAPTURE_CRIU_H
-#define CREST_CAPTURE_CRIU_H
+#ifndef CREST_OS_CRIU_H
+#define CREST_OS_CRIU_H
 
 #include <stdbool.h>
 #include <sys/types.h>

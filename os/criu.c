@@ -1,5 +1,5 @@
 /* criu.c - CRIU's command line; see criu.h. */
-#include "capture/criu.h"
+#include "os/criu.h"
 #include "util/err.h"
 
 #include <errno.h>

@@ -11,15 +11,15 @@
  * OLD=NEW`, `--gpu N`) into a whole permutation and checks it against the
  * GPUs of this machine (gpumap_complete) before anything is restored.
  */
-#ifndef CREST_CAPTURE_GPUMAP_H
-#define CREST_CAPTURE_GPUMAP_H
+#ifndef CREST_GPU_GPUMAP_H
+#define CREST_GPU_GPUMAP_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "capture/cudrv.h"
-#include "capture/gpuckpt.h"
+#include "gpu/cudrv.h"
+#include "gpu/gpuckpt.h"
 
 struct gpu_info {
 	CUuuid uuid;

@@ -1,5 +1,5 @@
 /* gpumap.c - the GPUs a job saw, and completing a restore's map; see gpumap.h. */
-#include "capture/gpumap.h"
+#include "gpu/gpumap.h"
 #include "util/err.h"
 
 #include <errno.h>

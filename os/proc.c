@@ -1,5 +1,5 @@
 /* proc.c - reading /proc for checkpoints; see proc.h. */
-#include "capture/proc.h"
+#include "os/proc.h"
 #include "util/err.h"
 
 #include <ctype.h>

@@ -8,14 +8,14 @@
  * faults. A slice is taken by the copying thread and given back by whoever
  * is done with it last (an engine worker, through the release callback).
  */
-#ifndef CREST_CAPTURE_POOL_H
-#define CREST_CAPTURE_POOL_H
+#ifndef CREST_GPU_POOL_H
+#define CREST_GPU_POOL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "capture/cudrv.h"
+#include "gpu/cudrv.h"
 
 struct pool;
 

@@ -1,5 +1,5 @@
 /* cudrv.c - dlopen'ed CUDA driver; see cudrv.h. */
-#include "capture/cudrv.h"
+#include "gpu/cudrv.h"
 #include "util/err.h"
 
 #include <dlfcn.h>

@@ -8,14 +8,14 @@
  * while these calls run. All or nothing: if one process fails, the ones
  * already done are brought back before the error is returned.
  */
-#ifndef CREST_CAPTURE_GPUCKPT_H
-#define CREST_CAPTURE_GPUCKPT_H
+#ifndef CREST_GPU_GPUCKPT_H
+#define CREST_GPU_GPUCKPT_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "capture/cudrv.h"
+#include "gpu/cudrv.h"
 
 struct gpuckpt_map {
 	CUuuid from, to;

@@ -1,5 +1,5 @@
 /* gpuckpt.c - driver checkpoint of CUDA processes; see gpuckpt.h. */
-#include "capture/gpuckpt.h"
+#include "gpu/gpuckpt.h"
 #include "util/err.h"
 #include "util/progress.h"
 
