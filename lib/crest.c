@@ -1,5 +1,5 @@
 /*
- * library.c - libcrest: regions, checkpoints through the staging pool,
+ * crest.c - libcrest: regions, checkpoints through the staging pool,
  * restores; see include/crest.h.
  *
  * A checkpoint copies each region slice by slice (pool_slice_bytes, a
