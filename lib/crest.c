@@ -1,25 +1,22 @@
 /*
- * crest.c - libcrest: regions, checkpoints through the staging pool,
- * restores; see include/crest.h.
+ * crest.c - libcrest: the public API of include/crest.h.
  *
- * A checkpoint copies each region slice by slice (pool_slice_bytes, a
- * multiple of the engine's 4 MiB segment, so slices never cut a segment and
- * the chunks of a region land where they did last time). Copied slices wait
- * in a FIFO and are handed to the engine only when the pool runs dry or all
- * copies are done: while the state fits, no ingest thread competes with the
- * copy for CPU or memory bandwidth, and the stall is the copy alone. The
- * engine gives each slice back through pool_release_cb.
+ * Owns the handles (a process-wide table of tokens), the registered regions
+ * and the checkpoints in flight of each handle; the work is done below it:
+ * capture/regions.c copies regions into the engine through the staging
+ * pool, restore/regions.c streams a snapshot back into them. Calls capture/,
+ * restore/, engine/, gpu/, cas/ and util/; nothing calls it but a user.
  */
 #include "crest.h"
 
-#include "gpu/cudrv.h"
-#include "gpu/pool.h"
+#include "capture/regions.h"
 #include "cas/cas.h"
 #include "engine/engine.h"
-#include "restore/gpu.h"
+#include "gpu/cudrv.h"
+#include "gpu/pool.h"
+#include "restore/regions.h"
 #include "restore/restore.h"
 #include "util/err.h"
-#include "util/par.h"
 #include "util/progress.h"
 #include "util/sha256.h"
 
@@ -31,13 +28,8 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
 
-#define MAX_CTX 16
 #define SEGMENT ENGINE_SEGMENT_BYTES       /* slices are whole segments */
-#define RESTORE_WINDOW (64u << 20)          /* largest restore window: see restore_regions */
 
 struct region {
 	uint64_t id;
@@ -46,14 +38,6 @@ struct region {
 	size_t size;
 	enum crest_mem mem;
 	CUcontext ctx;                /* device regions */
-};
-
-/* Streams and per-slice events of one CUDA context. */
-struct ctxset {
-	CUcontext ctx;
-	CUstream *s;
-	unsigned ns;
-	CUevent *ev;                  /* ev[slice index] */
 };
 
 struct pending {
@@ -75,8 +59,7 @@ struct crest {
 	struct region *regions;
 	size_t nregions, capregions;
 	uint64_t next_region;
-	struct ctxset ctxs[MAX_CTX];
-	unsigned nctx;
+	struct capture_copier *copier;
 	struct pending *ckpts;
 	size_t nckpts, capckpts;
 	uint64_t next_ckpt;
@@ -210,55 +193,6 @@ static int need_gpu(crest_t *c, const char *what)
 	return crest_errx(-ENODEV, "%s: no NVIDIA GPU was visible when the store was opened", what);
 }
 
-static int ctxset_get(crest_t *c, CUcontext ctx, struct ctxset **out)
-{
-	for (unsigned i = 0; i < c->nctx; i++)
-		if (c->ctxs[i].ctx == ctx) {
-			*out = &c->ctxs[i];
-			return 0;
-		}
-	if (c->nctx == MAX_CTX)
-		return crest_errx(-ENOSPC, "device regions in more than %d CUDA contexts", MAX_CTX);
-	const struct cudrv *d = c->d;
-	struct ctxset *cs = &c->ctxs[c->nctx];
-	memset(cs, 0, sizeof(*cs));
-	cs->ctx = ctx;
-	cs->ns = c->o.copy_streams;
-	cs->s = calloc(cs->ns, sizeof(*cs->s));
-	cs->ev = calloc(pool_nslices(c->pool), sizeof(*cs->ev));
-	if (!cs->s || !cs->ev) {
-		free(cs->s);
-		free(cs->ev);
-		return crest_errf(-ENOMEM, "allocating copy streams");
-	}
-	c->nctx++;   /* counted now: close frees whatever was created */
-	int rc = cudrv_check(d, d->CtxSetCurrent(ctx), "entering a region's context (cuCtxSetCurrent)");
-	for (unsigned i = 0; rc == 0 && i < cs->ns; i++)
-		rc = cudrv_check(d, d->StreamCreate(&cs->s[i], CU_STREAM_NON_BLOCKING),
-				 "creating a copy stream (cuStreamCreate)");
-	for (unsigned i = 0; rc == 0 && i < pool_nslices(c->pool); i++)
-		rc = cudrv_check(d, d->EventCreate(&cs->ev[i], CU_EVENT_DISABLE_TIMING),
-				 "creating a copy event (cuEventCreate)");
-	*out = cs;
-	return rc;
-}
-
-static void ctxset_free(const struct cudrv *d, struct ctxset *cs, unsigned nev)
-{
-	if (d && d->CtxSetCurrent(cs->ctx) == CUDA_SUCCESS) {
-		for (unsigned i = 0; i < cs->ns; i++)
-			if (cs->s[i]) {
-				d->StreamSynchronize(cs->s[i]);
-				d->StreamDestroy(cs->s[i]);
-			}
-		for (unsigned i = 0; i < nev; i++)
-			if (cs->ev[i])
-				d->EventDestroy(cs->ev[i]);
-	}
-	free(cs->s);
-	free(cs->ev);
-}
-
 /* ---- open and close ---- */
 
 static int open_gpu(crest_t *c)
@@ -345,6 +279,8 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 			c->d->CtxSetCurrent(saved);
 	}
 	if (rc == 0)
+		rc = capture_copier_open(c->d, c->pool, c->o.copy_streams, &c->copier);
+	if (rc == 0)
 		rc = engine_start(c);
 	if (rc < 0) {
 		rc = crest_errctx(rc, "opening crest store %s", dir);
@@ -394,8 +330,7 @@ static int crest_destroy(crest_t *c)
 	CUcontext saved = NULL;
 	if (d)
 		d->CtxGetCurrent(&saved);
-	for (unsigned i = 0; i < c->nctx; i++)
-		ctxset_free(d, &c->ctxs[i], c->pool ? pool_nslices(c->pool) : 0);
+	capture_copier_close(c->copier);   /* before the pool: its events are per slice */
 	if (d && c->pctx)
 		d->CtxSetCurrent(c->pctx);
 	pool_close(c->pool);
@@ -552,149 +487,41 @@ size_t crest_region_count(const crest_t *ch)
 
 /* ---- checkpoint ---- */
 
-struct copied {
-	struct pool_slice *sl;
-	struct engine_stream *st;
-	size_t len;
-	CUevent ev;                   /* NULL: a host copy, already done */
-};
-
-struct copier {
-	crest_t *c;
-	struct copied *q;             /* FIFO of copied slices not yet with the engine */
-	size_t head, n, cap;
-	uint64_t wait_ns;
-	unsigned rounds, next_stream;
-};
-
-/* Hands the oldest copied slice to the engine, once its copy is done. */
-static int copier_flush_one(struct copier *cp)
+/* The registered regions, as capture/ and restore/ take them (both are
+ * views: the names stay the handle's). NULL with a message on ENOMEM; an
+ * empty list is a valid 1-byte allocation. */
+static struct capture_region *capture_list(const crest_t *c)
 {
-	struct copied x = cp->q[cp->head];
-	cp->head = (cp->head + 1) % cp->cap;
-	cp->n--;
-	int rc = 0;
-	if (x.ev)
-		rc = cudrv_check(cp->c->d, cp->c->d->EventSynchronize(x.ev),
-				 "waiting for a device-to-host copy (cuEventSynchronize)");
-	if (rc < 0) {
-		pool_give(x.sl);
-		return rc;
+	struct capture_region *v = calloc(c->nregions ? c->nregions : 1, sizeof(*v));
+	if (!v) {
+		crest_errf(-ENOMEM, "listing %zu regions", c->nregions);
+		return NULL;
 	}
-	/* The engine calls pool_release_cb once, even when this fails. */
-	return engine_stream_add_memory(x.st, x.sl->p, x.len, pool_release_cb, x.sl);
+	for (size_t i = 0; i < c->nregions; i++)
+		v[i] = (struct capture_region){ .name = c->regions[i].name, .ptr = c->regions[i].ptr,
+						.size = c->regions[i].size,
+						.device = c->regions[i].mem == CREST_MEM_DEVICE,
+						.ctx = c->regions[i].ctx };
+	return v;
 }
 
-/* On failure: waits for copies in flight and gives their slices back. */
-static void copier_drain(struct copier *cp)
+static struct restore_region *restore_list(const crest_t *c)
 {
-	while (cp->n) {
-		struct copied x = cp->q[cp->head];
-		cp->head = (cp->head + 1) % cp->cap;
-		cp->n--;
-		if (x.ev)
-			cp->c->d->EventSynchronize(x.ev);
-		pool_give(x.sl);
+	struct restore_region *v = calloc(c->nregions ? c->nregions : 1, sizeof(*v));
+	if (!v) {
+		crest_errf(-ENOMEM, "listing %zu regions", c->nregions);
+		return NULL;
 	}
-}
-
-static int copier_slice(struct copier *cp, struct pool_slice **out)
-{
-	for (;;) {
-		struct pool_slice *sl = pool_try_take(cp->c->pool);
-		if (sl) {
-			*out = sl;
-			return 0;
-		}
-		if (cp->n) {   /* the pool ran dry: let the engine have what is copied */
-			int rc = copier_flush_one(cp);
-			if (rc < 0)
-				return rc;
-			continue;
-		}
-		uint64_t t = time_now_ns();
-		*out = pool_take(cp->c->pool);
-		cp->wait_ns += time_now_ns() - t;
-		cp->rounds++;
-		return 0;
-	}
-}
-
-/* A host region into staging with streaming stores: staging is not read
- * again by this thread, so filling the cache with it (and reading each line
- * before writing it) only slows the copy. glibc's memcpy does the same, but
- * only above a size threshold that slices may fall under. */
-static void copy_to_staging(uint8_t *dst, const uint8_t *src, size_t n)
-{
-#ifdef __SSE2__
-	size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
-	if (head > n)
-		head = n;
-	memcpy(dst, src, head);
-	dst += head;
-	src += head;
-	n -= head;
-	size_t i = 0;
-	for (; i + 64 <= n; i += 64) {
-		const __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
-		const __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
-		const __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
-		const __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
-		_mm_stream_si128((__m128i *)(dst + i), a);
-		_mm_stream_si128((__m128i *)(dst + i + 16), b);
-		_mm_stream_si128((__m128i *)(dst + i + 32), c);
-		_mm_stream_si128((__m128i *)(dst + i + 48), d);
-	}
-	memcpy(dst + i, src + i, n - i);
-	_mm_sfence();   /* the engine's workers read it next */
-#else
-	memcpy(dst, src, n);
-#endif
-}
-
-static int copy_region(struct copier *cp, const struct region *r, struct engine_stream *st)
-{
-	crest_t *c = cp->c;
-	struct ctxset *cs = NULL;
-	int rc = 0;
-	if (r->mem == CREST_MEM_DEVICE && r->size) {
-		rc = ctxset_get(c, r->ctx, &cs);
-		if (rc == 0)
-			rc = cudrv_check(c->d, c->d->CtxSetCurrent(r->ctx), "entering the region's context");
-		if (rc < 0)
-			return crest_errctx(rc, "region %s", r->name);
-	}
-	const size_t slice = pool_slice_bytes(c->pool);
-	for (size_t off = 0; off < r->size; off += slice) {
-		const size_t n = r->size - off < slice ? r->size - off : slice;
-		struct pool_slice *sl;
-		rc = copier_slice(cp, &sl);
-		if (rc < 0)
-			return rc;
-		struct copied x = { .sl = sl, .st = st, .len = n };
-		if (cs) {
-			CUstream s = cs->s[cp->next_stream++ % cs->ns];
-			x.ev = cs->ev[sl->idx];
-			rc = cudrv_check(c->d, c->d->MemcpyDtoHAsync(sl->p, (CUdeviceptr)(uintptr_t)(r->ptr + off), n, s),
-					 "copying to staging (cuMemcpyDtoHAsync)");
-			if (rc == 0)
-				rc = cudrv_check(c->d, c->d->EventRecord(x.ev, s), "cuEventRecord");
-			if (rc < 0) {
-				c->d->StreamSynchronize(s);
-				pool_give(sl);
-				return crest_errctx(rc, "region %s, offset %zu", r->name, off);
-			}
-		} else {
-			copy_to_staging(sl->p, r->ptr + off, n);
-		}
-		cp->q[(cp->head + cp->n) % cp->cap] = x;
-		cp->n++;
-	}
-	return 0;
+	for (size_t i = 0; i < c->nregions; i++)
+		v[i] = (struct restore_region){ .name = c->regions[i].name, .ptr = c->regions[i].ptr,
+						.size = c->regions[i].size,
+						.device = c->regions[i].mem == CREST_MEM_DEVICE,
+						.ctx = c->regions[i].ctx };
+	return v;
 }
 
 /* Makes the device idle: the given streams, else every context in use. */
-static int sync_devices(crest_t *c, void *const *streams, size_t nstreams)
+static int sync_devices(crest_t *c, const struct capture_region *r, void *const *streams, size_t nstreams)
 {
 	int rc = 0;
 	if (nstreams) {
@@ -704,94 +531,7 @@ static int sync_devices(crest_t *c, void *const *streams, size_t nstreams)
 					 "synchronizing a given stream (cuStreamSynchronize)");
 		return rc;
 	}
-	for (size_t i = 0; rc == 0 && i < c->nregions; i++) {
-		const struct region *r = &c->regions[i];
-		if (r->mem != CREST_MEM_DEVICE || !r->size)
-			continue;
-		bool seen = false;
-		for (size_t k = 0; k < i && !seen; k++)
-			seen = c->regions[k].mem == CREST_MEM_DEVICE && c->regions[k].ctx == r->ctx;
-		if (seen)
-			continue;
-		rc = cudrv_check(c->d, c->d->CtxSetCurrent(r->ctx), "entering a region's context");
-		if (rc == 0)
-			rc = cudrv_check(c->d, c->d->CtxSynchronize(), "making the device idle (cuCtxSynchronize)");
-	}
-	return rc;
-}
-
-/* Directory entries for every "a/" prefix of a region or blob name, parents
- * first, so that `crest get` can lay the snapshot out as a tree. */
-static int add_dirs(crest_t *c, struct engine_snap *s, const struct crest_checkpoint_opts *o)
-{
-	char **seen = NULL;
-	size_t nseen = 0;
-	int rc = 0;
-	for (size_t i = 0; rc == 0 && i < c->nregions + o->nblobs; i++) {
-		const char *name = i < c->nregions ? c->regions[i].name : o->blobs[i - c->nregions].name;
-		for (const char *sl = name ? strchr(name, '/') : NULL; rc == 0 && sl; sl = strchr(sl + 1, '/')) {
-			char *dir = strndup(name, (size_t)(sl - name));
-			bool dup = false;
-			for (size_t k = 0; dir && k < nseen && !dup; k++)
-				dup = !strcmp(seen[k], dir);
-			char **ns = dir && !dup ? realloc(seen, (nseen + 1) * sizeof(*ns)) : NULL;
-			if (!dir || (!dup && !ns)) {
-				free(dir);
-				rc = crest_errf(-ENOMEM, "adding directories for %s", name);
-			} else if (dup) {
-				free(dir);
-			} else {
-				seen = ns;
-				seen[nseen++] = dir;
-				rc = engine_add_entry(s, dir, CAS_STREAM_DIR, 0700, (int64_t)time_wall_ns(), NULL);
-			}
-		}
-	}
-	for (size_t k = 0; k < nseen; k++)
-		free(seen[k]);
-	free(seen);
-	return rc;
-}
-
-static int add_labels(struct engine_snap *s, const struct crest_checkpoint_opts *o)
-{
-	struct cas_manifest *m = engine_snapshot_manifest(s);
-	for (size_t i = 0; i < o->nlabels; i++) {
-		const char *kv = o->labels[i];
-		const char *eq = kv ? strchr(kv, '=') : NULL;
-		if (!eq || eq == kv)
-			return crest_errx(-EINVAL, "label \"%s\" is not key=value", kv ? kv : "(null)");
-		char key[256];
-		if ((size_t)(eq - kv) >= sizeof(key))
-			return crest_errx(-EINVAL, "label key in \"%s\" is longer than %zu bytes", kv, sizeof(key) - 1);
-		memcpy(key, kv, (size_t)(eq - kv));
-		key[eq - kv] = 0;
-		if (cas_manifest_label(m, key, eq + 1) < 0)
-			return crest_errf(-ENOMEM, "adding label %s", kv);
-	}
-	return 0;
-}
-
-static int add_blobs(struct engine_snap *s, const struct crest_checkpoint_opts *o)
-{
-	for (size_t i = 0; i < o->nblobs; i++) {
-		const struct crest_blob *b = &o->blobs[i];
-		if (!b->name || !*b->name || (!b->data && b->len))
-			return crest_errx(-EINVAL, "blob %zu has no name or no data", i);
-		struct engine_stream *st;
-		int rc = engine_stream_open(s, b->name, CAS_STREAM_BLOB, true, &st);
-		if (rc < 0)
-			return rc;
-		void *copy = malloc(b->len ? b->len : 1);
-		if (!copy)
-			return crest_errf(-ENOMEM, "copying blob %s (%zu bytes)", b->name, b->len);
-		memcpy(copy, b->data, b->len);
-		rc = engine_stream_add_memory(st, copy, b->len, free, copy);
-		if (rc < 0)
-			return rc;
-		engine_stream_close(st);
-	}
-	return 0;
+	return c->d ? capture_sync(c->d, r, c->nregions) : 0;
 }
 
 /* After a commit that failed in the index, the store refuses commits until
@@ -853,25 +593,38 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 		c->ckpts = np;
 		c->capckpts = cap;
 	}
+	struct capture_region *regs = capture_list(c);
+	const char **names = calloc(c->nregions + o->nblobs + 1, sizeof(*names));
+	struct capture_blob *blobs = calloc(o->nblobs + 1, sizeof(*blobs));
+	if (!regs || !names || !blobs) {
+		free(regs);
+		free(names);
+		free(blobs);
+		return crest_errf(-ENOMEM, "starting a checkpoint");
+	}
+	for (size_t i = 0; i < c->nregions; i++)
+		names[i] = c->regions[i].name;
+	for (size_t i = 0; i < o->nblobs; i++) {
+		names[c->nregions + i] = o->blobs[i].name;
+		blobs[i] = (struct capture_blob){ .name = o->blobs[i].name, .data = o->blobs[i].data,
+						  .len = o->blobs[i].len };
+	}
 	CUcontext saved = NULL;
 	if (c->d)
 		c->d->CtxGetCurrent(&saved);
-	struct copier cp = { .c = c, .cap = pool_nslices(c->pool) };
-	cp.q = calloc(cp.cap, sizeof(*cp.q));
-	if (!cp.q)
-		return crest_errf(-ENOMEM, "starting a checkpoint");
 	struct engine_snap *snap = NULL;
+	struct capture_stats cs = { 0 };
 	rc = reopen_if_broken(c);
 	if (rc == 0)
-		rc = sync_devices(c, o->sync_streams, o->nsync_streams);
+		rc = sync_devices(c, regs, o->sync_streams, o->nsync_streams);
 	if (rc == 0)
 		rc = engine_snapshot_begin(c->eng, "library", &snap);
 	if (rc == 0)
-		rc = add_labels(snap, o);
+		rc = capture_labels(snap, o->labels, o->nlabels);
 	if (rc == 0 && o->tag)
 		rc = engine_snapshot_set_tag(snap, o->tag);
 	if (rc == 0)
-		rc = add_dirs(c, snap, o);
+		rc = capture_dirs(snap, names, c->nregions + o->nblobs);
 	if (rc == 0 && c->parent) {
 		engine_snapshot_set_parent(snap, c->parent_id, c->parent);  /* takes it */
 		c->parent = NULL;
@@ -881,36 +634,24 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 		total += c->regions[i].size;
 	if (rc == 0)
 		engine_snapshot_expect(snap, total);
-	for (size_t i = 0; rc == 0 && i < c->nregions; i++) {
-		const struct region *r = &c->regions[i];
-		struct engine_stream *st;
-		rc = engine_stream_open(snap, r->name, CAS_STREAM_REGION, true, &st);
-		if (rc == 0)
-			rc = cas_stream_set_str(&engine_stream_meta(st)->meta,
-						r->mem == CREST_MEM_DEVICE ? "mem=device" : "mem=host");
-		if (rc == 0)
-			rc = copy_region(&cp, r, st);
-		if (rc == 0)
-			engine_stream_close(st);
-	}
-	while (rc == 0 && cp.n)
-		rc = copier_flush_one(&cp);
 	if (rc == 0)
-		rc = add_blobs(snap, o);
+		rc = capture_regions(c->copier, snap, regs, c->nregions, &cs);
+	if (rc == 0)
+		rc = capture_blobs(snap, blobs, o->nblobs);
 	if (rc == 0)
 		rc = engine_snapshot_seal(snap);
 	if (c->d)
 		c->d->CtxSetCurrent(saved);
+	free(regs);
+	free(names);
+	free(blobs);
 	if (rc < 0) {
-		copier_drain(&cp);
-		free(cp.q);
 		if (snap)
 			engine_snapshot_abort(snap);
 		return crest_errctx(rc, "checkpoint");
 	}
-	free(cp.q);
 	struct pending *p = &c->ckpts[c->nckpts++];
-	*p = (struct pending){ .id = c->next_ckpt++, .snap = snap, .wait_ns = cp.wait_ns, .rounds = cp.rounds };
+	*p = (struct pending){ .id = c->next_ckpt++, .snap = snap, .wait_ns = cs.wait_ns, .rounds = cs.rounds };
 	p->stall_ns = time_now_ns() - t0;
 	*out = p->id;
 	return 0;
@@ -998,96 +739,6 @@ static int load(crest_t *c, const char *name, char hex[65], struct cas_manifest 
 	return rc;
 }
 
-/* The snapshot's regions and the registered ones, by name and size. */
-static int match_regions(crest_t *c, const struct cas_manifest *m, const char *snap)
-{
-	for (size_t i = 0; i < c->nregions; i++) {
-		const struct region *r = &c->regions[i];
-		const struct cas_stream *st = cas_manifest_find(m, r->name);
-		if (!st || st->type != CAS_STREAM_REGION)
-			return crest_errx(-EINVAL, "snapshot %.12s has no region %s (registered with %zu bytes)",
-					  snap, r->name, r->size);
-		if (st->size != r->size)
-			return crest_errx(-EINVAL, "region %s has %llu bytes in snapshot %.12s but %zu registered",
-					  r->name, (unsigned long long)st->size, snap, r->size);
-	}
-	for (size_t i = 0; i < m->nstreams; i++) {
-		const struct cas_stream *st = &m->streams[i];
-		if (st->type == CAS_STREAM_REGION && !region_by_name(c, st->name))
-			return crest_errx(-EINVAL, "snapshot %.12s has region %s (%llu bytes), which is not registered",
-					  snap, st->name, (unsigned long long)st->size);
-	}
-	return 0;
-}
-
-/* Every region, host and device, through restore/gpu.c's windows: chunks
- * read through cas_reader_get (header SHA-256 and CRC32C, no per-chunk
- * hashing or look-up), device windows staged in pinned slices. */
-static int restore_regions(crest_t *c, const struct restore_ctx *rc_ctx, const struct cas_manifest *m)
-{
-	size_t n = 0, ndev = 0;
-	for (size_t i = 0; i < c->nregions; i++) {
-		n += c->regions[i].size > 0;
-		ndev += c->regions[i].mem == CREST_MEM_DEVICE && c->regions[i].size;
-	}
-	if (!n)
-		return 0;
-	struct restore_gpu_dst *dst = calloc(n, sizeof(*dst));
-	struct pool_slice **sl = calloc(pool_nslices(c->pool), sizeof(*sl));
-	unsigned threads = c->o.restore_threads;
-	if (!threads)
-		threads = par_cores();
-	/* Windows as large as two per thread allow, up to 64 MiB: a window is
-	 * restored by walking the packs over the segments it covers (gpu.c),
-	 * and the more of the segments that were ingested side by side it
-	 * covers, the fewer records each walk passes over for nothing. Host
-	 * regions need no staging and take the largest. */
-	const size_t slice = pool_slice_bytes(c->pool);
-	size_t win = (size_t)pool_nslices(c->pool) * slice / (2 * (size_t)threads);
-	win = win > RESTORE_WINDOW ? RESTORE_WINDOW : win;
-	win = win > slice ? slice : win;
-	win -= win % SEGMENT;
-	win = win < SEGMENT ? SEGMENT : win;
-	const size_t per = slice / win;
-	uint8_t **bufs = calloc((size_t)pool_nslices(c->pool) * per, sizeof(*bufs));
-	int rc = dst && sl && bufs ? 0 : crest_errf(-ENOMEM, "restoring device regions");
-	size_t k = 0;
-	for (size_t i = 0; rc == 0 && i < c->nregions; i++) {
-		const struct region *r = &c->regions[i];
-		if (!r->size)
-			continue;
-		if (r->mem == CREST_MEM_HOST)
-			dst[k++] = (struct restore_gpu_dst){ .st = cas_manifest_find(m, r->name), .host = r->ptr };
-		else
-			dst[k++] = (struct restore_gpu_dst){ .st = cas_manifest_find(m, r->name), .ctx = r->ctx,
-							     .dst = (CUdeviceptr)(uintptr_t)r->ptr };
-	}
-	/* Two windows per thread; take slices as they come, waiting only for
-	 * the first (a checkpoint still being ingested holds the rest). */
-	size_t want = ndev ? (2 * (size_t)threads + per - 1) / per : 0, got = 0, nbufs = 0;
-	if (ndev && want < 1)
-		want = 1;
-	while (rc == 0 && got < want) {
-		struct pool_slice *s = got == 0 || nbufs < 2 ? pool_take(c->pool) : pool_try_take(c->pool);
-		if (!s)
-			break;
-		sl[got++] = s;
-		for (size_t j = 0; j < per; j++)
-			bufs[nbufs++] = s->p + j * win;
-	}
-	if (rc == 0) {
-		struct restore_gpu_opts go = { .d = c->d, .bufs = bufs, .nbufs = (unsigned)nbufs,
-					       .buf_bytes = ndev ? win : RESTORE_WINDOW, .win_step = SEGMENT };
-		rc = restore_streams_to_device(rc_ctx, dst, n, &go);
-	}
-	for (size_t i = 0; i < got; i++)
-		pool_give(sl[i]);
-	free(dst);
-	free(sl);
-	free(bufs);
-	return rc;
-}
-
 int crest_restore(crest_t *ch, const char *snapshot, struct crest_restore_result *res)
 {
 	crest_t *c;
@@ -1100,26 +751,30 @@ int crest_restore(crest_t *ch, const char *snapshot, struct crest_restore_result
 	rc = load(c, snapshot, hex, &m);
 	if (rc < 0)
 		return crest_errctx(rc, "restore");
-	rc = match_regions(c, m, hex);
+	struct restore_region *rr = restore_list(c);
+	struct capture_region *cr = capture_list(c);
+	rc = rr && cr ? restore_regions_match(m, hex, rr, c->nregions) : -ENOMEM;
 	for (size_t i = 0; rc == 0 && i < c->nregions; i++)
 		rc = region_check(c, &c->regions[i]);
 	CUcontext saved = NULL;
 	if (c->d)
 		c->d->CtxGetCurrent(&saved);
 	if (rc == 0)
-		rc = sync_devices(c, NULL, 0);   /* nothing may still be reading the regions */
+		rc = sync_devices(c, cr, NULL, 0);   /* nothing may still be reading the regions */
 	struct restore_ctx rctx = { .store = c->store, .snapshot = hex, .threads = c->o.restore_threads };
 	uint64_t bytes = 0;
 	for (size_t i = 0; rc == 0 && i < c->nregions; i++)
 		bytes += c->regions[i].size;
 	const uint64_t t1 = time_now_ns();
 	if (rc == 0)
-		rc = restore_regions(c, &rctx, m);
+		rc = restore_regions(&rctx, m, rr, c->nregions, c->d, c->pool);
 	if (getenv("CREST_TRACE"))
 		fprintf(stderr, "crest trace: crest_restore: manifest and checks %.3f s, regions %.3f s\n",
 			(t1 - t0) / 1e9, (time_now_ns() - t1) / 1e9);
 	if (c->d)
 		c->d->CtxSetCurrent(saved);
+	free(rr);
+	free(cr);
 	cas_manifest_free(m);
 	if (rc < 0)
 		return crest_errctx(rc, "restore");

@@ -1,0 +1,367 @@
+/*
+ * regions.c - library capture: regions into an engine snapshot through the
+ * staging pool; see regions.h.
+ */
+#include "capture/regions.h"
+
+#include "cas/cas.h"
+#include "util/err.h"
+#include "util/progress.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
+
+#define MAX_CTX 16
+
+/* Streams and per-slice events of one CUDA context. */
+struct ctxset {
+	CUcontext ctx;
+	CUstream *s;
+	unsigned ns;
+	CUevent *ev;                  /* ev[slice index] */
+};
+
+struct capture_copier {
+	const struct cudrv *d;
+	struct pool *pool;
+	unsigned copy_streams;
+	struct ctxset ctxs[MAX_CTX];
+	unsigned nctx;
+};
+
+/* A copied slice not yet with the engine. */
+struct copied {
+	struct pool_slice *sl;
+	struct engine_stream *st;
+	size_t len;
+	CUevent ev;                   /* NULL: a host copy, already done */
+};
+
+/* One capture_regions call: the FIFO of copied slices. */
+struct fifo {
+	struct capture_copier *cp;
+	struct copied *q;
+	size_t head, n, cap;
+	uint64_t wait_ns;
+	unsigned rounds, next_stream;
+};
+
+int capture_copier_open(const struct cudrv *d, struct pool *pool, unsigned copy_streams,
+			struct capture_copier **out)
+{
+	struct capture_copier *cp = calloc(1, sizeof(*cp));
+	if (!cp)
+		return crest_errf(-ENOMEM, "allocating the copier");
+	cp->d = d;
+	cp->pool = pool;
+	cp->copy_streams = copy_streams ? copy_streams : 1;
+	*out = cp;
+	return 0;
+}
+
+static int ctxset_get(struct capture_copier *cp, CUcontext ctx, struct ctxset **out)
+{
+	for (unsigned i = 0; i < cp->nctx; i++)
+		if (cp->ctxs[i].ctx == ctx) {
+			*out = &cp->ctxs[i];
+			return 0;
+		}
+	if (cp->nctx == MAX_CTX)
+		return crest_errx(-ENOSPC, "device regions in more than %d CUDA contexts", MAX_CTX);
+	const struct cudrv *d = cp->d;
+	struct ctxset *cs = &cp->ctxs[cp->nctx];
+	memset(cs, 0, sizeof(*cs));
+	cs->ctx = ctx;
+	cs->ns = cp->copy_streams;
+	cs->s = calloc(cs->ns, sizeof(*cs->s));
+	cs->ev = calloc(pool_nslices(cp->pool), sizeof(*cs->ev));
+	if (!cs->s || !cs->ev) {
+		free(cs->s);
+		free(cs->ev);
+		return crest_errf(-ENOMEM, "allocating copy streams");
+	}
+	cp->nctx++;   /* counted now: close frees whatever was created */
+	int rc = cudrv_check(d, d->CtxSetCurrent(ctx), "entering a region's context (cuCtxSetCurrent)");
+	for (unsigned i = 0; rc == 0 && i < cs->ns; i++)
+		rc = cudrv_check(d, d->StreamCreate(&cs->s[i], CU_STREAM_NON_BLOCKING),
+				 "creating a copy stream (cuStreamCreate)");
+	for (unsigned i = 0; rc == 0 && i < pool_nslices(cp->pool); i++)
+		rc = cudrv_check(d, d->EventCreate(&cs->ev[i], CU_EVENT_DISABLE_TIMING),
+				 "creating a copy event (cuEventCreate)");
+	*out = cs;
+	return rc;
+}
+
+static void ctxset_free(const struct cudrv *d, struct ctxset *cs, unsigned nev)
+{
+	if (d && d->CtxSetCurrent(cs->ctx) == CUDA_SUCCESS) {
+		for (unsigned i = 0; i < cs->ns; i++)
+			if (cs->s[i]) {
+				d->StreamSynchronize(cs->s[i]);
+				d->StreamDestroy(cs->s[i]);
+			}
+		for (unsigned i = 0; i < nev; i++)
+			if (cs->ev[i])
+				d->EventDestroy(cs->ev[i]);
+	}
+	free(cs->s);
+	free(cs->ev);
+}
+
+void capture_copier_close(struct capture_copier *cp)
+{
+	if (!cp)
+		return;
+	for (unsigned i = 0; i < cp->nctx; i++)
+		ctxset_free(cp->d, &cp->ctxs[i], cp->pool ? pool_nslices(cp->pool) : 0);
+	free(cp);
+}
+
+/* Hands the oldest copied slice to the engine, once its copy is done. */
+static int fifo_flush_one(struct fifo *f)
+{
+	struct copied x = f->q[f->head];
+	f->head = (f->head + 1) % f->cap;
+	f->n--;
+	int rc = 0;
+	if (x.ev)
+		rc = cudrv_check(f->cp->d, f->cp->d->EventSynchronize(x.ev),
+				 "waiting for a device-to-host copy (cuEventSynchronize)");
+	if (rc < 0) {
+		pool_give(x.sl);
+		return rc;
+	}
+	/* The engine calls pool_release_cb once, even when this fails. */
+	return engine_stream_add_memory(x.st, x.sl->p, x.len, pool_release_cb, x.sl);
+}
+
+/* On failure: waits for copies in flight and gives their slices back. */
+static void fifo_drain(struct fifo *f)
+{
+	while (f->n) {
+		struct copied x = f->q[f->head];
+		f->head = (f->head + 1) % f->cap;
+		f->n--;
+		if (x.ev)
+			f->cp->d->EventSynchronize(x.ev);
+		pool_give(x.sl);
+	}
+}
+
+static int fifo_slice(struct fifo *f, struct pool_slice **out)
+{
+	for (;;) {
+		struct pool_slice *sl = pool_try_take(f->cp->pool);
+		if (sl) {
+			*out = sl;
+			return 0;
+		}
+		if (f->n) {   /* the pool ran dry: let the engine have what is copied */
+			int rc = fifo_flush_one(f);
+			if (rc < 0)
+				return rc;
+			continue;
+		}
+		uint64_t t = time_now_ns();
+		*out = pool_take(f->cp->pool);
+		f->wait_ns += time_now_ns() - t;
+		f->rounds++;
+		return 0;
+	}
+}
+
+/* A host region into staging with streaming stores: staging is not read
+ * again by this thread, so filling the cache with it (and reading each line
+ * before writing it) only slows the copy. glibc's memcpy does the same, but
+ * only above a size threshold that slices may fall under. */
+static void copy_to_staging(uint8_t *dst, const uint8_t *src, size_t n)
+{
+#ifdef __SSE2__
+	size_t head = (16 - ((uintptr_t)dst & 15)) & 15;
+	if (head > n)
+		head = n;
+	memcpy(dst, src, head);
+	dst += head;
+	src += head;
+	n -= head;
+	size_t i = 0;
+	for (; i + 64 <= n; i += 64) {
+		const __m128i a = _mm_loadu_si128((const __m128i *)(src + i));
+		const __m128i b = _mm_loadu_si128((const __m128i *)(src + i + 16));
+		const __m128i c = _mm_loadu_si128((const __m128i *)(src + i + 32));
+		const __m128i d = _mm_loadu_si128((const __m128i *)(src + i + 48));
+		_mm_stream_si128((__m128i *)(dst + i), a);
+		_mm_stream_si128((__m128i *)(dst + i + 16), b);
+		_mm_stream_si128((__m128i *)(dst + i + 32), c);
+		_mm_stream_si128((__m128i *)(dst + i + 48), d);
+	}
+	memcpy(dst + i, src + i, n - i);
+	_mm_sfence();   /* the engine's workers read it next */
+#else
+	memcpy(dst, src, n);
+#endif
+}
+
+static int copy_region(struct fifo *f, const struct capture_region *r, struct engine_stream *st)
+{
+	const struct cudrv *d = f->cp->d;
+	struct ctxset *cs = NULL;
+	int rc = 0;
+	if (r->device && r->size) {
+		rc = d ? ctxset_get(f->cp, r->ctx, &cs) : crest_errx(-ENODEV, "no GPU driver");
+		if (rc == 0)
+			rc = cudrv_check(d, d->CtxSetCurrent(r->ctx), "entering the region's context");
+		if (rc < 0)
+			return crest_errctx(rc, "region %s", r->name);
+	}
+	const size_t slice = pool_slice_bytes(f->cp->pool);
+	for (size_t off = 0; off < r->size; off += slice) {
+		const size_t n = r->size - off < slice ? r->size - off : slice;
+		struct pool_slice *sl;
+		rc = fifo_slice(f, &sl);
+		if (rc < 0)
+			return rc;
+		struct copied x = { .sl = sl, .st = st, .len = n };
+		if (cs) {
+			CUstream s = cs->s[f->next_stream++ % cs->ns];
+			x.ev = cs->ev[sl->idx];
+			rc = cudrv_check(d, d->MemcpyDtoHAsync(sl->p, (CUdeviceptr)(uintptr_t)(r->ptr + off), n, s),
+					 "copying to staging (cuMemcpyDtoHAsync)");
+			if (rc == 0)
+				rc = cudrv_check(d, d->EventRecord(x.ev, s), "cuEventRecord");
+			if (rc < 0) {
+				d->StreamSynchronize(s);
+				pool_give(sl);
+				return crest_errctx(rc, "region %s, offset %zu", r->name, off);
+			}
+		} else {
+			copy_to_staging(sl->p, r->ptr + off, n);
+		}
+		f->q[(f->head + f->n) % f->cap] = x;
+		f->n++;
+	}
+	return 0;
+}
+
+int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const struct capture_region *r,
+		    size_t n, struct capture_stats *stats)
+{
+	struct fifo f = { .cp = cp, .cap = pool_nslices(cp->pool) };
+	f.q = calloc(f.cap, sizeof(*f.q));
+	if (!f.q)
+		return crest_errf(-ENOMEM, "starting a checkpoint");
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		struct engine_stream *st;
+		rc = engine_stream_open(snap, r[i].name, CAS_STREAM_REGION, true, &st);
+		if (rc == 0)
+			rc = cas_stream_set_str(&engine_stream_meta(st)->meta, r[i].device ? "mem=device" : "mem=host");
+		if (rc == 0)
+			rc = copy_region(&f, &r[i], st);
+		if (rc == 0)
+			engine_stream_close(st);
+	}
+	while (rc == 0 && f.n)
+		rc = fifo_flush_one(&f);
+	if (rc < 0)
+		fifo_drain(&f);
+	free(f.q);
+	if (stats) {
+		stats->wait_ns = f.wait_ns;
+		stats->rounds = f.rounds;
+	}
+	return rc;
+}
+
+int capture_sync(const struct cudrv *d, const struct capture_region *r, size_t n)
+{
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		if (!r[i].device || !r[i].size)
+			continue;
+		bool seen = false;
+		for (size_t k = 0; k < i && !seen; k++)
+			seen = r[k].device && r[k].ctx == r[i].ctx;
+		if (seen)
+			continue;
+		rc = cudrv_check(d, d->CtxSetCurrent(r[i].ctx), "entering a region's context");
+		if (rc == 0)
+			rc = cudrv_check(d, d->CtxSynchronize(), "making the device idle (cuCtxSynchronize)");
+	}
+	return rc;
+}
+
+int capture_dirs(struct engine_snap *s, const char *const *names, size_t n)
+{
+	char **seen = NULL;
+	size_t nseen = 0;
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		const char *name = names[i];
+		for (const char *sl = name ? strchr(name, '/') : NULL; rc == 0 && sl; sl = strchr(sl + 1, '/')) {
+			char *dir = strndup(name, (size_t)(sl - name));
+			bool dup = false;
+			for (size_t k = 0; dir && k < nseen && !dup; k++)
+				dup = !strcmp(seen[k], dir);
+			char **ns = dir && !dup ? realloc(seen, (nseen + 1) * sizeof(*ns)) : NULL;
+			if (!dir || (!dup && !ns)) {
+				free(dir);
+				rc = crest_errf(-ENOMEM, "adding directories for %s", name);
+			} else if (dup) {
+				free(dir);
+			} else {
+				seen = ns;
+				seen[nseen++] = dir;
+				rc = engine_add_entry(s, dir, CAS_STREAM_DIR, 0700, (int64_t)time_wall_ns(), NULL);
+			}
+		}
+	}
+	for (size_t k = 0; k < nseen; k++)
+		free(seen[k]);
+	free(seen);
+	return rc;
+}
+
+int capture_labels(struct engine_snap *s, const char *const *labels, size_t n)
+{
+	struct cas_manifest *m = engine_snapshot_manifest(s);
+	for (size_t i = 0; i < n; i++) {
+		const char *kv = labels[i];
+		const char *eq = kv ? strchr(kv, '=') : NULL;
+		if (!eq || eq == kv)
+			return crest_errx(-EINVAL, "label \"%s\" is not key=value", kv ? kv : "(null)");
+		char key[256];
+		if ((size_t)(eq - kv) >= sizeof(key))
+			return crest_errx(-EINVAL, "label key in \"%s\" is longer than %zu bytes", kv, sizeof(key) - 1);
+		memcpy(key, kv, (size_t)(eq - kv));
+		key[eq - kv] = 0;
+		if (cas_manifest_label(m, key, eq + 1) < 0)
+			return crest_errf(-ENOMEM, "adding label %s", kv);
+	}
+	return 0;
+}
+
+int capture_blobs(struct engine_snap *s, const struct capture_blob *b, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		if (!b[i].name || !*b[i].name || (!b[i].data && b[i].len))
+			return crest_errx(-EINVAL, "blob %zu has no name or no data", i);
+		struct engine_stream *st;
+		int rc = engine_stream_open(s, b[i].name, CAS_STREAM_BLOB, true, &st);
+		if (rc < 0)
+			return rc;
+		void *copy = malloc(b[i].len ? b[i].len : 1);
+		if (!copy)
+			return crest_errf(-ENOMEM, "copying blob %s (%zu bytes)", b[i].name, b[i].len);
+		memcpy(copy, b[i].data, b[i].len);
+		rc = engine_stream_add_memory(st, copy, b[i].len, free, copy);
+		if (rc < 0)
+			return rc;
+		engine_stream_close(st);
+	}
+	return 0;
+}

@@ -1,0 +1,76 @@
+/*
+ * regions.h - library capture: a job's registered memory regions (host and
+ * device) copied into an engine snapshot through the pinned staging pool.
+ *
+ * Each region is copied slice by slice (a slice is a whole number of the
+ * engine's segments, so slices never cut a segment and a region's chunks
+ * land where they did last time). Copied slices wait in a FIFO and go to the
+ * engine only when the pool runs dry or all copies are done: while the state
+ * fits, no ingest thread competes with the copy for CPU or memory bandwidth,
+ * and the job's stall is the copy alone. The engine gives each slice back
+ * through pool_release_cb.
+ *
+ * Owns the per-context copy streams and events (made on first use, kept
+ * for the next checkpoint). Calls engine/, gpu/ and util/; knows nothing of
+ * libcrest's handles, which lib/ keeps.
+ */
+#ifndef CREST_CAPTURE_REGIONS_H
+#define CREST_CAPTURE_REGIONS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "engine/engine.h"
+#include "gpu/cudrv.h"
+#include "gpu/pool.h"
+
+struct capture_region {
+	const char *name;
+	const uint8_t *ptr;
+	size_t size;
+	bool device;                  /* device memory of context ctx */
+	CUcontext ctx;
+};
+
+struct capture_blob {
+	const char *name;
+	const void *data;
+	size_t len;
+};
+
+struct capture_copier;
+
+/* d: the driver, or NULL when no region is on a device; copy_streams: the
+ * CUDA streams per context that device copies spread over (at least 1). */
+int capture_copier_open(const struct cudrv *d, struct pool *pool, unsigned copy_streams,
+			struct capture_copier **out);
+/* Waits for the copy streams and frees them; before the pool is closed. */
+void capture_copier_close(struct capture_copier *cp);
+
+struct capture_stats {
+	uint64_t wait_ns;             /* waited for a free slice */
+	unsigned rounds;              /* times the pool ran dry */
+};
+
+/* One REGION stream per region in snap ("mem=host" or "mem=device"), its
+ * bytes copied through the pool; returns once every copy is done and with
+ * the engine. The current CUDA context is left changed: the caller saves
+ * and restores it. On failure, copies in flight are waited for and their
+ * slices given back; the caller aborts snap. */
+int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const struct capture_region *r,
+		    size_t n, struct capture_stats *st);
+
+/* Makes the devices idle: cuCtxSynchronize on every context a device
+ * region of r[0..n) lives in (changes the current context). */
+int capture_sync(const struct cudrv *d, const struct capture_region *r, size_t n);
+
+/* Directory entries for every "a/" prefix of the names, parents first, so
+ * that `crest get` can lay the snapshot out as a tree. */
+int capture_dirs(struct engine_snap *s, const char *const *names, size_t n);
+/* "key=value" labels into the snapshot's manifest. */
+int capture_labels(struct engine_snap *s, const char *const *labels, size_t n);
+/* One BLOB stream per blob, its bytes copied (the caller's may go away). */
+int capture_blobs(struct engine_snap *s, const struct capture_blob *b, size_t n);
+
+#endif
