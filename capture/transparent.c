@@ -41,7 +41,10 @@ static void signal_tree(struct tp_capture *c, int sig)
 		proc_tree_free(&now);
 }
 
-int tp_capture_kill(struct tp_capture *c)
+/* For a capture taken with --kill, once its snapshot is committed: ends
+ * the stopped tree (SIGKILL to each process of it) and waits a moment for
+ * it to be gone, so that a restore can have its pids. */
+static int tp_capture_kill(struct tp_capture *c)
 {
 	if (!c->stopped)
 		return 0;
@@ -62,7 +65,10 @@ int tp_capture_kill(struct tp_capture *c)
 	return 0;
 }
 
-int tp_capture_resume(struct tp_capture *c)
+/* For a capture taken with --kill whose snapshot was not stored: lets the
+ * stopped tree run on as if there had been no --kill (SIGCONT, then the
+ * driver's restore + unlock for CUDA processes). */
+static int tp_capture_resume(struct tp_capture *c)
 {
 	if (!c->stopped)
 		return 0;
@@ -78,7 +84,9 @@ int tp_capture_resume(struct tp_capture *c)
 	return 0;
 }
 
-void tp_capture_free(struct tp_capture *c)
+/* Removes the images and frees c. A tree still stopped is resumed first:
+ * the job is never left stopped, nor ended without a stored snapshot. */
+static void tp_capture_free(struct tp_capture *c)
 {
 	if (c->stopped) {
 		char msg[1024];
@@ -145,7 +153,9 @@ static void read_sizes(struct tp_capture *c)
 	fclose(f);
 }
 
-int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
+/* Every check that can fail without harm comes first: the pid exists, we
+ * are root, the driver has the checkpoint API when CUDA is in use. */
+static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 {
 	memset(c, 0, sizeof(*c));
 	int rc = proc_tree_get(o->pid, &c->tree);
@@ -375,8 +385,10 @@ static int label_pids(struct cas_manifest *m, const char *k, const pid_t *p, siz
 	return cas_manifest_label(m, k, b);
 }
 
-int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const char *tag,
-		      const uint8_t *parent_id, struct cas_manifest *parent, struct engine_snap **out)
+/* Queues the capture as a snapshot of kind "process" and seals it. The
+ * images stay on tmpfs until tp_capture_free. */
+static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const char *tag,
+			     const uint8_t *parent_id, struct cas_manifest *parent, struct engine_snap **out)
 {
 	struct engine_snap *s;
 	int rc = engine_snapshot_begin(e, "process", &s);
@@ -550,4 +562,62 @@ int tp_hook_main(int argc, char **argv)
 	}
 	fclose(list);
 	return fclose(sizes) == 0 ? 0 : 1;
+}
+
+int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opts *o, const char *tag,
+		  const uint8_t *parent, const struct tp_hooks *h, struct tp_result *st)
+{
+	static const struct tp_hooks none;
+	if (!h)
+		h = &none;
+	const char *watch = st->watch_path;
+	memset(st, 0, sizeof(*st));
+	st->watch_path = watch;
+	struct tp_capture cap;
+	int rc = tp_capture_run(o, &cap);
+	if (rc < 0)
+		return rc;
+	st->stall_ns = cap.stall_ns;
+	st->gpu_lock_ns = cap.gpu_lock_ns;
+	st->gpu_ckpt_ns = cap.gpu_ckpt_ns;
+	st->dump_ns = cap.dump_ns;
+	st->gpu_resume_ns = cap.gpu_resume_ns;
+	for (size_t i = 0; watch && i < cap.files.n; i++)
+		if (!strcmp(cap.files.v[i].path, watch))
+			st->watch_size = cap.files.v[i].size;
+	if (h->resumed)
+		h->resumed(h->arg, o, &cap);
+
+	/* The parent's chunk lists let unchanged pages skip the index. */
+	struct cas_manifest *pm = NULL;
+	if (parent && cas_manifest_load(store, parent, &pm) < 0)
+		pm = NULL;
+	crest_errset_str("");
+	struct engine_snap *s;
+	rc = tp_capture_ingest(e, &cap, tag, pm ? parent : NULL, pm, &s);
+	if (rc == 0) {
+		if (h->ingesting)
+			h->ingesting(h->arg, s);
+		rc = engine_snapshot_wait(s, &st->r);
+		memcpy(st->id, st->r.id, 32);
+	}
+	/* --kill: the job ends only now that its snapshot is committed; if it
+	 * was not, the job runs on (its images alone would be lost with the
+	 * tmpfs, and a job to restore by hand helps nobody). */
+	if (o->kill && rc == 0) {
+		rc = tp_capture_kill(&cap);
+		if (rc < 0)
+			crest_errctx(rc, "snapshot stored, but the job was not ended");
+	} else if (o->kill) {
+		char why[1024];
+		crest_errcpy(why, sizeof(why));
+		const int rrc = tp_capture_resume(&cap);
+		if (rrc < 0)
+			crest_errctx(rrc, "nothing stored (%s), and then", why);
+		else
+			crest_errx(rc, "%s; nothing was stored, so pid %d was not ended (--kill): it runs on",
+				   why, (int)o->pid);
+	}
+	tp_capture_free(&cap);
+	return rc;
 }

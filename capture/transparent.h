@@ -57,28 +57,33 @@ struct tp_capture {
 	uint64_t image_bytes;
 };
 
-/* Every check that can fail without harm comes first: the pid exists, we
- * are root, the driver has the checkpoint API when CUDA is in use. */
-int tp_capture_run(const struct tp_opts *o, struct tp_capture *c);
+/* What one tp_checkpoint did. */
+struct tp_result {
+	uint8_t id[32];              /* the snapshot, once committed */
+	uint64_t stall_ns, gpu_lock_ns, gpu_ckpt_ns, dump_ns, gpu_resume_ns;
+	struct engine_result r;
+	const char *watch_path;      /* in: a file the job writes, or NULL */
+	uint64_t watch_size;         /* out: its size at the freeze */
+};
 
-/* Queues the capture as a snapshot of kind "process" and seals it. The
- * images stay on tmpfs until tp_capture_free. */
-int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const char *tag,
-		      const uint8_t *parent_id, struct cas_manifest *parent, struct engine_snap **out);
+/* How the caller follows a tp_checkpoint; every member may be NULL. */
+struct tp_hooks {
+	/* The job runs again (or, with --kill, is stopped): before the ingest. */
+	void (*resumed)(void *arg, const struct tp_opts *o, const struct tp_capture *c);
+	/* Returns once s is committed or has failed (to show progress while
+	 * waiting); NULL: plain engine_snapshot_wait. */
+	void (*ingesting)(void *arg, struct engine_snap *s);
+	void *arg;
+};
 
-/* For a capture taken with --kill, once its snapshot is committed: ends
- * the stopped tree (SIGKILL to each process of it) and waits a moment for
- * it to be gone, so that a restore can have its pids. */
-int tp_capture_kill(struct tp_capture *c);
-
-/* For a capture taken with --kill whose snapshot was not stored: lets the
- * stopped tree run on as if there had been no --kill (SIGCONT, then the
- * driver's restore + unlock for CUDA processes). */
-int tp_capture_resume(struct tp_capture *c);
-
-/* Removes the images and frees c. A tree still stopped is resumed first:
- * the job is never left stopped, nor ended without a stored snapshot. */
-void tp_capture_free(struct tp_capture *c);
+/*
+ * One transparent checkpoint, end to end: capture (the job frozen), resume,
+ * then ingest into the store through e while the job runs, as a child of
+ * parent (NULL: none). With o->kill the job ends only once its snapshot is
+ * committed; if it was not, the job runs on and the error says so.
+ */
+int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opts *o, const char *tag,
+		  const uint8_t *parent, const struct tp_hooks *h, struct tp_result *res);
 
 /* The action script criu runs inside its freeze: `crest __criu-hook DIR LIMIT`. */
 int tp_hook_main(int argc, char **argv);

@@ -9,7 +9,6 @@
  * bytes, dedup and ingest time, then the restore time.
  */
 #include "cli/commands.h"
-#include "cli/process.h"
 #include "restore/process.h"
 #include "util/err.h"
 #include "util/progress.h"
@@ -268,7 +267,7 @@ int cmd_demo(struct cli *c, int argc, char **argv)
 		cas_close(store);
 		return cli_fail(c, job);
 	}
-	struct ckpt_stats st[DEMO_MAX_CKPT];
+	struct tp_result st[DEMO_MAX_CKPT];
 	uint64_t lines[DEMO_MAX_CKPT];
 	struct tp_opts o = { .pid = job, .criu = &criu };
 	uint8_t parent[32];

@@ -3,7 +3,6 @@
  * (CPU and CUDA) in and out of the store.
  */
 #include "cli/commands.h"
-#include "cli/process.h"
 #include "restore/process.h"
 #include "util/err.h"
 #include "util/json.h"
@@ -17,71 +16,41 @@
 #include <time.h>
 #include <unistd.h>
 
-int ckpt_once(const struct cli *c, struct cas_store *store, struct engine *e, const struct tp_opts *o,
-	      const char *tag, const uint8_t *parent, struct ckpt_stats *st)
+struct ckpt_view {
+	const struct cli *c;
+};
+
+static void on_resumed(void *arg, const struct tp_opts *o, const struct tp_capture *cap)
 {
-	const char *watch = st->watch_path;
-	memset(st, 0, sizeof(*st));
-	st->watch_path = watch;
-	struct tp_capture cap;
-	int rc = tp_capture_run(o, &cap);
-	if (rc < 0)
-		return rc;
-	st->stall_ns = cap.stall_ns;
-	st->gpu_lock_ns = cap.gpu_lock_ns;
-	st->gpu_ckpt_ns = cap.gpu_ckpt_ns;
-	st->dump_ns = cap.dump_ns;
-	st->gpu_resume_ns = cap.gpu_resume_ns;
-	for (size_t i = 0; watch && i < cap.files.n; i++)
-		if (!strcmp(cap.files.v[i].path, watch))
-			st->watch_size = cap.files.v[i].size;
+	const struct cli *c = ((const struct ckpt_view *)arg)->c;
 	if (!c->quiet && !c->json) {
 		if (o->kill)
 			printf("pid %d (%s) dumped in %.3f s and stopped: it ends once the snapshot is "
-			       "stored (--kill)\n", (int)o->pid, cap.comm, cli_secs(cap.stall_ns));
+			       "stored (--kill)\n", (int)o->pid, cap->comm, cli_secs(cap->stall_ns));
 		else
-			printf("pid %d (%s) resumed after a %.3f s stall\n", (int)o->pid, cap.comm,
-			       cli_secs(cap.stall_ns));
+			printf("pid %d (%s) resumed after a %.3f s stall\n", (int)o->pid, cap->comm,
+			       cli_secs(cap->stall_ns));
 	}
 	fflush(stdout);
-
-	/* The parent's chunk lists let unchanged pages skip the index. */
-	struct cas_manifest *pm = NULL;
-	if (parent && cas_manifest_load(store, parent, &pm) < 0)
-		pm = NULL;
-	crest_errset_str("");
-	struct engine_snap *s;
-	rc = tp_capture_ingest(e, &cap, tag, pm ? parent : NULL, pm, &s);
-	if (rc == 0) {
-		struct cli_progress *pr = cli_progress_start(c, s, "ingest");
-		while (!engine_snapshot_timedwait(s, 100000000ull))
-			;
-		cli_progress_stop(pr);
-		rc = engine_snapshot_wait(s, &st->r);
-		memcpy(st->id, st->r.id, 32);
-	}
-	/* --kill: the job ends only now that its snapshot is committed; if it
-	 * was not, the job runs on (its images alone would be lost with the
-	 * tmpfs, and a job to restore by hand helps nobody). */
-	if (o->kill && rc == 0) {
-		rc = tp_capture_kill(&cap);
-		if (rc < 0)
-			crest_errctx(rc, "snapshot stored, but the job was not ended");
-	} else if (o->kill) {
-		char why[1024];
-		crest_errcpy(why, sizeof(why));
-		const int rrc = tp_capture_resume(&cap);
-		if (rrc < 0)
-			crest_errctx(rrc, "nothing stored (%s), and then", why);
-		else
-			crest_errx(rc, "%s; nothing was stored, so pid %d was not ended (--kill): it runs on",
-				   why, (int)o->pid);
-	}
-	tp_capture_free(&cap);
-	return rc;
 }
 
-void ckpt_print_json_fields(const struct ckpt_stats *st)
+static void on_ingesting(void *arg, struct engine_snap *s)
+{
+	struct cli_progress *pr = cli_progress_start(((const struct ckpt_view *)arg)->c, s, "ingest");
+	while (!engine_snapshot_timedwait(s, 100000000ull))
+		;
+	cli_progress_stop(pr);
+}
+
+int ckpt_once(const struct cli *c, struct cas_store *store, struct engine *e, const struct tp_opts *o,
+	      const char *tag, const uint8_t *parent, struct tp_result *st)
+{
+	struct ckpt_view v = { .c = c };
+	const struct tp_hooks h = { .resumed = on_resumed, .ingesting = on_ingesting, .arg = &v };
+	return tp_checkpoint(store, e, o, tag, parent, &h, st);
+}
+
+void ckpt_print_json_fields(const struct tp_result *st)
 {
 	char hex[65];
 	cli_print_id(hex, st->id);
@@ -96,7 +65,7 @@ void ckpt_print_json_fields(const struct ckpt_stats *st)
 	       (unsigned long long)r->zero_bytes, cli_secs(r->ingest_ns));
 }
 
-static void print_ckpt(const struct cli *c, pid_t pid, const struct ckpt_stats *st, const char *tag)
+static void print_ckpt(const struct cli *c, pid_t pid, const struct tp_result *st, const char *tag)
 {
 	if (c->json) {
 		printf("{\"pid\": %d, ", (int)pid);
@@ -225,7 +194,7 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	uint64_t n = 0, failures = 0;
 	for (;;) {
 		uint64_t t0 = time_now_ns();
-		struct ckpt_stats st = { 0 };
+		struct tp_result st = { 0 };
 		rc = ckpt_once(c, store, e, &o, tag, has_parent ? parent : NULL, &st);
 		n++;
 		if (rc == 0) {

@@ -4,6 +4,7 @@
 #ifndef CREST_CLI_COMMANDS_H
 #define CREST_CLI_COMMANDS_H
 
+#include "capture/transparent.h"
 #include "cli/common.h"
 
 int cmd_put(struct cli *c, int argc, char **argv);
@@ -23,5 +24,12 @@ int cmd_repair(struct cli *c, int argc, char **argv);
  * everything below it in name order, so the same tree always gives the
  * same manifest (cmd_files.c; tests/store/model.c drives it too). */
 int cli_put_path(struct engine_snap *s, const char *path, const char *name, const struct cli *c);
+
+/* One transparent checkpoint (tp_checkpoint) with the CLI's lines and
+ * progress bar (cmd_process.c; the demo uses it too). */
+int ckpt_once(const struct cli *c, struct cas_store *store, struct engine *e, const struct tp_opts *o,
+	      const char *tag, const uint8_t *parent, struct tp_result *st);
+/* The checkpoint's figures as JSON members (no braces), for --json output. */
+void ckpt_print_json_fields(const struct tp_result *st);
 
 #endif
