@@ -1,0 +1,28 @@
+#!/bin/bash
+# The include check (scripts/check-layers.sh) passes on the tree, and fails,
+# naming the file and line, on a copy with one wrong include added: up
+# (cas/ -> engine/), sideways (gpu/ -> os/), the public header from a
+# module, and a header outside the modules.
+set -eu
+src=$(cd "$(dirname "$0")/.." && pwd)
+check=$src/scripts/check-layers.sh
+"$check" "$src"
+T=$(mktemp -d)
+trap 'rm -rf "$T"' EXIT
+try() {   # try FILE INCLUDE WORD: a copy with INCLUDE added to FILE must fail with WORD
+	rm -rf "$T/tree"
+	mkdir "$T/tree"
+	for m in util cas dedup engine gpu os capture restore lib cli; do cp -r "$src/$m" "$T/tree/"; done
+	printf '#include "%s"\n' "$2" >>"$T/tree/$1"
+	local rc=0
+	"$check" "$T/tree" >"$T/out" 2>&1 || rc=$?
+	[ "$rc" -eq 1 ] || { cat "$T/out"; echo "FAIL: $1 including $2 passed the check (rc $rc)"; exit 1; }
+	grep -q "^$1:[0-9]*: .*$3" "$T/out" || { cat "$T/out"; echo "FAIL: no line naming $1 and '$3'"; exit 1; }
+	echo "ok: $(grep "^$1:" "$T/out")"
+}
+try cas/pack.c engine/engine.h "points up"
+try gpu/pool.c os/proc.h "points sideways"
+try capture/regions.h restore/regions.h "points sideways"
+try restore/process.c crest.h "only lib/ may"
+try util/fs.c tests/check.h "not a module's header"
+echo PASS
