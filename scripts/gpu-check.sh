@@ -32,7 +32,7 @@
 #   scripts/gpu-check.sh --bundle        # = rm -rf .gpu; ../shared/tools/gpu-bundle .gpu
 #                                        #   build/cli/{crest,casctl,crest-workload-gpu}
 #                                        #   build/tests/library/{test_gpu,gpu_multi}
-#                                        #   build/capture/libcrest.so; criu prefix -> .gpu/criu
+#                                        #   build/lib/libcrest.so; criu prefix -> .gpu/criu
 # (GPU_BUNDLE=PATH names the gpu-bundle tool when it is not ../shared/tools
 # or ../../shared/tools.) Then one device call:
 #   run(command="bash scripts/gpu-check.sh", carry=[".gpu"], timeout_s=600)
@@ -52,7 +52,7 @@ if [ "${1:-}" = --bundle ]; then
 	fi
 	if [ -z "$tool" ] || [ ! -x "$tool" ]; then echo "gpu-check: no gpu-bundle tool found; set GPU_BUNDLE" >&2; exit 1; fi
 	files=(build/cli/crest build/cli/casctl build/cli/crest-workload-gpu build/tests/library/test_gpu
-	       build/tests/library/gpu_multi build/capture/libcrest.so)
+	       build/tests/library/gpu_multi build/lib/libcrest.so)
 	for f in "${files[@]}"; do
 		[ -e "$f" ] || { echo "gpu-check: $f is missing: build first (crest-workload-gpu needs nvcc)" >&2; exit 1; }
 	done
@@ -94,7 +94,7 @@ else
 		[test_gpu]=build/tests/library/test_gpu [gpu_multi]=build/tests/library/gpu_multi)
 	bin() { echo "$ROOT/${where[$1]}"; }
 	RUN=()
-	LIBCREST=$ROOT/build/capture/libcrest.so
+	LIBCREST=$ROOT/build/lib/libcrest.so
 fi
 # x PROGRAM ARGS...: runs one of crest's programs; "${RUN[@]}" "$(bin PROGRAM)"
 # where a command line is needed (under timeout).

@@ -4,7 +4,7 @@
 # Build on the development machine first, then bundle (see ../../../shared/tools/gpu-bundle):
 #   cmake -S . -B build && make -C build -j2
 #   ../shared/tools/gpu-bundle .gpu build/tests/library/test_gpu build/tests/library/test_library \
-#       build/bench/library/gpu_bench build/bench/library/restore_ceiling build/capture/libcrest.so \
+#       build/bench/library/gpu_bench build/bench/library/restore_ceiling build/lib/libcrest.so \
 #       build/cli/crest build/cli/casctl
 # and run this from the repository root there, with .gpu carried:
 #   sh bench/library/gpu_bench.sh "$OUT"
