@@ -1,0 +1,251 @@
+/*
+ * engine_int.h - the engine's private state, shared by its four parts only;
+ * the public API is engine.h.
+ *
+ * Parts, each calling only the ones below it:
+ *   engine.c   the API: producers, snapshots, the committer, open/close;
+ *   workers.c  the worker threads and the staging buffers;
+ *   writer.c   the writer thread, its queue and the pending index entries;
+ *   pending.c  the table of chunks written but not committed.
+ * writer.c and pending.c call neither each other nor anything above them.
+ * Every part sees struct engine; each file's header says which of it that
+ * part owns. engine.c creates it, starts and stops the threads, and frees
+ * what is left at close.
+ *
+ * Threads and what they own:
+ *   producers (callers)  cut streams into segments and queue them (jobs);
+ *   workers (N)          chunk a segment, hash each chunk, decide whether the
+ *                        store has it, compress new ones into the worker's
+ *                        arena as finished pack records, and queue the
+ *                        segment's new records as one job (wq);
+ *   writer (1)           writes queued jobs to packs, syncs on request;
+ *   committer (1)        commits snapshots in begin order.
+ *
+ * Dedup of a chunk, in order of cost: all zeros (a hole, no hash needed
+ * beyond the zero test), the parent snapshot's chunk at the same offset
+ * (a memory compare), the table of chunks written but not yet committed,
+ * then the RocksDB index.
+ *
+ * A segment's new records go to the pack back to back, in stream order: a
+ * restore of the stream then reads each pack span once, instead of picking
+ * its chunks out of N segments' interleaved records (measured on 16 cores:
+ * every record read twice). It also makes one write per segment, not one
+ * per chunk.
+ *
+ * A new chunk is entered in the table of uncommitted chunks as PENDING when
+ * its worker finds it new and gets its seq when the segment's job is queued.
+ * Another worker meeting a PENDING chunk waits for that seq, but only while
+ * it holds no PENDING chunk itself (after queuing its own job), so no two
+ * workers ever wait for each other. A waiter that takes over a chunk from a
+ * failed batch holds it PENDING until its next job: until then it puts off
+ * its other waits (item_resolve) rather than wait with that chunk in hand.
+ *
+ * Write ordering. Every job queued for the writer gets a sequence number
+ * (seq) under wlock, in queue order; the writer completes them in that order,
+ * so "completed_seq >= n" means every chunk up to n is written. A snapshot
+ * remembers the highest seq it references (max_seq), whether it queued that
+ * chunk or found it in the table. Before committing, the committer asks the
+ * writer to sync up to max_seq; only then are index entries (all pending up
+ * to synced_seq) and the manifest written in one synced batch.
+ *
+ * A failed write or sync (werr) fails every snapshot that commits after it:
+ * any of them may reference a chunk it lost. Once none is left (the commit
+ * queue is empty), engine_recover forgets everything written and not
+ * committed, and the engine works again: a job checkpointed every few
+ * minutes into a store that failed once loses one checkpoint, not all
+ * later ones.
+ *
+ * Lock order: stripe lock, then wlock. e->lock is never held with either,
+ * but by engine_recover, which takes them under it when no snapshot is in
+ * flight (nothing takes e->lock under them).
+ */
+#ifndef CREST_ENGINE_INT_H
+#define CREST_ENGINE_INT_H
+
+#include "engine/engine.h"
+
+#include <lz4.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+
+#define NSTRIPES 64
+#define PENDING UINT64_MAX      /* a table node's seq until its job is queued */
+
+struct release_ref {
+	void (*release)(void *arg);
+	void *arg;
+	atomic_size_t refs;
+};
+
+struct seg {
+	struct seg *next;
+	struct engine_stream *st;
+	uint64_t off;                /* where the segment starts in its stream */
+	const uint8_t *data;         /* NULL: a hole of len bytes */
+	size_t len;
+	struct release_ref *rel;     /* memory owned by the caller, or */
+	void *staging;               /* a staging buffer to give back */
+	struct cas_extent *ext;
+	size_t next_ext, cap_ext;
+};
+
+struct engine_stream {
+	struct engine_snap *snap;
+	struct cas_stream meta;      /* becomes the manifest's stream at commit */
+	const struct dedup_params *dp;
+	struct seg **segs;
+	size_t nsegs, cap;
+	uint64_t size;
+	const struct cas_stream *hint;
+	uint64_t *hint_off;          /* hint_off[i]: where hint extent i starts */
+	bool closed;
+};
+
+struct engine_snap {
+	struct engine *e;
+	struct engine_snap *next;    /* commit queue */
+	struct cas_manifest *m;
+	char *tag;
+	struct cas_manifest *parent;
+	struct engine_stream **streams;
+	size_t nstreams;
+	/* under e->lock */
+	uint64_t segs_total, segs_done;
+	bool sealed, done, aborted, detached;
+	int err;
+	char errmsg[1024];
+	/* updated by workers */
+	atomic_uint_fast64_t max_seq, bytes_done, expect;
+	atomic_uint_fast64_t zero_bytes, new_bytes, stored_bytes, chunks, new_chunks;
+	uint64_t begin_ns;
+	struct engine_result res;
+};
+
+struct node {
+	struct node *next;
+	uint8_t sha[32];
+	uint64_t seq;                /* PENDING until owner's job is queued */
+	const struct batch *owner;   /* the batch that holds it while PENDING */
+};
+
+struct stripe {
+	pthread_mutex_t lock;
+	struct node **b;
+	size_t nb, n;
+};
+
+/* A segment's new records, back to back in arena, for the writer. */
+struct wjob {
+	struct wjob *next;
+	uint8_t *arena;
+	size_t arena_cap, bytes;
+	struct cas_write *runs;      /* more than one only across a pack roll */
+	unsigned nruns;
+	uint64_t seq;
+};
+
+/* A chunk of the segment at hand that needs the writer: B_NEW, found new
+ * and recorded in the arena; B_WAIT, found PENDING (entered by a batch not
+ * yet queued, this one's included). */
+struct bitem {
+	uint8_t sha[32];
+	const uint8_t *data;         /* the chunk (alive until the segment is done) */
+	size_t at;                   /* B_NEW: the record's place in the arena */
+	uint32_t raw, stored;
+	uint8_t codec;
+	uint8_t state;
+};
+enum { B_NEW, B_WAIT };
+
+/* A worker's records for the segment at hand. */
+struct batch {
+	LZ4_stream_t *lz;            /* the worker's compression state, or NULL */
+	uint8_t *arena;
+	size_t len, cap;
+	struct bitem *it;
+	size_t n, cap_it;
+	bool holds;                  /* has PENDING nodes: B_NEW items not yet queued */
+};
+
+struct pend {
+	struct cas_index_entry ie;
+	uint64_t seq;
+};
+
+struct engine {
+	struct cas_store *store;
+	struct engine_opts o;
+
+	pthread_mutex_t lock;          /* jobs, snapshots, commit queue */
+	pthread_cond_t job_cond, snap_cond;
+	struct seg *jq_head, *jq_tail;
+	struct engine_snap *cq_head, *cq_tail;
+	bool stop_workers, stop_committer;
+	pthread_t *workers;
+	unsigned nworkers;
+	pthread_t committer;
+	bool committer_started;
+
+	pthread_mutex_t stage_lock;
+	pthread_cond_t stage_cond;
+	void **free_bufs;
+	size_t nfree, nbufs, maxbufs;
+
+	pthread_mutex_t wlock;
+	pthread_cond_t wcond;
+	struct wjob *wq_head, *wq_tail;
+	size_t wq_bytes;
+	uint64_t enq_seq, completed_seq, synced_seq, sync_target;
+	bool wstop;
+	int werr;
+	char werrmsg[1024];
+	struct pend *pend;
+	size_t npend, cappend;
+	void **arenas;                 /* arenas the writer is done with */
+	size_t *arena_caps;
+	size_t narenas, caparenas;
+	pthread_t writer;
+	bool writer_started;
+	uint64_t writes, fault_write;  /* CREST_FAULT_WRITE: see writer_write (writer.c) */
+
+	struct stripe stripes[NSTRIPES];
+	/* seq_gen counts batches that left PENDING nodes (queued or dropped):
+	 * a worker waiting for a PENDING node sleeps until it moves. */
+	pthread_mutex_t seq_lock;
+	pthread_cond_t seq_cond;
+	uint64_t seq_gen;
+};
+
+/* Keeps a snapshot's first error: workers and the committer both fail
+ * snapshots. */
+static inline void eng_snap_fail(struct engine_snap *snap, int err, const char *msg)
+{
+	/* under e->lock */
+	if (!snap->err) {
+		snap->err = err;
+		snprintf(snap->errmsg, sizeof(snap->errmsg), "%s", msg);
+	}
+}
+
+/* pending.c: the table of chunks written but not committed. */
+struct stripe *eng_pending_stripe(struct engine *e, const uint8_t sha[32]);
+struct node *eng_pending_find(struct stripe *s, const uint8_t sha[32]);
+int eng_pending_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq, const struct batch *owner);
+void eng_pending_remove(struct engine *e, const uint8_t sha[32], const struct batch *owner);
+void eng_pending_clear(struct engine *e);
+
+/* writer.c: the writer thread and what it owns (wlock). */
+void eng_writer_arena_get(struct engine *e, struct batch *b);
+int eng_writer_enqueue(struct engine *e, struct batch *b, size_t from, size_t bytes, uint64_t *seq);
+void *eng_writer_main(void *arg);
+int eng_writer_durable(struct engine *e, uint64_t need, struct cas_index_entry **ie, size_t *n);
+void eng_writer_committed(struct engine *e, size_t n);
+bool eng_writer_recover(struct engine *e);
+
+/* workers.c: the worker threads and the staging buffers. */
+void *eng_worker_main(void *arg);
+int eng_worker_staging_get(struct engine *e, void **out);
+void eng_worker_staging_put(struct engine *e, void *buf);
+
+#endif

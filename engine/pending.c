@@ -1,0 +1,117 @@
+/*
+ * pending.c - the table of chunks written but not committed (see
+ * engine_int.h): NSTRIPES hash tables of sha -> seq, each under its stripe
+ * lock, so that a chunk queued for the writer is stored once even before
+ * the index has it.
+ *
+ * Owns: e->stripes (their nodes and buckets; engine.c inits the locks and
+ * frees what is left at close). Promises: a call takes at most one stripe
+ * lock at a time (eng_pending_find and eng_pending_insert run under the
+ * caller's), and a remove with an owner takes only that owner's PENDING
+ * node. Calls nothing else of the engine.
+ */
+#include "engine/engine_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct stripe *eng_pending_stripe(struct engine *e, const uint8_t sha[32])
+{
+	return &e->stripes[sha[0] % NSTRIPES];
+}
+
+static size_t bucket_of(const struct stripe *s, const uint8_t sha[32])
+{
+	uint64_t h;
+	memcpy(&h, sha + 8, 8);
+	return (size_t)(h & (s->nb - 1));
+}
+
+/* Under the stripe's lock. Returns the node or NULL. */
+struct node *eng_pending_find(struct stripe *s, const uint8_t sha[32])
+{
+	if (!s->nb)
+		return NULL;
+	for (struct node *n = s->b[bucket_of(s, sha)]; n; n = n->next)
+		if (!memcmp(n->sha, sha, 32))
+			return n;
+	return NULL;
+}
+
+int eng_pending_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq, const struct batch *owner)
+{
+	if (s->n >= s->nb) {
+		size_t nb = s->nb ? s->nb * 2 : 1024;
+		struct node **b = calloc(nb, sizeof(*b));
+		if (!b)
+			return -ENOMEM;
+		for (size_t i = 0; i < s->nb; i++) {
+			struct node *n = s->b[i];
+			while (n) {
+				struct node *next = n->next;
+				uint64_t h;
+				memcpy(&h, n->sha + 8, 8);
+				size_t k = (size_t)(h & (nb - 1));
+				n->next = b[k];
+				b[k] = n;
+				n = next;
+			}
+		}
+		free(s->b);
+		s->b = b;
+		s->nb = nb;
+	}
+	struct node *n = malloc(sizeof(*n));
+	if (!n)
+		return -ENOMEM;
+	memcpy(n->sha, sha, 32);
+	n->seq = seq;
+	n->owner = owner;
+	size_t k = bucket_of(s, sha);
+	n->next = s->b[k];
+	s->b[k] = n;
+	s->n++;
+	return 0;
+}
+
+/* Removes sha's node: any (owner NULL: its commit made it durable), or only
+ * the PENDING node owner entered (its batch gave it up). */
+void eng_pending_remove(struct engine *e, const uint8_t sha[32], const struct batch *owner)
+{
+	struct stripe *s = eng_pending_stripe(e, sha);
+	pthread_mutex_lock(&s->lock);
+	if (s->nb) {
+		for (struct node **pp = &s->b[bucket_of(s, sha)]; *pp; pp = &(*pp)->next) {
+			struct node *n = *pp;
+			if (!memcmp(n->sha, sha, 32)) {
+				if (!owner || (n->owner == owner && n->seq == PENDING)) {
+					*pp = n->next;
+					free(n);
+					s->n--;
+				}
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+
+/* Forgets every node (engine_recover: none is PENDING then). */
+void eng_pending_clear(struct engine *e)
+{
+	for (int i = 0; i < NSTRIPES; i++) {
+		struct stripe *st = &e->stripes[i];
+		pthread_mutex_lock(&st->lock);
+		for (size_t b = 0; b < st->nb; b++) {
+			for (struct node *n = st->b[b], *next; n; n = next) {
+				next = n->next;
+				free(n);
+			}
+			st->b[b] = NULL;
+		}
+		st->n = 0;
+		pthread_mutex_unlock(&st->lock);
+	}
+}

@@ -1,0 +1,440 @@
+/*
+ * workers.c - the worker threads: each takes a segment from the job queue,
+ * chunks it, hashes each chunk, decides whether the store has it (zeros, the
+ * parent's chunk at the same place, the pending table, the index), and
+ * queues the segment's new chunks, compressed, as one job for the writer.
+ * Also the staging buffers that producers read files into and workers give
+ * back.
+ *
+ * Owns: each worker's batch and arena while it works; the segment it
+ * took (its extents); e->stage_lock's buffers; e->seq_lock. Promises: a
+ * worker waits for another's PENDING chunk only while it holds none itself
+ * (see engine_int.h), and a failed segment leaves no PENDING node behind.
+ * Calls pending.c and writer.c, never engine.c.
+ */
+#include "engine/engine_int.h"
+#include "util/err.h"
+#include "util/sha256.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void atomic_max(atomic_uint_fast64_t *a, uint64_t v)
+{
+	uint64_t cur = atomic_load(a);
+	while (cur < v && !atomic_compare_exchange_weak(a, &cur, v))
+		;
+}
+
+struct worker_ctx {
+	struct sha256_hasher *h;
+	struct batch b;
+};
+
+static int seg_push_extent(struct seg *sg, uint64_t len, const uint8_t *sha)
+{
+	if (!sha && sg->next_ext && sg->ext[sg->next_ext - 1].hole) {
+		sg->ext[sg->next_ext - 1].len += len;
+		return 0;
+	}
+	if (sg->next_ext == sg->cap_ext) {
+		size_t cap = sg->cap_ext ? sg->cap_ext * 2 : 64;
+		struct cas_extent *ne = realloc(sg->ext, cap * sizeof(*ne));
+		if (!ne)
+			return crest_errf(-ENOMEM, "recording chunks");
+		sg->ext = ne;
+		sg->cap_ext = cap;
+	}
+	struct cas_extent *x = &sg->ext[sg->next_ext++];
+	x->len = len;
+	x->hole = !sha;
+	if (sha)
+		memcpy(x->sha, sha, 32);
+	else
+		memset(x->sha, 0, 32);
+	return 0;
+}
+
+/* True when the parent has this very chunk at this very place. */
+static bool hint_match(const struct engine_stream *st, uint64_t off, uint64_t len, const uint8_t sha[32])
+{
+	const struct cas_stream *h = st->hint;
+	if (!h || !h->nextents)
+		return false;
+	uint64_t lo = 0, hi = h->nextents;
+	while (lo < hi) {  /* first extent starting at or after off */
+		uint64_t mid = lo + (hi - lo) / 2;
+		if (st->hint_off[mid] < off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (lo >= h->nextents || st->hint_off[lo] != off)
+		return false;
+	const struct cas_extent *x = &h->ext[lo];
+	return !x->hole && x->len == len && !memcmp(x->sha, sha, 32);
+}
+
+static int batch_push(struct batch *b, const uint8_t sha[32], const uint8_t *p, size_t n, uint8_t state)
+{
+	if (b->n == b->cap_it) {
+		size_t cap = b->cap_it ? 2 * b->cap_it : 1024;
+		struct bitem *it = realloc(b->it, cap * sizeof(*it));
+		if (!it)
+			return crest_errf(-ENOMEM, "recording new chunks");
+		b->it = it;
+		b->cap_it = cap;
+	}
+	struct bitem *x = &b->it[b->n++];
+	memcpy(x->sha, sha, 32);
+	x->data = p;
+	x->raw = (uint32_t)n;
+	x->state = state;
+	return 0;
+}
+
+/* Compresses a new chunk into the arena as a finished record (kept raw when
+ * LZ4 does not shrink it) and records it B_NEW. */
+static int batch_record(struct engine *e, struct batch *b, const uint8_t sha[32], const uint8_t *p, size_t n)
+{
+	const size_t bound = (size_t)LZ4_compressBound((int)n);
+	if (!b->arena)
+		eng_writer_arena_get(e, b);
+	if (b->len + CAS_REC_HEADER + bound > b->cap) {
+		size_t cap = b->cap ? 2 * b->cap : e->o.segment_bytes + e->o.segment_bytes / 16;
+		while (cap < b->len + CAS_REC_HEADER + bound)
+			cap *= 2;
+		uint8_t *a = realloc(b->arena, cap);
+		if (!a)
+			return crest_errf(-ENOMEM, "compressing a chunk");
+		b->arena = a;
+		b->cap = cap;
+	}
+	int rc = batch_push(b, sha, p, n, B_NEW);
+	if (rc < 0)
+		return rc;
+	b->holds = true;
+	uint8_t *rec = b->arena + b->len;
+	/* LZ4_compress_default clears a 16 KiB table for every chunk, as much
+	 * memory as a 4-8 KiB chunk itself; a fast reset of the worker's own
+	 * state only moves its offsets. Each chunk is still a block of its own
+	 * (no dictionary), as LZ4_decompress_safe reads it. */
+	char *dst = (char *)rec + CAS_REC_HEADER;
+	int c;
+	if (b->lz) {
+		LZ4_resetStream_fast(b->lz);
+		c = LZ4_compress_fast_continue(b->lz, (const char *)p, dst, (int)n, (int)bound, 1);
+	} else {
+		c = LZ4_compress_default((const char *)p, dst, (int)n, (int)bound);
+	}
+	struct bitem *x = &b->it[b->n - 1];
+	x->at = b->len;
+	x->codec = CAS_CODEC_LZ4;
+	x->stored = (uint32_t)c;
+	if (c <= 0 || (size_t)c >= n) {
+		memcpy(rec + CAS_REC_HEADER, p, n);
+		x->codec = CAS_CODEC_RAW;
+		x->stored = (uint32_t)n;
+	}
+	cas_rec_build(rec, sha, x->codec, x->raw, x->stored);
+	b->len += CAS_REC_HEADER + x->stored;
+	return 0;
+}
+
+/* A chunk neither the table nor the index has: entered PENDING under this
+ * batch and recorded, unless another worker entered it meanwhile. */
+static int chunk_new(struct engine *e, struct worker_ctx *w, struct engine_snap *snap, const uint8_t *p,
+		     size_t n, const uint8_t sha[32])
+{
+	struct stripe *s = eng_pending_stripe(e, sha);
+	pthread_mutex_lock(&s->lock);
+	struct node *nd = eng_pending_find(s, sha);
+	if (nd) {
+		const uint64_t seq = nd->seq;
+		pthread_mutex_unlock(&s->lock);
+		if (seq != PENDING) {
+			atomic_max(&snap->max_seq, seq);
+			return 0;
+		}
+		return batch_push(&w->b, sha, p, n, B_WAIT);
+	}
+	int rc = eng_pending_insert(s, sha, PENDING, &w->b);
+	pthread_mutex_unlock(&s->lock);
+	if (rc < 0)
+		return crest_errf(rc, "recording a new chunk");
+	rc = batch_record(e, &w->b, sha, p, n);
+	if (rc < 0)
+		eng_pending_remove(e, sha, &w->b);   /* a waiter finds it gone and stores it */
+	return rc;
+}
+
+static int chunk_ingest(struct engine *e, struct worker_ctx *w, struct seg *sg, const uint8_t *p,
+			size_t n, uint64_t off)
+{
+	struct engine_snap *snap = sg->st->snap;
+	if (dedup_is_zero(p, n)) {
+		atomic_fetch_add(&snap->zero_bytes, n);
+		return seg_push_extent(sg, n, NULL);
+	}
+	uint8_t sha[32];
+	int rc = sha256_hash(w->h, p, n, sha);
+	if (rc < 0)
+		return rc;
+	atomic_fetch_add(&snap->chunks, 1);
+	if (hint_match(sg->st, off, n, sha))
+		return seg_push_extent(sg, n, sha);
+
+	struct stripe *s = eng_pending_stripe(e, sha);
+	pthread_mutex_lock(&s->lock);
+	struct node *nd = eng_pending_find(s, sha);
+	const uint64_t seq = nd ? nd->seq : 0;
+	pthread_mutex_unlock(&s->lock);
+	if (nd && seq != PENDING)
+		atomic_max(&snap->max_seq, seq);
+	else if (nd)
+		rc = batch_push(&w->b, sha, p, n, B_WAIT);
+	else {
+		struct cas_loc loc;
+		rc = cas_chunk_lookup(e->store, sha, &loc);
+		if (rc == -ENOENT)
+			rc = chunk_new(e, w, snap, p, n, sha);
+	}
+	if (rc < 0)
+		return rc;
+	return seg_push_extent(sg, n, sha);
+}
+
+static void seq_moved(struct engine *e)
+{
+	pthread_mutex_lock(&e->seq_lock);
+	e->seq_gen++;
+	pthread_cond_broadcast(&e->seq_cond);
+	pthread_mutex_unlock(&e->seq_lock);
+}
+
+/* Gives up the batch's records (the segment failed): their PENDING nodes go,
+ * and whoever waits for one stores the chunk itself. */
+static void batch_drop(struct engine *e, struct batch *b, size_t from)
+{
+	for (size_t i = from; i < b->n; i++)
+		if (b->it[i].state == B_NEW)
+			eng_pending_remove(e, b->it[i].sha, b);
+	b->n = b->len = 0;
+	b->holds = false;
+	seq_moved(e);
+}
+
+/* Waits until the PENDING chunk x gets its seq. When its node is gone the
+ * chunk was committed, or its batch failed and was dropped: then this
+ * worker stores it (chunk_new; flushed by the caller's next round), and so
+ * holds a PENDING node itself. While it does, it must not wait: another
+ * worker may be waiting for that node while holding the one x waits for
+ * (two workers that took over chunks of dropped batches, each waiting for
+ * the other's). x then waits for the next round, after the batch's records
+ * are queued; so does x when the node is this worker's own. x points into
+ * the batch, which both of those may move: it is copied first. */
+static int item_resolve(struct engine *e, struct worker_ctx *w, struct engine_snap *snap, const struct bitem *xp)
+{
+	const struct bitem x = *xp;
+	struct stripe *s = eng_pending_stripe(e, x.sha);
+	for (;;) {
+		pthread_mutex_lock(&e->seq_lock);
+		const uint64_t gen = e->seq_gen;
+		pthread_mutex_unlock(&e->seq_lock);
+		pthread_mutex_lock(&s->lock);
+		const struct node *nd = eng_pending_find(s, x.sha);
+		const uint64_t seq = nd ? nd->seq : 0;
+		pthread_mutex_unlock(&s->lock);
+		if (nd && seq != PENDING) {
+			atomic_max(&snap->max_seq, seq);
+			return 0;
+		}
+		if (nd && w->b.holds)   /* mine included: only the holder sets owner */
+			return batch_push(&w->b, x.sha, x.data, x.raw, B_WAIT);
+		if (!nd) {
+			struct cas_loc loc;
+			int rc = cas_chunk_lookup(e->store, x.sha, &loc);
+			return rc == -ENOENT ? chunk_new(e, w, snap, x.data, x.raw, x.sha) : rc;
+		}
+		pthread_mutex_lock(&e->seq_lock);
+		while (e->seq_gen == gen)
+			pthread_cond_wait(&e->seq_cond, &e->seq_lock);
+		pthread_mutex_unlock(&e->seq_lock);
+	}
+}
+
+/* Ends the segment: queues its new records as one job, gives their nodes
+ * the job's seq, then waits for the chunks it found PENDING elsewhere (only
+ * now, with nothing of its own PENDING: see engine_int.h). */
+static int batch_flush(struct engine *e, struct worker_ctx *w, struct engine_snap *snap)
+{
+	struct batch *b = &w->b;
+	size_t from = 0;
+	int rc = 0;
+	while (rc == 0 && from < b->n) {
+		const size_t end = b->n;
+		size_t bytes = 0, raw = 0, nnew = 0;
+		for (size_t i = from; i < end; i++)
+			if (b->it[i].state == B_NEW) {
+				bytes += CAS_REC_HEADER + b->it[i].stored;
+				raw += b->it[i].raw;
+				nnew++;
+			}
+		if (nnew) {
+			uint64_t seq;
+			rc = eng_writer_enqueue(e, b, from, bytes, &seq);
+			if (rc < 0)
+				break;
+			for (size_t i = from; i < end; i++) {
+				const struct bitem *x = &b->it[i];
+				if (x->state != B_NEW)
+					continue;
+				struct stripe *s = eng_pending_stripe(e, x->sha);
+				pthread_mutex_lock(&s->lock);
+				struct node *nd = eng_pending_find(s, x->sha);
+				if (nd && nd->owner == b && nd->seq == PENDING) {
+					nd->seq = seq;
+					nd->owner = NULL;
+				}
+				pthread_mutex_unlock(&s->lock);
+			}
+			b->holds = false;   /* every B_NEW item so far is queued */
+			seq_moved(e);
+			atomic_max(&snap->max_seq, seq);
+			atomic_fetch_add(&snap->new_chunks, nnew);
+			atomic_fetch_add(&snap->new_bytes, raw);
+			atomic_fetch_add(&snap->stored_bytes, bytes);
+		}
+		/* Resolving may record chunks anew and put waits off (after
+		 * end): another round. The first B_WAIT item is resolved, as
+		 * nothing is held then, so every round gets further. */
+		for (size_t i = from; rc == 0 && i < end; i++)
+			if (b->it[i].state == B_WAIT)
+				rc = item_resolve(e, w, snap, &b->it[i]);
+		from = end;
+	}
+	if (rc < 0) {
+		batch_drop(e, b, from);
+		return rc;
+	}
+	b->n = b->len = 0;
+	return 0;
+}
+
+static int seg_process(struct engine *e, struct worker_ctx *w, struct seg *sg)
+{
+	if (!sg->data) {
+		/* A hole found with SEEK_HOLE: stored as a hole like a zero chunk,
+		 * so it counts in zero_bytes too. */
+		atomic_fetch_add(&sg->st->snap->zero_bytes, sg->len);
+		return seg_push_extent(sg, sg->len, NULL);
+	}
+	const struct dedup_params *dp = sg->st->dp;
+	size_t off = 0;
+	while (off < sg->len) {
+		size_t n = dedup_next(dp, sg->data + off, sg->len - off);
+		int rc = chunk_ingest(e, w, sg, sg->data + off, n, sg->off + off);
+		if (rc < 0) {
+			batch_drop(e, &w->b, 0);
+			return rc;
+		}
+		off += n;
+	}
+	return batch_flush(e, w, sg->st->snap);
+}
+
+void eng_worker_staging_put(struct engine *e, void *buf)
+{
+	pthread_mutex_lock(&e->stage_lock);
+	e->free_bufs[e->nfree++] = buf;
+	pthread_cond_signal(&e->stage_cond);
+	pthread_mutex_unlock(&e->stage_lock);
+}
+
+int eng_worker_staging_get(struct engine *e, void **out)
+{
+	pthread_mutex_lock(&e->stage_lock);
+	while (!e->nfree && e->nbufs >= e->maxbufs)
+		pthread_cond_wait(&e->stage_cond, &e->stage_lock);
+	if (e->nfree) {
+		*out = e->free_bufs[--e->nfree];
+		pthread_mutex_unlock(&e->stage_lock);
+		return 0;
+	}
+	e->nbufs++;
+	pthread_mutex_unlock(&e->stage_lock);
+	*out = malloc(e->o.segment_bytes);
+	if (!*out) {
+		pthread_mutex_lock(&e->stage_lock);
+		e->nbufs--;
+		pthread_mutex_unlock(&e->stage_lock);
+		return crest_errf(-ENOMEM, "allocating %zu bytes of staging", e->o.segment_bytes);
+	}
+	return 0;
+}
+
+static void seg_release(struct engine *e, struct seg *sg)
+{
+	if (sg->staging) {
+		eng_worker_staging_put(e, sg->staging);
+		sg->staging = NULL;
+	}
+	if (sg->rel) {
+		if (atomic_fetch_sub(&sg->rel->refs, 1) == 1) {
+			if (sg->rel->release)
+				sg->rel->release(sg->rel->arg);
+			free(sg->rel);
+		}
+		sg->rel = NULL;
+	}
+	sg->data = NULL;
+}
+
+void *eng_worker_main(void *arg)
+{
+	struct engine *e = arg;
+	struct worker_ctx w = { 0 };
+	int hrc = sha256_hasher_new(&w.h);
+	w.b.lz = LZ4_createStream();   /* NULL: LZ4_compress_default instead */
+	char hmsg[1024];
+	crest_errcpy(hmsg, sizeof(hmsg));
+	pthread_mutex_lock(&e->lock);
+	for (;;) {
+		while (!e->jq_head && !e->stop_workers)
+			pthread_cond_wait(&e->job_cond, &e->lock);
+		if (!e->jq_head)
+			break;
+		struct seg *sg = e->jq_head;
+		e->jq_head = sg->next;
+		if (!e->jq_head)
+			e->jq_tail = NULL;
+		struct engine_snap *snap = sg->st->snap;
+		bool skip = snap->err || snap->aborted;
+		pthread_mutex_unlock(&e->lock);
+
+		int rc = skip ? 0 : hrc < 0 ? hrc : seg_process(e, &w, sg);
+		char msg[1024];
+		if (rc < 0)
+			crest_errcpy(msg, sizeof(msg));
+		if (hrc < 0)
+			snprintf(msg, sizeof(msg), "%s", hmsg);
+		uint64_t len = sg->len;
+		seg_release(e, sg);
+		atomic_fetch_add(&snap->bytes_done, len);
+
+		pthread_mutex_lock(&e->lock);
+		if (rc < 0)
+			eng_snap_fail(snap, rc, msg);
+		snap->segs_done++;
+		if (snap->sealed && snap->segs_done == snap->segs_total)
+			pthread_cond_broadcast(&e->snap_cond);
+	}
+	pthread_mutex_unlock(&e->lock);
+	sha256_hasher_free(w.h);
+	free(w.b.arena);
+	free(w.b.it);
+	if (w.b.lz)
+		LZ4_freeStream(w.b.lz);
+	return NULL;
+}

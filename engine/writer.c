@@ -1,0 +1,315 @@
+/*
+ * writer.c - the writer thread: it writes the workers' jobs to packs in seq
+ * order (one cas_pack_write per batch of runs, through the store's
+ * io_uring), syncs on the committer's request, and keeps the index entries
+ * of what it wrote (pend) until a commit takes them.
+ *
+ * Owns: everything under e->wlock (the job queue and its byte budget, the
+ * seqs, werr, pend, the spare arenas). Promises: completed_seq >= n means
+ * every job up to n is written, synced_seq >= n that it is durable; after a
+ * failure, werr stays set, and nothing is written, until eng_writer_recover.
+ * Calls only the store (cas_pack_*), never the other parts.
+ */
+#include "engine/engine_int.h"
+#include "util/err.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define WRITE_BATCH 64          /* runs per cas_pack_write */
+
+/* An arena from the writer's leftovers, or a new one. */
+void eng_writer_arena_get(struct engine *e, struct batch *b)
+{
+	pthread_mutex_lock(&e->wlock);
+	if (e->narenas) {
+		e->narenas--;
+		b->arena = e->arenas[e->narenas];
+		b->cap = e->arena_caps[e->narenas];
+	}
+	pthread_mutex_unlock(&e->wlock);
+}
+
+/* Under wlock. Keeps as many arenas as fit the write queue's budget. */
+static void arena_put(struct engine *e, uint8_t *arena, size_t cap)
+{
+	if ((e->narenas + 1) * e->o.segment_bytes > e->o.write_queue_bytes) {
+		free(arena);
+		return;
+	}
+	if (e->narenas == e->caparenas) {
+		size_t n = e->caparenas ? 2 * e->caparenas : 16;
+		void **a = realloc(e->arenas, n * sizeof(*a));
+		if (a)
+			e->arenas = a;
+		size_t *c = realloc(e->arena_caps, n * sizeof(*c));
+		if (c)
+			e->arena_caps = c;
+		if (!a || !c) {
+			free(arena);
+			return;
+		}
+		e->caparenas = n;
+	}
+	e->arenas[e->narenas] = arena;
+	e->arena_caps[e->narenas++] = cap;
+}
+
+/* Queues the batch's B_NEW records from item `from` on as one job, handing
+ * its arena over, and sets *seq to the job's seq (0, which no job has, when
+ * it fails). Records are reserved back to back under wlock, so they form
+ * one run (more only across a pack roll). */
+int eng_writer_enqueue(struct engine *e, struct batch *b, size_t from, size_t bytes, uint64_t *seq)
+{
+	*seq = 0;   /* on every path: the failure paths return e->werr, a sign the compiler cannot see */
+	struct wjob *j = calloc(1, sizeof(*j));
+	struct cas_write *runs = malloc(2 * sizeof(*runs));
+	if (!j || !runs) {
+		free(j);
+		free(runs);
+		return crest_errf(-ENOMEM, "queueing chunks");
+	}
+	unsigned maxruns = 2;
+	pthread_mutex_lock(&e->wlock);
+	while (e->wq_bytes > e->o.write_queue_bytes && !e->werr)
+		pthread_cond_wait(&e->wcond, &e->wlock);
+	int rc = e->werr;
+	if (rc) {
+		crest_errset_str(e->werrmsg);
+		goto fail;
+	}
+	if (e->npend + b->n > e->cappend) {
+		size_t cap = e->cappend ? e->cappend : 4096;
+		while (cap < e->npend + b->n)
+			cap *= 2;
+		struct pend *np = realloc(e->pend, cap * sizeof(*np));
+		if (!np) {
+			rc = crest_errf(-ENOMEM, "queueing chunks");
+			goto fail;
+		}
+		e->pend = np;
+		e->cappend = cap;
+	}
+	j->seq = *seq = ++e->enq_seq;
+	for (size_t i = from; i < b->n; i++) {
+		const struct bitem *x = &b->it[i];
+		if (x->state != B_NEW)
+			continue;
+		struct pend *p = &e->pend[e->npend];
+		rc = cas_pack_reserve(e->store, x->stored, x->raw, x->codec, &p->ie.loc);
+		if (rc < 0)
+			goto fail;   /* the pend entries so far are harmless: never synced, never committed */
+		memcpy(p->ie.sha, x->sha, 32);
+		p->seq = j->seq;
+		e->npend++;
+		const size_t len = CAS_REC_HEADER + (size_t)x->stored;
+		struct cas_write *last = j->nruns ? &runs[j->nruns - 1] : NULL;
+		if (last && last->pack == p->ie.loc.pack && last->off + last->len == p->ie.loc.off) {
+			last->len += len;
+			continue;
+		}
+		if (j->nruns == maxruns) {
+			struct cas_write *nr = realloc(runs, 2 * maxruns * sizeof(*nr));
+			if (!nr) {
+				rc = crest_errf(-ENOMEM, "queueing chunks");
+				goto fail;
+			}
+			runs = nr;
+			maxruns *= 2;
+		}
+		runs[j->nruns++] = (struct cas_write){ .pack = p->ie.loc.pack, .off = p->ie.loc.off,
+						       .data = b->arena + x->at, .len = len };
+	}
+	j->arena = b->arena;
+	j->arena_cap = b->cap;
+	j->bytes = bytes;
+	j->runs = runs;
+	if (e->wq_tail)
+		e->wq_tail->next = j;
+	else
+		e->wq_head = j;
+	e->wq_tail = j;
+	e->wq_bytes += bytes;
+	pthread_cond_broadcast(&e->wcond);
+	pthread_mutex_unlock(&e->wlock);
+	b->arena = NULL;
+	b->cap = b->len = 0;
+	return 0;
+fail:
+	if (!e->werr) {
+		/* A reservation failed after others were made: stop everything
+		 * rather than leave a gap in the pack that nothing will fill. */
+		e->werr = rc;
+		crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
+	}
+	pthread_cond_broadcast(&e->wcond);
+	pthread_mutex_unlock(&e->wlock);
+	free(j);
+	free(runs);
+	return rc;
+}
+
+/* Writes a batch of runs. For tests, CREST_FAULT_WRITE=N (read once per
+ * engine) fails this engine's Nth batch without writing it, as a full or
+ * failing disk would: the places it reserved stay holes in the pack. */
+static int writer_write(struct engine *e, const struct cas_write *w, unsigned n)
+{
+	if (++e->writes == e->fault_write)
+		return crest_errx(-EIO, "writing chunks to the store: failure injected by CREST_FAULT_WRITE=%llu",
+				  (unsigned long long)e->fault_write);
+	return cas_pack_write(e->store, w, n);
+}
+
+void *eng_writer_main(void *arg)
+{
+	struct engine *e = arg;
+	struct wjob *batch[WRITE_BATCH];
+	struct cas_write *w = NULL;
+	unsigned capw = 0;
+	pthread_mutex_lock(&e->wlock);
+	for (;;) {
+		while (!e->wq_head && !(e->sync_target > e->synced_seq) && !e->wstop)
+			pthread_cond_wait(&e->wcond, &e->wlock);
+		unsigned n = 0, nw = 0;
+		size_t bytes = 0;
+		/* Up to WRITE_BATCH runs, or one job of more (tiny packs). */
+		while (e->wq_head && n < WRITE_BATCH && (n == 0 || nw + e->wq_head->nruns <= WRITE_BATCH)) {
+			struct wjob *j = e->wq_head;
+			if (nw + j->nruns > capw) {
+				unsigned cap = nw + j->nruns > WRITE_BATCH ? nw + j->nruns : WRITE_BATCH;
+				struct cas_write *nwp = realloc(w, cap * sizeof(*nwp));
+				if (!nwp) {
+					if (!e->werr) {
+						e->werr = crest_errf(-ENOMEM, "writing chunks");
+						crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
+					}
+					break;
+				}
+				w = nwp;
+				capw = cap;
+			}
+			e->wq_head = j->next;
+			batch[n++] = j;
+			for (unsigned r = 0; r < j->nruns; r++)
+				w[nw++] = j->runs[r];
+			bytes += j->bytes;
+		}
+		if (!e->wq_head)
+			e->wq_tail = NULL;
+		if (n) {
+			bool failed = e->werr != 0;
+			pthread_mutex_unlock(&e->wlock);
+			int rc = failed ? 0 : writer_write(e, w, nw);
+			pthread_mutex_lock(&e->wlock);
+			if (rc < 0 && !e->werr) {
+				e->werr = rc;
+				crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
+			}
+			e->completed_seq = batch[n - 1]->seq;
+			for (unsigned i = 0; i < n; i++) {
+				arena_put(e, batch[i]->arena, batch[i]->arena_cap);
+				free(batch[i]->runs);
+				free(batch[i]);
+			}
+			e->wq_bytes -= bytes;
+			pthread_cond_broadcast(&e->wcond);
+			continue;
+		}
+		if (e->sync_target > e->synced_seq) {
+			uint64_t upto = e->completed_seq;
+			bool failed = e->werr != 0;
+			pthread_mutex_unlock(&e->wlock);
+			int rc = failed ? 0 : cas_pack_sync(e->store);
+			pthread_mutex_lock(&e->wlock);
+			if (rc < 0 && !e->werr) {
+				e->werr = rc;
+				crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
+			}
+			e->synced_seq = upto;
+			pthread_cond_broadcast(&e->wcond);
+			continue;
+		}
+		if (e->wstop)
+			break;
+	}
+	pthread_mutex_unlock(&e->wlock);
+	free(w);
+	return NULL;
+}
+
+
+/* For the committer: asks for a sync up to need and waits for it, then
+ * sets *ie (the caller frees it) to a copy of the first *n pending index
+ * entries, every one durable. Fails with the writer's error, if it has one. */
+int eng_writer_durable(struct engine *e, uint64_t need, struct cas_index_entry **out, size_t *nout)
+{
+	pthread_mutex_lock(&e->wlock);
+	if (need > e->synced_seq) {
+		if (need > e->sync_target)
+			e->sync_target = need;
+		pthread_cond_broadcast(&e->wcond);
+		while (e->synced_seq < need && !e->werr)
+			pthread_cond_wait(&e->wcond, &e->wlock);
+	}
+	if (e->werr) {
+		int err = e->werr;
+		crest_errset_str(e->werrmsg);
+		pthread_mutex_unlock(&e->wlock);
+		return err;
+	}
+	/* pend is in seq order, so the durable entries are a prefix of it. */
+	size_t n = 0;
+	while (n < e->npend && e->pend[n].seq <= e->synced_seq)
+		n++;
+	struct cas_index_entry *ie = malloc((n ? n : 1) * sizeof(*ie));
+	if (ie)
+		for (size_t i = 0; i < n; i++)
+			ie[i] = e->pend[i].ie;
+	pthread_mutex_unlock(&e->wlock);
+	if (!ie)
+		return crest_errf(-ENOMEM, "committing a snapshot");
+	*out = ie;
+	*nout = n;
+	return 0;
+}
+
+/* The first n (> 0) pending entries are committed: the index has them. */
+void eng_writer_committed(struct engine *e, size_t n)
+{
+	pthread_mutex_lock(&e->wlock);
+	memmove(e->pend, e->pend + n, (e->npend - n) * sizeof(*e->pend));
+	e->npend -= n;
+	pthread_mutex_unlock(&e->wlock);
+}
+
+/* With no snapshot in flight (see engine_recover): once the writer is idle,
+ * forgets everything written and not committed (the pending entries; the
+ * store starts a fresh pack and cuts the old ones' unreferenced ends) and
+ * clears werr. True when it did, so the caller forgets the pending table
+ * too; false when there was no error, or the store could not do it yet
+ * (werr then holds the new reason). */
+bool eng_writer_recover(struct engine *e)
+{
+	pthread_mutex_lock(&e->wlock);
+	if (!e->werr) {
+		pthread_mutex_unlock(&e->wlock);
+		return false;
+	}
+	/* Jobs of failed snapshots may still be queued (not written after a
+	 * failure), or a write or sync begun before it still running. */
+	while (e->wq_head || e->completed_seq != e->enq_seq || e->synced_seq < e->sync_target)
+		pthread_cond_wait(&e->wcond, &e->wlock);
+	int rc = cas_pack_discard(e->store);
+	if (rc < 0) {
+		e->werr = rc;
+		crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
+		pthread_mutex_unlock(&e->wlock);
+		return false;
+	}
+	e->werr = 0;
+	e->werrmsg[0] = 0;
+	e->npend = 0;
+	pthread_mutex_unlock(&e->wlock);
+	return true;
+}
