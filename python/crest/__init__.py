@@ -75,7 +75,7 @@ def _find_lib():
         return env
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))
-    for cand in (os.path.join(here, "libcrest.so"), os.path.join(root, "build", "capture", "libcrest.so"),
+    for cand in (os.path.join(here, "libcrest.so"), os.path.join(root, "build", "lib", "libcrest.so"),
                  os.path.join(root, "build", "libcrest.so")):
         if os.path.exists(cand):
             return cand
