@@ -11,8 +11,8 @@
 void cas_file_header(uint8_t h[CAS_FILE_HEADER], const char *magic, uint32_t version, uint32_t num)
 {
 	memcpy(h, magic, 8);
-	cas_le32_put(h + 8, version);
-	cas_le32_put(h + 12, num);
+	cas_le32_put(h + CAS_FILE_HDR_VERSION, version);
+	cas_le32_put(h + CAS_FILE_HDR_NUM, num);
 }
 
 int cas_file_header_check(const uint8_t h[CAS_FILE_HEADER], const char *magic, uint32_t *version,
@@ -20,8 +20,8 @@ int cas_file_header_check(const uint8_t h[CAS_FILE_HEADER], const char *magic, u
 {
 	if (memcmp(h, magic, 8))
 		return -EBADMSG;
-	*version = cas_le32_get(h + 8);
-	*num = cas_le32_get(h + 12);
+	*version = cas_le32_get(h + CAS_FILE_HDR_VERSION);
+	*num = cas_le32_get(h + CAS_FILE_HDR_NUM);
 	return 0;
 }
 

@@ -19,6 +19,8 @@
 /* Packs (STORE/packs/NNNNNNNN.pack) and meta logs (STORE/meta/NNNNNNNN.log)
  * start with a 16-byte header: magic[8], u32 version, u32 file number. */
 #define CAS_FILE_HEADER 16
+#define CAS_FILE_HDR_VERSION 8   /* offsets of the version and file number */
+#define CAS_FILE_HDR_NUM 12
 #define CAS_PACK_MAGIC "CRESTPAK"
 #define CAS_PACK_VERSION 1
 #define CAS_META_MAGIC "CRESTMET"
@@ -33,6 +35,9 @@
 #define CAS_REC_HEADER 56
 #define CAS_REC_MAGIC "CRCK"
 #define CAS_META_REC_MAGIC "CRMR"
+#define CAS_REC_CODEC 4
+#define CAS_REC_RAW 8
+#define CAS_REC_STORED 12
 #define CAS_REC_CRC 16
 #define CAS_REC_SHA 24
 

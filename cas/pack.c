@@ -306,9 +306,9 @@ void cas_rec_build(uint8_t *rec, const uint8_t sha[32], uint8_t codec, uint32_t 
 {
 	memset(rec, 0, CAS_REC_HEADER);
 	memcpy(rec, CAS_REC_MAGIC, 4);
-	rec[4] = codec;
-	cas_le32_put(rec + 8, raw);
-	cas_le32_put(rec + 12, stored);
+	rec[CAS_REC_CODEC] = codec;
+	cas_le32_put(rec + CAS_REC_RAW, raw);
+	cas_le32_put(rec + CAS_REC_STORED, stored);
 	cas_le32_put(rec + CAS_REC_CRC, crc32c(rec + CAS_REC_HEADER, stored));
 	memcpy(rec + CAS_REC_SHA, sha, 32);
 }
@@ -594,7 +594,7 @@ int cas_chunk_read(struct cas_store *s, const uint8_t sha[32], const struct cas_
 			adv -= take;
 		}
 	}
-	const uint32_t hraw = cas_le32_get(h + 8), hstored = cas_le32_get(h + 12);
+	const uint32_t hraw = cas_le32_get(h + CAS_REC_RAW), hstored = cas_le32_get(h + CAS_REC_STORED);
 	const uint32_t hcrc = cas_le32_get(h + CAS_REC_CRC);
 	if (memcmp(h, CAS_REC_MAGIC, 4) || h[4] != loc->codec || hraw != loc->raw || hstored != loc->stored ||
 	    memcmp(h + CAS_REC_SHA, sha, 32)) {
@@ -663,7 +663,7 @@ int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off,
 		uint8_t h[CAS_REC_HEADER];
 		if (pread(fd, h, sizeof(h), (off_t)off) != (ssize_t)sizeof(h))
 			break;
-		const uint32_t raw = cas_le32_get(h + 8), stored = cas_le32_get(h + 12);
+		const uint32_t raw = cas_le32_get(h + CAS_REC_RAW), stored = cas_le32_get(h + CAS_REC_STORED);
 		if (memcmp(h, CAS_REC_MAGIC, 4) || h[4] > CAS_CODEC_LZ4 || raw > CAS_CHUNK_MAX ||
 		    stored > CAS_CHUNK_MAX || (h[4] == CAS_CODEC_RAW && raw != stored) ||
 		    off + CAS_REC_HEADER + stored > size)

@@ -152,6 +152,33 @@ void crest_free(void *p);
 /* The calling thread's message for the last failure, "" if none. */
 const char *crest_errmsg(void);
 
+/*
+ * ABI introspection: the layout of this header's structs and the values of
+ * its constants, as the library was built. For bindings that declare the
+ * structs themselves (python/crest with ctypes): they compare their copy
+ * with these answers when they load libcrest and refuse to run on any
+ * difference, rather than pass the library a struct it reads otherwise.
+ *
+ * type is a struct's tag without "struct " ("crest_result"); field a member
+ * name ("rounds"). Unknown names are answered by the values below, never by
+ * a failure of the process, and leave crest_errmsg() as it was: the caller
+ * knows which name it asked for. The functions keep no state and may be
+ * called from any thread, before crest_open.
+ */
+/* sizeof(struct type), or of its member when given "type.field"; 0 for an
+ * unknown name (no struct or member here has size 0). */
+size_t crest_abi_sizeof(const char *type);
+/* offsetof(struct type, field); SIZE_MAX for an unknown type or field
+ * (0 is the first member's offset). */
+size_t crest_abi_offsetof(const char *type, const char *field);
+/* The name of member i of struct type, in declaration order; NULL past the
+ * last member or for an unknown type. */
+const char *crest_abi_field(const char *type, size_t i);
+/* The value of a constant of this header: "CREST_MEM_HOST",
+ * "CREST_MEM_DEVICE", "CREST_OPEN_NO_GPU". 0 and *value set; -ENOENT for an
+ * unknown name (*value untouched). */
+int crest_abi_const(const char *name, long long *value);
+
 #ifdef __cplusplus
 }
 #endif

@@ -58,13 +58,24 @@ class _RestoreResult(ctypes.Structure):
     _fields_ = [("snapshot", ctypes.c_char * 65), ("bytes", ctypes.c_uint64), ("ns", ctypes.c_uint64)]
 
 
+# Every struct of crest.h this binding lays out, by its C name. _check_abi compares each with
+# the library's own layout (crest_abi_* of crest.h) when libcrest is loaded: a struct that
+# differs in any way refuses the library, never passes it bytes it reads otherwise.
+_STRUCTS = (("crest_options", _Options), ("crest_blob", _Blob), ("crest_checkpoint_opts", _CkptOpts),
+            ("crest_result", _Result), ("crest_restore_result", _RestoreResult))
+
+# crest.h's constants this binding passes; their values come from the library (_load).
+_CONSTS = ("CREST_MEM_HOST", "CREST_MEM_DEVICE", "CREST_OPEN_NO_GPU")
+_const = {}
+
+
 def _find_lib():
     env = os.environ.get("CREST_LIB")
     if env:
         return env
     here = os.path.dirname(os.path.abspath(__file__))
     root = os.path.dirname(os.path.dirname(here))
-    for cand in (os.path.join(here, "libcrest.so"), os.path.join(root, "build", "capture", "libcrest.so"),
+    for cand in (os.path.join(here, "libcrest.so"), os.path.join(root, "build", "lib", "libcrest.so"),
                  os.path.join(root, "build", "libcrest.so")):
         if os.path.exists(cand):
             return cand
@@ -91,6 +102,56 @@ def _preload_deps(folder):
         if len(nxt) == len(left):
             return
         left = nxt
+
+
+def _abi_signatures(lib):
+    for name, res, args in (("crest_abi_sizeof", ctypes.c_size_t, [ctypes.c_char_p]),
+                            ("crest_abi_offsetof", ctypes.c_size_t, [ctypes.c_char_p, ctypes.c_char_p]),
+                            ("crest_abi_field", ctypes.c_char_p, [ctypes.c_char_p, ctypes.c_size_t]),
+                            ("crest_abi_const", ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_longlong)])):
+        f = getattr(lib, name)
+        f.restype, f.argtypes = res, args
+
+
+def _check_abi(lib, where, structs=_STRUCTS, consts=_CONSTS):
+    """Raises ImportError, one line naming the struct, member and both values, unless every
+    struct of structs has the library's members in its order, size and offsets; returns
+    the constants' values from the library."""
+    def fail(what, here, there):
+        raise ImportError("libcrest ABI mismatch: %s: %s in python/crest, %s in %s: this binding "
+                          "does not match that library" % (what, here, there, where))
+    try:
+        _abi_signatures(lib)
+    except AttributeError as e:
+        raise ImportError("libcrest ABI unknown: %s has no crest_abi_* functions (%s): it is older "
+                          "than this binding" % (where, e))
+    for cname, cls in structs:
+        c = cname.encode()
+        theirs, n = [], lib.crest_abi_field(c, 0)
+        while n is not None:
+            theirs.append(n.decode())
+            n = lib.crest_abi_field(c, len(theirs))
+        mine = [f[0] for f in cls._fields_]
+        if mine != theirs:
+            fail("struct %s members" % cname, ",".join(mine) or "none", ",".join(theirs) or "none")
+        # Member by member first, so that the message names the first one that differs.
+        for name in mine:
+            f = getattr(cls, name)
+            off = lib.crest_abi_offsetof(c, name.encode())
+            size = lib.crest_abi_sizeof(("%s.%s" % (cname, name)).encode())
+            if f.offset != off:
+                fail("struct %s member %s offset" % (cname, name), f.offset, off)
+            if f.size != size:
+                fail("struct %s member %s size" % (cname, name), f.size, size)
+        if ctypes.sizeof(cls) != lib.crest_abi_sizeof(c):
+            fail("sizeof(struct %s)" % cname, ctypes.sizeof(cls), lib.crest_abi_sizeof(c))
+    out = {}
+    for name in consts:
+        v = ctypes.c_longlong()
+        if lib.crest_abi_const(name.encode(), ctypes.byref(v)) != 0:
+            raise ImportError("libcrest ABI mismatch: constant %s is unknown to %s" % (name, where))
+        out[name] = v.value
+    return out
 
 
 def _load():
@@ -122,6 +183,7 @@ def _load():
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
+    _const.update(_check_abi(lib, path, _STRUCTS, _CONSTS))
     _lib = lib
     return lib
 
@@ -157,7 +219,8 @@ class Checkpointer:
         o = _Options()
         lib.crest_options_init(ctypes.byref(o))
         o.staging_bytes, o.workers, o.copy_streams = staging_bytes, workers, copy_streams
-        o.restore_threads, o.device, o.flags = restore_threads, device, 1 if no_gpu else 0
+        o.restore_threads, o.device = restore_threads, device
+        o.flags = _const["CREST_OPEN_NO_GPU"] if no_gpu else 0
         h = ctypes.c_void_p()
         _check(lib.crest_open(store.encode() if store else None, ctypes.byref(o), ctypes.byref(h)),
                "opening store %s" % store)
@@ -191,7 +254,8 @@ class Checkpointer:
             if name in self._regions:
                 continue
             r = ctypes.c_uint64()
-            _check(_lib.crest_register(self._h, name.encode(), ctypes.c_void_p(ptr), nbytes, 1 if cuda else 0,
+            mem = _const["CREST_MEM_DEVICE" if cuda else "CREST_MEM_HOST"]
+            _check(_lib.crest_register(self._h, name.encode(), ctypes.c_void_p(ptr), nbytes, mem,
                                        ctypes.byref(r)), "registering tensor %s" % name)
             self._regions[name] = (ptr, nbytes, cuda, r.value)
 

@@ -8,6 +8,7 @@
  * any other result: none of them skips (nogpu hides the GPU driver itself).
  */
 #include "crest.h"
+#include "cas/cas.h"      /* the pack layout (cas/format.h) and CAS_CODEC_RAW: never copies */
 #include "tests/check.h"
 
 #include <dirent.h>
@@ -471,8 +472,7 @@ static void flip(const char *path, uint64_t off)
 /* A byte flipped in a pack: the restore of a host region stops with an
  * error naming snapshot, region, offset and the failed check (the region's
  * bytes are then unspecified: see restore/gpu.h). Records are walked as
- * cas/pack.c lays them out (16-byte pack header, 56-byte record headers:
- * stored length at 12, SHA-256 at 24). */
+ * cas/format.h lays them out. */
 static void t_corrupt(const char *dir)
 {
 	const size_t size = 16 * MiB;
@@ -494,23 +494,23 @@ static void t_corrupt(const char *dir)
 	CHECK(f, "cannot open %s", pack);
 	if (!f)
 		return;
-	uint64_t off = 16, at = UINT64_MAX;
-	uint8_t hdr[56], data[4096];
-	for (int k = 0; k < 1000 && fseeko(f, (off_t)off, SEEK_SET) == 0 && fread(hdr, 1, 56, f) == 56; k++) {
-		uint32_t stored;
-		memcpy(&stored, hdr + 12, 4);
+	uint64_t off = CAS_FILE_HEADER, at = UINT64_MAX;
+	uint8_t hdr[CAS_REC_HEADER], data[4096];
+	for (int k = 0; k < 1000 && fseeko(f, (off_t)off, SEEK_SET) == 0 && fread(hdr, 1, sizeof(hdr), f) == sizeof(hdr);
+	     k++) {
+		const uint32_t stored = cas_le32_get(hdr + CAS_REC_STORED);
 		if (k == 999 && stored == 4096 && fread(data, 1, 4096, f) == 4096)
 			for (uint64_t o = 0; o < size; o += 4096)
 				if (!memcmp(r + o, data, 4096))
 					at = o;
 		if (k < 999)
-			off += 56 + stored;
+			off += CAS_REC_HEADER + stored;
 	}
 	fclose(f);
 	CHECK(at != UINT64_MAX, "record 1000 of %s is not a raw chunk of the region", pack);
 	if (at == UINT64_MAX)
 		return;
-	const uint64_t bad = off + 56 + 1234;
+	const uint64_t bad = off + CAS_REC_HEADER + 1234;
 	flip(pack, bad);
 
 	memset(r, 0xa5, size);
@@ -565,18 +565,17 @@ static int traced_restore(crest_t *c, const char *dir, const char *snap, unsigne
 
 /* A record in pack of a raw 4 KiB chunk of r (size bytes), the first after
  * skipping `skip` such: *off its header's offset in the pack, *at where r
- * holds its chunk. Records are walked as in t_corrupt; the codec is at 4
- * (0: raw). */
+ * holds its chunk. Records are walked as in t_corrupt. */
 static bool raw_record(const char *pack, const uint8_t *r, size_t size, int skip, uint64_t *off, uint64_t *at)
 {
 	FILE *f = fopen(pack, "rb");
 	CHECK(f, "cannot open %s", pack);
-	uint8_t hdr[56], data[4096];
+	uint8_t hdr[CAS_REC_HEADER], data[4096];
 	bool found = false;
-	for (uint64_t o = 16; !found && f && fseeko(f, (off_t)o, SEEK_SET) == 0 && fread(hdr, 1, 56, f) == 56;) {
-		uint32_t stored;
-		memcpy(&stored, hdr + 12, 4);
-		if (hdr[4] == 0 && stored == 4096 && fread(data, 1, 4096, f) == 4096) {
+	for (uint64_t o = CAS_FILE_HEADER;
+	     !found && f && fseeko(f, (off_t)o, SEEK_SET) == 0 && fread(hdr, 1, sizeof(hdr), f) == sizeof(hdr);) {
+		const uint32_t stored = cas_le32_get(hdr + CAS_REC_STORED);
+		if (hdr[CAS_REC_CODEC] == CAS_CODEC_RAW && stored == 4096 && fread(data, 1, 4096, f) == 4096) {
 			uint64_t key, k;   /* a cheap first test: ASan makes memcmp a call */
 			memcpy(&key, data, 8);
 			for (uint64_t p = 0; p < size && !found; p += 4096) {
@@ -588,7 +587,7 @@ static bool raw_record(const char *pack, const uint8_t *r, size_t size, int skip
 				}
 			}
 		}
-		o += 56 + stored;
+		o += CAS_REC_HEADER + stored;
 	}
 	if (f)
 		fclose(f);
@@ -650,7 +649,8 @@ static void t_direct(const char *dir)
 	CHECK(raw_record(pack, wref, size, 700, &off, &at), "%s holds no 700th raw chunk of weights", pack);
 	char want[64];
 	snprintf(want, sizeof(want), "offset %llu", (unsigned long long)at);
-	const uint64_t bad[] = { off + 56 + 1234, off + 24 + 5 };   /* data (CRC32C), header SHA-256 */
+	/* data (CRC32C), header SHA-256 */
+	const uint64_t bad[] = { off + CAS_REC_HEADER + 1234, off + CAS_REC_SHA + 5 };
 	const char *check[] = { "CRC32C", "does not match the index" };
 	for (int k = 0; k < 2; k++) {
 		flip(pack, bad[k]);

@@ -103,9 +103,11 @@ echo "   pack bytes: $before before the killed puts, $after after the next put (
 note "a pack of a newer version"
 pack=$(ls "$S"/packs/*.pack | tail -n1)
 cp "$pack" "$T/pack.keep"
-printf '\x09' | dd of="$pack" bs=1 seek=8 conv=notrunc status=none   # version 9
+# The header's layout and this crest's pack version are cas/format.h's, through store_tool.
+printf '\x09' | dd of="$pack" bs=1 seek="$("$STORE_TOOL" format CAS_FILE_HDR_VERSION)" conv=notrunc status=none
 "$CASCTL" verify >"$T/v9.out" 2>&1 && fail "verify passed with a version 9 pack"
-grep -q "has version 9; this crest reads up to 1" "$T/v9.out" || fail "verify with a version 9 pack: $(cat "$T/v9.out")"
+grep -q "has version 9; this crest reads up to $("$STORE_TOOL" format CAS_PACK_VERSION)" "$T/v9.out" ||
+	fail "verify with a version 9 pack: $(cat "$T/v9.out")"
 cp "$T/pack.keep" "$pack"
 verify_store "the pack put back"
 

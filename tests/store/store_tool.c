@@ -12,6 +12,11 @@
  *   store_tool flip PATH OFFSET               invert one byte
  *   store_tool records PACK                   one line per chunk record:
  *                                             "offset codec stored sha"
+ *   store_tool format NAME                    the value of a constant of
+ *                                             cas/format.h (CAS_REC_HEADER,
+ *                                             CAS_FORMAT_VERSION, ...): the
+ *                                             scripts take the layout from
+ *                                             there, never from a copy
  *   store_tool damage-manifest STORE IDPREFIX invert one byte in the middle
  *                                             of that snapshot's manifest
  *   store_tool damage-piece STORE flip|drop   the same to the first piece of
@@ -23,6 +28,8 @@
  * the same seed gives the same bytes, so a failure can be reproduced.
  * Sizes take K/M/G suffixes (powers of 1024).
  */
+#include "cas/format.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <rocksdb/c.h>
@@ -264,27 +271,50 @@ static int flip(const char *path, uint64_t off)
 	return close(fd) < 0 ? die(path) : 0;
 }
 
-/* Walks a pack's records the way cas/pack.c lays them out: a 16-byte pack
- * header, then per record a 56-byte header ("CRCK", codec, 3 pad, u32 raw,
- * u32 stored, u32 crc32c, 4 pad, sha[32]) and the stored bytes. */
+/* Walks a pack's records as cas/format.h lays them out: the file header,
+ * then per record a header and the stored bytes. */
 static int records(const char *path)
 {
 	FILE *f = fopen(path, "rb");
 	if (!f)
 		return die(path);
-	uint64_t off = 16;
-	uint8_t h[56];
-	while (fseeko(f, (off_t)off, SEEK_SET) == 0 && fread(h, 1, 56, f) == 56 && !memcmp(h, "CRCK", 4)) {
-		uint32_t stored;
-		memcpy(&stored, h + 12, 4);
-		printf("%llu %u %u ", (unsigned long long)off, h[4], stored);
+	uint64_t off = CAS_FILE_HEADER;
+	uint8_t h[CAS_REC_HEADER];
+	while (fseeko(f, (off_t)off, SEEK_SET) == 0 && fread(h, 1, sizeof(h), f) == sizeof(h) &&
+	       !memcmp(h, CAS_REC_MAGIC, 4)) {
+		const uint32_t stored = cas_le32_get(h + CAS_REC_STORED);
+		printf("%llu %u %u ", (unsigned long long)off, h[CAS_REC_CODEC], stored);
 		for (int i = 0; i < 32; i++)
-			printf("%02x", h[24 + i]);
+			printf("%02x", h[CAS_REC_SHA + i]);
 		printf("\n");
-		off += 56 + stored;
+		off += CAS_REC_HEADER + stored;
 	}
 	fclose(f);
 	return 0;
+}
+
+/* The constants the scripts need to find their way in a pack or a store. */
+static int format_const(const char *name)
+{
+	static const struct {
+		const char *name;
+		unsigned long value;
+	} c[] = {
+		{ "CAS_FORMAT_VERSION", CAS_FORMAT_VERSION }, { "CAS_FORMAT_OLDEST", CAS_FORMAT_OLDEST },
+		{ "CAS_FILE_HEADER", CAS_FILE_HEADER },       { "CAS_FILE_HDR_VERSION", CAS_FILE_HDR_VERSION },
+		{ "CAS_PACK_VERSION", CAS_PACK_VERSION },     { "CAS_REC_HEADER", CAS_REC_HEADER },
+		{ "CAS_REC_CODEC", CAS_REC_CODEC },           { "CAS_REC_RAW", CAS_REC_RAW },
+		{ "CAS_REC_STORED", CAS_REC_STORED },         { "CAS_REC_CRC", CAS_REC_CRC },
+		{ "CAS_REC_SHA", CAS_REC_SHA },
+	};
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		if (!strcmp(c[i].name, name)) {
+			printf("%lu\n", c[i].value);
+			return 0;
+		}
+	}
+	fprintf(stderr, "store_tool: format: %s is not a constant store_tool knows\n", name);
+	return 2;
 }
 
 /* Index keys are 'm' + id[32]; the value's SHA-256 is the id, so any changed
@@ -360,6 +390,8 @@ int main(int argc, char **argv)
 		return flip(argv[2], a);
 	if (!strcmp(cmd, "records") && argc == 3)
 		return records(argv[2]);
+	if (!strcmp(cmd, "format") && argc == 3)
+		return format_const(argv[2]);
 	if (!strcmp(cmd, "damage-manifest") && argc == 4)
 		return damage_index(argv[2], 'm', argv[3], 0);
 	if (!strcmp(cmd, "damage-piece") && argc == 4 && (!strcmp(argv[3], "flip") || !strcmp(argv[3], "drop")))
@@ -367,6 +399,6 @@ int main(int argc, char **argv)
 	fprintf(stderr, "usage: store_tool random|memory PATH SIZE SEED | scatter PATH FRACTION SEED |\n"
 			"       insert SRC DST COUNT SEED |\n"
 			"       flip PATH OFFSET | records PACK | damage-manifest STORE IDPREFIX |\n"
-			"       damage-piece STORE flip|drop\n");
+			"       damage-piece STORE flip|drop | format NAME\n");
 	return 2;
 }

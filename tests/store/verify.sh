@@ -33,7 +33,8 @@ pack=$(ls "$S"/packs/*.pack | sort -V | head -1)   # A's put wrote the first pac
 rec=$(awk '$2 == 1' "$T/records" | sed -n 2p)
 [ -n "$rec" ] || fail "no LZ4 record (shared.bin) in $pack"
 read -r off _ stored sha <<<"$rec"
-"$STORE_TOOL" flip "$pack" $((off + 56 + stored / 2))
+hdr=$("$STORE_TOOL" format CAS_REC_HEADER)   # cas/format.h's, never a copy
+"$STORE_TOOL" flip "$pack" $((off + hdr + stored / 2))
 "$STORE_TOOL" damage-manifest "$S" "${ID[d]}"
 piece=$("$STORE_TOOL" damage-piece "$S" flip)
 echo "   chunk ${sha:0:16}, manifest of ${ID[d]:0:12}, piece ${piece:0:12}"
@@ -84,7 +85,7 @@ PY
 
 note "one whole snapshot alone verifies; the damage undone, all do"
 casctl verify c || fail "casctl verify c"
-"$STORE_TOOL" flip "$pack" $((off + 56 + stored / 2))
+"$STORE_TOOL" flip "$pack" $((off + hdr + stored / 2))
 "$STORE_TOOL" damage-manifest "$S" "${ID[d]}"
 "$STORE_TOOL" damage-piece "$S" flip >/dev/null
 verify_store "after undoing the damage"

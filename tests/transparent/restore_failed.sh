@@ -58,7 +58,7 @@ for pack in "$S"/packs/*.pack; do
 done
 [ -n "$rec" ] || fail "the log's chunk $sha is in no pack"
 read -r off _ stored _ <<<"$rec"
-flip=$((off + 56 + stored / 2))
+flip=$((off + $("$STORE_TOOL" format CAS_REC_HEADER) + stored / 2))   # cas/format.h's layout
 "$STORE_TOOL" flip "$pack" "$flip"
 expect_error "${sha:0:16}" "$CREST" --store "$S" restore j
 untouched "damaged log chunk"
