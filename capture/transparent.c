@@ -9,6 +9,7 @@
  * reads the listed files and writes into the capture's tmpfs directory.
  */
 #include "capture/transparent.h"
+#include "cas/history.h"
 #include "gpu/gpuckpt.h"
 #include "gpu/gpumap.h"
 #include "util/err.h"
@@ -387,7 +388,7 @@ static int label_pids(struct cas_manifest *m, const char *k, const pid_t *p, siz
 
 /* Queues the capture as a snapshot of kind "process" and seals it. The
  * images stay on tmpfs until tp_capture_free. */
-static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const char *tag,
+static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const char *tag, const char *branch,
 			     const uint8_t *parent_id, struct cas_manifest *parent, struct engine_snap **out)
 {
 	struct engine_snap *s;
@@ -403,6 +404,8 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 	if (tag)
 		rc = engine_snapshot_set_tag(s, tag);
 	struct cas_manifest *m = engine_snapshot_manifest(s);
+	if (rc == 0 && cas_manifest_set_branch(m, branch ? branch : CAS_BRANCH_DEFAULT) < 0)
+		rc = crest_errf(-ENOMEM, "labelling the snapshot");
 	char host[256] = "";
 	gethostname(host, sizeof(host) - 1);
 	if (rc == 0)
@@ -594,7 +597,7 @@ int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opt
 		pm = NULL;
 	crest_errset_str("");
 	struct engine_snap *s;
-	rc = tp_capture_ingest(e, &cap, tag, pm ? parent : NULL, pm, &s);
+	rc = tp_capture_ingest(e, &cap, tag, o->branch, pm ? parent : NULL, pm, &s);
 	if (rc == 0) {
 		if (h->ingesting)
 			h->ingesting(h->arg, s);

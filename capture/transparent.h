@@ -37,6 +37,7 @@ struct tp_opts {
 	unsigned lock_timeout_ms;  /* for cuCheckpointProcessLock; 0: 10 s */
 	const char *tmpdir;        /* for images; NULL: /dev/shm */
 	const struct criu *criu;
+	const char *branch;        /* the snapshot's branch; NULL: CAS_BRANCH_DEFAULT */
 };
 
 struct tp_capture {

@@ -2,6 +2,7 @@
  * cmd_files.c - crest put, get, ls, show, tag: files and trees in and out of
  * the store, and the listings.
  */
+#include "cas/history.h"
 #include "cli/commands.h"
 #include "restore/restore.h"
 #include "util/err.h"
@@ -271,12 +272,12 @@ static const char *put_name(char *path)
 
 static void usage_put(void)
 {
-	fprintf(stderr, "usage: crest put [--tag T] [--chunker fixed|cdc] [--chunk-size N] PATH...\n");
+	fprintf(stderr, "usage: crest put [--tag T] [--branch B] [--chunker fixed|cdc] [--chunk-size N] PATH...\n");
 }
 
 int cmd_put(struct cli *c, int argc, char **argv)
 {
-	const char *tag = NULL;
+	const char *tag = NULL, *branch = CAS_BRANCH_DEFAULT;
 	struct engine_opts o;
 	engine_opts_default(&o);
 	o.workers = c->workers;
@@ -290,6 +291,8 @@ int cmd_put(struct cli *c, int argc, char **argv)
 		}
 		if (!strcmp(argv[i], "--tag"))
 			tag = argv[++i];
+		else if (!strcmp(argv[i], "--branch"))
+			branch = argv[++i];
 		else if (!strcmp(argv[i], "--chunker"))
 			chunker = argv[++i];
 		else if (!strcmp(argv[i], "--chunk-size")) {
@@ -315,6 +318,8 @@ int cmd_put(struct cli *c, int argc, char **argv)
 		return 2;
 	}
 	if (tag && cas_tag_check(tag) < 0)
+		return cli_fail(c, -EINVAL);
+	if (cas_branch_check(branch) < 0)
 		return cli_fail(c, -EINVAL);
 	if (chunker || chunk_size) {
 		enum dedup_kind k = o.file_chunking.kind;
@@ -358,13 +363,16 @@ int cmd_put(struct cli *c, int argc, char **argv)
 	}
 	struct engine_snap *s;
 	rc = engine_snapshot_begin(e, "files", &s);
-	if (rc == 0 && tag) {
+	if (rc == 0 && tag)
 		rc = engine_snapshot_set_tag(s, tag);
+	if (rc == 0 && cas_manifest_set_branch(engine_snapshot_manifest(s), branch) < 0)
+		rc = crest_errf(-ENOMEM, "put");
+	if (rc == 0) {
+		/* The branch's head is the new snapshot's parent: putting on one
+		 * branch again and again builds its history (cas/history.h). */
 		uint8_t pid[32];
 		struct cas_manifest *pm;
-		/* A tag that exists already names this snapshot's parent: putting
-		 * under one tag again and again builds its history. */
-		if (rc == 0 && cas_snapshot_resolve(store, tag, pid) == 0 && cas_manifest_load(store, pid, &pm) == 0)
+		if (cas_branch_head(store, branch, pid) == 0 && cas_manifest_load(store, pid, &pm) == 0)
 			engine_snapshot_set_parent(s, pid, pm);
 		crest_errset_str("");
 	}
@@ -598,8 +606,10 @@ int cmd_show(struct cli *c, int argc, char **argv)
 			cli_print_id(ph, m->parent);
 			printf("parent   %s\n", ph);
 		}
+		printf("branch   %s\n", cas_manifest_branch(m));
 		for (size_t l = 0; l < m->nlabels; l++)
-			printf("label    %s=%s\n", m->labels[l].key, m->labels[l].value);
+			if (strcmp(m->labels[l].key, CAS_BRANCH_LABEL))
+				printf("label    %s=%s\n", m->labels[l].key, m->labels[l].value);
 		printf("%-8s %12s %8s  %s\n", "TYPE", "SIZE", "CHUNKS", "NAME");
 	}
 	for (size_t i = 0; i < m->nstreams; i++) {

@@ -2,6 +2,7 @@
  * cmd_process.c - crest checkpoint and crest restore: unmodified processes
  * (CPU and CUDA) in and out of the store.
  */
+#include "cas/history.h"
 #include "cli/commands.h"
 #include "restore/process.h"
 #include "util/err.h"
@@ -97,7 +98,7 @@ static void on_stop(int sig)
 
 static void usage_checkpoint(void)
 {
-	fprintf(stderr, "usage: crest checkpoint --pid PID [--tag T] [--every DURATION [--count N]] [--kill]\n"
+	fprintf(stderr, "usage: crest checkpoint --pid PID [--tag T] [--branch B] [--every DURATION [--count N]] [--kill]\n"
 			"                        [--file-limit SIZE] [--tmpdir DIR] [--lock-timeout MS]\n");
 }
 
@@ -127,6 +128,8 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			o.pid = (pid_t)p;
 		} else if (!strcmp(a, "--tag")) {
 			tag = v;
+		} else if (!strcmp(a, "--branch")) {
+			o.branch = v;
 		} else if (!strcmp(a, "--every")) {
 			if (cli_parse_duration(v, &every_ns) < 0) {
 				fprintf(stderr, "crest: --every %s: not a duration from 1ms to 366 days (30s, 5m, 1h)\n", v);
@@ -163,6 +166,10 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	}
 	if (tag && cas_tag_check(tag) < 0)
 		return cli_fail(c, -EINVAL);
+	if (!o.branch)
+		o.branch = CAS_BRANCH_DEFAULT;
+	if (cas_branch_check(o.branch) < 0)
+		return cli_fail(c, -EINVAL);
 	if (o.kill && every_ns) {
 		fprintf(stderr, "crest: --kill ends the job: it does not go with --every\n");
 		return 2;
@@ -184,8 +191,10 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	rc = cli_writer_open(c, NULL, &store, &e);
 	if (rc < 0)
 		return cli_fail(c, rc);
+	/* The first checkpoint continues its branch; each later one follows
+	 * the one before it (which is then the branch's head). */
 	uint8_t parent[32];
-	bool has_parent = tag && cas_snapshot_resolve(store, tag, parent) == 0;
+	bool has_parent = cas_branch_head(store, o.branch, parent) == 0;
 	crest_errset_str("");
 
 	struct sigaction sa = { .sa_handler = on_stop };

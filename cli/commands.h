@@ -15,6 +15,8 @@ int cmd_tag(struct cli *c, int argc, char **argv);
 int cmd_checkpoint(struct cli *c, int argc, char **argv);
 int cmd_restore(struct cli *c, int argc, char **argv);
 int cmd_demo(struct cli *c, int argc, char **argv);
+int cmd_log(struct cli *c, int argc, char **argv);
+int cmd_branch(struct cli *c, int argc, char **argv);
 
 int cmd_stats(struct cli *c, int argc, char **argv);
 int cmd_verify(struct cli *c, int argc, char **argv);

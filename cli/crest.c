@@ -10,13 +10,15 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: crest [--store DIR] [--json] [--quiet] [--workers N] COMMAND ...\n"
-		"  put [--tag T] [--chunker fixed|cdc] [--chunk-size N] PATH...   snapshot files and trees\n"
+		"  put [--tag T] [--branch B] [--chunker fixed|cdc] [--chunk-size N] PATH...   snapshot files and trees\n"
 		"  get SNAPSHOT DEST                 restore a snapshot's files under DEST\n"
 		"  ls                                list snapshots\n"
 		"  show SNAPSHOT                     a snapshot's metadata and streams\n"
 		"  tag SNAPSHOT TAG                  name a snapshot\n"
-		"  checkpoint --pid PID [--tag T] [--every DURATION] [--kill]   snapshot a running process\n"
+		"  checkpoint --pid PID [--tag T] [--branch B] [--every DURATION] [--kill]   snapshot a running process\n"
 		"  restore SNAPSHOT [--keep-files] [--gpu N|--gpu-map OLD=NEW]  bring a process back\n"
+		"  log [--graph] [BRANCH]            the history: every snapshot, or a branch's head and ancestors\n"
+		"  branch [NAME [SNAPSHOT]]          list branches, or start NAME at SNAPSHOT\n"
 		"  demo                              checkpoint, kill and restore a sample job\n"
 		"SNAPSHOT is a full id, a unique id prefix (4+ hex digits) or a tag.\n"
 		"The store is --store DIR, else $CREST_STORE, else ./crest-store.\n");
@@ -43,6 +45,7 @@ int main(int argc, char **argv)
 		{ "put", cmd_put }, { "get", cmd_get }, { "ls", cmd_ls },
 		{ "show", cmd_show }, { "tag", cmd_tag },
 		{ "checkpoint", cmd_checkpoint }, { "restore", cmd_restore }, { "demo", cmd_demo },
+		{ "log", cmd_log }, { "branch", cmd_branch },
 	};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (!strcmp(argv[1], cmds[i].name))

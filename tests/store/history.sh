@@ -1,0 +1,108 @@
+# Branches and parents (issue 12): a random sequence of puts on a few
+# branches, branches started at random snapshots, and puts that follow,
+# checked after every step against a model of what each branch's head is
+# and what each new snapshot's parent and branch must be; then `crest log`
+# (whole, per branch, --graph) and `crest branch` against the same model,
+# in --json. The seed is printed; CREST_TEST_SEED replays a run.
+source "$(dirname "$0")/lib.sh"
+SEED=${CREST_TEST_SEED:-$(( $(date +%s%N) % 1000000 ))}
+echo "seed $SEED"
+mkdir -p "$T/tree"
+CREST_BIN=$CREST DATA=$T/tree SEED=$SEED python3 - <<'PY'
+import json, os, random, subprocess, sys
+
+crest, data, seed = os.environ["CREST_BIN"], os.environ["DATA"], int(os.environ["SEED"])
+rng = random.Random(seed)
+
+def run(*args, ok=True):
+    p = subprocess.run([crest, *args], capture_output=True, text=True)
+    if ok and p.returncode != 0:
+        sys.exit(f"FAIL: crest {' '.join(args)}: rc {p.returncode}: {p.stderr.strip()}")
+    return p
+
+def js(*args):
+    return json.loads(run("--json", *args).stdout)
+
+heads = {}       # branch -> head id (the model)
+parent = {}      # id -> parent id or None
+branch_of = {}   # id -> branch
+order = []       # ids, oldest first
+
+def check_new(out, br, want_parent):
+    sid = out["snapshot"]
+    show = js("show", sid)
+    if show.get("parent") != want_parent:
+        sys.exit(f"FAIL: snapshot {sid[:12]} on {br}: parent {show.get('parent')}, model {want_parent}")
+    if show["labels"].get("crest.branch") != br:
+        sys.exit(f"FAIL: snapshot {sid[:12]}: branch label {show['labels'].get('crest.branch')}, model {br}")
+    parent[sid] = want_parent
+    branch_of[sid] = br
+    heads[br] = sid
+    order.append(sid)
+
+names = ["main", "exp", "lr-0.1", "a/b"]
+for step in range(40):
+    op = rng.random()
+    if op < 0.7 or not order:
+        br = rng.choice(names[:2] if not order else names)
+        with open(os.path.join(data, "f"), "a") as f:
+            f.write(f"{step} {rng.random()}\n")
+        out = js("put", "--branch", br, data)
+        check_new(out, br, heads.get(br))
+    else:
+        br = rng.choice(names)
+        frm = rng.choice(order)
+        p = run("--json", "branch", br, frm, ok=False)
+        if br in heads:
+            if p.returncode == 0 or "exists already" not in p.stderr:
+                sys.exit(f"FAIL: branch {br} again: rc {p.returncode}: {p.stderr}")
+            continue
+        if p.returncode != 0:
+            sys.exit(f"FAIL: crest branch {br} {frm[:12]}: {p.stderr}")
+        out = json.loads(p.stdout)
+        if out["from"] != frm:
+            sys.exit(f"FAIL: branch {br} from {out['from']}, asked {frm}")
+        check_new(out, br, frm)
+    # Branch heads and counts after every step.
+    got = {b["branch"]: (b["head"], b["snapshots"]) for b in js("branch")}
+    want = {b: (h, sum(1 for s in order if branch_of[s] == b)) for b, h in heads.items()}
+    if got != want:
+        sys.exit(f"FAIL: step {step}: branches {got}, model {want}")
+
+# log of each branch: its head, then parent after parent to the root.
+for br, h in heads.items():
+    chain = []
+    s = h
+    while s:
+        chain.append(s)
+        s = parent[s]
+    got = [e["snapshot"] for e in js("log", br)]
+    if got != sorted(chain, key=order.index, reverse=True):
+        sys.exit(f"FAIL: log {br}: {len(got)} snapshots, model {len(chain)}")
+    for e in js("log", br):
+        if e["parent"] != parent[e["snapshot"]] or e["branch"] != branch_of[e["snapshot"]]:
+            sys.exit(f"FAIL: log {br}: {e['snapshot'][:12]} parent/branch differ from the model")
+# The whole log, newest first, with every head marked, and a graph column
+# whose '*' lanes are as many as there are lines of history.
+full = js("log", "--graph")
+if [e["snapshot"] for e in full] != order[::-1]:
+    sys.exit("FAIL: log: not every snapshot, newest first")
+for e in full:
+    want = sorted(b for b, h in heads.items() if h == e["snapshot"])
+    if sorted(e["heads"]) != want:
+        sys.exit(f"FAIL: log: {e['snapshot'][:12]} heads {e['heads']}, model {want}")
+    if e["graph"].count("*") != 1:
+        sys.exit(f"FAIL: log --graph: line {e['graph']!r} has not one '*'")
+print(f"ok: {len(order)} snapshots on {len(heads)} branches; heads, parents and logs match the model")
+PY
+# Bad input: one line, non-zero, and the store unharmed.
+rc=0; "$CREST" branch 'no spaces' 2>"$T/err" || rc=$?
+[ "$rc" -eq 1 ] && [ "$(wc -l <"$T/err")" -eq 1 ] || fail "bad branch name: rc $rc, $(cat "$T/err")"
+rc=0; "$CREST" log no-such-branch 2>"$T/err" || rc=$?
+[ "$rc" -eq 1 ] && grep -q "no snapshot on branch no-such-branch" "$T/err" || fail "log of a missing branch: rc $rc"
+rc=0; "$CREST" branch x deadbeefdeadbeef 2>"$T/err" || rc=$?
+[ "$rc" -eq 1 ] || fail "branch from a missing snapshot: rc $rc"
+rc=0; "$CREST" put --branch '' "$T/tree" 2>"$T/err" || rc=$?
+[ "$rc" -eq 1 ] || fail "put on an empty branch name: rc $rc"
+"$CASCTL" verify >/dev/null
+echo PASS
