@@ -3,6 +3,8 @@
  * (CPU and CUDA) in and out of the store.
  */
 #include "cas/history.h"
+#include "cas/jobs.h"
+#include "os/proc.h"
 #include "cli/commands.h"
 #include "restore/process.h"
 #include "util/err.h"
@@ -88,6 +90,20 @@ static void print_ckpt(const struct cli *c, pid_t pid, const struct tp_result *s
 	fflush(stdout);
 }
 
+/* Records that the job at pid last came from snapshot id on branch. Only
+ * a warning if it cannot: the job runs either way, and its next
+ * checkpoint then continues its branch's head instead. */
+static void job_note(const struct cli *c, struct cas_store *store, pid_t pid, const uint8_t id[32],
+		     const char *branch)
+{
+	char key[CAS_JOB_KEY_MAX + 1];
+	if (proc_job_key(pid, key, sizeof(key)) < 0)
+		return;
+	if (cas_job_note(store, key, id, branch) < 0 && !c->quiet)
+		fprintf(stderr, "%s: warning: %s (pid %d's next checkpoint will follow its branch's head)\n",
+			c->prog, crest_errmsg(), (int)pid);
+}
+
 static volatile sig_atomic_t stop_requested;
 
 static void on_stop(int sig)
@@ -166,9 +182,7 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	}
 	if (tag && cas_tag_check(tag) < 0)
 		return cli_fail(c, -EINVAL);
-	if (!o.branch)
-		o.branch = CAS_BRANCH_DEFAULT;
-	if (cas_branch_check(o.branch) < 0)
+	if (o.branch && cas_branch_check(o.branch) < 0)
 		return cli_fail(c, -EINVAL);
 	if (o.kill && every_ns) {
 		fprintf(stderr, "crest: --kill ends the job: it does not go with --every\n");
@@ -191,10 +205,18 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	rc = cli_writer_open(c, NULL, &store, &e);
 	if (rc < 0)
 		return cli_fail(c, rc);
-	/* The first checkpoint continues its branch; each later one follows
-	 * the one before it (which is then the branch's head). */
+	/* A job crest restored or checkpointed before continues from that
+	 * snapshot, on its branch unless --branch names another; any other
+	 * job continues the head of its branch (main by default). Each later
+	 * checkpoint of this loop follows the one before it. */
 	uint8_t parent[32];
-	bool has_parent = cas_branch_head(store, o.branch, parent) == 0;
+	char job_branch[256], key[CAS_JOB_KEY_MAX + 1];
+	const bool has_key = proc_job_key(o.pid, key, sizeof(key)) == 0;
+	bool has_parent = has_key && cas_job_find(store, key, parent, job_branch, sizeof(job_branch)) == 0;
+	if (!o.branch)
+		o.branch = has_parent ? job_branch : CAS_BRANCH_DEFAULT;
+	if (!has_parent)
+		has_parent = cas_branch_head(store, o.branch, parent) == 0;
 	crest_errset_str("");
 
 	struct sigaction sa = { .sa_handler = on_stop };
@@ -210,6 +232,8 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			print_ckpt(c, o.pid, &st, tag);
 			memcpy(parent, st.id, 32);
 			has_parent = true;
+			if (!o.kill)
+				job_note(c, store, o.pid, st.id, o.branch);
 		} else {
 			failures++;
 			/* With --every the job keeps running whatever the store
@@ -285,7 +309,7 @@ static int parse_gpu_map(const char *s, struct gpuckpt_map **out, size_t *n)
 int cmd_restore(struct cli *c, int argc, char **argv)
 {
 	struct rp_opts o = { .notes = stdout };
-	const char *name = NULL, *gpu_map = NULL;
+	const char *name = NULL, *gpu_map = NULL, *branch = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--keep-files"))
 			o.keep_files = true;
@@ -295,16 +319,18 @@ int cmd_restore(struct cli *c, int argc, char **argv)
 			o.gpu = argv[++i];
 		else if (!strcmp(argv[i], "--tmpdir") && i + 1 < argc)
 			o.tmpdir = argv[++i];
+		else if (!strcmp(argv[i], "--branch") && i + 1 < argc)
+			branch = argv[++i];
 		else if (argv[i][0] != '-' && !name)
 			name = argv[i];
 		else {
 			fprintf(stderr, "usage: crest restore SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] "
-					"[--tmpdir DIR]\n");
+					"[--tmpdir DIR] [--branch B]\n");
 			return 2;
 		}
 	}
 	if (!name) {
-		fprintf(stderr, "usage: crest restore SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] [--tmpdir DIR]\n");
+		fprintf(stderr, "usage: crest restore SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] [--tmpdir DIR] [--branch B]\n");
 		return 2;
 	}
 	struct gpuckpt_map *map = NULL;
@@ -315,6 +341,10 @@ int cmd_restore(struct cli *c, int argc, char **argv)
 			return cli_fail(c, rc);
 		}
 		o.map = map;
+	}
+	if (branch && cas_branch_check(branch) < 0) {
+		free(map);
+		return cli_fail(c, -EINVAL);
 	}
 	if (c->json || c->quiet)
 		o.notes = NULL;
@@ -339,6 +369,10 @@ int cmd_restore(struct cli *c, int argc, char **argv)
 		struct restore_ctx rctx = { .store = store, .snapshot = shortid, .threads = c->workers, .progress = &prog };
 		rc = restore_process(&rctx, m, &criu, &o, &r);
 		progress_end(&prog);
+		/* The job's next checkpoint is a child of this snapshot, on its
+		 * branch or the one given (cas/jobs.h). */
+		if (rc == 0)
+			job_note(c, store, r.pid, id, branch ? branch : cas_manifest_branch(m));
 	}
 	cas_manifest_free(m);
 	if (store)

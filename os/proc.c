@@ -33,6 +33,35 @@ bool proc_gone(pid_t pid)
 	return !st || st == 'Z' || st == 'X';
 }
 
+int proc_job_key(pid_t pid, char *key, size_t cap)
+{
+	char path[64], buf[1024], boot[64] = "";
+	FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+	if (f) {
+		if (!fgets(boot, sizeof(boot), f))
+			boot[0] = 0;
+		fclose(f);
+	}
+	boot[strcspn(boot, "\n")] = 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (!(f = fopen(path, "re")))
+		return -ESRCH;
+	const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	/* Field 22, starttime, counted from the state (field 3) after comm. */
+	const char *p = strrchr(buf, ')');
+	unsigned long long start = 0;
+	int field = 2;
+	for (; p && *p && field < 22; p++)
+		if (*p == ' ')
+			field++;
+	if (!p || field != 22 || sscanf(p, "%llu", &start) != 1)
+		return -ESRCH;
+	snprintf(key, cap, "%s-%d-%llu", boot[0] ? boot : "noboot", (int)pid, start);
+	return 0;
+}
+
 static pid_t proc_ppid(pid_t pid)
 {
 	char path[64], buf[512];

@@ -30,6 +30,10 @@ char proc_state(pid_t pid);
  * parent has not reaped yet. A job killed under crest is usually still a
  * zombie when crest looks, since its parent reaps it when it gets around to it. */
 bool proc_gone(pid_t pid);
+/* A name for the process that a reused pid cannot repeat: the boot's id,
+ * the pid and its start time ("BOOTID-PID-TICKS", letters, digits and
+ * '-'). -ESRCH (no message) when the process is gone. */
+int proc_job_key(pid_t pid, char *key, size_t cap);
 /* comm of pid into buf ("?" when unknown). */
 void proc_comm(pid_t pid, char *buf, size_t cap);
 
