@@ -1,0 +1,76 @@
+/*
+ * gc.h - forgetting snapshots and reclaiming the space only they used.
+ *
+ * Which snapshots stay is a retention policy per branch, restic's rules:
+ * the newest N (keep_last), the newest of each of the newest N hours and
+ * days (UTC buckets), everything within a duration of the branch's newest
+ * snapshot, every tagged one; and always the head of every branch. The
+ * rest expire.
+ *
+ * Mark and sweep, never reference counts: the live chunks and pieces are
+ * those the kept manifests name, marked afresh on every run, so no count
+ * can drift. Everything else the index holds is dead: chunks and pieces of
+ * expired snapshots, and records no committed snapshot names.
+ *
+ * Order (what a kill -9 may leave, and why each state is safe):
+ *  1. A delete record per expired snapshot is appended to the meta log
+ *     and synced. A kill here: the next writer's open applies them.
+ *  2. One synced index batch removes the expired manifests, summaries and
+ *     the tags that name them. From here no listed snapshot is expired.
+ *  3. Batches remove the dead pieces and chunk entries. Only entries no
+ *     listed snapshot names go: a kill leaves garbage, never a hole.
+ *  4. Packs whose live fraction is under the threshold are rewritten: their
+ *     live records are copied into new packs and synced, then one batch
+ *     points the chunks at the copies, records the new packs' ends and
+ *     retires the old packs ('r' keys, their 'p' ends removed). A kill
+ *     before the batch leaves bytes past the recorded ends, which every
+ *     writer's open cuts; after it, retired packs that nothing names.
+ *  5. Retired packs are unlinked once no reader holds the store (readers
+ *     hold STORE/readers shared while open: one that opened before step 4
+ *     may still read an old pack). Otherwise the next run unlinks them.
+ * The index never names a chunk in a deleted pack.
+ *
+ * gc holds the writer lock while it runs: writers wait for it, as they do
+ * for each other (cas_open says who holds the store).
+ */
+#ifndef CREST_CAS_GC_H
+#define CREST_CAS_GC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cas/cas.h"
+#include "util/progress.h"
+
+struct cas_gc_policy {
+	unsigned keep_last, keep_hourly, keep_daily;
+	uint64_t keep_within_ns;
+	bool keep_tagged;
+	double rewrite_below;      /* rewrite packs less live than this; 0: 0.5 */
+	bool dry_run;              /* decide and report; change nothing */
+};
+
+struct cas_gc_result {
+	size_t snapshots;          /* before */
+	uint8_t (*kept)[32];
+	size_t nkept;
+	uint8_t (*expired)[32];
+	size_t nexpired;
+	uint64_t chunks, dead_chunks, dead_bytes;   /* index entries; dead stored bytes */
+	uint64_t pieces, dead_pieces;
+	uint64_t packs, packs_rewritten, bytes_moved;
+	uint64_t bytes_before, bytes_after;          /* pack files on disk */
+	uint64_t packs_retired;    /* rewritten but not yet unlinked (a reader was open) */
+};
+
+/* -EINVAL with a message when the policy keeps nothing explicitly (every
+ * keep_* is 0 and keep_tagged false): gc would expire all but the heads. */
+int cas_gc_policy_check(const struct cas_gc_policy *p);
+
+/* Runs gc on a writer's store (CAS_WRITE). prog, when non-NULL, follows
+ * the mark and the rewrite. */
+int cas_gc(struct cas_store *s, const struct cas_gc_policy *p, struct cas_gc_result *r, struct progress *prog);
+void cas_gc_result_free(struct cas_gc_result *r);
+
+#endif
