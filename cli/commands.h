@@ -12,6 +12,7 @@ int cmd_get(struct cli *c, int argc, char **argv);
 int cmd_ls(struct cli *c, int argc, char **argv);
 int cmd_show(struct cli *c, int argc, char **argv);
 int cmd_tag(struct cli *c, int argc, char **argv);
+int cmd_diff(struct cli *c, int argc, char **argv);
 int cmd_checkpoint(struct cli *c, int argc, char **argv);
 int cmd_restore(struct cli *c, int argc, char **argv);
 int cmd_demo(struct cli *c, int argc, char **argv);

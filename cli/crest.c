@@ -15,6 +15,7 @@ static void usage(void)
 		"  ls                                list snapshots\n"
 		"  show SNAPSHOT                     a snapshot's metadata and streams\n"
 		"  tag SNAPSHOT TAG                  name a snapshot\n"
+		"  diff SNAPSHOT_A SNAPSHOT_B        what changed from A to B, stream by stream\n"
 		"  checkpoint --pid PID [--tag T] [--branch B] [--every DURATION] [--kill]   snapshot a running process\n"
 		"  restore SNAPSHOT [--keep-files] [--gpu N|--gpu-map OLD=NEW]  bring a process back\n"
 		"  log [--graph] [BRANCH]            the history: every snapshot, or a branch's head and ancestors\n"
@@ -43,7 +44,7 @@ int main(int argc, char **argv)
 		int (*fn)(struct cli *, int, char **);
 	} cmds[] = {
 		{ "put", cmd_put }, { "get", cmd_get }, { "ls", cmd_ls },
-		{ "show", cmd_show }, { "tag", cmd_tag },
+		{ "show", cmd_show }, { "tag", cmd_tag }, { "diff", cmd_diff },
 		{ "checkpoint", cmd_checkpoint }, { "restore", cmd_restore }, { "demo", cmd_demo },
 		{ "log", cmd_log }, { "branch", cmd_branch },
 	};
