@@ -297,7 +297,8 @@ int cmd_clone(struct cli *c, int argc, char **argv)
 		if (cas_branch_head(store, names[k], head) == 0)
 			rc = crest_errx(-EEXIST, "branch %s has snapshots already: choose another --branch", names[k]);
 	}
-	crest_errset_str(rc < 0 ? crest_errmsg() : "");
+	if (rc == 0)
+		crest_errset_str("");   /* cas_branch_head's -ENOENT above is what was wanted */
 	char hex[65];
 	cli_print_id(hex, id);
 	pid_t *pids = calloc(count, sizeof(pid_t));
