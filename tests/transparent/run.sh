@@ -14,6 +14,7 @@ status() { local rc=0; "$@" 2>/dev/null || rc=$?; echo "$rc"; }
 [ "$("$CREST" --quiet run -- sh -c 'echo $$')" = 2 ] || fail "the job is not pid 2 of its namespace"
 echo "ok: exit statuses 7, 143, 127 passed on; the job is pid 2"
 
+: >run.err
 "$CREST" --store "$S" run --every 1s -- "$WORKLOAD" --mib 64 --interval-ms 100 --log "$T/job.log" \
 	</dev/null >job.out 2>run.err &
 RUN=$!
