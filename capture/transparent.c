@@ -12,6 +12,7 @@
 #include "cas/history.h"
 #include "gpu/gpuckpt.h"
 #include "gpu/gpumap.h"
+#include "os/pidns.h"
 #include "util/err.h"
 #include "util/fs.h"
 #include "util/progress.h"
@@ -169,6 +170,11 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 				  "and restores whole process trees)", (int)o->pid);
 	}
 	c->shell_job = getsid(o->pid) != o->pid;
+	/* A tree in a pid namespace of its own (crest run) can be restored
+	 * beside the original: restore/ needs to know, and the namespace's
+	 * inode tells it whether the original still runs. */
+	if (pidns_init_of(o->pid, &c->pidns) != 1)
+		c->pidns = 0;
 
 	/* Which processes hold a CUDA context. */
 	c->cuda = calloc(c->tree.n, sizeof(pid_t));
@@ -418,6 +424,8 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 		rc = label_pids(m, "cuda_pids", c->cuda, c->ncuda);
 	if (rc == 0)
 		rc = cas_manifest_label(m, "shell_job", c->shell_job ? "1" : "0");
+	if (rc == 0 && c->pidns)
+		rc = label_u64(m, "pidns", c->pidns);
 	if (rc == 0)
 		rc = label_u64(m, "stall_ns", c->stall_ns);
 	if (rc == 0)

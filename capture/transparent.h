@@ -50,6 +50,7 @@ struct tp_capture {
 	size_t ncuda;
 	char *gpus;                /* the GPUs the job saw (gpumap_format), or NULL */
 	bool shell_job;
+	uint64_t pidns;            /* the root is init of this pid namespace (pidns.h), or 0 */
 	bool stopped;              /* --kill: left stopped by CRIU, not yet ended */
 	const struct cudrv *drv;   /* for the CUDA processes, when ncuda */
 	struct proc_files files;   /* sizes as the freeze saw them */

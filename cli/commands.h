@@ -18,6 +18,8 @@ int cmd_restore(struct cli *c, int argc, char **argv);
 int cmd_demo(struct cli *c, int argc, char **argv);
 int cmd_log(struct cli *c, int argc, char **argv);
 int cmd_branch(struct cli *c, int argc, char **argv);
+int cmd_run(struct cli *c, int argc, char **argv);
+int cmd_clone(struct cli *c, int argc, char **argv);
 
 int cmd_stats(struct cli *c, int argc, char **argv);
 int cmd_verify(struct cli *c, int argc, char **argv);

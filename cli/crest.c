@@ -20,6 +20,8 @@ static void usage(void)
 		"  restore SNAPSHOT [--keep-files] [--gpu N|--gpu-map OLD=NEW]  bring a process back\n"
 		"  log [--graph] [BRANCH]            the history: every snapshot, or a branch's head and ancestors\n"
 		"  branch [NAME [SNAPSHOT]]          list branches, or start NAME at SNAPSHOT\n"
+		"  run [--every DURATION] [--branch B] -- COMMAND...   run a job in a pid namespace of its own, checkpointed\n"
+		"  clone SNAPSHOT --branch NEW [--count N] [--workdir PATTERN]   run copies of a `run` job beside it\n"
 		"  demo                              checkpoint, kill and restore a sample job\n"
 		"SNAPSHOT is a full id, a unique id prefix (4+ hex digits) or a tag.\n"
 		"The store is --store DIR, else $CREST_STORE, else ./crest-store.\n");
@@ -46,7 +48,7 @@ int main(int argc, char **argv)
 		{ "put", cmd_put }, { "get", cmd_get }, { "ls", cmd_ls },
 		{ "show", cmd_show }, { "tag", cmd_tag }, { "diff", cmd_diff },
 		{ "checkpoint", cmd_checkpoint }, { "restore", cmd_restore }, { "demo", cmd_demo },
-		{ "log", cmd_log }, { "branch", cmd_branch },
+		{ "log", cmd_log }, { "branch", cmd_branch }, { "run", cmd_run }, { "clone", cmd_clone },
 	};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (!strcmp(argv[1], cmds[i].name))

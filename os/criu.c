@@ -36,7 +36,7 @@ static int pidfd_of(pid_t pid)
  * With watch > 0, criu is stopped CRIU_GRACE_MS after process watch has
  * ended, if it has not finished by then (-ESRCH). Where pidfds are missing
  * (Linux < 5.3) it is simply waited for. */
-static int run_wait(char *const argv[], const char *out_path, pid_t watch)
+static int run_wait(char *const argv[], const char *out_path, pid_t watch, const int *keep, size_t nkeep)
 {
 	const int wfd = watch > 0 ? pidfd_of(watch) : -1;
 	pid_t pid = fork();
@@ -55,6 +55,10 @@ static int run_wait(char *const argv[], const char *out_path, pid_t watch)
 		}
 		if (nul >= 0)
 			dup2(nul, 0);
+		/* Descriptors criu is to hand on (--inherit-fd): open across
+		 * the exec, in this child only. */
+		for (size_t i = 0; i < nkeep; i++)
+			fcntl(keep[i], F_SETFD, 0);
 		execv(argv[0], argv);
 		_exit(127);
 	}
@@ -103,7 +107,7 @@ static int criu_probe(struct criu *c, const char *path)
 		return crest_errf(-errno, "cannot create a temporary file");
 	close(fd);
 	char *argv[] = { (char *)path, "--version", NULL };
-	int rc = run_wait(argv, out, 0);
+	int rc = run_wait(argv, out, 0, NULL, 0);
 	char buf[256] = "";
 	FILE *f = fopen(out, "re");
 	if (f) {
@@ -205,7 +209,7 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 		argv[n++] = o->action_script;
 	}
 	argv[n] = NULL;
-	int rc = run_wait((char *const *)argv, NULL, o->pid);
+	int rc = run_wait((char *const *)argv, NULL, o->pid, NULL, 0);
 	if (rc == 0)
 		return 0;
 	if (rc < 0)
@@ -222,7 +226,11 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 	char log[4096], pidfile[4096];
 	snprintf(pidfile, sizeof(pidfile), "%s/restored.pid", o->dir);
 	unlink(pidfile);
-	const char *argv[24];
+	if (o->ninherit > 64)
+		return crest_errx(-E2BIG, "criu restore: %zu files to hand on, at most 64", o->ninherit);
+	const char *argv[24 + 2 * 64];
+	char inh[64][PATH_MAX + 32];
+	int keep[64];
 	int n = 0;
 	argv[n++] = c->path;
 	argv[n++] = "restore";
@@ -236,8 +244,18 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 	argv[n++] = pidfile;
 	if (o->shell_job)
 		argv[n++] = "--shell-job";
+	for (size_t i = 0; i < o->ninherit; i++) {
+		const char *p = o->inherit[i].path;
+		while (*p == '/')
+			p++;
+		if (snprintf(inh[i], sizeof(inh[i]), "fd[%d]:%s", o->inherit[i].fd, p) >= (int)sizeof(inh[i]))
+			return crest_errx(-ENAMETOOLONG, "criu restore: path too long: %s", o->inherit[i].path);
+		keep[i] = o->inherit[i].fd;
+		argv[n++] = "--inherit-fd";
+		argv[n++] = inh[i];
+	}
 	argv[n] = NULL;
-	int rc = run_wait((char *const *)argv, NULL, 0);
+	int rc = run_wait((char *const *)argv, NULL, 0, keep, o->ninherit);
 	if (rc != 0) {
 		if (rc < 0)
 			return rc;

@@ -31,9 +31,20 @@ struct criu_dump_opts {
 };
 int criu_dump(const struct criu *c, const struct criu_dump_opts *o);
 
+/* A descriptor the restored tree gets in place of a file it had open:
+ * criu's --inherit-fd fd[FD]:KEY, KEY being the file's path without its
+ * leading '/'. CRIU dups fd for every descriptor of that file, with no size
+ * check and no seek: the caller opens it where the job is to go on. */
+struct criu_inherit {
+	int fd;
+	const char *path;          /* absolute, as the dump saw it */
+};
+
 struct criu_restore_opts {
 	const char *dir;
 	bool shell_job;
+	const struct criu_inherit *inherit;
+	size_t ninherit;
 	pid_t *pid_out;            /* the restored root */
 };
 int criu_restore(const struct criu *c, const struct criu_restore_opts *o);

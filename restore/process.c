@@ -1,6 +1,7 @@
 /* process.c - restore of a checkpointed process tree; see process.h. */
 #include "restore/process.h"
 #include "gpu/gpumap.h"
+#include "os/pidns.h"
 #include "os/proc.h"
 #include "util/err.h"
 #include "util/fs.h"
@@ -106,6 +107,8 @@ struct staged {
 	bool existed;              /* path was there: a swap, else a plain rename */
 	bool swapped;
 	uint64_t now, size;        /* bytes in the file now, at the snapshot */
+	int fd;                    /* beside: the copy's file, handed to CRIU; else -1 */
+	bool created;              /* beside: base was made by this restore */
 };
 
 /* A new file ".BASE.crest-TAG-XXXXXX" in dfd, made with O_EXCL|O_NOFOLLOW
@@ -248,6 +251,106 @@ static int jobfile_stage(const struct restore_ctx *c, const struct cas_stream *s
 	return rc;
 }
 
+/* For a copy beside the original (rp_opts.beside): the file as it was at
+ * the snapshot, at a new path (workdir/BASENAME or FILE.clone-N), never
+ * over an existing file, left open at the snapshot's size for the copy to
+ * write on from there (CRIU gets the descriptor, so it checks no size and
+ * seeks nowhere; the job's own offset in a file it did not append to is
+ * taken to be its end, which it is for a log or an output file). */
+static int jobfile_clone(const struct restore_ctx *c, const struct cas_stream *st, const struct rp_opts *o,
+			 struct staged *f)
+{
+	char sz[32], uidbuf[16];
+	if (!meta_get(st->meta, "path", f->path, sizeof(f->path)) || !meta_get(st->meta, "size", sz, sizeof(sz)))
+		return crest_errx(-EBADMSG, "snapshot %s: job file stream %s is damaged", c->snapshot, st->name);
+	f->size = strtoull(sz, NULL, 10);
+	char parent[PATH_MAX];
+	const char *base = fs_split(f->path, parent, sizeof(parent));
+	if (f->path[0] != '/' || !*base || strlen(base) > NAME_MAX)
+		return crest_errx(-EBADMSG, "job file path '%s' is damaged", f->path);
+	/* The original, if it is still there: its owner and mode for the copy,
+	 * and the bytes past the capture limit. */
+	int in = -1;
+	struct stat sb;
+	const int odfd = jobfile_dir(f, parent, sizeof(parent));
+	if (odfd >= 0) {
+		in = openat(odfd, base, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+		if (in >= 0 && (fstat(in, &sb) < 0 || !S_ISREG(sb.st_mode))) {
+			close(in);
+			in = -1;
+		}
+	}
+	crest_errset_str("");
+	if (o->workdir) {
+		if (mkdir(o->workdir, 0755) < 0 && errno != EEXIST) {
+			const int rc = crest_errf(-errno, "cannot create %s", o->workdir);
+			if (in >= 0)
+				close(in);
+			if (odfd >= 0)
+				close(odfd);
+			return rc;
+		}
+		f->dfd = open(o->workdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (f->dfd < 0) {
+			const int rc = crest_errf(-errno, "cannot open %s", o->workdir);
+			if (in >= 0)
+				close(in);
+			if (odfd >= 0)
+				close(odfd);
+			return rc;
+		}
+		if (odfd >= 0)
+			close(odfd);
+		snprintf(f->base, sizeof(f->base), "%s", base);
+	} else {
+		if (odfd < 0) {
+			if (in >= 0)
+				close(in);
+			return crest_errf(odfd, "cannot open the directory of %s for its copy", f->path);
+		}
+		f->dfd = odfd;
+		if (snprintf(f->base, sizeof(f->base), "%s.clone-%u", base, o->clone) >= (int)sizeof(f->base)) {
+			if (in >= 0)
+				close(in);
+			return crest_errx(-ENAMETOOLONG, "%s.clone-%u: name too long", f->path, o->clone);
+		}
+	}
+	const mode_t mode = in >= 0 ? sb.st_mode & 0777 : 0600;
+	f->fd = openat(f->dfd, f->base, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	if (f->fd < 0) {
+		const int rc = crest_errf(-errno, "cannot create %s for the copy of %s%s", f->base, f->path,
+					  errno == EEXIST ? " (it would be overwritten: remove it or choose another --workdir)"
+							  : "");
+		if (in >= 0)
+			close(in);
+		return rc;
+	}
+	f->created = true;
+	f->now = in >= 0 ? (uint64_t)sb.st_size : 0;
+	int rc = 0;
+	const uid_t uid = in >= 0 ? sb.st_uid
+				  : meta_get(st->meta, "uid", uidbuf, sizeof(uidbuf)) ? (uid_t)strtoul(uidbuf, NULL, 10)
+										  : geteuid();
+	if (fchown(f->fd, uid, in >= 0 ? sb.st_gid : (gid_t)-1) < 0 || fchmod(f->fd, mode) < 0)
+		rc = crest_errf(-errno, "cannot give the copy of %s its owner and mode", f->path);
+	if (rc == 0 && ftruncate(f->fd, (off_t)f->size) < 0)
+		rc = crest_errf(-errno, "cannot size the copy of %s to %llu bytes", f->path, (unsigned long long)f->size);
+	if (rc == 0 && in >= 0 && st->size < f->size)
+		rc = copy_range(in, f->fd, st->size, f->now < f->size ? f->now : f->size, f->path);
+	if (in >= 0)
+		close(in);
+	struct restore_ctx quiet = *c;
+	quiet.progress = NULL;
+	struct restore_fd_sink sink = { f->fd, f->base };
+	if (rc == 0)
+		rc = restore_stream(&quiet, st, restore_sink_fd, &sink);
+	if (rc == 0 && lseek(f->fd, (off_t)f->size, SEEK_SET) < 0)
+		rc = crest_errf(-errno, "cannot seek in the copy of %s", f->path);
+	if (rc < 0)
+		crest_errctx(rc, "copying %s", f->path);
+	return rc;
+}
+
 /* Where the job's GPUs go: what the user asked for, completed into the
  * whole map the driver wants and checked against this machine's GPUs, all
  * before anything is restored (gpumap.h). Snapshots of older crests do not
@@ -351,9 +454,14 @@ static int jobfile_unswap(struct staged *f)
 	return rc;
 }
 
-static void staged_free(struct staged *v, size_t n)
+/* failed: a copy's files (rp_opts.beside) were made for nothing and go. */
+static void staged_free(struct staged *v, size_t n, bool failed)
 {
 	for (size_t i = 0; v && i < n; i++) {
+		if (v[i].fd >= 0)
+			close(v[i].fd);
+		if (failed && v[i].created && v[i].dfd >= 0)
+			unlinkat(v[i].dfd, v[i].base, 0);
 		if (v[i].dfd >= 0 && v[i].tmp[0])
 			unlinkat(v[i].dfd, v[i].tmp, 0);
 		if (v[i].dfd >= 0)
@@ -389,7 +497,22 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	size_t ngmap = 0;
 	if (rc == 0 && ncuda)
 		rc = gpu_plan(d, m, o, &gmap, &ngmap);
-	if (rc == 0)
+	/* A job in a pid namespace of its own comes back in a new one: the
+	 * host pids it had do not matter. In place, its files are swapped
+	 * back, which must not happen under a live original. */
+	const char *nslabel = cas_manifest_get_label(m, "pidns");
+	const uint64_t pidns = nslabel ? strtoull(nslabel, NULL, 10) : 0;
+	if (rc == 0 && o->beside && !pidns)
+		rc = crest_errx(-EINVAL, "snapshot %s is of a job that was not started by crest run: a copy "
+				"beside it would need the pids the original holds", c->snapshot);
+	if (rc == 0 && pidns && ncuda)
+		rc = crest_errx(-EOPNOTSUPP, "snapshot %s: restoring CUDA processes in a pid namespace is not "
+				"supported yet (the driver is reached by host pid)", c->snapshot);
+	if (rc == 0 && pidns && !o->beside && pidns_holds(pids[0], pidns))
+		rc = crest_errx(-EBUSY, "cannot restore %s in place: the job it was taken from still runs "
+				"(pid %d) and would lose its files; end it first, or run a copy beside it "
+				"with crest clone", c->snapshot, (int)pids[0]);
+	if (rc == 0 && !pidns)
 		rc = pids_free(pids, npids, o->wait_pids_ms ? o->wait_pids_ms : 5000);
 	char dir[PATH_MAX];
 	dir[0] = 0;
@@ -432,18 +555,25 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	if (rc == 0 && nfiles && !(files = calloc(nfiles, sizeof(*files))))
 		rc = crest_errf(-ENOMEM, "restore");
 	for (size_t i = 0; files && i < nfiles; i++)
-		files[i].dfd = -1;
+		files[i].dfd = files[i].fd = -1;
 	for (size_t i = 0, k = 0; rc == 0 && files && i < m->nstreams; i++)
 		if (m->streams[i].type == CAS_STREAM_JOBFILE)
-			rc = jobfile_stage(c, &m->streams[i], &files[k++]);
+			rc = o->beside ? jobfile_clone(c, &m->streams[i], o, &files[k++])
+				       : jobfile_stage(c, &m->streams[i], &files[k++]);
+	struct criu_inherit *inh = o->beside && nfiles ? calloc(nfiles, sizeof(*inh)) : NULL;
+	if (rc == 0 && o->beside && nfiles && !inh)
+		rc = crest_errf(-ENOMEM, "restore");
+	for (size_t i = 0; rc == 0 && inh && i < nfiles; i++)
+		inh[i] = (struct criu_inherit){ .fd = files[i].fd, .path = files[i].path };
 	r->stream_ns = time_now_ns() - t0;
 	/* Everything is ready: the files go in, and CRIU runs at once. */
-	for (size_t i = 0; rc == 0 && i < nfiles; i++)
+	for (size_t i = 0; rc == 0 && !o->beside && i < nfiles; i++)
 		rc = jobfile_swap(&files[i]);
 	const char *sj = cas_manifest_get_label(m, "shell_job");
 	uint64_t t1 = time_now_ns();
 	if (rc == 0) {
-		struct criu_restore_opts ro = { .dir = dir, .shell_job = sj && !strcmp(sj, "1"), .pid_out = &r->pid };
+		struct criu_restore_opts ro = { .dir = dir, .shell_job = sj && !strcmp(sj, "1"), .pid_out = &r->pid,
+						.inherit = inh, .ninherit = inh ? nfiles : 0 };
 		rc = criu_restore(criu, &ro);
 	}
 	uint64_t t2 = time_now_ns();
@@ -462,7 +592,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		}
 	}
 	r->gpu_ns = time_now_ns() - t2;
-	if (rc < 0 && nfiles) {
+	if (rc < 0 && nfiles && !o->beside) {
 		/* The processes are not back: the originals go back in place. */
 		char msg[1024];
 		crest_errcpy(msg, sizeof(msg));
@@ -478,7 +608,10 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	}
 	for (size_t i = 0; rc == 0 && files && o->notes && i < nfiles; i++) {
 		const struct staged *f = &files[i];
-		if (f->now > f->size)
+		if (o->beside)
+			fprintf(o->notes, "copied %s as it was at the snapshot (%llu bytes) to %s%s%s\n", f->path,
+				(unsigned long long)f->size, o->workdir ? o->workdir : "", o->workdir ? "/" : "", f->base);
+		else if (f->now > f->size)
 			fprintf(o->notes, "restored %s to its size at the snapshot: %llu bytes (%llu bytes written "
 				"after it discarded)\n", f->path, (unsigned long long)f->size,
 				(unsigned long long)(f->now - f->size));
@@ -487,12 +620,13 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 				(unsigned long long)f->size);
 	}
 	/* After a restore: the originals; after a failure: the staged files. */
-	staged_free(files, nfiles);
+	staged_free(files, nfiles, rc < 0);
 	if (dir[0])
 		fs_rm_tree(dir);
 	free(pids);
 	free(cuda);
 	free(gmap);
+	free(inh);
 	r->total_ns = time_now_ns() - t0;
 	return rc;
 }

@@ -7,7 +7,12 @@
  * swapped in right before CRIU restores the tree (swapped back if it
  * fails: a failed restore leaves them byte for byte as they were), and CUDA
  * processes get their device state back through the driver (restore +
- * unlock), optionally onto other GPUs. restore/ reaches CRIU and the driver
+ * unlock), optionally onto other GPUs.
+ *
+ * A snapshot of a job in a pid namespace of its own (label pidns) needs no
+ * free host pids: CRIU makes a new namespace. Restored in place while the
+ * original still runs, it would take the original's files from under it,
+ * so that is refused; rp_opts.beside restores it as a copy instead. restore/ reaches CRIU and the driver
  * through capture/'s wrappers; it writes nothing to the store.
  */
 #ifndef CREST_RESTORE_PROCESS_H
@@ -30,6 +35,16 @@ struct rp_opts {
 	const char *gpu;                   /* --gpu: the job's first GPU goes here */
 	FILE *notes;                       /* what was done to files; NULL: silent */
 	unsigned wait_pids_ms;             /* how long to wait for a pid to be freed */
+	/* A copy beside the original, which may still run (crest clone): only
+	 * for a snapshot of a job in a pid namespace of its own (crest run,
+	 * os/pidns.h), whose copy CRIU puts in a new namespace with the same
+	 * pids inside. The job's files go to new paths, never over the
+	 * original's: workdir/BASENAME (workdir is created if missing), or
+	 * without workdir FILE.clone-N beside each file (N = clone). A path
+	 * that exists is an error, not overwritten. */
+	bool beside;
+	const char *workdir;
+	unsigned clone;
 };
 
 struct rp_result {

@@ -1,0 +1,214 @@
+/* pidns.c - a job in a pid namespace of its own; see pidns.h. */
+#include "os/pidns.h"
+#include "util/err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static const int forwarded[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2 };
+#define NFORWARDED (sizeof(forwarded) / sizeof(forwarded[0]))
+
+/* The init's job, as the namespace sees it (2). Restored with the init's
+ * memory by CRIU, and the same in a copy, since pids inside are kept. */
+static volatile pid_t init_job;
+
+static void init_forward(int sig)
+{
+	if (init_job > 0)
+		kill(init_job, sig);
+}
+
+static int status_code(int st)
+{
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* pid 1 of the namespace: starts the job, forwards signals to it, reaps
+ * every orphan, and ends with the job. Never returns. */
+static void init_main(char *const argv[])
+{
+	/* CRIU wants the root of a tree it dumps to lead its own session; and
+	 * the job is then out of the caller's terminal job control. */
+	setsid();
+	prctl(PR_SET_NAME, "crest-init", 0, 0, 0);   /* in ps, and the snapshot's comm */
+	sigset_t all, none;
+	sigfillset(&all);
+	sigemptyset(&none);
+	sigprocmask(SIG_BLOCK, &all, NULL);
+	const pid_t job = fork();
+	if (job < 0) {
+		dprintf(2, "crest: cannot start %s: %s\n", argv[0], strerror(errno));
+		_exit(126);
+	}
+	if (job == 0) {
+		for (size_t i = 0; i < NFORWARDED; i++)
+			signal(forwarded[i], SIG_DFL);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		execvp(argv[0], argv);
+		const int err = errno;
+		dprintf(2, "crest: cannot run %s: %s\n", argv[0], strerror(err));
+		_exit(err == ENOENT ? 127 : 126);
+	}
+	init_job = job;
+	struct sigaction sa = { .sa_handler = init_forward, .sa_flags = SA_RESTART };
+	sigemptyset(&sa.sa_mask);
+	for (size_t i = 0; i < NFORWARDED; i++)
+		sigaction(forwarded[i], &sa, NULL);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	for (;;) {
+		int st;
+		const pid_t p = waitpid(-1, &st, 0);
+		if (p < 0 && errno == EINTR)
+			continue;
+		if (p < 0)
+			_exit(126);   /* no child left: cannot happen while the job runs */
+		if (p == job)
+			_exit(status_code(st));
+	}
+}
+
+int pidns_spawn(char *const argv[], struct pidns_job *j)
+{
+	j->init = j->helper = -1;
+	int pfd[2];
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return crest_errf(-errno, "cannot start %s", argv[0]);
+	fflush(NULL);   /* nothing buffered is written twice by the children */
+	const pid_t h = fork();
+	if (h < 0) {
+		const int err = -errno;
+		close(pfd[0]);
+		close(pfd[1]);
+		return crest_errf(err, "cannot start %s", argv[0]);
+	}
+	if (h == 0) {
+		/* The helper: the new namespace is for its children only, so
+		 * crest itself (and the criu it runs) stays in the host's. */
+		close(pfd[0]);
+		pid_t init = -errno;
+		if (unshare(CLONE_NEWPID) < 0) {
+			init = -errno;
+		} else {
+			init = fork();
+			if (init == 0) {
+				close(pfd[1]);
+				/* Only the job's stdio goes into the namespace:
+				 * whatever else crest holds would be dumped too. */
+				close_range(3, ~0u, 0);
+				init_main(argv);
+			}
+			if (init < 0)
+				init = -errno;
+		}
+		if (write(pfd[1], &init, sizeof(init)) != (ssize_t)sizeof(init) || init < 0)
+			_exit(126);
+		close(pfd[1]);
+		int st;
+		while (waitpid(init, &st, 0) < 0)
+			if (errno != EINTR)
+				_exit(126);
+		_exit(status_code(st));
+	}
+	close(pfd[1]);
+	pid_t init = 0;
+	ssize_t r;
+	while ((r = read(pfd[0], &init, sizeof(init))) < 0 && errno == EINTR)
+		;
+	close(pfd[0]);
+	if (r != (ssize_t)sizeof(init) || init <= 0) {
+		waitpid(h, NULL, 0);
+		const int err = r == (ssize_t)sizeof(init) && init < 0 ? init : -EIO;
+		return crest_errf(err, "cannot start %s in a pid namespace of its own%s", argv[0],
+				  err == -EPERM ? " (it needs root: CAP_SYS_ADMIN)" : "");
+	}
+	j->helper = h;
+	j->init = init;
+	return 0;
+}
+
+int pidns_wait(struct pidns_job *j, int timeout_ms, int *status)
+{
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int st;
+		const pid_t p = waitpid(j->helper, &st, WNOHANG);
+		if (p == j->helper) {
+			*status = status_code(st);
+			j->helper = j->init = -1;
+			return 1;
+		}
+		if (p < 0 && errno != EINTR)
+			return crest_errf(-errno, "waiting for the job (pid %d)", (int)j->init);
+		struct timespec now;
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		const long long ms = (now.tv_sec - t0.tv_sec) * 1000LL + (now.tv_nsec - t0.tv_nsec) / 1000000;
+		if (timeout_ms >= 0 && ms >= timeout_ms)
+			return 0;
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
+void pidns_signal(const struct pidns_job *j, int sig)
+{
+	if (j->init > 0)
+		kill(j->init, sig);
+}
+
+static int ns_ino(const char *path, uint64_t *ino)
+{
+	struct stat sb;
+	if (stat(path, &sb) < 0)
+		return -errno;
+	*ino = (uint64_t)sb.st_ino;
+	return 0;
+}
+
+int pidns_init_of(pid_t pid, uint64_t *ino)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -ESRCH;
+	/* NSpid: its pid in each namespace, outermost first: "... 1" when it
+	 * is the init of the innermost one. */
+	int is_init = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		char *last = strrchr(line, '\t');
+		is_init = last && last != strchr(line, '\t') && atoi(last + 1) == 1;
+		break;
+	}
+	fclose(f);
+	uint64_t mine = 0, theirs = 0;
+	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pid);
+	if (!is_init || ns_ino("/proc/self/ns/pid", &mine) < 0)
+		return 0;
+	if (ns_ino(path, &theirs) < 0)
+		return -ESRCH;
+	if (theirs == mine)
+		return 0;
+	*ino = theirs;
+	return 1;
+}
+
+bool pidns_holds(pid_t pid, uint64_t ino)
+{
+	char path[64];
+	uint64_t have = 0;
+	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pid);
+	return ns_ino(path, &have) == 0 && have == ino;
+}

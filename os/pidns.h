@@ -1,0 +1,54 @@
+/*
+ * pidns.h - a job in a pid namespace of its own, so that a snapshot of it
+ * can be restored beside the original: CRIU gives the copy the same pids
+ * inside a new namespace, whatever host pids the original holds.
+ *
+ * The job is not pid 1 itself: a small init is (a fork of crest that never
+ * execs), with the job as its only child, pid 2. pid 1 of a namespace gets
+ * no signal it has no handler for, not even SIGTERM from the host, and has
+ * to reap every orphan of the namespace; the init does both: it forwards
+ * SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1 and SIGUSR2 to the job, reaps
+ * whatever ends, and exits with the job's status (128 + signal when the job
+ * was killed) once the job ends; the kernel then kills what is left in the
+ * namespace. CRIU dumps and restores init and job as one tree (dump -t
+ * INIT: the init is a session leader, as CRIU wants the root to be).
+ *
+ * No mount namespace: the job sees the host's /proc and file systems, which
+ * is what a restored copy needs too (its files are passed to CRIU by crest,
+ * see restore/process.h), and CRIU then has no mount table to dump.
+ */
+#ifndef CREST_OS_PIDNS_H
+#define CREST_OS_PIDNS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct pidns_job {
+	pid_t init;       /* the namespace's pid 1, as the host sees it */
+	pid_t helper;     /* crest's child that started it and passes its status on */
+};
+
+/* Starts argv (argv[0] looked up in PATH) in a new pid namespace under the
+ * init; stdin, stdout and stderr are the caller's, every other descriptor
+ * is closed. Call it before starting threads. A command that cannot be run
+ * ends with status 127 (not found) or 126, after a line on stderr. */
+int pidns_spawn(char *const argv[], struct pidns_job *j);
+
+/* Waits until the job's init has ended; 1 and its status (an exit code,
+ * 128 + signal for a killed job) when it has, 0 if it still runs after
+ * timeout_ms (0: do not wait; -1: for ever). */
+int pidns_wait(struct pidns_job *j, int timeout_ms, int *status);
+
+/* Sends sig to the job (through its init, which forwards it). Safe in a
+ * signal handler. */
+void pidns_signal(const struct pidns_job *j, int sig);
+
+/* 1 and the namespace's inode when pid is pid 1 of a pid namespace other
+ * than the caller's; 0 when it is not; negative when pid is gone. */
+int pidns_init_of(pid_t pid, uint64_t *ns_ino);
+
+/* True when pid exists and lives in the pid namespace ns_ino. */
+bool pidns_holds(pid_t pid, uint64_t ns_ino);
+
+#endif

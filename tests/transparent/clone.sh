@@ -1,0 +1,49 @@
+# Issue 12: `crest clone --count 2` runs two copies of a `crest run`
+# snapshot beside the original, each in its own pid namespace and with its
+# own copy of the job's files (FILE.clone-N by default): no two write one
+# file, and each copy's log equals an uninterrupted run's. Branches NEW-1
+# and NEW-2 start at the snapshot; a taken branch, and a snapshot of a job
+# not started by crest run, are refused before anything runs.
+source "$(dirname "$0")/lib.sh"
+need_root
+cd "$T"
+"$CREST" --store "$S" run --every 1s -- "$WORKLOAD" --mib 32 --interval-ms 100 --log "$T/job.log" \
+	</dev/null >job.out 2>run.err &
+RUN=$!
+PIDS+=("$RUN")
+deadline=$((SECONDS + 30))
+until grep -q '^crest: snapshot' run.err; do
+	[ $SECONDS -lt $deadline ] || { cat run.err >&2; fail "crest run took no snapshot in 30 s"; }
+	sleep 0.1
+done
+INIT=$(sed -n 's/.* runs as pid \([0-9]*\) .*/\1/p' run.err)
+PIDS+=("$INIT")
+SNAP=$(sed -n '0,/^crest: snapshot/s/^crest: snapshot \([0-9a-f]*\) .*/\1/p' run.err)
+"$CREST" --store "$S" clone "$SNAP" --branch exp --count 2 >clone.out || fail "clone: $(cat clone.out)"
+cat clone.out
+P1=$(sed -n 's/^clone 1 of .*: pid \([0-9]*\), branch exp-1$/\1/p' clone.out)
+P2=$(sed -n 's/^clone 2 of .*: pid \([0-9]*\), branch exp-2$/\1/p' clone.out)
+[ -n "$P1" ] && [ -n "$P2" ] || fail "clone did not print two pids on branches exp-1 and exp-2"
+PIDS+=("$P1" "$P2")
+[ "$(readlink /proc/"$P1"/ns/pid)" != "$(readlink /proc/"$P2"/ns/pid)" ] || fail "the copies share a pid namespace"
+[ "$(readlink /proc/"$P1"/fd/1)" = "$T/job.out.clone-1" ] || fail "copy 1 writes $(readlink /proc/"$P1"/fd/1)"
+for k in 1 2; do
+	wait_lines job.log.clone-$k $(($(lines job.log.clone-$k) + 5)) 30
+done
+expect_error "has snapshots already" "$CREST" --store "$S" clone "$SNAP" --branch exp-1
+# A job crest run did not start: no namespace of its own, no copy.
+setsid "$WORKLOAD" --mib 8 --interval-ms 100 </dev/null >plain.out 2>&1 &
+PLAIN=$!
+PIDS+=("$PLAIN")
+wait_lines plain.out 2
+"$CREST" --store "$S" --quiet checkpoint --pid "$PLAIN" --tag plain >/dev/null || fail "checkpoint of a plain job"
+expect_error "not started by crest run" "$CREST" --store "$S" clone plain --branch p
+kill -9 "$P1" "$P2" "$PLAIN"
+kill -TERM "$RUN"
+wait "$RUN" || true
+for f in job.log job.log.clone-1 job.log.clone-2 job.out.clone-2; do
+	n=$(lines "$f")
+	"$WORKLOAD" --mib 32 --interval-ms 0 --steps "$n" | cmp - <(head -n "$n" "$f") ||
+		fail "$f is not the uninterrupted run's"
+done
+echo "PASS: two copies beside the original, $(lines job.log.clone-1) and $(lines job.log.clone-2) lines, identical to an uninterrupted run"

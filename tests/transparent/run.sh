@@ -1,0 +1,64 @@
+# Issue 12: `crest run --every` checkpoints a job that runs in a pid
+# namespace of its own; a copy of its 2nd snapshot (crest clone) runs beside
+# the still-running original, both go on, and each one's output equals an
+# uninterrupted run's. Also: exit statuses and signals pass through crest
+# run, an in-place restore is refused while the original runs, and the
+# copy's first checkpoint goes on the copy's branch.
+source "$(dirname "$0")/lib.sh"
+need_root
+cd "$T"
+status() { local rc=0; "$@" 2>/dev/null || rc=$?; echo "$rc"; }
+[ "$(status "$CREST" --quiet run -- sh -c 'exit 7')" = 7 ] || fail "crest run did not pass exit 7 on"
+[ "$(status "$CREST" --quiet run -- sh -c 'kill -TERM $$')" = 143 ] || fail "a job killed by SIGTERM is not 143"
+[ "$(status "$CREST" --quiet run -- /nonexistent/x)" = 127 ] || fail "a missing command is not 127"
+[ "$("$CREST" --quiet run -- sh -c 'echo $$')" = 2 ] || fail "the job is not pid 2 of its namespace"
+echo "ok: exit statuses 7, 143, 127 passed on; the job is pid 2"
+
+: >run.err
+"$CREST" --store "$S" run --every 1s -- "$WORKLOAD" --mib 64 --interval-ms 100 --log "$T/job.log" \
+	</dev/null >job.out 2>run.err &
+RUN=$!
+PIDS+=("$RUN")
+deadline=$((SECONDS + 30))
+while [ "$(grep -c '^crest: snapshot' run.err || true)" -lt 3 ]; do
+	[ $SECONDS -lt $deadline ] || { cat run.err >&2; fail "crest run took no 3 snapshots in 30 s"; }
+	sleep 0.1
+done
+INIT=$(sed -n 's/.* runs as pid \([0-9]*\) .*/\1/p' run.err)
+PIDS+=("$INIT")
+SNAP2=$(grep '^crest: snapshot' run.err | sed -n '2s/^crest: snapshot \([0-9a-f]*\) .*/\1/p')
+[ -n "$INIT" ] && [ -n "$SNAP2" ] || { cat run.err >&2; fail "crest run did not say its pid and snapshots"; }
+expect_error "still runs" "$CREST" --store "$S" restore "$SNAP2"
+"$CREST" --store "$S" clone "$SNAP2" --branch copy --workdir "$T/c%d" >clone.out || fail "clone: $(cat clone.out)"
+CPID=$(sed -n 's/^clone 1 of .*: pid \([0-9]*\),.*/\1/p' clone.out)
+[ -n "$CPID" ] || { cat clone.out >&2; fail "clone printed no pid"; }
+PIDS+=("$CPID")
+at=$(lines c1/job.log)
+now=$(lines job.log)
+[ "$at" -lt "$now" ] || fail "the copy starts at $at lines, the original is at $now: not the 2nd snapshot"
+[ "$CPID" != "$INIT" ] || fail "the copy has the original's host pid"
+grep -q "^NSpid:.*[[:space:]]1$" /proc/"$CPID"/status || fail "the copy is not pid 1 of a namespace: $(grep NSpid /proc/"$CPID"/status)"
+wait_lines c1/job.log $((at + 10)) 30
+wait_lines job.log $((now + 10)) 30
+echo "ok: copy pid $CPID started at $at lines beside the original (pid $INIT, at $now); both went on"
+"$CREST" --store "$S" --quiet checkpoint --pid "$CPID" --branch copy || fail "checkpoint of the copy"
+[ "$("$CREST" --store "$S" log copy | grep -c ' copy ')" = 2 ] || { "$CREST" --store "$S" log copy >&2; fail "branch copy does not hold the fork and the copy's checkpoint"; }
+# SIGTERM to the copy's init reaches the job; SIGTERM to crest run too.
+kill -TERM "$CPID"
+deadline=$((SECONDS + 10))
+while [ -e /proc/"$CPID" ] && [ "$(cat /proc/"$CPID"/stat 2>/dev/null | awk '{print $3}')" != Z ]; do
+	[ $SECONDS -lt $deadline ] || fail "the copy did not end on SIGTERM"
+	sleep 0.05
+done
+kill -TERM "$RUN"
+rc=0
+wait "$RUN" || rc=$?
+[ "$rc" = 143 ] || { cat run.err >&2; fail "crest run exited $rc after SIGTERM, not 143"; }
+n=$(lines c1/job.log)
+m=$(lines job.log)
+"$WORKLOAD" --mib 64 --interval-ms 0 --steps $((n > m ? n : m)) >ref.txt
+head -n "$n" ref.txt | cmp - c1/job.log || fail "the copy's log is not the uninterrupted run's"
+head -n "$n" ref.txt | cmp - <(head -n "$n" c1/job.out) || fail "the copy's stdout is not the uninterrupted run's"
+head -n "$m" ref.txt | cmp - job.log || fail "the original's log is not the uninterrupted run's"
+head -n "$m" ref.txt | cmp - <(head -n "$m" job.out) || fail "the original's stdout is not the uninterrupted run's"
+echo "PASS: copy $n lines, original $m lines, both identical to an uninterrupted run; crest run exited 143"
