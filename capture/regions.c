@@ -5,6 +5,7 @@
 #include "capture/regions.h"
 
 #include "cas/cas.h"
+#include "cas/history.h"
 #include "util/err.h"
 #include "util/progress.h"
 
@@ -339,6 +340,11 @@ int capture_labels(struct engine_snap *s, const char *const *labels, size_t n)
 			return crest_errx(-EINVAL, "label key in \"%s\" is longer than %zu bytes", kv, sizeof(key) - 1);
 		memcpy(key, kv, (size_t)(eq - kv));
 		key[eq - kv] = 0;
+		/* crest.branch and the like are crest's: a user's would be read as
+		 * crest's own. */
+		int rc = cas_label_check(key);
+		if (rc < 0)
+			return rc;
 		if (cas_manifest_label(m, key, eq + 1) < 0)
 			return crest_errf(-ENOMEM, "adding label %s", kv);
 	}

@@ -22,6 +22,13 @@
  *  - Snapshots are ordinary crest snapshots of kind "library": one stream of
  *    type region per region (named as registered) and one blob stream per
  *    blob. `crest ls/show/get` and `casctl verify` work on them.
+ *  - Every checkpoint is on a branch (the label crest.branch; `crest log`
+ *    and `crest branch` show them) and names its parent: the newest
+ *    checkpoint of the handle that was waited for, else the head (newest
+ *    snapshot) of its branch when the handle was opened, or what
+ *    crest_set_branch or crest_restore chose. A handle starts on branch
+ *    "main", so a job's sessions continue one history. Checkpoints issued
+ *    before the previous one is waited for share its parent.
  *  - libcuda is loaded with dlopen: without a GPU, host regions work and
  *    device regions fail with "no NVIDIA GPU driver here".
  *  - A crest handle is used by one thread at a time.
@@ -141,8 +148,21 @@ struct crest_restore_result {
  * snapshot) back into the registered regions. The snapshot's regions must
  * match the registered ones by name and size, both ways: otherwise -EINVAL
  * naming the first difference, and nothing is written. Blobs are not
- * touched; read them with crest_read_blob. r may be NULL. */
+ * touched; read them with crest_read_blob. r may be NULL.
+ * Once it succeeds, the job continues from that snapshot: the next
+ * checkpoint goes on the snapshot's branch with the snapshot as its parent
+ * (checkpoints still in flight do not change that). To keep the branch's
+ * newer snapshots as they are, follow with crest_set_branch to a new
+ * branch: it starts from the restored snapshot. */
 int crest_restore(crest_t *c, const char *snapshot, struct crest_restore_result *r);
+
+/* Puts the later checkpoints on branch name (1 to 128 of [A-Za-z0-9-_./@+];
+ * otherwise -EINVAL). When the branch has snapshots, the next checkpoint's
+ * parent is its head, so the branch goes on from there; when it has none,
+ * it is new and starts from the parent the handle has (the newest
+ * checkpoint waited for, or a restored snapshot). Checkpoints in flight stay
+ * on the branch they were taken on and become no parent. */
+int crest_set_branch(crest_t *c, const char *name);
 
 /* Reads blob `name` of a snapshot (as for crest_restore) into a buffer the
  * caller frees with crest_free. -ENOENT when the snapshot has no such blob. */

@@ -11,6 +11,7 @@
 
 #include "capture/regions.h"
 #include "cas/cas.h"
+#include "cas/history.h"
 #include "engine/engine.h"
 #include "gpu/cudrv.h"
 #include "gpu/pool.h"
@@ -63,8 +64,17 @@ struct crest {
 	struct pending *ckpts;
 	size_t nckpts, capckpts;
 	uint64_t next_ckpt;
+	/* The next checkpoint's branch and parent (cas/history.h): the parent
+	 * is the newest checkpoint waited for, else what crest_open,
+	 * crest_set_branch or crest_restore chose. */
+	char *branch;
+	bool has_parent;
 	uint8_t parent_id[32];
-	struct cas_manifest *parent;  /* newest waited-for snapshot: dedup hints */
+	struct cas_manifest *parent;  /* its manifest (dedup hints), or NULL */
+	/* Only checkpoints from this number on may become the parent when
+	 * waited for: not one issued before a branch switch or a restore, nor
+	 * one older than the parent (waited for out of order). */
+	uint64_t parent_from;
 };
 
 /* ---- handles ---- */
@@ -237,6 +247,40 @@ static int engine_start(crest_t *c)
 	return engine_open(c->store, &eo, &c->eng);
 }
 
+/* Makes snapshot id the next checkpoint's parent. m, its manifest (taken),
+ * only gives the workers hints: the parent is id also when m is NULL. */
+static void parent_set(crest_t *c, const uint8_t id[32], struct cas_manifest *m)
+{
+	cas_manifest_free(c->parent);
+	c->parent = m;
+	c->has_parent = true;
+	memcpy(c->parent_id, id, 32);
+}
+
+/* Makes the head of branch name the next checkpoint's parent, when the
+ * branch has one; when no snapshot is on it, nothing changes and no message
+ * is left behind (a new branch is no failure). */
+static int parent_from_head(crest_t *c, const char *name)
+{
+	char saved[1024];
+	crest_errcpy(saved, sizeof(saved));
+	uint8_t id[32];
+	int rc = cas_branch_head(c->store, name, id);
+	if (rc == -ENOENT) {
+		crest_errset_str(saved);
+		return 0;
+	}
+	if (rc < 0)
+		return rc;
+	struct cas_manifest *m = NULL;
+	if (cas_manifest_load(c->store, id, &m) < 0) {
+		m = NULL;   /* the head is listed, so it is the parent; hints are optional */
+		crest_errset_str(saved);
+	}
+	parent_set(c, id, m);
+	return 0;
+}
+
 static int crest_destroy(crest_t *c);
 
 int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
@@ -255,7 +299,7 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 		if (!c->o.copy_streams)
 			c->o.copy_streams = 4;
 	}
-	c->next_region = c->next_ckpt = 1;
+	c->next_region = c->next_ckpt = c->parent_from = 1;
 	if (!dir)
 		dir = cas_default_path();
 	int rc = 0;
@@ -282,6 +326,12 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 		rc = capture_copier_open(c->d, c->pool, c->o.copy_streams, &c->copier);
 	if (rc == 0)
 		rc = engine_start(c);
+	/* A session continues its branch: the first checkpoint's parent is the
+	 * branch's head. */
+	if (rc == 0 && !(c->branch = strdup(CAS_BRANCH_DEFAULT)))
+		rc = crest_errf(-ENOMEM, "opening crest store %s", dir);
+	if (rc == 0)
+		rc = parent_from_head(c, c->branch);
 	if (rc < 0) {
 		rc = crest_errctx(rc, "opening crest store %s", dir);
 		char msg[1024];
@@ -340,6 +390,7 @@ static int crest_destroy(crest_t *c)
 			d->DevicePrimaryCtxRelease(c->dev);
 	}
 	cas_manifest_free(c->parent);
+	free(c->branch);
 	cas_close(c->store);
 	free(c->store_dir);
 	for (size_t i = 0; i < c->nregions; i++)
@@ -553,6 +604,19 @@ static int reopen_if_broken(crest_t *c)
 	int rc = cas_open(dir, CAS_WRITE, &c->store);
 	if (rc == 0)
 		rc = engine_start(c);
+	/* The parent stays if the reopened store has it; else the branch's
+	 * head (if any) is the next parent. */
+	if (rc == 0 && c->has_parent) {
+		char saved[1024];
+		crest_errcpy(saved, sizeof(saved));
+		if (cas_manifest_load(c->store, c->parent_id, &c->parent) < 0) {
+			c->parent = NULL;
+			c->has_parent = false;
+			crest_errset_str(saved);
+		}
+	}
+	if (rc == 0 && !c->has_parent)
+		rc = parent_from_head(c, c->branch);
 	if (rc < 0)
 		rc = crest_errctx(rc, "reopening crest store %s after a failed commit", dir);
 	return rc;
@@ -619,13 +683,17 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 		rc = sync_devices(c, regs, o->sync_streams, o->nsync_streams);
 	if (rc == 0)
 		rc = engine_snapshot_begin(c->eng, "library", &snap);
+	if (rc == 0 && cas_manifest_set_branch(engine_snapshot_manifest(snap), c->branch) < 0)
+		rc = crest_errf(-ENOMEM, "putting the checkpoint on branch %s", c->branch);
 	if (rc == 0)
 		rc = capture_labels(snap, o->labels, o->nlabels);
 	if (rc == 0 && o->tag)
 		rc = engine_snapshot_set_tag(snap, o->tag);
 	if (rc == 0)
 		rc = capture_dirs(snap, names, c->nregions + o->nblobs);
-	if (rc == 0 && c->parent) {
+	/* Checkpoints issued before the parent's successor is waited for all
+	 * get the same parent; the manifest (hints) goes to the first. */
+	if (rc == 0 && c->has_parent) {
 		engine_snapshot_set_parent(snap, c->parent_id, c->parent);  /* takes it */
 		c->parent = NULL;
 	}
@@ -689,14 +757,45 @@ int crest_wait(crest_t *ch, crest_ckpt_t h, struct crest_result *r)
 		return crest_errctx(rc, "checkpoint %llu", (unsigned long long)h);
 	if (r)
 		result_fill(&me, &er, r);
-	/* The newest committed snapshot tells the next checkpoint's workers
-	 * which chunks the store has: unchanged memory costs no index look-up. */
-	struct cas_manifest *m;
-	if (cas_manifest_load(c->store, er.id, &m) == 0) {
-		cas_manifest_free(c->parent);
-		c->parent = m;
-		memcpy(c->parent_id, er.id, 32);
+	/* The newest committed snapshot is the next one's parent, and tells its
+	 * workers which chunks the store has: unchanged memory costs no index
+	 * look-up. */
+	if (me.id >= c->parent_from) {
+		struct cas_manifest *m = NULL;
+		if (cas_manifest_load(c->store, er.id, &m) < 0)
+			m = NULL;   /* the parent still, without hints */
+		parent_set(c, er.id, m);
+		c->parent_from = me.id + 1;
 	}
+	return 0;
+}
+
+/* ---- branches ---- */
+
+int crest_set_branch(crest_t *ch, const char *branch)
+{
+	crest_t *c;
+	int rc = handle_get(ch, "crest_set_branch", false, &c);
+	if (rc < 0)
+		return rc;
+	if ((rc = cas_branch_check(branch)) < 0)
+		return crest_errctx(rc, "crest_set_branch");
+	char *dup = strdup(branch);
+	if (!dup)
+		return crest_errf(-ENOMEM, "switching to branch %s", branch);
+	if (!c->store)   /* a reopen after a failed commit failed: try again */
+		rc = reopen_if_broken(c);
+	/* An existing branch goes on from its head; a new one starts from the
+	 * parent the handle has. */
+	if (rc == 0)
+		rc = parent_from_head(c, branch);
+	if (rc < 0) {
+		free(dup);
+		return crest_errctx(rc, "switching to branch %s", branch);
+	}
+	free(c->branch);
+	c->branch = dup;
+	c->parent_from = c->next_ckpt;   /* a checkpoint in flight is on the old branch */
 	return 0;
 }
 
@@ -728,9 +827,8 @@ static int resolve(crest_t *c, const char *name, uint8_t id[32])
 	return rc;
 }
 
-static int load(crest_t *c, const char *name, char hex[65], struct cas_manifest **m)
+static int load(crest_t *c, const char *name, uint8_t id[32], char hex[65], struct cas_manifest **m)
 {
-	uint8_t id[32];
 	int rc = resolve(c, name, id);
 	if (rc == 0) {
 		hex_encode(id, 32, hex);
@@ -747,10 +845,16 @@ int crest_restore(crest_t *ch, const char *snapshot, struct crest_restore_result
 		return rc;
 	const uint64_t t0 = time_now_ns();
 	char hex[65];
+	uint8_t id[32];
 	struct cas_manifest *m = NULL;
-	rc = load(c, snapshot, hex, &m);
+	rc = load(c, snapshot, id, hex, &m);
 	if (rc < 0)
 		return crest_errctx(rc, "restore");
+	char *branch = strdup(cas_manifest_branch(m));
+	if (!branch) {
+		cas_manifest_free(m);
+		return crest_errf(-ENOMEM, "restore of %.12s", hex);
+	}
 	struct restore_region *rr = restore_list(c);
 	struct capture_region *cr = capture_list(c);
 	rc = rr && cr ? restore_regions_match(m, hex, rr, c->nregions) : -ENOMEM;
@@ -775,9 +879,17 @@ int crest_restore(crest_t *ch, const char *snapshot, struct crest_restore_result
 		c->d->CtxSetCurrent(saved);
 	free(rr);
 	free(cr);
-	cas_manifest_free(m);
-	if (rc < 0)
+	if (rc < 0) {
+		cas_manifest_free(m);
+		free(branch);
 		return crest_errctx(rc, "restore");
+	}
+	/* The job goes on from the snapshot: on its branch, as its child; the
+	 * checkpoints in flight become no parent. */
+	free(c->branch);
+	c->branch = branch;
+	parent_set(c, id, m);   /* takes m */
+	c->parent_from = c->next_ckpt;
 	if (res) {
 		memset(res, 0, sizeof(*res));
 		memcpy(res->snapshot, hex, sizeof(res->snapshot));
@@ -796,8 +908,9 @@ int crest_read_blob(crest_t *ch, const char *snapshot, const char *name, void **
 	if (!name || !data || !len)
 		return crest_errx(-EINVAL, "crest_read_blob: name, data and len are needed");
 	char hex[65];
+	uint8_t id[32];
 	struct cas_manifest *m = NULL;
-	rc = load(c, snapshot, hex, &m);
+	rc = load(c, snapshot, id, hex, &m);
 	if (rc < 0)
 		return crest_errctx(rc, "reading blob %s", name);
 	const struct cas_stream *st = cas_manifest_find(m, name);

@@ -175,6 +175,7 @@ def _load():
         "crest_poll": (I, [P, U64]),
         "crest_wait": (I, [P, U64, ctypes.POINTER(_Result)]),
         "crest_restore": (I, [P, ctypes.c_char_p, ctypes.POINTER(_RestoreResult)]),
+        "crest_set_branch": (I, [P, ctypes.c_char_p]),
         "crest_read_blob": (I, [P, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(P),
                                 ctypes.POINTER(ctypes.c_size_t)]),
         "crest_free": (None, [P]),
@@ -214,7 +215,9 @@ class Checkpointer:
     """One open store; regions follow the tensors given to save() and restore()."""
 
     def __init__(self, store, staging_bytes=1 << 30, workers=0, copy_streams=0, restore_threads=0,
-                 device=0, no_gpu=False):
+                 device=0, no_gpu=False, branch=None):
+        """branch: the branch the checkpoints go on (None: "main", continued from its
+        newest snapshot); see set_branch()."""
         lib = _load()
         o = _Options()
         lib.crest_options_init(ctypes.byref(o))
@@ -226,6 +229,18 @@ class Checkpointer:
                "opening store %s" % store)
         self._h = h
         self._regions = {}   # name -> (ptr, nbytes, is_cuda, handle)
+        if branch is not None:
+            try:
+                self.set_branch(branch)
+            except CrestError:
+                self.close()
+                raise
+
+    def set_branch(self, name):
+        """Later checkpoints go on branch name: an existing branch goes on from its newest
+        snapshot, a new one starts from the last checkpoint waited for or the snapshot
+        restored (crest_set_branch). restore() also moves to the restored snapshot's branch."""
+        _check(_lib.crest_set_branch(self._h, name.encode()), "switching to branch %s" % name)
 
     def close(self):
         if self._h:

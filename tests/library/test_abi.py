@@ -123,6 +123,23 @@ with crest.Checkpointer(store, staging_bytes=16 << 20, no_gpu=True):
     pass
 check(crest._lib is not None and crest._const["CREST_OPEN_NO_GPU"] == 1, "the binding did not load with its own layout")
 
+# Branches (crest_set_branch): a valid name is taken, an invalid one raises EINVAL with
+# crest's message, at open as later.
+with crest.Checkpointer(store, staging_bytes=16 << 20, no_gpu=True, branch="py/exp-1") as ck:
+    ck.set_branch("main")
+    try:
+        ck.set_branch("no spaces")
+        check(False, "set_branch took an invalid name")
+    except crest.CrestError as e:
+        print("refused, an invalid branch:", e)
+        check(e.errno == 22 and "no spaces" in str(e), "set_branch's error: %s" % e)
+try:
+    crest.Checkpointer(store, staging_bytes=16 << 20, no_gpu=True, branch="")
+    check(False, "Checkpointer took an empty branch name")
+except crest.CrestError as e:
+    print("refused at open, an empty branch:", e)
+    check(e.errno == 22, "Checkpointer's error: %s" % e)
+
 if fails:
     sys.exit("%d checks failed" % fails)
 print("ok: the binding's %d structs match libcrest; wrong layouts are refused" % len(good))
