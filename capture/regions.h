@@ -68,7 +68,8 @@ int capture_sync(const struct cudrv *d, const struct capture_region *r, size_t n
 /* Directory entries for every "a/" prefix of the names, parents first, so
  * that `crest get` can lay the snapshot out as a tree. */
 int capture_dirs(struct engine_snap *s, const char *const *names, size_t n);
-/* "key=value" labels into the snapshot's manifest. */
+/* "key=value" labels into the snapshot's manifest; keys that start with
+ * "crest." are crest's own (cas/history.h) and -EINVAL. */
 int capture_labels(struct engine_snap *s, const char *const *labels, size_t n);
 /* One BLOB stream per blob, its bytes copied (the caller's may go away). */
 int capture_blobs(struct engine_snap *s, const struct capture_blob *b, size_t n);
