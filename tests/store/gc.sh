@@ -290,6 +290,13 @@ def check_after(keep, expired):
                 fail(f"expired snapshot {sid[:12]}: crest {cmd[0]} died (rc {p.returncode})")
     for sid in keep:
         check_restore(sid)
+    # A tag names its snapshot while it is kept, and goes with it.
+    for i, sid in enumerate(tagged):
+        p = run([crest, "--json", "show", f"keep{i}"], ok=False)
+        if sid in keep and (p.returncode != 0 or json.loads(p.stdout)["snapshot"] != sid):
+            fail(f"tag keep{i} of kept snapshot {sid[:12]}: rc {p.returncode} {p.stderr.strip()}")
+        if sid not in keep and p.returncode == 0:
+            fail(f"tag keep{i} still resolves after its snapshot {sid[:12]} expired")
     v = run([casctl, "--json", "verify"], ok=False)
     if v.returncode != 0 or not json.loads(v.stdout)["ok"]:
         fail(f"casctl verify after gc: rc {v.returncode}: {v.stdout[:400]} {v.stderr.strip()}")
