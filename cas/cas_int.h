@@ -22,6 +22,7 @@ struct cas_store {
 	enum cas_mode mode;
 	int format;           /* the store's format version, from FORMAT */
 	int lock_fd;
+	int readers_fd;       /* readers: STORE/readers, held shared (gc.h) */
 	rocksdb_t *db;
 	rocksdb_options_t *opts;
 	rocksdb_block_based_table_options_t *topts;
@@ -111,6 +112,17 @@ struct cas_scan_rec {
 };
 int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off,
 		  int (*cb)(const struct cas_scan_rec *r, void *arg), void *arg, uint64_t *end);
+
+/* Every index entry of one type, in key order (keys without the type
+ * byte); cb returns non-zero to stop (passed on). */
+int cas_db_scan(struct cas_store *s, char type,
+		int (*cb)(const char *k, size_t kl, const char *v, size_t vl, void *arg), void *arg);
+/* s->ends with the ends of e's records merged in (a new array). */
+int cas_ends_merge(const struct cas_store *s, const struct cas_index_entry *e, size_t n,
+		   struct cas_pack_end **out, size_t *nout);
+/* An fd holding STORE/readers exclusively, when no reader holds it
+ * shared; -EBUSY when one does (gc.h). Close it to let readers in. */
+int cas_readers_none(struct cas_store *s);
 
 /* Index helpers for recover.c (store.c). */
 int cas_ends_load(struct cas_store *s, char type, struct cas_pack_end **out, size_t *n);

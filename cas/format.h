@@ -49,6 +49,8 @@ enum cas_meta_kind {
 	CAS_META_REVOKE = 4,     /* the commit of this id failed. Payload: empty, or
 				  * u8 had, id[32] the tag's earlier target (if had),
 				  * then the tag's name: put it back */
+	CAS_META_DELETE = 5,     /* gc deleted this id (and the tags naming it).
+				  * Payload: empty */
 };
 
 static inline void cas_le32_put(uint8_t *p, uint32_t v)

@@ -46,7 +46,7 @@ struct rec_ctx {
 static int item_cb(const struct cas_meta_item *it, void *arg)
 {
 	struct rec_ctx *c = arg;
-	if (it->kind < CAS_META_MANIFEST || it->kind > CAS_META_REVOKE)
+	if (it->kind < CAS_META_MANIFEST || it->kind > CAS_META_DELETE)
 		return 0;   /* a kind from a newer crest: not ours to act on */
 	if (c->n == c->cap) {
 		const size_t cap = c->cap ? c->cap * 2 : 16;
@@ -155,9 +155,10 @@ static const struct item *item_find(const struct rec_ctx *c, uint8_t kind, const
 	return hit ? *hit : NULL;
 }
 
+/* Revoked (a failed commit) or deleted by gc: never to be in the index. */
 static bool revoked(const struct rec_ctx *c, const uint8_t id[32])
 {
-	return item_find(c, CAS_META_REVOKE, id) != NULL;
+	return item_find(c, CAS_META_REVOKE, id) != NULL || item_find(c, CAS_META_DELETE, id) != NULL;
 }
 
 /* Undoes the commit of id, if the index has it (see the notes in store.c). */
@@ -199,6 +200,50 @@ static int apply_revoke(struct cas_store *s, const struct item *x, rocksdb_write
 		s->dir);
 	(*undone)++;
 	return 0;
+}
+
+struct tag_del_arg {
+	rocksdb_writebatch_t *b;
+	const uint8_t *id;
+};
+
+static int tag_del_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
+{
+	const struct tag_del_arg *a = arg;
+	if (vl == 32 && !memcmp(v, a->id, 32) && kl <= 128) {
+		char key[129];
+		key[0] = 't';
+		memcpy(key + 1, k, kl);
+		rocksdb_writebatch_delete(a->b, key, kl + 1);
+	}
+	return 0;
+}
+
+/* Finishes gc's deletion of id, if a kill left it in the index (gc.h,
+ * step 1): its manifest, summary and the tags naming it go. */
+static int apply_delete(struct cas_store *s, const struct item *x, rocksdb_writebatch_t *b, unsigned *undone)
+{
+	size_t vl;
+	int rc;
+	char *v = db_value(s, 'm', x->sha, 32, &vl, &rc);
+	if (rc < 0)
+		return rc;
+	if (!v)
+		return 0;
+	rocksdb_free(v);
+	char k[33];
+	k[0] = 'm';
+	memcpy(k + 1, x->sha, 32);
+	rocksdb_writebatch_delete(b, k, 33);
+	k[0] = 'i';
+	rocksdb_writebatch_delete(b, k, 33);
+	struct tag_del_arg td = { b, x->sha };
+	rc = cas_db_scan(s, 't', tag_del_cb, &td);
+	char hex[65];
+	hex_encode(x->sha, 32, hex);
+	fprintf(stderr, "crest: snapshot %.12s in %s: gc had deleted it; removed it from the index\n", hex, s->dir);
+	(*undone)++;
+	return rc;
 }
 
 struct scan_ctx {
@@ -466,6 +511,8 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 	for (size_t i = 0; rc == 0 && i < c.n; i++)
 		if (c.v[i].kind == CAS_META_REVOKE)
 			rc = apply_revoke(s, &c.v[i], b, &undone);
+		else if (c.v[i].kind == CAS_META_DELETE)
+			rc = apply_delete(s, &c.v[i], b, &undone);
 	bool want = false;
 	for (size_t i = 0; rc == 0 && i < c.n; i++) {
 		size_t vl;
@@ -579,7 +626,7 @@ int cas_hidden_load(struct cas_store *s)
 			s->rec.unindexed += rc == 0 && !v;
 			rocksdb_free(v);
 		}
-		if (c.v[i].kind != CAS_META_REVOKE)
+		if (c.v[i].kind != CAS_META_REVOKE && c.v[i].kind != CAS_META_DELETE)
 			continue;
 		uint8_t (*nv)[32] = realloc(s->hidden, (s->nhidden + 1) * 32);
 		if (!nv) {

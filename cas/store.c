@@ -154,7 +154,7 @@ static int entry_trusted(const char *dir, const char *name, const struct stat *s
  * cannot change afterwards unless its directory lets someone else write. */
 static int store_trusted(const char *dir, const struct stat *st)
 {
-	static const char *const names[] = { FORMAT_NAME, "lock", "packs", "meta", "index", "jobs" };
+	static const char *const names[] = { FORMAT_NAME, "lock", "packs", "meta", "index", "jobs", "readers" };
 	int rc = entry_trusted(dir, NULL, st);
 	for (size_t i = 0; rc == 0 && i < sizeof(names) / sizeof(*names); i++) {
 		char path[4096];
@@ -545,6 +545,42 @@ bool cas_store_broken(const struct cas_store *s)
 	return s->broken != 0;
 }
 
+/* A reader holds STORE/readers shared while it is open: gc unlinks the
+ * packs it has rewritten only while no reader holds it (a reader that
+ * opened before the rewrite may still look chunks up in the old packs). A
+ * reader that cannot open the file (a read-only store) goes on without:
+ * gc then never finds the store free of readers it could not see, so it
+ * only ever errs towards keeping old packs. */
+static void readers_join(struct cas_store *s)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/readers", s->dir);
+	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (flock(fd, LOCK_SH) < 0) {
+		close(fd);
+		return;
+	}
+	s->readers_fd = fd;
+}
+
+int cas_readers_none(struct cas_store *s)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/readers", s->dir);
+	const int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		close(fd);
+		return -EBUSY;
+	}
+	return fd;   /* held until closed */
+}
+
 int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out)
 {
 	crest_errset_str("");
@@ -554,6 +590,7 @@ int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out)
 	s->dir = strdup(dir);
 	s->mode = mode;
 	s->lock_fd = -1;
+	s->readers_fd = -1;
 	s->wfd = -1;
 	s->meta_fd = -1;
 	s->pack_limit = CAS_PACK_LIMIT_DEFAULT;
@@ -595,6 +632,8 @@ int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out)
 		rc = cas_pack_open_writer(s, floor);
 	if (rc == 0 && mode == CAS_READ)
 		rc = cas_hidden_load(s);
+	if (rc == 0 && mode == CAS_READ)
+		readers_join(s);
 	if (rc < 0) {
 		cas_close(s);
 		return rc;
@@ -629,6 +668,8 @@ void cas_close(struct cas_store *s)
 		rocksdb_cache_destroy(s->cache);
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
+	if (s->readers_fd >= 0)
+		close(s->readers_fd);
 	pthread_mutex_destroy(&s->rfd_lock);
 	pthread_mutex_destroy(&s->reserve_lock);
 	free(s->dir);
@@ -841,7 +882,7 @@ int cas_batch_write(struct cas_store *s, rocksdb_writebatch_t *b, const char *wh
 }
 
 /* ends with the committed ends of e merged in (a new array in *out). */
-static int ends_merge(const struct cas_store *s, const struct cas_index_entry *e, size_t n,
+int cas_ends_merge(const struct cas_store *s, const struct cas_index_entry *e, size_t n,
 		      struct cas_pack_end **out, size_t *nout)
 {
 	struct cas_pack_end *v = malloc((s->nends + 4) * sizeof(*v));
@@ -957,7 +998,7 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	struct cas_pack_end *ends = NULL;
 	size_t nends = 0;
 	if (rc == 0)
-		rc = ends_merge(s, e, n, &ends, &nends);
+		rc = cas_ends_merge(s, e, n, &ends, &nends);
 	if (rc == 0)
 		rc = cas_meta_append(s, &mb);
 	free(mb.p);
@@ -1029,7 +1070,7 @@ int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32])
 }
 
 /* Calls cb for each key of the given type, in order; stops on non-zero. */
-static int db_scan(struct cas_store *s, char type,
+int cas_db_scan(struct cas_store *s, char type,
 		   int (*cb)(const char *k, size_t kl, const char *v, size_t vl, void *arg), void *arg)
 {
 	rocksdb_iterator_t *it = rocksdb_create_iterator(s->db, s->ropts);
@@ -1103,7 +1144,7 @@ int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
 		return crest_errx(-ENOENT, "no snapshot named '%s' in %s (not a tag, not an id prefix)",
 				  name, s->dir);
 	struct resolve_ctx c = { .s = s, .prefix = name, .plen = n };
-	rc = db_scan(s, 'i', resolve_cb, &c);
+	rc = cas_db_scan(s, 'i', resolve_cb, &c);
 	if (rc < 0)
 		return rc;
 	if (c.matches == 0)
@@ -1210,9 +1251,9 @@ static int count_cb(const char *k, size_t kl, const char *v, size_t vl, void *ar
 int cas_index_stats(struct cas_store *s, struct cas_index_stats *st)
 {
 	uint64_t m[2] = { 0 }, l[2] = { 0 };
-	int rc = db_scan(s, 'm', count_cb, m);
+	int rc = cas_db_scan(s, 'm', count_cb, m);
 	if (rc == 0)
-		rc = db_scan(s, 'l', count_cb, l);
+		rc = cas_db_scan(s, 'l', count_cb, l);
 	*st = (struct cas_index_stats){ .manifests = m[0], .manifest_bytes = m[1], .pieces = l[0],
 					.piece_bytes = l[1] };
 	return rc;
@@ -1285,9 +1326,9 @@ static int snapinfo_cmp(const void *a, const void *b)
 int cas_snapshot_list(struct cas_store *s, struct cas_snapinfo **out, size_t *n)
 {
 	struct list_ctx c = { .s = s };
-	int rc = db_scan(s, 'i', list_cb, &c);
+	int rc = cas_db_scan(s, 'i', list_cb, &c);
 	if (rc == 0)
-		rc = db_scan(s, 't', tag_cb, &c);
+		rc = cas_db_scan(s, 't', tag_cb, &c);
 	if (rc < 0) {
 		cas_snapshot_list_free(c.v, c.n);
 		return rc == -ENOMEM ? crest_errf(rc, "listing snapshots") : rc;
@@ -1328,5 +1369,5 @@ int cas_index_foreach(struct cas_store *s,
 		      int (*cb)(const uint8_t sha[32], const struct cas_loc *loc, void *arg), void *arg)
 {
 	struct foreach_ctx c = { cb, arg };
-	return db_scan(s, 'c', foreach_cb, &c);
+	return cas_db_scan(s, 'c', foreach_cb, &c);
 }

@@ -12,7 +12,8 @@ static void usage(void)
 		"  stats               logical and stored bytes, dedup and compression ratios\n"
 		"  verify [SNAPSHOT]   re-read and re-hash every chunk the snapshot(s) need; list\n"
 		"                      each snapshot, damaged ones with what they lost\n"
-		"  repair              rebuild the index from the packs and meta logs (the old one is kept)\n");
+		"  repair              rebuild the index from the packs and meta logs (the old one is kept)\n"
+		"  gc --keep-...       expire snapshots by a retention policy per branch; reclaim their space\n");
 }
 
 int main(int argc, char **argv)
@@ -32,6 +33,8 @@ int main(int argc, char **argv)
 		return cmd_verify(&c, argc - 1, argv + 1);
 	if (!strcmp(argv[1], "repair"))
 		return cmd_repair(&c, argc - 1, argv + 1);
+	if (!strcmp(argv[1], "gc"))
+		return cmd_gc(&c, argc - 1, argv + 1);
 	fprintf(stderr, "casctl: unknown command '%s'\n", argv[1]);
 	usage();
 	return 2;

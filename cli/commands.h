@@ -21,6 +21,7 @@ int cmd_branch(struct cli *c, int argc, char **argv);
 int cmd_stats(struct cli *c, int argc, char **argv);
 int cmd_verify(struct cli *c, int argc, char **argv);
 int cmd_repair(struct cli *c, int argc, char **argv);
+int cmd_gc(struct cli *c, int argc, char **argv);
 
 /* crest put's walk: adds path (stored as name) and, for a directory,
  * everything below it in name order, so the same tree always gives the

@@ -1,0 +1,143 @@
+/*
+ * cmd_gc.c - casctl gc: expire snapshots by a retention policy per branch
+ * and reclaim the space only they used (cas/gc.h).
+ */
+#include "cas/gc.h"
+#include "cli/commands.h"
+#include "util/err.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage_gc(void)
+{
+	fprintf(stderr, "usage: casctl gc [--keep-last N] [--keep-hourly N] [--keep-daily N] [--keep-within DURATION]\n"
+			"                 [--keep-tagged] [--rewrite-below FRACTION] [--dry-run]\n"
+			"  Per branch, keeps the newest N, the newest in each of the newest N hours or days\n"
+			"  (UTC), all within DURATION of the branch's newest, and every tagged snapshot; the\n"
+			"  head of every branch always stays. Packs less live than FRACTION (0.5) are rewritten.\n");
+}
+
+static int parse_count(const char *opt, const char *v, unsigned *out)
+{
+	char *end;
+	const unsigned long n = strtoul(v, &end, 10);
+	if (*end || end == v || v[0] == '-' || n > 1000000) {
+		fprintf(stderr, "casctl: %s %s: not a count from 0 to 1000000\n", opt, v);
+		return -1;
+	}
+	*out = (unsigned)n;
+	return 0;
+}
+
+static void print_ids(const char *key, uint8_t (*v)[32], size_t n)
+{
+	printf(", \"%s\": [", key);
+	for (size_t i = 0; i < n; i++) {
+		char hex[65];
+		cli_print_id(hex, v[i]);
+		printf("%s\"%s\"", i ? ", " : "", hex);
+	}
+	printf("]");
+}
+
+int cmd_gc(struct cli *c, int argc, char **argv)
+{
+	struct cas_gc_policy p = { 0 };
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--keep-tagged")) {
+			p.keep_tagged = true;
+			continue;
+		}
+		if (!strcmp(a, "--dry-run")) {
+			p.dry_run = true;
+			continue;
+		}
+		if (i + 1 >= argc) {
+			usage_gc();
+			return 2;
+		}
+		const char *v = argv[++i];
+		if (!strcmp(a, "--keep-last")) {
+			if (parse_count(a, v, &p.keep_last) < 0)
+				return 2;
+		} else if (!strcmp(a, "--keep-hourly")) {
+			if (parse_count(a, v, &p.keep_hourly) < 0)
+				return 2;
+		} else if (!strcmp(a, "--keep-daily")) {
+			if (parse_count(a, v, &p.keep_daily) < 0)
+				return 2;
+		} else if (!strcmp(a, "--keep-within")) {
+			if (cli_parse_duration(v, &p.keep_within_ns) < 0) {
+				fprintf(stderr, "casctl: --keep-within %s: not a duration (30m, 12h, 7d is 168h)\n", v);
+				return 2;
+			}
+		} else if (!strcmp(a, "--rewrite-below")) {
+			char *end;
+			p.rewrite_below = strtod(v, &end);
+			if (*end || end == v || !(p.rewrite_below > 0 && p.rewrite_below <= 1)) {
+				fprintf(stderr, "casctl: --rewrite-below %s: a fraction above 0, at most 1\n", v);
+				return 2;
+			}
+		} else {
+			fprintf(stderr, "casctl: gc: unknown option %s\n", a);
+			usage_gc();
+			return 2;
+		}
+	}
+	if (cas_gc_policy_check(&p) < 0) {
+		fprintf(stderr, "casctl: %s\n", crest_errmsg());
+		return 2;
+	}
+	struct cas_store *store;
+	int rc = cas_open(c->store, CAS_WRITE, &store);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	struct cas_gc_result r;
+	struct progress prog;
+	rc = cas_gc(store, &p, &r, c->quiet || c->json ? NULL : &prog);
+	cas_close(store);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	if (c->json) {
+		printf("{\"dry_run\": %s, \"snapshots\": %zu", p.dry_run ? "true" : "false", r.snapshots);
+		print_ids("kept", r.kept, r.nkept);
+		print_ids("expired", r.expired, r.nexpired);
+		printf(", \"chunks\": %llu, \"dead_chunks\": %llu, \"dead_bytes\": %llu, \"pieces\": %llu, "
+		       "\"dead_pieces\": %llu, \"packs\": %llu, \"packs_rewritten\": %llu, \"bytes_moved\": %llu, "
+		       "\"bytes_before\": %llu, \"bytes_after\": %llu, \"packs_retired\": %llu}\n",
+		       (unsigned long long)r.chunks, (unsigned long long)r.dead_chunks,
+		       (unsigned long long)r.dead_bytes, (unsigned long long)r.pieces,
+		       (unsigned long long)r.dead_pieces, (unsigned long long)r.packs,
+		       (unsigned long long)r.packs_rewritten, (unsigned long long)r.bytes_moved,
+		       (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_after,
+		       (unsigned long long)r.packs_retired);
+	} else if (!c->quiet) {
+		char b1[32], b2[32], b3[32], b4[32];
+		const char *w = p.dry_run ? "would " : "";
+		printf("%skeep %zu of %zu snapshots, %sexpire %zu\n", p.dry_run ? "would " : "", r.nkept, r.snapshots, w,
+		       r.nexpired);
+		for (size_t i = 0; i < r.nexpired && i < 20; i++) {
+			char hex[65];
+			cli_print_id(hex, r.expired[i]);
+			printf("  expired %.12s\n", hex);
+		}
+		if (r.nexpired > 20)
+			printf("  ... and %zu more (--json lists all)\n", r.nexpired - 20);
+		printf("dead: %llu of %llu chunks (%s), %llu of %llu pieces\n", (unsigned long long)r.dead_chunks,
+		       (unsigned long long)r.chunks, fmt_bytes(r.dead_bytes, b1, sizeof(b1)),
+		       (unsigned long long)r.dead_pieces, (unsigned long long)r.pieces);
+		printf("packs: %s%llu of %llu rewritten (%s moved); on disk %s -> %s%s\n", w,
+		       (unsigned long long)r.packs_rewritten, (unsigned long long)r.packs,
+		       fmt_bytes(r.bytes_moved, b2, sizeof(b2)), fmt_bytes(r.bytes_before, b3, sizeof(b3)),
+		       fmt_bytes(r.bytes_after, b4, sizeof(b4)), p.dry_run ? " (estimated)" : "");
+		if (r.packs_retired)
+			printf("%llu rewritten packs wait for the store's readers to finish: the next gc removes them\n",
+			       (unsigned long long)r.packs_retired);
+	}
+	cas_gc_result_free(&r);
+	return 0;
+}
