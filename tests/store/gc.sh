@@ -322,9 +322,11 @@ keep = model(ss, **kw)
 r = gc(args, ss, keep, dry=False)
 check_after(keep, set(s["id"] for s in ss) - keep)
 st = json.loads(run([casctl, "--json", "stats"]).stdout)
-if r["bytes_before"] != st0["pack_bytes"]:
+# gc's writer has its own pack open while it measures (a 16-byte header,
+# removed again at close if nothing went into it): allowed for, no more.
+if r["bytes_before"] - st0["pack_bytes"] not in (0, 16):
     fail(f"gc bytes_before {r['bytes_before']}, stats said {st0['pack_bytes']} before it")
-if r["packs_retired"] == 0 and r["bytes_after"] != st["pack_bytes"]:
+if r["packs_retired"] == 0 and r["bytes_after"] - st["pack_bytes"] not in (0, 16):
     fail(f"gc bytes_after {r['bytes_after']}, stats says {st['pack_bytes']}")
 if not r["expired"] or not r["bytes_after"] < r["bytes_before"]:
     fail(f"gc expired {len(r['expired'])} snapshots, packs {r['bytes_before']} -> {r['bytes_after']} bytes")

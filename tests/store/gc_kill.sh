@@ -57,7 +57,10 @@ def write_new(path, content):
     os.rename(path + ".tmp", path)
 
 nfiles = 6
-per_file = max(16, (16 << 20) // B // scale // nfiles)     # about 16 MiB in all (scaled)
+# About 8 MiB in all: gc's rewrite then takes a few hundred ms, so kills
+# in 0-300 ms land at every step. A sanitizer build is slower at
+# everything, gc included, so it needs less data for the same spread.
+per_file = max(16, (8 << 20) // B // max(1, scale // 2) // nfiles)
 for i in range(nfiles):
     write_new(os.path.join(data, f"f{i}"), b"".join(block() for _ in range(per_file)))
 
@@ -135,6 +138,7 @@ def writer_open():
 GC = [casctl, "--quiet", "gc", "--keep-last", "2", "--rewrite-below", "1.0"]
 put_some(4)
 killed = finished = settled = 0
+where = {"nothing forgotten": 0, "forgotten": 0, "partly forgotten": 0}
 t_gc = []
 for rnd in range(rounds):
     put_some(rng.randrange(2, 4))
@@ -180,12 +184,15 @@ for rnd in range(rounds):
         fail(f"round {rnd}: gc finished but left {len(listed - new)} snapshots, the policy keeps {len(keep)}")
     for sid in listed:
         check_restore(sid)
+    if how == "killed":
+        where["nothing forgotten" if listed - new == before else
+              "forgotten" if listed - new == keep else "partly forgotten"] += 1
     print(f"   round {rnd}: {how} after {delay * 1000:.0f} ms; {len(before)} -> {len(listed)} snapshots "
           f"(policy keeps {len(keep)}), all restore")
 
 print(f"ok: {rounds} rounds: {killed} killed mid-run, {finished} finished"
       f"{' (in %.0f-%.0f ms)' % (min(t_gc) * 1000, max(t_gc) * 1000) if t_gc else ''}, "
-      f"{settled} needed a writer's open before verify passed")
+      f"{settled} needed a writer's open before verify passed; kills left: {where}")
 if killed == 0:
     fail("no gc was killed mid-run: the store is too small for the kills to test anything")
 
