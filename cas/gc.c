@@ -552,6 +552,7 @@ static int retire(struct cas_store *s, struct cas_gc_result *r)
 	return rc;
 }
 
+/* The pack files on disk, less this session's own while it is empty. */
 static uint64_t packs_bytes(struct cas_store *s)
 {
 	uint32_t max = 0;
@@ -562,7 +563,7 @@ static uint64_t packs_bytes(struct cas_store *s)
 		char path[4096];
 		struct stat st;
 		cas_pack_path(s, p, path, sizeof(path));
-		if (stat(path, &st) == 0)
+		if (stat(path, &st) == 0 && !(p >= s->first_pack && (uint64_t)st.st_size <= CAS_PACK_HEADER))
 			sum += (uint64_t)st.st_size;
 	}
 	return sum;
@@ -642,6 +643,33 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 		rc = cas_db_scan(s, 'l', piece_cb, &pc);
 	if (rc == 0 && pc.err)
 		rc = crest_errf(pc.err, "gc: scanning the pieces");
+	/* A pack's dead space is all it holds below its committed end that no
+	 * live entry covers: the records of chunks dead in this run, and those
+	 * an earlier run (or a killed put) left without an index entry, which
+	 * no chunk scan can see. */
+	struct cas_pack_end *ends = NULL;
+	size_t nends = 0;
+	if (rc == 0)
+		rc = cas_ends_load(s, 'p', &ends, &nends);
+	for (size_t i = 0; rc == 0 && i < nends; i++) {
+		const uint32_t p = ends[i].pack;
+		if (p >= sc.nps) {
+			struct packstat *np = realloc(sc.ps, (p + 1) * sizeof(*np));
+			if (!np) {
+				rc = crest_errf(-ENOMEM, "gc");
+				break;
+			}
+			memset(np + sc.nps, 0, (p + 1 - sc.nps) * sizeof(*np));
+			sc.ps = np;
+			sc.nps = p + 1;
+		}
+		const uint64_t held = ends[i].end > CAS_PACK_HEADER ? ends[i].end - CAS_PACK_HEADER : 0;
+		sc.ps[p].dead = held > sc.ps[p].live ? held - sc.ps[p].live : 0;
+	}
+	free(ends);
+	r->dead_bytes = 0;
+	for (uint32_t p = 1; rc == 0 && p < sc.nps; p++)
+		r->dead_bytes += sc.ps[p].dead;
 	/* Packs to rewrite: some dead, less live than the threshold, readable. */
 	uint64_t freed = 0;
 	if (rc == 0 && !(want = calloc(sc.nps ? sc.nps : 1, sizeof(*want))))
