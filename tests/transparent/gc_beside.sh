@@ -1,0 +1,37 @@
+# Issue 12, item 4: casctl gc runs while `crest run --every` checkpoints a
+# job: every checkpoint and every gc succeeds, the job finishes with exit 0
+# and its output equals an uninterrupted run's, gc expired snapshots along
+# the way, and afterwards the store verifies and every snapshot left reads
+# back whole (crest get re-checks each chunk).
+source "$(dirname "$0")/lib.sh"
+need_root
+cd "$T"
+"$WORKLOAD" --mib 16 --interval-ms 0 --steps 60 >ref.out 2>&1 || fail "the reference run failed"
+: >run.err
+"$CREST" --store "$S" run --every 1s -- "$WORKLOAD" --mib 16 --interval-ms 150 --steps 60 \
+	</dev/null >job.out 2>run.err &
+RUN=$!
+PIDS+=("$RUN")
+expired=0 runs=0
+while kill -0 "$RUN" 2>/dev/null; do
+	if [ "$(grep -c '^crest: snapshot' run.err || true)" -ge 2 ]; then
+		out=$("$CASCTL" --store "$S" --json gc --keep-last 2 --rewrite-below 1.0) || fail "gc beside crest run failed"
+		expired=$((expired + $(echo "$out" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["expired"]))')))
+		runs=$((runs + 1))
+	fi
+	sleep 0.7
+done
+rc=0
+wait "$RUN" || rc=$?
+[ "$rc" -eq 0 ] || { cat run.err >&2; fail "crest run exited $rc"; }
+grep -qi "fail" run.err && { cat run.err >&2; fail "a checkpoint failed beside gc"; }
+cmp -s job.out ref.out || fail "the job's output differs from an uninterrupted run's"
+taken=$(grep -c '^crest: snapshot' run.err || true)
+[ "$runs" -ge 3 ] && [ "$expired" -ge 1 ] || fail "gc ran $runs times and expired $expired snapshots: the test proves nothing"
+echo "ok: $taken checkpoints, $runs gc runs beside them, $expired snapshots expired"
+"$CASCTL" --store "$S" verify >/dev/null || fail "verify after gc"
+for id in $("$CREST" --store "$S" ls --json | python3 -c 'import json,sys; [print(s["snapshot"]) for s in json.load(sys.stdin)]'); do
+	rm -rf "$T/get"
+	"$CREST" --store "$S" --quiet get "$id" "$T/get" || fail "snapshot ${id:0:12} does not read back"
+done
+echo PASS
