@@ -10,6 +10,8 @@
  *                         of the stored bytes
  *   STORE/meta/N.log      append-only manifests, pieces and tags, synced before
  *                         the index batch that commits them
+ *   STORE/readers         flock()ed shared by readers while open (gc.h)
+ *   STORE/jobs/KEY        where a running job's history goes on (jobs.h)
  *   STORE/index/          RocksDB: a cache of the above (chunk index,
  *                         manifests, summaries, tags) and committed ends
  * cas/FORMAT.md is the specification; cas/format.h declares it.
