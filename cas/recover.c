@@ -462,11 +462,23 @@ static void packs_reclaim(struct cas_store *s, const struct cas_pack_end *p, siz
 		}
 	if (cas_pack_max_on_disk(s, &max) < 0)
 		return;
+	/* A pack gc retired ('r') may still be read by a reader that opened
+	 * before gc rewrote it: gc alone unlinks it, once no reader is open. */
+	struct cas_pack_end *r = NULL;
+	size_t nr = 0;
+	if (cas_ends_load(s, 'r', &r, &nr) < 0)
+		return;
 	char path[4096];
 	for (uint32_t pack = last + 1; pack <= max; pack++) {
+		bool retired = false;
+		for (size_t i = 0; i < nr && !retired; i++)
+			retired = r[i].pack == pack;
+		if (retired)
+			continue;
 		cas_pack_path(s, pack, path, sizeof(path));
 		unlink(path);
 	}
+	free(r);
 	struct stat st;
 	cas_pack_path(s, last, path, sizeof(path));
 	if (last && lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > end)
