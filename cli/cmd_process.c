@@ -226,7 +226,10 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	for (;;) {
 		uint64_t t0 = time_now_ns();
 		struct tp_result st = { 0 };
-		rc = ckpt_once(c, store, e, &o, tag, has_parent ? parent : NULL, &st);
+		if (!store)
+			rc = cli_writer_open(c, NULL, &store, &e);
+		if (store)
+			rc = ckpt_once(c, store, e, &o, tag, has_parent ? parent : NULL, &st);
 		n++;
 		if (rc == 0) {
 			print_ckpt(c, o.pid, &st, tag);
@@ -234,23 +237,29 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			has_parent = true;
 			if (!o.kill)
 				job_note(c, store, o.pid, st.id, o.branch);
+		} else if (every_ns && n > 1 && proc_gone(o.pid)) {
+			/* The job ended between two checkpoints, or during this
+			 * one: its end, not a failed checkpoint. */
+			if (!c->quiet && !c->json)
+				printf("pid %d has exited: no more checkpoints\n", (int)o.pid);
+			crest_errset_str("");
+			break;
 		} else {
 			failures++;
 			/* With --every the job keeps running whatever the store
-			 * says: report, and try again next time with a fresh engine
-			 * (a failed write leaves the old one refusing work). */
+			 * says: report, and try again next time. */
 			cli_fail(c, rc);
-			if (every_ns) {
-				engine_close(e);
-				e = NULL;
-				cas_close(store);  /* cuts the failed snapshot's data */
-				store = NULL;
-				rc = cli_writer_open(c, NULL, &store, &e);
-				if (rc < 0) {
-					cli_fail(c, rc);
-					break;
-				}
-			}
+		}
+		/* With --every the store is let go between checkpoints (closing
+		 * also cuts a failed snapshot's data, and the next round gets a
+		 * fresh engine: a failed write leaves the old one refusing work):
+		 * casctl gc, or another writer, gets its turn while the job runs,
+		 * and only the next checkpoint waits for them, never the job. */
+		if (every_ns) {
+			engine_close(e);
+			e = NULL;
+			cas_close(store);
+			store = NULL;
 		}
 		if (!every_ns || stop_requested || (count && n >= count))
 			break;
@@ -267,8 +276,10 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 		if (stop_requested)
 			break;
 	}
-	engine_close(e);
-	cas_close(store);
+	if (e)
+		engine_close(e);
+	if (store)
+		cas_close(store);
 	if (failures && every_ns && !c->quiet)
 		fprintf(stderr, "crest: %llu of %llu checkpoints failed\n", (unsigned long long)failures,
 			(unsigned long long)n);

@@ -34,4 +34,28 @@ for id in $("$CREST" --store "$S" ls --json | python3 -c 'import json,sys; [prin
 	rm -rf "$T/get"
 	"$CREST" --store "$S" --quiet get "$id" "$T/get" || fail "snapshot ${id:0:12} does not read back"
 done
+
+# The same beside `crest checkpoint --every` of a job started any other way:
+# it lets the store go between checkpoints, so gc gets its turn.
+S2=$T/store2
+start_job job2.out --mib 16 --interval-ms 150 --steps 60
+"$CREST" --store "$S2" checkpoint --pid "$JOB" --every 1s >ck.out 2>ck.err &
+CK=$!
+PIDS+=("$CK")
+runs=0 expired=0
+while kill -0 "$CK" 2>/dev/null; do
+	if [ "$(grep -c '^snapshot' ck.out || true)" -ge 2 ]; then
+		out=$(CREST_LOCK_TIMEOUT=30 "$CASCTL" --store "$S2" --json gc --keep-last 2) || fail "gc beside checkpoint --every failed"
+		expired=$((expired + $(echo "$out" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["expired"]))')))
+		runs=$((runs + 1))
+	fi
+	sleep 0.7
+done
+rc=0
+wait "$CK" || rc=$?
+[ "$rc" -eq 0 ] || { cat ck.err ck.out >&2; fail "checkpoint --every exited $rc beside gc"; }
+[ "$runs" -ge 3 ] && [ "$expired" -ge 1 ] || fail "gc ran $runs times beside checkpoint --every and expired $expired"
+cmp -s job2.out ref.out || fail "the second job's output differs from an uninterrupted run's"
+"$CASCTL" --store "$S2" verify >/dev/null || fail "verify after gc beside checkpoint --every"
+echo "ok: checkpoint --every took $(grep -c '^snapshot' ck.out) snapshots beside $runs gc runs ($expired expired)"
 echo PASS
