@@ -10,7 +10,9 @@
 #include "util/err.h"
 #include "util/sha256.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,7 @@
 #define BATCH_OPS 100000              /* deletions per index batch */
 #define GROUP_BYTES (512ull << 20)    /* bytes moved per rewrite commit */
 #define WBUF_BYTES (8u << 20)         /* records written per cas_pack_write */
+#define RUN_IDS (1u << 20)            /* live ids sorted in memory at once: 32 MiB */
 
 int cas_gc_policy_check(const struct cas_gc_policy *p)
 {
@@ -132,9 +135,191 @@ static void keep_branch(struct snap *v, size_t n, const struct cas_gc_policy *p)
 	}
 }
 
-/* ---- the mark ---- */
+/* ---- the mark, in bounded memory ----
+ *
+ * The live chunk ids go into sorted runs of at most RUN_IDS: each full run
+ * is written to STORE/gc/run-N, the last stays in memory. The chunk index
+ * is then read in key order (SHA-256 order) beside a merge of the runs, so
+ * a chunk is live when the merge holds its id: memory is one run and a
+ * read buffer per spilled run, however many chunks the store holds.
+ * (Pieces are one per thousands of extents: they stay in memory.)
+ */
 
-static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct idset *chunks, struct idset *pieces)
+struct runs {
+	char dir[4096];
+	unsigned nfiles;
+	struct idset mem;
+	size_t cap;
+	int err;
+};
+
+static void runs_dir(struct cas_store *s, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "%s/gc", cas_dir(s));
+}
+
+/* Removes STORE/gc and what a killed run left in it. */
+static void runs_clear(struct cas_store *s)
+{
+	char dir[4096];
+	runs_dir(s, dir, sizeof(dir));
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (!strncmp(e->d_name, "run-", 4)) {
+			char path[4096 + 300];
+			snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+			unlink(path);
+		}
+	closedir(d);
+	rmdir(dir);
+}
+
+static int runs_spill(struct runs *r)
+{
+	idset_seal(&r->mem);
+	if (!r->nfiles && mkdir(r->dir, 0700) < 0 && errno != EEXIST)
+		return crest_errf(-errno, "gc: cannot create %s", r->dir);
+	char path[4096 + 32];
+	snprintf(path, sizeof(path), "%s/run-%u", r->dir, r->nfiles);
+	const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return crest_errf(-errno, "gc: cannot write %s", path);
+	const size_t len = r->mem.n * 32;
+	size_t done = 0;
+	while (done < len) {
+		const ssize_t w = write(fd, (const uint8_t *)r->mem.v + done, len - done);
+		if (w <= 0) {
+			close(fd);
+			return crest_errf(w < 0 ? -errno : -EIO, "gc: cannot write %s", path);
+		}
+		done += (size_t)w;
+	}
+	close(fd);
+	r->nfiles++;
+	r->mem.n = 0;
+	return 0;
+}
+
+static int runs_add(struct runs *r, const uint8_t id[32])
+{
+	if (r->mem.n == r->cap) {
+		const int rc = runs_spill(r);
+		if (rc < 0)
+			return rc;
+	}
+	return idset_add(&r->mem, id) < 0 ? crest_errf(-ENOMEM, "gc: marking") : 0;
+}
+
+/* A merge of the runs: ids in order, each once. */
+struct run_reader {
+	int fd;
+	uint8_t buf[2048 * 32];
+	size_t n, at;
+	bool failed;   /* a read error: the merge cannot be trusted */
+};
+
+struct merge {
+	struct run_reader *rd;
+	unsigned nrd;
+	const struct idset *mem;
+	size_t mem_at;
+	uint8_t cur[32];
+	bool has;     /* cur is valid */
+	int err;
+};
+
+static bool reader_peek(struct run_reader *r, const uint8_t **id)
+{
+	if (r->at == r->n) {
+		const ssize_t got = read(r->fd, r->buf, sizeof(r->buf));
+		if (got < 0 || got % 32)
+			r->failed = true;
+		if (got <= 0 || got % 32)
+			return false;
+		r->n = (size_t)got / 32;
+		r->at = 0;
+	}
+	*id = r->buf + 32 * r->at;
+	return r->n > 0;
+}
+
+/* Steps the merge to its next id, above the current one. */
+static void merge_next(struct merge *m)
+{
+	const bool had = m->has;
+	uint8_t prev[32];
+	memcpy(prev, m->cur, 32);
+	m->has = false;
+	/* Drop every head not above the previous id, then take the least. */
+	for (unsigned i = 0; i < m->nrd; i++) {
+		const uint8_t *id;
+		while (had && reader_peek(&m->rd[i], &id) && memcmp(id, prev, 32) <= 0)
+			m->rd[i].at++;
+	}
+	while (had && m->mem_at < m->mem->n && memcmp(m->mem->v[m->mem_at], prev, 32) <= 0)
+		m->mem_at++;
+	for (unsigned i = 0; i < m->nrd; i++) {
+		const uint8_t *id;
+		if (reader_peek(&m->rd[i], &id) && (!m->has || memcmp(id, m->cur, 32) < 0)) {
+			memcpy(m->cur, id, 32);
+			m->has = true;
+		}
+	}
+	if (m->mem_at < m->mem->n && (!m->has || memcmp(m->mem->v[m->mem_at], m->cur, 32) < 0)) {
+		memcpy(m->cur, m->mem->v[m->mem_at], 32);
+		m->has = true;
+	}
+}
+
+static int merge_open(struct runs *r, struct merge *m)
+{
+	memset(m, 0, sizeof(*m));
+	idset_seal(&r->mem);
+	m->mem = &r->mem;
+	m->rd = calloc(r->nfiles ? r->nfiles : 1, sizeof(*m->rd));
+	if (!m->rd)
+		return crest_errf(-ENOMEM, "gc: merging %u runs", r->nfiles);
+	for (unsigned i = 0; i < r->nfiles; i++) {
+		char path[4096 + 32];
+		snprintf(path, sizeof(path), "%s/run-%u", r->dir, i);
+		m->rd[i].fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		if (m->rd[i].fd < 0) {
+			const int e = -errno;
+			for (unsigned k = 0; k < i; k++)
+				close(m->rd[k].fd);
+			free(m->rd);
+			m->rd = NULL;
+			return crest_errf(e, "gc: cannot read %s", path);
+		}
+		m->nrd++;
+	}
+	merge_next(m);
+	return 0;
+}
+
+static void merge_close(struct merge *m)
+{
+	for (unsigned i = 0; i < m->nrd; i++)
+		close(m->rd[i].fd);
+	free(m->rd);
+}
+
+/* Whether id is live: ids are asked in increasing order. A run that
+ * could not be read sets m->err: the caller must stop before acting. */
+static bool merge_has(struct merge *m, const uint8_t id[32])
+{
+	while (m->has && memcmp(m->cur, id, 32) < 0)
+		merge_next(m);
+	for (unsigned i = 0; i < m->nrd; i++)
+		if (m->rd[i].failed)
+			m->err = -EIO;
+	return m->has && !memcmp(m->cur, id, 32);
+}
+
+static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct runs *chunks, struct idset *pieces)
 {
 	struct cas_manifest *m;
 	int rc = cas_manifest_load(s, id, &m);
@@ -144,12 +329,13 @@ static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct idset
 		const struct cas_stream *st = &m->streams[i];
 		for (uint64_t e = 0; rc == 0 && e < st->nextents; e++)
 			if (!st->ext[e].hole)
-				rc = idset_add(chunks, st->ext[e].sha);
+				rc = runs_add(chunks, st->ext[e].sha);
 	}
 	for (size_t i = 0; rc == 0 && i < m->npieces; i++)
-		rc = idset_add(pieces, m->pieces[i].sha);
+		if (idset_add(pieces, m->pieces[i].sha) < 0)
+			rc = crest_errf(-ENOMEM, "gc: marking");
 	cas_manifest_free(m);
-	return rc < 0 ? crest_errf(rc, "marking the chunks of a kept snapshot") : 0;
+	return rc;
 }
 
 /* Live and dead bytes of each pack (record headers included). */
@@ -157,15 +343,30 @@ struct packstat {
 	uint64_t live, dead;
 };
 
+/* The chunk pass: live bytes per pack; dead entries counted and, unless
+ * dry, deleted in batches of BATCH_OPS as the scan goes (the iterator
+ * reads a snapshot of the index: its own deletions do not disturb it). */
 struct scan {
 	struct cas_store *s;
-	const struct idset *live;
-	struct idset dead;
+	struct merge *live;
 	struct packstat *ps;
 	uint32_t nps;
 	struct cas_gc_result *r;
+	bool dry;
+	rocksdb_writebatch_t *b;
+	size_t nb;
 	int err;
 };
+
+static int scan_flush(struct scan *c)
+{
+	if (!c->nb)
+		return 0;
+	const int rc = cas_batch_write(c->s, c->b, "deleting dead chunks");
+	rocksdb_writebatch_clear(c->b);
+	c->nb = 0;
+	return rc;
+}
 
 static int chunk_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
 {
@@ -179,7 +380,7 @@ static int chunk_cb(const char *k, size_t kl, const char *v, size_t vl, void *ar
 		const uint32_t n = loc.pack + 1024;
 		struct packstat *np = realloc(c->ps, n * sizeof(*np));
 		if (!np) {
-			c->err = -ENOMEM;
+			c->err = crest_errf(-ENOMEM, "gc");
 			return 1;
 		}
 		memset(np + c->nps, 0, (n - c->nps) * sizeof(*np));
@@ -187,17 +388,24 @@ static int chunk_cb(const char *k, size_t kl, const char *v, size_t vl, void *ar
 		c->nps = n;
 	}
 	c->r->chunks++;
-	if (idset_has(c->live, sha)) {
+	const bool live = merge_has(c->live, sha);
+	if (c->live->err) {
+		c->err = crest_errx(-EIO, "gc: a run of live ids in %s/gc could not be read back", cas_dir(c->s));
+		return 1;
+	}
+	if (live) {
 		c->ps[loc.pack].live += rec;
 		return 0;
 	}
-	c->ps[loc.pack].dead += rec;
 	c->r->dead_chunks++;
-	c->r->dead_bytes += rec;
-	if (idset_add(&c->dead, sha) < 0) {
-		c->err = -ENOMEM;
+	if (c->dry)
+		return 0;
+	char key[33];
+	key[0] = 'c';
+	memcpy(key + 1, sha, 32);
+	rocksdb_writebatch_delete(c->b, key, 33);
+	if (++c->nb == BATCH_OPS && (c->err = scan_flush(c)) < 0)
 		return 1;
-	}
 	return 0;
 }
 
@@ -298,70 +506,13 @@ static int sweep(struct cas_store *s, char type, const struct idset *dead)
 	return rc;
 }
 
-/* ---- pack rewrite (step 4) ---- */
-
-struct moved {
-	struct cas_index_entry *v;   /* sha, then the OLD location until copied */
-	size_t n, cap;
-};
-
-struct collect {
-	const bool *rewrite;
-	uint32_t nps;
-	struct moved *m;
-	int err;
-};
-
-static int collect_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
-{
-	struct collect *c = arg;
-	struct cas_loc loc;
-	if (kl != 32 || cas_loc_decode((const uint8_t *)v, vl, &loc) < 0)
-		return 0;
-	if (loc.pack >= c->nps || !c->rewrite[loc.pack])
-		return 0;
-	struct moved *m = c->m;
-	if (m->n == m->cap) {
-		const size_t cap = m->cap ? 2 * m->cap : 4096;
-		struct cas_index_entry *nv = realloc(m->v, cap * sizeof(*nv));
-		if (!nv) {
-			c->err = -ENOMEM;
-			return 1;
-		}
-		m->v = nv;
-		m->cap = cap;
-	}
-	memcpy(m->v[m->n].sha, k, 32);
-	m->v[m->n].loc = loc;
-	m->n++;
-	return 0;
-}
-
-static int loc_cmp(const void *a, const void *b)
-{
-	const struct cas_loc *x = &((const struct cas_index_entry *)a)->loc;
-	const struct cas_loc *y = &((const struct cas_index_entry *)b)->loc;
-	if (x->pack != y->pack)
-		return x->pack < y->pack ? -1 : 1;
-	return x->off < y->off ? -1 : x->off > y->off;
-}
-
-/* The record at e->loc in fd, whole and checked (magic, sizes, the id,
- * the CRC32C of its stored bytes), into buf. */
-static int record_read(int fd, const struct cas_index_entry *e, uint8_t *buf)
-{
-	if (e->loc.stored > CAS_CHUNK_MAX + CAS_CHUNK_MAX / 64 + 64)   /* LZ4's worst case, with room */
-		return -EBADMSG;
-	const size_t len = CAS_REC_HEADER + (size_t)e->loc.stored;
-	if (pread(fd, buf, len, (off_t)e->loc.off) != (ssize_t)len)
-		return -EIO;
-	if (memcmp(buf, CAS_REC_MAGIC, 4) || buf[CAS_REC_CODEC] != e->loc.codec ||
-	    cas_le32_get(buf + CAS_REC_RAW) != e->loc.raw || cas_le32_get(buf + CAS_REC_STORED) != e->loc.stored ||
-	    memcmp(buf + CAS_REC_SHA, e->sha, 32) ||
-	    crc32c(buf + CAS_REC_HEADER, e->loc.stored) != cas_le32_get(buf + CAS_REC_CRC))
-		return -EBADMSG;
-	return 0;
-}
+/* ---- pack rewrite (step 4) ----
+ *
+ * Each pack to rewrite is walked record by record (cas_pack_scan checks
+ * every record's header and CRC32C). A record is live when the index
+ * names it, at this very place: it is copied, verbatim, into this
+ * session's packs. Memory is the current group's moved entries.
+ */
 
 struct writer {
 	uint8_t *buf;
@@ -417,101 +568,123 @@ static int group_commit(struct cas_store *s, struct cas_index_entry *e, size_t n
 	return 0;
 }
 
-static int rewrite(struct cas_store *s, bool *want, uint32_t nps, struct cas_gc_result *r, struct progress *prog)
+struct rw {
+	struct cas_store *s;
+	struct writer w;
+	uint8_t *rec;
+	struct cas_index_entry *moved;   /* this group's: sha and new place */
+	size_t nmoved, cap;
+	uint64_t gbytes;
+	struct cas_gc_result *r;
+	struct progress *prog;
+	int err;
+};
+
+static int rw_cb(const struct cas_scan_rec *x, void *arg)
 {
-	struct moved m = { 0 };
-	struct collect cc = { .rewrite = want, .nps = nps, .m = &m };
-	int rc = cas_db_scan(s, 'c', collect_cb, &cc);
-	if (rc == 0 && cc.err)
-		rc = crest_errf(cc.err, "listing the live chunks of the packs to rewrite");
-	if (rc == 0 && m.n)
-		qsort(m.v, m.n, sizeof(*m.v), loc_cmp);
-	struct writer w = { .buf = malloc(WBUF_BYTES) };
-	uint8_t *rec = malloc(CAS_REC_HEADER + CAS_CHUNK_MAX + CAS_CHUNK_MAX / 64 + 64);
+	struct rw *c = arg;
+	struct cas_loc loc;
+	int rc = cas_chunk_lookup(c->s, x->sha, &loc);
+	if (rc == -ENOENT) {
+		crest_errset_str("");
+		return 0;   /* dead */
+	}
+	if (rc < 0) {
+		c->err = rc;
+		return 1;
+	}
+	if (loc.pack != x->loc.pack || loc.off != x->loc.off)
+		return 0;   /* the index names another copy: this one is dead */
+	const size_t len = CAS_REC_HEADER + (size_t)x->loc.stored;
+	memcpy(c->rec + CAS_REC_HEADER, x->data, x->loc.stored);
+	cas_rec_build(c->rec, x->sha, x->loc.codec, x->loc.raw, x->loc.stored);
+	struct cas_loc nl;
+	rc = cas_pack_reserve(c->s, x->loc.stored, x->loc.raw, x->loc.codec, &nl);
+	struct writer *w = &c->w;
+	if (rc == 0 && w->len && (nl.pack != w->w.pack || nl.off != w->w.off + w->len || w->len + len > WBUF_BYTES))
+		rc = writer_flush(c->s, w);
+	if (rc == 0 && len > WBUF_BYTES) {   /* larger than the buffer: alone */
+		const struct cas_write big = { .pack = nl.pack, .off = nl.off, .data = c->rec, .len = len };
+		rc = cas_pack_write(c->s, &big, 1);
+	} else if (rc == 0) {
+		if (!w->len)
+			w->w = (struct cas_write){ .pack = nl.pack, .off = nl.off };
+		memcpy(w->buf + w->len, c->rec, len);
+		w->len += len;
+	}
+	if (rc == 0 && c->nmoved == c->cap) {
+		const size_t cap = c->cap ? 2 * c->cap : 4096;
+		struct cas_index_entry *nv = realloc(c->moved, cap * sizeof(*nv));
+		if (!nv)
+			rc = crest_errf(-ENOMEM, "gc: rewriting packs");
+		else {
+			c->moved = nv;
+			c->cap = cap;
+		}
+	}
+	if (rc < 0) {
+		c->err = rc;
+		return 1;
+	}
+	memcpy(c->moved[c->nmoved].sha, x->sha, 32);
+	c->moved[c->nmoved++].loc = nl;
+	c->gbytes += len;
+	c->r->bytes_moved += len;
+	if (c->prog)
+		progress_update(c->prog, c->r->bytes_moved);
+	return 0;
+}
+
+/* want[p]: rewrite pack p; end[p]: its committed end. */
+static int rewrite(struct cas_store *s, const bool *want, const uint64_t *end, uint32_t nps, struct cas_gc_result *r,
+		   struct progress *prog)
+{
+	struct rw c = { .s = s, .r = r, .prog = prog };
+	c.w.buf = malloc(WBUF_BYTES);
+	c.rec = malloc(CAS_REC_HEADER + CAS_CHUNK_MAX);
 	uint32_t *old = calloc(nps ? nps : 1, sizeof(*old));
-	if (rc == 0 && (!w.buf || !rec || !old))
-		rc = crest_errf(-ENOMEM, "rewriting packs");
-	/* Pack by pack: a pack's chunks are all copied, or none are pointed at
-	 * their copies. A group commits once GROUP_BYTES have moved. */
-	size_t i = 0, gfirst = 0, nold = 0;
-	uint64_t gbytes = 0;
+	int rc = c.w.buf && c.rec && old ? 0 : crest_errf(-ENOMEM, "gc: rewriting packs");
+	size_t nold = 0;
 	for (uint32_t p = 1; rc == 0 && p < nps; p++) {
 		if (!want[p])
 			continue;
-		/* m holds the live chunks of wanted packs only, in pack order. */
-		size_t end = i;
-		while (end < m.n && m.v[end].loc.pack == p)
-			end++;
-		int fd = end > i ? cas_pack_open_read(s, p) : -1;
-		bool ok = true;
-		if (end > i && fd < 0) {
-			fprintf(stderr, "crest: gc: %s; pack %u is left as it is\n", crest_errmsg(), p);
-			crest_errset_str("");
-			ok = false;
-		}
-		for (size_t j = i; ok && rc == 0 && j < end; j++) {
-			struct cas_index_entry *e = &m.v[j];
-			const size_t len = CAS_REC_HEADER + (size_t)e->loc.stored;
-			if (record_read(fd, e, rec) < 0) {
-				char hex[65];
-				hex_encode(e->sha, 32, hex);
-				fprintf(stderr, "crest: gc: chunk %.12s in pack %u does not check out; the pack is left "
-					"as it is (casctl verify names the snapshots that need it)\n", hex, p);
-				ok = false;
-				break;
-			}
-			struct cas_loc nl;
-			rc = cas_pack_reserve(s, e->loc.stored, e->loc.raw, e->loc.codec, &nl);
-			if (rc == 0 && w.len && (nl.pack != w.w.pack || nl.off != w.w.off + w.len || w.len + len > WBUF_BYTES))
-				rc = writer_flush(s, &w);
-			if (rc < 0)
-				break;
-			if (!w.len)
-				w.w = (struct cas_write){ .pack = nl.pack, .off = nl.off };
-			if (len > WBUF_BYTES) {   /* a record larger than the buffer: alone */
-				struct cas_write big = { .pack = nl.pack, .off = nl.off, .data = rec, .len = len };
-				rc = cas_pack_write(s, &big, 1);
-			} else {
-				memcpy(w.buf + w.len, rec, len);
-				w.len += len;
-			}
-			e->loc = nl;   /* from here on the entry names the copy */
-			gbytes += len;
-			r->bytes_moved += len;
-			if (prog)
-				progress_update(prog, r->bytes_moved);
-		}
-		if (fd >= 0)
-			close(fd);
-		if (rc < 0)
+		const size_t before = c.nmoved;
+		uint64_t stop = 0;
+		const int src = cas_pack_scan(s, p, 0, rw_cb, &c, &stop);
+		if (c.err) {
+			rc = c.err;
 			break;
-		if (!ok) {
-			/* Copies of this pack's chunks made so far stay unnamed: the
-			 * index keeps pointing at the originals. */
-			memmove(&m.v[i], &m.v[end], (m.n - end) * sizeof(*m.v));
-			m.n -= end - i;
+		}
+		/* A pack that cannot be read whole to its committed end keeps
+		 * what it holds: its copies made so far are left unnamed. */
+		if (src < 0 || stop < end[p]) {
+			fprintf(stderr, "crest: gc: pack %u of %s %s at %llu of %llu bytes; it is left as it is "
+				"(casctl verify names the snapshots that need it)\n", p, cas_dir(s),
+				src < 0 ? "cannot be read" : "does not check out", (unsigned long long)stop,
+				(unsigned long long)end[p]);
+			crest_errset_str("");
+			c.nmoved = before;
 			continue;
 		}
 		old[nold++] = p;
 		r->packs_rewritten++;
-		i = end;
-		if (gbytes >= GROUP_BYTES) {
-			rc = writer_flush(s, &w);
+		if (c.gbytes >= GROUP_BYTES) {
+			rc = writer_flush(s, &c.w);
 			if (rc == 0)
-				rc = group_commit(s, m.v + gfirst, i - gfirst, old, nold);
-			gfirst = i;
+				rc = group_commit(s, c.moved, c.nmoved, old, nold);
+			c.nmoved = 0;
 			nold = 0;
-			gbytes = 0;
+			c.gbytes = 0;
 		}
 	}
 	if (rc == 0)
-		rc = writer_flush(s, &w);
-	if (rc == 0 && (i > gfirst || nold))
-		rc = group_commit(s, m.v + gfirst, i - gfirst, old, nold);
-	free(w.buf);
-	free(rec);
+		rc = writer_flush(s, &c.w);
+	if (rc == 0 && (c.nmoved || nold))
+		rc = group_commit(s, c.moved, c.nmoved, old, nold);
+	free(c.w.buf);
+	free(c.rec);
+	free(c.moved);
 	free(old);
-	free(m.v);
 	return rc;
 }
 
@@ -569,6 +742,15 @@ static uint64_t packs_bytes(struct cas_store *s)
 	return sum;
 }
 
+/* The test knob CREST_GC_RUN_IDS makes runs small, so that tests spill
+ * and merge many of them; never below 1024. */
+static size_t run_ids(void)
+{
+	const char *v = getenv("CREST_GC_RUN_IDS");
+	const long long n = v ? atoll(v) : 0;
+	return n >= 1024 && n <= (long long)RUN_IDS ? (size_t)n : RUN_IDS;
+}
+
 int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_result *r, struct progress *prog)
 {
 	memset(r, 0, sizeof(*r));
@@ -578,7 +760,9 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	if (s->mode != CAS_WRITE)
 		return crest_errx(-EROFS, "gc needs store %s open for writing", s->dir);
 	const double below = pol->rewrite_below > 0 ? pol->rewrite_below : 0.5;
-	/* Packs a killed run retired but could not unlink. */
+	/* What a killed run left: its runs, and packs it retired but could not
+	 * unlink. */
+	runs_clear(s);
 	if (!pol->dry_run && (rc = retire(s, r)) < 0)
 		return rc;
 	r->bytes_before = packs_bytes(s);
@@ -588,10 +772,15 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	if (rc < 0)
 		return rc;
 	struct snap *sv = calloc(n ? n : 1, sizeof(*sv));
-	struct idset live = { 0 }, pieces = { 0 }, expired = { 0 };
-	struct scan sc = { .s = s, .live = &live, .r = r };
+	struct runs live = { .cap = run_ids() };
+	struct idset pieces = { 0 }, expired = { 0 };
+	struct merge mg;
+	bool merging = false;
+	runs_dir(s, live.dir, sizeof(live.dir));
+	struct scan sc = { .s = s, .live = &mg, .r = r, .dry = pol->dry_run };
 	struct piece_scan pc = { .live = &pieces, .r = r };
 	bool *want = NULL;
+	uint64_t *pend = NULL;
 	if (!sv)
 		rc = crest_errf(-ENOMEM, "gc");
 	for (size_t i = 0; rc == 0 && i < n; i++)
@@ -632,17 +821,30 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	}
 	if (prog)
 		progress_end(prog);
-	idset_seal(&live);
 	idset_seal(&pieces);
 	idset_seal(&expired);
+	if (rc == 0) {
+		rc = merge_open(&live, &mg);
+		merging = rc == 0;
+	}
+	/* Steps 1 and 2 before any entry goes: from here no listed snapshot
+	 * is expired, so whatever the sweeps remove, nothing listed needs. */
+	if (rc == 0 && !pol->dry_run && expired.n)
+		rc = forget(s, &expired);
+	if (rc == 0 && !pol->dry_run)
+		sc.b = rocksdb_writebatch_create();
 	if (rc == 0)
 		rc = cas_db_scan(s, 'c', chunk_cb, &sc);
 	if (rc == 0 && sc.err)
-		rc = crest_errf(sc.err, "gc: scanning the chunk index");
+		rc = sc.err;
+	if (rc == 0 && sc.b)
+		rc = scan_flush(&sc);
 	if (rc == 0)
 		rc = cas_db_scan(s, 'l', piece_cb, &pc);
 	if (rc == 0 && pc.err)
 		rc = crest_errf(pc.err, "gc: scanning the pieces");
+	if (rc == 0 && !pol->dry_run)
+		rc = sweep(s, 'l', &pc.dead);
 	/* A pack's dead space is all it holds below its committed end that no
 	 * live entry covers: the records of chunks dead in this run, and those
 	 * an earlier run (or a killed put) left without an index entry, which
@@ -663,55 +865,56 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 			sc.ps = np;
 			sc.nps = p + 1;
 		}
+	}
+	if (rc == 0 && !(pend = calloc(sc.nps ? sc.nps : 1, sizeof(*pend))))
+		rc = crest_errf(-ENOMEM, "gc");
+	for (size_t i = 0; rc == 0 && i < nends; i++) {
+		const uint32_t p = ends[i].pack;
 		const uint64_t held = ends[i].end > CAS_PACK_HEADER ? ends[i].end - CAS_PACK_HEADER : 0;
 		sc.ps[p].dead = held > sc.ps[p].live ? held - sc.ps[p].live : 0;
+		pend[p] = ends[i].end;
 	}
 	free(ends);
-	r->dead_bytes = 0;
 	for (uint32_t p = 1; rc == 0 && p < sc.nps; p++)
 		r->dead_bytes += sc.ps[p].dead;
-	/* Packs to rewrite: some dead, less live than the threshold, readable. */
+	/* Packs to rewrite: some dead, less live than the threshold, their
+	 * committed end known ('p') and their file there (not lost). */
 	uint64_t freed = 0;
 	if (rc == 0 && !(want = calloc(sc.nps ? sc.nps : 1, sizeof(*want))))
 		rc = crest_errf(-ENOMEM, "gc");
 	for (uint32_t p = 1; rc == 0 && p < sc.nps; p++) {
 		const struct packstat *ps = &sc.ps[p];
-		if (!ps->dead || cas_pack_lost(s, p))
+		r->packs += ps->live + ps->dead > 0;
+		if (!ps->dead || !pend[p] || cas_pack_lost(s, p))
 			continue;
-		/* Only packs that are whole on disk: the index's ends are what
-		 * the rewrite copies from. */
 		want[p] = (double)ps->live < below * (double)(ps->live + ps->dead);
-		if (want[p])
+		if (want[p]) {
 			freed += ps->dead;
+			r->packs_rewritten += pol->dry_run;
+		}
 	}
-	for (uint32_t p = 1; rc == 0 && p < sc.nps; p++)
-		r->packs += sc.ps[p].live + sc.ps[p].dead > 0;
 	if (rc == 0 && pol->dry_run) {
 		r->bytes_after = r->bytes_before > freed ? r->bytes_before - freed : 0;
-		for (uint32_t p = 1; p < sc.nps; p++)
-			r->packs_rewritten += want[p];
 	} else if (rc == 0) {
-		if (expired.n)
-			rc = forget(s, &expired);
-		if (rc == 0)
-			rc = sweep(s, 'l', &pc.dead);
-		if (rc == 0)
-			rc = sweep(s, 'c', &sc.dead);
-		if (prog && rc == 0)
-			progress_begin(prog, "gc rewrite", freed, false);
-		if (rc == 0)
-			rc = rewrite(s, want, sc.nps, r, prog);
-		if (prog && rc == 0)
+		if (prog)
+			progress_begin(prog, "gc rewrite", 0, false);
+		rc = rewrite(s, want, pend, sc.nps, r, prog);
+		if (prog)
 			progress_end(prog);
 		if (rc == 0)
 			rc = retire(s, r);
 		r->bytes_after = packs_bytes(s);
 	}
+	if (merging)
+		merge_close(&mg);
+	runs_clear(s);
+	if (sc.b)
+		rocksdb_writebatch_destroy(sc.b);
 	free(want);
+	free(pend);
 	free(sc.ps);
-	free(sc.dead.v);
 	free(pc.dead.v);
-	free(live.v);
+	free(live.mem.v);
 	free(pieces.v);
 	free(expired.v);
 	free(sv);

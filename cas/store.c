@@ -154,7 +154,7 @@ static int entry_trusted(const char *dir, const char *name, const struct stat *s
  * cannot change afterwards unless its directory lets someone else write. */
 static int store_trusted(const char *dir, const struct stat *st)
 {
-	static const char *const names[] = { FORMAT_NAME, "lock", "packs", "meta", "index", "jobs", "readers" };
+	static const char *const names[] = { FORMAT_NAME, "lock", "packs", "meta", "index", "jobs", "readers", "gc" };
 	int rc = entry_trusted(dir, NULL, st);
 	for (size_t i = 0; rc == 0 && i < sizeof(names) / sizeof(*names); i++) {
 		char path[4096];

@@ -21,6 +21,8 @@
 #    --rewrite-below 1.0.
 # The seed is printed; CREST_TEST_SEED replays a run.
 source "$(dirname "$0")/lib.sh"
+# Small runs of live ids: the mark spills and merges many of them (cas/gc.c).
+export CREST_GC_RUN_IDS=${CREST_GC_RUN_IDS:-2048}
 SEED=${CREST_TEST_SEED:-$(( $(date +%s%N) % 1000000 ))}
 echo "seed $SEED"
 mkdir -p "$T/w"

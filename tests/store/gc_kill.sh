@@ -15,6 +15,8 @@
 # and packs holding nothing but live records.
 # The seed is printed; CREST_TEST_SEED replays the choices (not the timing).
 source "$(dirname "$0")/lib.sh"
+# Small runs of live ids: the mark spills and merges many of them (cas/gc.c).
+export CREST_GC_RUN_IDS=${CREST_GC_RUN_IDS:-1024}
 SEED=${CREST_TEST_SEED:-$(( $(date +%s%N) % 1000000 ))}
 echo "seed $SEED"
 export CREST_PACK_LIMIT=1048576
