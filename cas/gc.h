@@ -30,8 +30,17 @@
  *     may still read an old pack). Otherwise the next run unlinks them.
  * The index never names a chunk in a deleted pack.
  *
+ * Memory is bounded whatever the store holds: the live ids are sorted in
+ * runs of at most 1M (32 MiB), spilled to STORE/gc/ and merged while the
+ * chunk index is read in key order; packs are rewritten by walking their
+ * records. STORE/gc/ is removed at the end, and by the next run after a
+ * kill.
+ *
  * gc holds the writer lock while it runs: writers wait for it, as they do
- * for each other (cas_open says who holds the store).
+ * for each other (cas_open says who holds the store). `crest run --every`
+ * and `crest checkpoint --every` let the store go between checkpoints, so
+ * gc runs beside them; a libcrest job holds the store from crest_open to
+ * crest_close, and gc waits for it.
  */
 #ifndef CREST_CAS_GC_H
 #define CREST_CAS_GC_H
