@@ -358,11 +358,19 @@ int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
 	pack_sync_finished(s);
 	while (done < n) {
 		unsigned batch = n - done < RING_DEPTH ? n - done : RING_DEPTH;
+		/* Every descriptor first (one may roll to a new pack, whose
+		 * header write can fail): a failure must leave no write queued
+		 * in the ring, where the next submit would run it, and must
+		 * submit the syncs already queued, which pack_reap waits for. */
+		for (unsigned i = 0; i < batch; i++) {
+			const int rc = pack_wfd(s, w[done + i].pack, &fds[i]);
+			if (rc < 0) {
+				io_uring_submit(&s->ring);
+				return rc;
+			}
+		}
 		for (unsigned i = 0; i < batch; i++) {
 			const struct cas_write *r = &w[done + i];
-			int rc = pack_wfd(s, r->pack, &fds[i]);
-			if (rc < 0)
-				return rc;
 			/* batch <= RING_DEPTH and every batch is reaped before the
 			 * next: the submission queue always has room. */
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
