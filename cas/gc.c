@@ -150,6 +150,12 @@ struct runs {
 	unsigned nfiles;
 	struct idset mem;
 	size_t cap;
+	/* Open addressing over mem's ids (index + 1; 0: empty), 2 slots per
+	 * id: successive snapshots name mostly the same chunks, and an id
+	 * already in the run is not added again (measured: 6.5 M extents of
+	 * 50 kept snapshots were 0.57 M distinct chunks). */
+	uint32_t *slot;
+	size_t nslot;
 	int err;
 };
 
@@ -200,17 +206,36 @@ static int runs_spill(struct runs *r)
 	close(fd);
 	r->nfiles++;
 	r->mem.n = 0;
+	memset(r->slot, 0, r->nslot * sizeof(*r->slot));
 	return 0;
 }
 
 static int runs_add(struct runs *r, const uint8_t id[32])
 {
+	if (!r->slot) {
+		r->nslot = 1024;
+		while (r->nslot < 2 * r->cap)
+			r->nslot *= 2;
+		if (!(r->slot = calloc(r->nslot, sizeof(*r->slot))))
+			return crest_errf(-ENOMEM, "gc: marking");
+	}
+	/* Ids are SHA-256: any 8 of their bytes hash well. */
+	uint64_t h;
+	memcpy(&h, id, 8);
+	size_t i = (size_t)h & (r->nslot - 1);
+	for (; r->slot[i]; i = (i + 1) & (r->nslot - 1))
+		if (!memcmp(r->mem.v[r->slot[i] - 1], id, 32))
+			return 0;
 	if (r->mem.n == r->cap) {
-		const int rc = runs_spill(r);
+		const int rc = runs_spill(r);   /* empties the table too */
 		if (rc < 0)
 			return rc;
+		return runs_add(r, id);
 	}
-	return idset_add(&r->mem, id) < 0 ? crest_errf(-ENOMEM, "gc: marking") : 0;
+	if (idset_add(&r->mem, id) < 0)
+		return crest_errf(-ENOMEM, "gc: marking");
+	r->slot[i] = (uint32_t)r->mem.n;
+	return 0;
 }
 
 /* A merge of the runs: ids in order, each once. */
@@ -915,6 +940,7 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	free(sc.ps);
 	free(pc.dead.v);
 	free(live.mem.v);
+	free(live.slot);
 	free(pieces.v);
 	free(expired.v);
 	free(sv);
