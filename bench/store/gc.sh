@@ -113,6 +113,7 @@ echo
 echo "| gc (caches dropped before each) | wall s | peak RSS MiB | bytes before | bytes after | freed | restic wall / this wall |"
 echo "|---|---|---|---|---|---|---|"
 declare -A W B A M
+LOADAVG=$(cut -d' ' -f1-3 /proc/loadavg)
 for s in $STORES; do
 	B[$s]=$(du -sb "$WORK/$s" | cut -f1)
 	dropcache
@@ -136,6 +137,7 @@ for s in $STORES; do
 	echo "- crest $s gc: $(field dead_chunks "$g") of $(field chunks "$g") chunks dead, $(field packs_rewritten "$g") of $(field packs "$g") packs rewritten ($(gb "$(field bytes_moved "$g")") GB moved), packs $(gb "$(field bytes_before "$g")") -> $(gb "$(field bytes_after "$g")") GB."
 done
 echo "- restic prune said: $(grep -E '^(to repack|this removes|to delete|total prune|remaining|unused size after prune)' "$WORK/gc-restic.out" | tr -s ' ' | paste -sd ';' -)"
+echo "- load average (1, 5, 15 min) as the gc runs began: $LOADAVG; this machine is shared with other builds and tests."
 echo "- restic cache (RESTIC_CACHE_DIR under the scratch directory, not counted above): $(gb "$(du -sb "$RESTIC_CACHE_DIR" | cut -f1)") GB."
 
 # Nothing the kept snapshots need is gone: every store verifies, and the
