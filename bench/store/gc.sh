@@ -128,7 +128,7 @@ W[restic]=$WALL M[restic]=$RSS
 A[restic]=$(du -sb "$R" | cut -f1)
 for s in $STORES restic; do
 	name="crest $s: \`casctl gc --keep-last $KEEP\`"
-	[ $s = restic ] && name="restic: \`forget --keep-last $KEEP --prune\`"
+	[ "$s" = restic ] && name="restic: \`forget --keep-last $KEEP --prune\`"
 	echo "| $name | ${W[$s]} | $(mib "${M[$s]}") | $(gb "${B[$s]}") GB | $(gb "${A[$s]}") GB | $(gb $((B[$s] - A[$s]))) GB | $(awk -v a="${W[restic]}" -v b="${W[$s]}" 'BEGIN { printf "%.1f", a / b }') |"
 done
 echo
