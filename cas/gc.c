@@ -366,6 +366,7 @@ static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct runs 
 /* Live and dead bytes of each pack (record headers included). */
 struct packstat {
 	uint64_t live, dead;
+	uint64_t nlive;              /* live records */
 };
 
 /* The chunk pass: live bytes per pack; dead entries counted and, unless
@@ -420,6 +421,7 @@ static int chunk_cb(const char *k, size_t kl, const char *v, size_t vl, void *ar
 	}
 	if (live) {
 		c->ps[loc.pack].live += rec;
+		c->ps[loc.pack].nlive++;
 		return 0;
 	}
 	c->r->dead_chunks++;
@@ -533,11 +535,23 @@ static int sweep(struct cas_store *s, char type, const struct idset *dead)
 
 /* ---- pack rewrite (step 4) ----
  *
- * Each pack to rewrite is walked record by record (cas_pack_scan checks
- * every record's header and CRC32C). A record is live when the index
- * names it, at this very place: it is copied, verbatim, into this
- * session's packs. Memory is the current group's moved entries.
+ * The packs to rewrite go in groups of at most GROUP_BYTES live bytes and
+ * GROUP_RECORDS live records. For each group one scan of the index lists
+ * the live records in its packs (memory: that group's list); they are read
+ * in pack order, each checked (magic, sizes, id, CRC32C), and copied
+ * verbatim into this session's packs; one commit per group. Only live
+ * bytes are read: a mostly dead pack costs its live records, not its size.
  */
+#define GROUP_RECORDS (1u << 20)
+
+/* The test knob CREST_GC_GROUP_BYTES makes groups small, so that tests
+ * commit (and kill) many of them; never below 64 KiB. */
+static uint64_t group_bytes(void)
+{
+	const char *v = getenv("CREST_GC_GROUP_BYTES");
+	const long long n = v ? atoll(v) : 0;
+	return n >= (64 << 10) && n <= (long long)GROUP_BYTES ? (uint64_t)n : GROUP_BYTES;
+}
 
 struct writer {
 	uint8_t *buf;
@@ -593,123 +607,173 @@ static int group_commit(struct cas_store *s, struct cas_index_entry *e, size_t n
 	return 0;
 }
 
-struct rw {
-	struct cas_store *s;
-	struct writer w;
-	uint8_t *rec;
-	struct cas_index_entry *moved;   /* this group's: sha and new place */
-	size_t nmoved, cap;
-	uint64_t gbytes;
-	struct cas_gc_result *r;
-	struct progress *prog;
-	int err;
-};
-
-static int rw_cb(const struct cas_scan_rec *x, void *arg)
+/* The record at e->loc in fd, whole and checked (magic, sizes, the id,
+ * the CRC32C of its stored bytes), into buf (CAS_REC_HEADER +
+ * CAS_CHUNK_MAX bytes). */
+static int record_read(int fd, const struct cas_index_entry *e, uint8_t *buf)
 {
-	struct rw *c = arg;
-	struct cas_loc loc;
-	int rc = cas_chunk_lookup(c->s, x->sha, &loc);
-	if (rc == -ENOENT) {
-		crest_errset_str("");
-		return 0;   /* dead */
-	}
-	if (rc < 0) {
-		c->err = rc;
-		return 1;
-	}
-	if (loc.pack != x->loc.pack || loc.off != x->loc.off)
-		return 0;   /* the index names another copy: this one is dead */
-	const size_t len = CAS_REC_HEADER + (size_t)x->loc.stored;
-	memcpy(c->rec + CAS_REC_HEADER, x->data, x->loc.stored);
-	cas_rec_build(c->rec, x->sha, x->loc.codec, x->loc.raw, x->loc.stored);
-	struct cas_loc nl;
-	rc = cas_pack_reserve(c->s, x->loc.stored, x->loc.raw, x->loc.codec, &nl);
-	struct writer *w = &c->w;
-	if (rc == 0 && w->len && (nl.pack != w->w.pack || nl.off != w->w.off + w->len || w->len + len > WBUF_BYTES))
-		rc = writer_flush(c->s, w);
-	if (rc == 0 && len > WBUF_BYTES) {   /* larger than the buffer: alone */
-		const struct cas_write big = { .pack = nl.pack, .off = nl.off, .data = c->rec, .len = len };
-		rc = cas_pack_write(c->s, &big, 1);
-	} else if (rc == 0) {
-		if (!w->len)
-			w->w = (struct cas_write){ .pack = nl.pack, .off = nl.off };
-		memcpy(w->buf + w->len, c->rec, len);
-		w->len += len;
-	}
-	if (rc == 0 && c->nmoved == c->cap) {
-		const size_t cap = c->cap ? 2 * c->cap : 4096;
-		struct cas_index_entry *nv = realloc(c->moved, cap * sizeof(*nv));
-		if (!nv)
-			rc = crest_errf(-ENOMEM, "gc: rewriting packs");
-		else {
-			c->moved = nv;
-			c->cap = cap;
-		}
-	}
-	if (rc < 0) {
-		c->err = rc;
-		return 1;
-	}
-	memcpy(c->moved[c->nmoved].sha, x->sha, 32);
-	c->moved[c->nmoved++].loc = nl;
-	c->gbytes += len;
-	c->r->bytes_moved += len;
-	if (c->prog)
-		progress_update(c->prog, c->r->bytes_moved);
+	if (e->loc.stored > CAS_CHUNK_MAX)
+		return -EBADMSG;
+	const size_t len = CAS_REC_HEADER + (size_t)e->loc.stored;
+	if (pread(fd, buf, len, (off_t)e->loc.off) != (ssize_t)len)
+		return -EIO;
+	if (memcmp(buf, CAS_REC_MAGIC, 4) || buf[CAS_REC_CODEC] != e->loc.codec ||
+	    cas_le32_get(buf + CAS_REC_RAW) != e->loc.raw || cas_le32_get(buf + CAS_REC_STORED) != e->loc.stored ||
+	    memcmp(buf + CAS_REC_SHA, e->sha, 32) ||
+	    crc32c(buf + CAS_REC_HEADER, e->loc.stored) != cas_le32_get(buf + CAS_REC_CRC))
+		return -EBADMSG;
 	return 0;
 }
 
-/* want[p]: rewrite pack p; end[p]: its committed end. */
-static int rewrite(struct cas_store *s, const bool *want, const uint64_t *end, uint32_t nps, struct cas_gc_result *r,
-		   struct progress *prog)
+struct collect {
+	const uint8_t *in;           /* in[p]: pack p is in this group */
+	uint32_t nps;
+	struct cas_index_entry *v;
+	size_t n, cap;
+	int err;
+};
+
+static int collect_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
 {
-	struct rw c = { .s = s, .r = r, .prog = prog };
-	c.w.buf = malloc(WBUF_BYTES);
-	c.rec = malloc(CAS_REC_HEADER + CAS_CHUNK_MAX);
-	uint32_t *old = calloc(nps ? nps : 1, sizeof(*old));
-	int rc = c.w.buf && c.rec && old ? 0 : crest_errf(-ENOMEM, "gc: rewriting packs");
-	size_t nold = 0;
-	for (uint32_t p = 1; rc == 0 && p < nps; p++) {
-		if (!want[p])
-			continue;
-		const size_t before = c.nmoved;
-		uint64_t stop = 0;
-		const int src = cas_pack_scan(s, p, 0, rw_cb, &c, &stop);
-		if (c.err) {
-			rc = c.err;
+	struct collect *c = arg;
+	struct cas_loc loc;
+	if (kl != 32 || cas_loc_decode((const uint8_t *)v, vl, &loc) < 0 || loc.pack >= c->nps || !c->in[loc.pack])
+		return 0;
+	if (c->n == c->cap) {
+		const size_t cap = c->cap ? 2 * c->cap : 4096;
+		struct cas_index_entry *nv = realloc(c->v, cap * sizeof(*nv));
+		if (!nv) {
+			c->err = crest_errf(-ENOMEM, "gc: listing live records");
+			return 1;
+		}
+		c->v = nv;
+		c->cap = cap;
+	}
+	memcpy(c->v[c->n].sha, k, 32);
+	c->v[c->n++].loc = loc;
+	return 0;
+}
+
+static int loc_cmp(const void *a, const void *b)
+{
+	const struct cas_loc *x = &((const struct cas_index_entry *)a)->loc;
+	const struct cas_loc *y = &((const struct cas_index_entry *)b)->loc;
+	if (x->pack != y->pack)
+		return x->pack < y->pack ? -1 : 1;
+	return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Copies the records of one pack, v[0..n) (sorted by offset), and points
+ * each entry at its copy. -EBADMSG (no message) when the pack does not
+ * read back whole: the caller leaves it as it is. */
+static int copy_pack(struct cas_store *s, uint32_t p, struct cas_index_entry *v, size_t n, struct writer *w,
+		     uint8_t *rec, struct cas_gc_result *r, struct progress *prog)
+{
+	const int fd = n ? cas_pack_open_read(s, p) : -1;
+	if (n && fd < 0)
+		return -EBADMSG;
+	int rc = 0;
+	for (size_t j = 0; rc == 0 && j < n; j++) {
+		struct cas_index_entry *e = &v[j];
+		const size_t len = CAS_REC_HEADER + (size_t)e->loc.stored;
+		if (record_read(fd, e, rec) < 0) {
+			rc = -EBADMSG;
 			break;
 		}
-		/* A pack that cannot be read whole to its committed end keeps
-		 * what it holds: its copies made so far are left unnamed. */
-		if (src < 0 || stop < end[p]) {
-			fprintf(stderr, "crest: gc: pack %u of %s %s at %llu of %llu bytes; it is left as it is "
-				"(casctl verify names the snapshots that need it)\n", p, cas_dir(s),
-				src < 0 ? "cannot be read" : "does not check out", (unsigned long long)stop,
-				(unsigned long long)end[p]);
-			crest_errset_str("");
-			c.nmoved = before;
-			continue;
+		struct cas_loc nl;
+		rc = cas_pack_reserve(s, e->loc.stored, e->loc.raw, e->loc.codec, &nl);
+		if (rc == 0 && w->len && (nl.pack != w->w.pack || nl.off != w->w.off + w->len || w->len + len > WBUF_BYTES))
+			rc = writer_flush(s, w);
+		if (rc == 0 && len > WBUF_BYTES) {   /* larger than the buffer: alone */
+			const struct cas_write big = { .pack = nl.pack, .off = nl.off, .data = rec, .len = len };
+			rc = cas_pack_write(s, &big, 1);
+		} else if (rc == 0) {
+			if (!w->len)
+				w->w = (struct cas_write){ .pack = nl.pack, .off = nl.off };
+			memcpy(w->buf + w->len, rec, len);
+			w->len += len;
 		}
-		old[nold++] = p;
-		r->packs_rewritten++;
-		if (c.gbytes >= GROUP_BYTES) {
-			rc = writer_flush(s, &c.w);
-			if (rc == 0)
-				rc = group_commit(s, c.moved, c.nmoved, old, nold);
-			c.nmoved = 0;
-			nold = 0;
-			c.gbytes = 0;
+		if (rc == 0) {
+			e->loc = nl;   /* from here on the entry names the copy */
+			r->bytes_moved += len;
+			if (prog)
+				progress_update(prog, r->bytes_moved);
 		}
 	}
-	if (rc == 0)
-		rc = writer_flush(s, &c.w);
-	if (rc == 0 && (c.nmoved || nold))
-		rc = group_commit(s, c.moved, c.nmoved, old, nold);
-	free(c.w.buf);
-	free(c.rec);
-	free(c.moved);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* want[p]: rewrite pack p; ps[p]: its live bytes and records. */
+static int rewrite(struct cas_store *s, const bool *want, const struct packstat *ps, uint32_t nps,
+		   struct cas_gc_result *r, struct progress *prog)
+{
+	struct writer w = { .buf = malloc(WBUF_BYTES) };
+	uint8_t *rec = malloc(CAS_REC_HEADER + CAS_CHUNK_MAX);
+	uint8_t *in = calloc(nps ? nps : 1, 1);
+	uint32_t *old = calloc(nps ? nps : 1, sizeof(*old));
+	struct collect cc = { .in = in, .nps = nps };
+	int rc = w.buf && rec && in && old ? 0 : crest_errf(-ENOMEM, "gc: rewriting packs");
+	const uint64_t gmax = group_bytes();
+	for (uint32_t first = 1; rc == 0 && first < nps;) {
+		/* The next group: wanted packs from first on, within the bounds. */
+		uint64_t bytes = 0, recs = 0;
+		uint32_t p = first;
+		memset(in, 0, nps);
+		for (; p < nps; p++) {
+			if (!want[p])
+				continue;
+			if (bytes && (bytes + ps[p].live > gmax || recs + ps[p].nlive > GROUP_RECORDS))
+				break;
+			in[p] = 1;
+			bytes += ps[p].live;
+			recs += ps[p].nlive;
+		}
+		first = p;
+		cc.n = 0;
+		rc = cas_db_scan(s, 'c', collect_cb, &cc);
+		if (rc == 0 && cc.err)
+			rc = cc.err;
+		if (rc == 0 && cc.n > 1)
+			qsort(cc.v, cc.n, sizeof(*cc.v), loc_cmp);
+		size_t nold = 0, i = 0, keep = 0;
+		for (uint32_t q = 1; rc == 0 && q < first; q++) {
+			if (!in[q])
+				continue;
+			size_t end = i;
+			while (end < cc.n && cc.v[end].loc.pack == q)
+				end++;
+			rc = copy_pack(s, q, cc.v + i, end - i, &w, rec, r, prog);
+			if (rc == -EBADMSG) {
+				/* The pack keeps what it holds; copies made so far stay
+				 * unnamed, and its entries keep their old places. */
+				fprintf(stderr, "crest: gc: pack %u of %s does not read back whole; it is left as "
+					"it is (casctl verify names the snapshots that need it)\n", q, cas_dir(s));
+				crest_errset_str("");
+				rc = 0;
+				i = end;
+				continue;
+			}
+			if (rc < 0)
+				break;
+			/* Kept entries move to the front: only they are committed. */
+			memmove(cc.v + keep, cc.v + i, (end - i) * sizeof(*cc.v));
+			keep += end - i;
+			i = end;
+			old[nold++] = q;
+			r->packs_rewritten++;
+		}
+		if (rc == 0)
+			rc = writer_flush(s, &w);
+		if (rc == 0 && (keep || nold))
+			rc = group_commit(s, cc.v, keep, old, nold);
+	}
+	free(w.buf);
+	free(rec);
+	free(in);
 	free(old);
+	free(cc.v);
 	return rc;
 }
 
@@ -923,7 +987,7 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	} else if (rc == 0) {
 		if (prog)
 			progress_begin(prog, "gc rewrite", 0, false);
-		rc = rewrite(s, want, pend, sc.nps, r, prog);
+		rc = rewrite(s, want, sc.ps, sc.nps, r, prog);
 		if (prog)
 			progress_end(prog);
 		if (rc == 0)

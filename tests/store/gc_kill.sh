@@ -17,6 +17,8 @@
 source "$(dirname "$0")/lib.sh"
 # Small runs of live ids: the mark spills and merges many of them (cas/gc.c).
 export CREST_GC_RUN_IDS=${CREST_GC_RUN_IDS:-1024}
+# and small groups of packs to rewrite: many commits, and kills between them.
+export CREST_GC_GROUP_BYTES=${CREST_GC_GROUP_BYTES:-262144}
 SEED=${CREST_TEST_SEED:-$(( $(date +%s%N) % 1000000 ))}
 echo "seed $SEED"
 export CREST_PACK_LIMIT=1048576
