@@ -757,8 +757,10 @@ static int rewrite(struct cas_store *s, const bool *want, const struct packstat 
 			}
 			if (rc < 0)
 				break;
-			/* Kept entries move to the front: only they are committed. */
-			memmove(cc.v + keep, cc.v + i, (end - i) * sizeof(*cc.v));
+			/* Kept entries move to the front: only they are committed.
+			 * (A pack with no live record has none: cc.v may be NULL.) */
+			if (end > i)
+				memmove(cc.v + keep, cc.v + i, (end - i) * sizeof(*cc.v));
 			keep += end - i;
 			i = end;
 			old[nold++] = q;
