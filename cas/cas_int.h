@@ -120,6 +120,12 @@ int cas_db_scan(struct cas_store *s, char type,
 /* s->ends with the ends of e's records merged in (a new array). */
 int cas_ends_merge(const struct cas_store *s, const struct cas_index_entry *e, size_t n,
 		   struct cas_pack_end **out, size_t *nout);
+/* An index key of type and a pack or log number: type, then num big-endian. */
+void cas_key_num(char k[5], char type, uint32_t num);
+/* Queues in b the removal of snapshots ids[0..n) (sorted) from the index:
+ * their manifests, summaries and every tag naming one (gc, and a writer's
+ * open finishing a killed gc). */
+int cas_batch_forget(struct cas_store *s, rocksdb_writebatch_t *b, const uint8_t (*ids)[32], size_t n);
 /* An fd holding STORE/readers exclusively, when no reader holds it
  * shared; -EBUSY when one does (gc.h). Close it to let readers in. */
 int cas_readers_none(struct cas_store *s);

@@ -463,30 +463,6 @@ static int piece_cb(const char *k, size_t kl, const char *v, size_t vl, void *ar
 
 /* ---- the sweep ---- */
 
-static void key_num(char k[5], char type, uint32_t num)
-{
-	k[0] = type;
-	for (int i = 0; i < 4; i++)
-		k[1 + i] = (char)(num >> (8 * (3 - i)));
-}
-
-struct tag_scan {
-	const struct idset *expired;
-	rocksdb_writebatch_t *b;
-};
-
-static int tag_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
-{
-	const struct tag_scan *c = arg;
-	if (vl == 32 && kl <= 128 && idset_has(c->expired, (const uint8_t *)v)) {
-		char key[129];
-		key[0] = 't';
-		memcpy(key + 1, k, kl);
-		rocksdb_writebatch_delete(c->b, key, kl + 1);
-	}
-	return 0;
-}
-
 /* Steps 1 and 2: the delete records, then the manifests out of the index. */
 static int forget(struct cas_store *s, const struct idset *expired)
 {
@@ -498,16 +474,7 @@ static int forget(struct cas_store *s, const struct idset *expired)
 	if (rc < 0)
 		return rc;
 	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
-	char k[33];
-	for (size_t i = 0; i < expired->n; i++) {
-		memcpy(k + 1, expired->v[i], 32);
-		k[0] = 'm';
-		rocksdb_writebatch_delete(b, k, 33);
-		k[0] = 'i';
-		rocksdb_writebatch_delete(b, k, 33);
-	}
-	struct tag_scan ts = { expired, b };
-	rc = cas_db_scan(s, 't', tag_cb, &ts);
+	rc = cas_batch_forget(s, b, (const uint8_t (*)[32])expired->v, expired->n);
 	cas_batch_end(b, 'q', s->meta_num, s->meta_end);
 	if (rc == 0)
 		rc = cas_batch_write(s, b, "deleting expired snapshots");
@@ -588,7 +555,7 @@ static int group_commit(struct cas_store *s, struct cas_index_entry *e, size_t n
 		cas_batch_end(b, 'p', ends[i].pack, ends[i].end);
 	for (size_t i = 0; i < nold; i++) {
 		char k[5];
-		key_num(k, 'p', old[i]);
+		cas_key_num(k, 'p', old[i]);
 		rocksdb_writebatch_delete(b, k, 5);
 		cas_batch_end(b, 'r', old[i], 0);
 	}
@@ -803,7 +770,7 @@ static int retire(struct cas_store *s, struct cas_gc_result *r)
 			r->packs_retired++;
 			continue;
 		}
-		key_num(k, 'r', v[i].pack);
+		cas_key_num(k, 'r', v[i].pack);
 		rocksdb_writebatch_delete(b, k, 5);
 	}
 	char dir[4096];

@@ -202,23 +202,6 @@ static int apply_revoke(struct cas_store *s, const struct item *x, rocksdb_write
 	return 0;
 }
 
-struct tag_del_arg {
-	rocksdb_writebatch_t *b;
-	const uint8_t *id;
-};
-
-static int tag_del_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
-{
-	const struct tag_del_arg *a = arg;
-	if (vl == 32 && !memcmp(v, a->id, 32) && kl <= 128) {
-		char key[129];
-		key[0] = 't';
-		memcpy(key + 1, k, kl);
-		rocksdb_writebatch_delete(a->b, key, kl + 1);
-	}
-	return 0;
-}
-
 /* Finishes gc's deletion of id, if a kill left it in the index (gc.h,
  * step 1): its manifest, summary and the tags naming it go. */
 static int apply_delete(struct cas_store *s, const struct item *x, rocksdb_writebatch_t *b, unsigned *undone)
@@ -231,14 +214,7 @@ static int apply_delete(struct cas_store *s, const struct item *x, rocksdb_write
 	if (!v)
 		return 0;
 	rocksdb_free(v);
-	char k[33];
-	k[0] = 'm';
-	memcpy(k + 1, x->sha, 32);
-	rocksdb_writebatch_delete(b, k, 33);
-	k[0] = 'i';
-	rocksdb_writebatch_delete(b, k, 33);
-	struct tag_del_arg td = { b, x->sha };
-	rc = cas_db_scan(s, 't', tag_del_cb, &td);
+	rc = cas_batch_forget(s, b, (const uint8_t (*)[32])x->sha, 1);
 	char hex[65];
 	hex_encode(x->sha, 32, hex);
 	fprintf(stderr, "crest: snapshot %.12s in %s: gc had deleted it; removed it from the index\n", hex, s->dir);

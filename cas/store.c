@@ -802,7 +802,7 @@ static int db_has(struct cas_store *s, const char *k, size_t kl)
 
 /* Index keys with a number: type, then the number big-endian (key order is
  * numeric order). */
-static void key_num(char k[5], char type, uint32_t num)
+void cas_key_num(char k[5], char type, uint32_t num)
 {
 	k[0] = type;
 	cas_be32_put((uint8_t *)k + 1, num);
@@ -855,7 +855,7 @@ void cas_batch_end(rocksdb_writebatch_t *b, char type, uint32_t num, uint64_t en
 {
 	char k[5];
 	uint8_t v[8];
-	key_num(k, type, num);
+	cas_key_num(k, type, num);
 	cas_le64_put(v, end);
 	rocksdb_writebatch_put(b, k, sizeof(k), (const char *)v, sizeof(v));
 }
@@ -1093,6 +1093,43 @@ int cas_db_scan(struct cas_store *s, char type,
 		free(err);
 	}
 	return rc;
+}
+
+struct forget_ctx {
+	rocksdb_writebatch_t *b;
+	const uint8_t (*ids)[32];
+	size_t n;
+};
+
+static int id_cmp(const void *a, const void *b)
+{
+	return memcmp(a, b, 32);
+}
+
+static int forget_tag_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
+{
+	const struct forget_ctx *c = arg;
+	if (vl == 32 && kl <= 128 && bsearch(v, c->ids, c->n, 32, id_cmp)) {
+		char key[129];
+		key[0] = 't';
+		memcpy(key + 1, k, kl);
+		rocksdb_writebatch_delete(c->b, key, kl + 1);
+	}
+	return 0;
+}
+
+int cas_batch_forget(struct cas_store *s, rocksdb_writebatch_t *b, const uint8_t (*ids)[32], size_t n)
+{
+	char k[33];
+	for (size_t i = 0; i < n; i++) {
+		memcpy(k + 1, ids[i], 32);
+		k[0] = 'm';
+		rocksdb_writebatch_delete(b, k, 33);
+		k[0] = 'i';
+		rocksdb_writebatch_delete(b, k, 33);
+	}
+	struct forget_ctx c = { b, ids, n };
+	return n ? cas_db_scan(s, 't', forget_tag_cb, &c) : 0;
 }
 
 struct resolve_ctx {

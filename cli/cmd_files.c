@@ -483,14 +483,6 @@ int cmd_get(struct cli *c, int argc, char **argv)
 
 /* ---- ls ---- */
 
-static void fmt_time(uint64_t ns, char *buf, size_t cap)
-{
-	time_t t = (time_t)(ns / 1000000000);
-	struct tm tm;
-	localtime_r(&t, &tm);
-	strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm);
-}
-
 int cmd_ls(struct cli *c, int argc, char **argv)
 {
 	(void)argv;
@@ -547,7 +539,7 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 			}
 			printf("}}");
 		} else {
-			fmt_time(h->time_ns, tbuf, sizeof(tbuf));
+			cli_fmt_time(h->time_ns, tbuf, sizeof(tbuf));
 			printf("%.12s  %-19s  %-8s  %10s  ", hex, tbuf, h->kind,
 			       fmt_bytes(h->logical_bytes, b1, sizeof(b1)));
 			for (size_t t = 0; t < v[i].ntags; t++)
@@ -598,7 +590,7 @@ int cmd_show(struct cli *c, int argc, char **argv)
 		}
 		printf("}, \"streams\": [");
 	} else {
-		fmt_time(m->time_ns, tbuf, sizeof(tbuf));
+		cli_fmt_time(m->time_ns, tbuf, sizeof(tbuf));
 		printf("snapshot %s\nkind     %s\ntime     %s\nlogical  %s\n", hex, m->kind, tbuf,
 		       fmt_bytes(m->logical_bytes, b1, sizeof(b1)));
 		if (m->has_parent) {

@@ -14,14 +14,6 @@
 #include <string.h>
 #include <time.h>
 
-static void fmt_time(uint64_t ns, char *buf, size_t cap)
-{
-	time_t t = (time_t)(ns / 1000000000);
-	struct tm tm;
-	localtime_r(&t, &tm);
-	strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm);
-}
-
 /* Snapshot ids sorted, each with its place in the list: parents are found
  * by binary search, so a history of any length is drawn in n log n. */
 struct idpos {
@@ -247,7 +239,7 @@ int cmd_log(struct cli *c, int argc, char **argv)
 			}
 			printf("}");
 		} else {
-			fmt_time(h->time_ns, tbuf, sizeof(tbuf));
+			cli_fmt_time(h->time_ns, tbuf, sizeof(tbuf));
 			if (graph)
 				printf("%-*s  ", (int)(2 * ln.n > 1 ? 2 * ln.n - 1 : 1), gl);
 			printf("%.12s  %s  %-8s  %s", hex, tbuf, h->kind, br);
@@ -309,7 +301,7 @@ int cmd_branch(struct cli *c, int argc, char **argv)
 				printf(", \"head\": \"%s\", \"head_time_ns\": %llu, \"snapshots\": %zu}", hex,
 				       (unsigned long long)b[i].head_time_ns, b[i].snapshots);
 			} else {
-				fmt_time(b[i].head_time_ns, tbuf, sizeof(tbuf));
+				cli_fmt_time(b[i].head_time_ns, tbuf, sizeof(tbuf));
 				printf("%-24s  %.12s  %-19s  %zu\n", b[i].name, hex, tbuf, b[i].snapshots);
 			}
 		}

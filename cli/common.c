@@ -247,3 +247,11 @@ int cli_check_index(const struct cli *c, const struct cas_store *s)
 			  "recovers %s", c->store, r.unindexed, r.unindexed == 1 ? "" : "s",
 			  r.unindexed == 1 ? "is" : "are", r.unindexed == 1 ? "it" : "them");
 }
+
+void cli_fmt_time(uint64_t ns, char *buf, size_t cap)
+{
+	const time_t t = (time_t)(ns / 1000000000);
+	struct tm tm;
+	localtime_r(&t, &tm);
+	strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm);
+}

@@ -57,5 +57,7 @@ int cli_writer_open(const struct cli *c, const struct engine_opts *o, struct cas
 
 void cli_print_id(char out[65], const uint8_t id[32]);
 double cli_secs(uint64_t ns);
+/* "YYYY-MM-DD HH:MM:SS", local time, of a wall-clock time in ns. */
+void cli_fmt_time(uint64_t ns, char *buf, size_t cap);
 
 #endif
