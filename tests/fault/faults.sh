@@ -81,8 +81,14 @@ run_op() {
 	lib) cmd=(env CREST_PACK_LIMIT=1048576 "$FAULT_LIB" ckpt "$st" "$tag" 2) ;;
 	ckpt) cmd=("$CREST" --store "$st" --quiet checkpoint --pid "$JOB" --tag "$tag") ;;
 	esac
-	timeout 120 "${cmd[@]}"
+	# -k: crest checkpoint finishes the round in flight on SIGTERM, so a
+	# hung one would outlive a plain timeout and the whole test with it.
+	timeout -k 5 120 "${cmd[@]}"
 }
+
+# Readers and checks too run under a limit: a hang is a failure named by
+# its point, not a test that never ends.
+tmo() { timeout -k 5 60 "$@"; }
 
 # check STORE TAG: the snapshot tagged TAG restores bit-exact. What it must
 # hold follows from the tag's first word.
@@ -90,14 +96,14 @@ check() {
 	local st=$1 tag=$2 out=$T/out
 	rm -rf "$out"
 	case $tag in
-	base) "$CREST" --store "$st" --quiet get "$tag" "$out" 2>&1 && same_tree "$T/base" "$out/base" ;;
-	put.*|v1) "$CREST" --store "$st" --quiet get "$tag" "$out" 2>&1 && same_tree "$T/src1" "$out/src1" ;;
-	dedup.*) "$CREST" --store "$st" --quiet get "$tag" "$out" 2>&1 && same_tree "$T/src2" "$out/src2" ;;
-	libbase) "$FAULT_LIB" check "$st" "$tag" 1 2>&1 ;;
-	lib.*) "$FAULT_LIB" check "$st" "$tag" 2 2>&1 ;;
+	base) tmo "$CREST" --store "$st" --quiet get "$tag" "$out" 2>&1 && same_tree "$T/base" "$out/base" ;;
+	put.*|v1) tmo "$CREST" --store "$st" --quiet get "$tag" "$out" 2>&1 && same_tree "$T/src1" "$out/src1" ;;
+	dedup.*) tmo "$CREST" --store "$st" --quiet get "$tag" "$out" 2>&1 && same_tree "$T/src2" "$out/src2" ;;
+	libbase) tmo "$FAULT_LIB" check "$st" "$tag" 1 2>&1 ;;
+	lib.*) tmo "$FAULT_LIB" check "$st" "$tag" 2 2>&1 ;;
 	# (crest get cannot write a process snapshot's criu/ files today: it
 	# does not create the folder; verify reads and checks every chunk.)
-	ckbase|ckpt.*) "$CASCTL" --store "$st" --quiet verify "$tag" 2>&1 ;;
+	ckbase|ckpt.*) tmo "$CASCTL" --store "$st" --quiet verify "$tag" 2>&1 ;;
 	*) echo "unknown tag $tag"; return 1 ;;
 	esac
 }
@@ -105,11 +111,11 @@ check() {
 # The stores each operation starts from.
 prep() {
 	local op=$1 st=$T/prep-$1
-	"$CREST" --store "$st" --quiet put --tag base "$T/base" >/dev/null || return 1
+	tmo "$CREST" --store "$st" --quiet put --tag base "$T/base" >/dev/null || return 1
 	case $op in
-	dedup) "$CREST" --store "$st" --quiet put --tag v1 "$T/src1" >/dev/null ;;
+	dedup) tmo "$CREST" --store "$st" --quiet put --tag v1 "$T/src1" >/dev/null ;;
 	lib) "$FAULT_LIB" ckpt "$st" libbase 1 ;;
-	ckpt) "$CREST" --store "$st" --quiet checkpoint --pid "$JOB" --tag ckbase >/dev/null ;;
+	ckpt) tmo "$CREST" --store "$st" --quiet checkpoint --pid "$JOB" --tag ckbase >/dev/null ;;
 	esac
 }
 
@@ -128,7 +134,7 @@ report() {   # report POINT WHAT
 
 # tags_of STORE: the tags of listed snapshots, one a line; untagged ones as "?".
 tags_of() {
-	"$CREST" --store "$1" --json ls 2>/dev/null | grep '"snapshot"' |
+	tmo "$CREST" --store "$1" --json ls 2>/dev/null | grep '"snapshot"' |
 		sed -E 's/.*"tags": \[("([^"]*)")?.*/\2/; s/^$/?/'
 }
 
@@ -150,7 +156,7 @@ try() {
 	fi
 	rc=$?
 	[ "$rc" -eq 124 ] && { report "$point" "the operation hung (killed after 120 s)"; return; }
-	if ! "$CREST" --store "$st" --quiet ls >"$T/ls.out" 2>&1; then
+	if ! tmo "$CREST" --store "$st" --quiet ls >"$T/ls.out" 2>&1; then
 		report "$point" "store does not open after op rc $rc: $(head -1 "$T/ls.out")"
 		return
 	fi
@@ -159,7 +165,7 @@ try() {
 	# verify says so (and fails) until the next writer commits it; that
 	# is checked after the retry below. Nothing else may fail verify.
 	local in_doubt=0
-	if ! "$CASCTL" --store "$st" --quiet verify >"$T/v.out" 2>&1; then
+	if ! tmo "$CASCTL" --store "$st" --quiet verify >"$T/v.out" 2>&1; then
 		if [ "$rc" -eq 137 ] && grep -q "in the meta log .* not in the index" "$T/v.out"; then
 			in_doubt=1
 			doubt=$((doubt + 1))
@@ -194,7 +200,7 @@ try() {
 	else
 		check "$st" "$op.retry" >"$T/chk.out" 2>&1 ||
 			report "$point" "retry exited 0 ($(head -c 60 "$T/retry.out" | tr '\n' ' ')) but does not restore: $(head -1 "$T/chk.out")"
-		"$CASCTL" --store "$st" --quiet verify >"$T/v.out" 2>&1 ||
+		tmo "$CASCTL" --store "$st" --quiet verify >"$T/v.out" 2>&1 ||
 			report "$point" "casctl verify fails after the retry: $(head -1 "$T/v.out")"
 		if [ "$in_doubt" -eq 1 ]; then
 			if tags_of "$st" | grep -qx "$op.op"; then
@@ -273,12 +279,24 @@ else
 fi
 echo "fault points: $total in all; trying $(wc -l <"$T/chosen")"
 
+# A time budget keeps the test inside ctest's limit on a slow or busy
+# machine: points left untried are counted, never passed over silently. A
+# point that takes long is named as it ends, so a hang shows where it was.
+BUDGET=${FAULT_BUDGET_S:-400}
 t0=$SECONDS
+untried=0
 while read -r op fn nth mode file _; do
+	if [ $((SECONDS - t0)) -ge "$BUDGET" ]; then
+		untried=$((untried + 1))
+		continue
+	fi
+	p0=$SECONDS
 	try "$op" "$fn" "$nth" "$mode" </dev/null
 	[ -n "${FAULT_VERBOSE:-}" ] && echo "tried $op $fn $nth $mode ($file)"
+	[ $((SECONDS - p0)) -ge 30 ] && echo "slow: $op $fn $nth $mode ($file) took $((SECONDS - p0)) s"
 done <"$T/chosen"
 echo "tried $tried fault points in $((SECONDS - t0)) s"
+[ "$untried" -gt 0 ] && echo "time budget of $BUDGET s (FAULT_BUDGET_S) spent: $untried chosen points not tried"
 
 # ---- growth: failed and killed puts, one store ----
 [[ " ${ops[*]} " == *" put "* ]] || { echo "$tried fault points tried (of $total)"; GROW=0; }
