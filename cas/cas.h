@@ -248,7 +248,13 @@ struct cas_snapinfo {
 int cas_snapshot_list(struct cas_store *s, struct cas_snapinfo **out, size_t *n);
 void cas_snapshot_list_free(struct cas_snapinfo *v, size_t n);
 
-int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32]);
+/* Tags are fixed names: cas_tag_set with move false, and cas_commit, refuse
+ * (-EEXIST, with a message) a tag that names another snapshot; move true
+ * moves it (the user asked for it by name). cas_tag_get: 0 and the id, or
+ * -ENOENT. cas_tag_free: 0 when the tag is free, -EEXIST when taken. */
+int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32], bool move);
+int cas_tag_get(struct cas_store *s, const char *tag, uint8_t id[32]);
+int cas_tag_free(struct cas_store *s, const char *tag);
 /* -EINVAL with a message if unusable as a new tag: not a valid tag, or 4 to
  * 64 hex digits (it would shadow an id prefix). */
 int cas_tag_check(const char *tag);

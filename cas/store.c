@@ -918,6 +918,15 @@ int cas_ends_merge(const struct cas_store *s, const struct cas_index_entry *e, s
 
 /* After a failed batch: a durable revoke record for the id (with the tag's
  * previous target, to put back), and the handle broken. See the notes. */
+static int tag_taken(const char *tag, const uint8_t id[32])
+{
+	char hex[65];
+	for (int i = 0; i < 32; i++)
+		snprintf(hex + 2 * i, 3, "%02x", id[i]);
+	return crest_errx(-EEXIST, "tag %s already names snapshot %.12s, and tags do not move "
+			  "(a branch does; `crest tag --force` moves a tag on purpose)", tag, hex);
+}
+
 static void commit_revoke(struct cas_store *s, const uint8_t id[32], const char *tag, const uint8_t *old_tag)
 {
 	struct cas_meta_buf mb = { 0 };
@@ -983,17 +992,18 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	uint8_t old_tag[32];
 	bool had_tag = false;
 	if (rc == 0 && tag) {
-		size_t vl;
-		char *v = cas_db_get(s, 't', tag, strlen(tag), &vl, &rc);
-		if (v) {
-			had_tag = vl == 32;
-			if (had_tag)
-				memcpy(old_tag, v, 32);
-			rocksdb_free(v);
-		}
-		if (rc == -ENOENT)
+		/* Tags are fixed: one naming another snapshot refuses the
+		 * commit (the writer checked before its ingest; this is the
+		 * check under the writer lock). The same snapshot put again
+		 * under its own tag is no move. */
+		rc = cas_tag_get(s, tag, old_tag);
+		had_tag = rc == 0;
+		if (had_tag && memcmp(old_tag, id, 32) != 0)
+			rc = tag_taken(tag, old_tag);
+		else if (rc == -ENOENT)
 			rc = 0;
-		cas_meta_rec(&mb, CAS_META_TAG, id, tag, strlen(tag));
+		if (rc == 0)
+			cas_meta_rec(&mb, CAS_META_TAG, id, tag, strlen(tag));
 	}
 	struct cas_pack_end *ends = NULL;
 	size_t nends = 0;
@@ -1039,11 +1049,45 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 
 /* ---- snapshots and tags ---- */
 
-int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32])
+int cas_tag_get(struct cas_store *s, const char *tag, uint8_t id[32])
+{
+	size_t vl;
+	int rc = 0;
+	char *v = cas_db_get(s, 't', tag, strlen(tag), &vl, &rc);
+	if (!v)
+		return rc < 0 ? rc : -ENOENT;
+	if (vl == 32)
+		memcpy(id, v, 32);
+	else
+		rc = crest_errx(-EUCLEAN, "store %s: tag %s has a value of %zu bytes, not an id", s->dir, tag, vl);
+	rocksdb_free(v);
+	return rc;
+}
+
+int cas_tag_free(struct cas_store *s, const char *tag)
+{
+	uint8_t id[32];
+	int rc = cas_tag_get(s, tag, id);
+	if (rc == 0)
+		return tag_taken(tag, id);
+	return rc == -ENOENT ? 0 : rc;
+}
+
+int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32], bool move)
 {
 	int rc = cas_tag_check(tag);
 	if (rc < 0)
 		return rc;
+	if (!move) {
+		uint8_t old[32];
+		rc = cas_tag_get(s, tag, old);
+		if (rc == 0 && memcmp(old, id, 32) != 0)
+			return tag_taken(tag, old);
+		if (rc == 0)
+			return 0;   /* already so */
+		if (rc != -ENOENT)
+			return rc;
+	}
 	if (s->broken)
 		return crest_errx(-EIO, "store %s: a commit failed earlier in this process; open it again",
 				  s->dir);

@@ -638,8 +638,15 @@ int cmd_show(struct cli *c, int argc, char **argv)
 
 int cmd_tag(struct cli *c, int argc, char **argv)
 {
+	/* Tags are fixed names; --force moves one on purpose (git tag -f). */
+	bool force = false;
+	if (argc == 4 && (!strcmp(argv[1], "--force") || !strcmp(argv[1], "-f"))) {
+		force = true;
+		argv++;
+		argc--;
+	}
 	if (argc != 3) {
-		fprintf(stderr, "usage: crest tag SNAPSHOT TAG\n");
+		fprintf(stderr, "usage: crest tag [--force] SNAPSHOT TAG\n");
 		return 2;
 	}
 	if (cas_tag_check(argv[2]) < 0)
@@ -651,7 +658,7 @@ int cmd_tag(struct cli *c, int argc, char **argv)
 	uint8_t id[32];
 	rc = cas_snapshot_resolve(store, argv[1], id);
 	if (rc == 0)
-		rc = cas_tag_set(store, argv[2], id);
+		rc = cas_tag_set(store, argv[2], id, force);
 	cas_close(store);
 	if (rc < 0)
 		return cli_fail(c, rc);

@@ -184,6 +184,11 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 		return cli_fail(c, -EINVAL);
 	if (o.branch && cas_branch_check(o.branch) < 0)
 		return cli_fail(c, -EINVAL);
+	if (tag && every_ns) {
+		fprintf(stderr, "crest: --tag names one snapshot and tags do not move: it does not go with "
+			"--every (each round moves the branch; tag a round afterwards with crest tag)\n");
+		return 2;
+	}
 	if (o.kill && every_ns) {
 		fprintf(stderr, "crest: --kill ends the job: it does not go with --every\n");
 		return 2;
@@ -205,6 +210,12 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	rc = cli_writer_open(c, NULL, &store, &e);
 	if (rc < 0)
 		return cli_fail(c, rc);
+	/* A taken tag is refused before the job is stalled for nothing. */
+	if (tag && (rc = cas_tag_free(store, tag)) < 0) {
+		engine_close(e);
+		cas_close(store);
+		return cli_fail(c, rc);
+	}
 	/* A job crest restored or checkpointed before continues from that
 	 * snapshot, on its branch unless --branch names another; any other
 	 * job continues the head of its branch (main by default). Each later

@@ -14,7 +14,7 @@ static void usage(void)
 		"  get SNAPSHOT DEST                 restore a snapshot's files under DEST\n"
 		"  ls                                list snapshots\n"
 		"  show SNAPSHOT                     a snapshot's metadata and streams\n"
-		"  tag SNAPSHOT TAG                  name a snapshot\n"
+		"  tag [--force] SNAPSHOT TAG        name a snapshot (tags do not move but with --force)\n"
 		"  diff SNAPSHOT_A SNAPSHOT_B        what changed from A to B, stream by stream\n"
 		"  checkpoint --pid PID [--tag T] [--branch B] [--every DURATION] [--kill]   snapshot a running process\n"
 		"  restore SNAPSHOT [--keep-files] [--gpu N|--gpu-map OLD=NEW]  bring a process back\n"

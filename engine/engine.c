@@ -112,9 +112,29 @@ int engine_snapshot_set_tag(struct engine_snap *s, const char *tag)
 	int rc = cas_tag_check(tag);
 	if (rc < 0)
 		return rc;
-	free(s->tag);
-	s->tag = strdup(tag);
-	return s->tag ? 0 : crest_errf(-ENOMEM, "setting a tag");
+	/* Tags do not move: refuse one that is taken, in the store or by a
+	 * snapshot still in flight here, before any byte is ingested.
+	 * cas_commit checks again under the writer lock. */
+	rc = cas_tag_free(s->e->store, tag);
+	if (rc < 0)
+		return rc;
+	char *t = strdup(tag);
+	if (!t)
+		return crest_errf(-ENOMEM, "setting a tag");
+	struct engine *e = s->e;
+	pthread_mutex_lock(&e->lock);
+	for (const struct engine_snap *o = e->cq_head; o && rc == 0; o = o->next)
+		if (o != s && o->tag && !strcmp(o->tag, tag))
+			rc = crest_errx(-EEXIST, "tag %s is taken by a snapshot still being written, and "
+					"tags do not move", tag);
+	if (rc == 0) {
+		free(s->tag);
+		s->tag = t;
+		t = NULL;
+	}
+	pthread_mutex_unlock(&e->lock);
+	free(t);
+	return rc;
 }
 
 void engine_snapshot_set_parent(struct engine_snap *s, const uint8_t id[32], struct cas_manifest *parent)

@@ -103,7 +103,7 @@ if [ "$(id -u)" = 0 ] && [ -n "${WORKLOAD:-}" ]; then
 	# store is new: its open recovers no WAL).
 	rc=0
 	CREST_FAULT_PROG=crest CREST_FAULT="fdatasync:path=.log:nth=2:errno=EIO" LD_PRELOAD=$FAULTSHIM \
-		"$CREST" --store "$S" checkpoint --pid "$JOB" --every 1s --count 4 --tag ev >"$T/out" 2>&1 || rc=$?
+		"$CREST" --store "$S" checkpoint --pid "$JOB" --every 1s --count 4 >"$T/out" 2>&1 || rc=$?
 	grep -v '^  ' "$T/out" | sed 's/^/   ckpt: /'
 	"$CREST" --store "$S" ls | sed 's/^/   ls: /'
 	n=$("$CREST" --store "$S" --json ls | grep -c '"snapshot"')

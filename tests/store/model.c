@@ -829,7 +829,7 @@ static const char *crest_bin, *casctl_bin;
 
 static struct {
 	unsigned long puts, bin_puts, ckpts, restores, lib_restores, refused, mem_reads, blobs, verifies,
-		verify_all, bin_gets, bin_verifies, tags, phases, changes, regions;
+		verify_all, bin_gets, bin_verifies, tags, tags_refused, phases, changes, regions;
 	uint64_t put_bytes, ckpt_bytes;
 } st;
 
@@ -855,6 +855,8 @@ static void hex_to_id(const char *hex, uint8_t id[32])
 static bool g_readers_beside;
 
 /* Runs argv; its stdout into out (cap bytes) when given. Returns the exit code. */
+static bool run_stderr;   /* run() also captures stderr */
+
 static int run(char *const argv[], char *out, size_t cap)
 {
 	int p[2];
@@ -863,6 +865,8 @@ static int run(char *const argv[], char *out, size_t cap)
 	posix_spawn_file_actions_t fa;
 	posix_spawn_file_actions_init(&fa);
 	posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+	if (run_stderr)
+		posix_spawn_file_actions_adddup2(&fa, p[1], 2);
 	posix_spawn_file_actions_addclose(&fa, p[0]);
 	pid_t pid;
 	int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
@@ -928,9 +932,19 @@ static struct snap *snap_new(bool library)
 	return s;
 }
 
+/* A free tag now and then (tags do not move: a put or checkpoint under a
+ * taken one is refused, which op_taken_tag checks), or -1. */
 static int pick_tag(void)
 {
-	return chance(25) ? (int)below(NTAGS) : -1;
+	if (!chance(25))
+		return -1;
+	const int t0 = (int)below(NTAGS);
+	for (int k = 0; k < NTAGS; k++) {
+		const int t = (t0 + k) % NTAGS;
+		if (tags[t] < 0 && !tag_pending(t))
+			return t;
+	}
+	return -1;
 }
 
 /* Puts all of the working tree or one entry of it, in process (as crest put
@@ -1159,19 +1173,77 @@ static void check_list(void)
 	}
 }
 
+/* Tags are fixed: setting one that names another snapshot is refused and
+ * changes nothing, unless asked to move it. */
 static void op_tag(void)
 {
 	if (!nsnaps)
 		return;
 	int t = (int)below(NTAGS);
+	if (tag_pending(t))
+		return;
 	size_t i = below(nsnaps);
 	char tn[16];
 	snprintf(tn, sizeof(tn), "t%d", t);
-	oplog("tag %.12s %s", snaps[i]->hex, tn);
-	if (cas_tag_set(S, tn, snaps[i]->id) < 0)
+	const bool taken = tags[t] >= 0 && (size_t)tags[t] != i, move = chance(50);
+	oplog("tag%s %.12s %s (%s)", move ? " --force" : "", snaps[i]->hex, tn, taken ? "taken" : "free");
+	const int rc = cas_tag_set(S, tn, snaps[i]->id, move);
+	if (taken && !move) {
+		if (rc != -EEXIST)
+			fail("cas_tag_set of taken tag %s returned %d, not -EEXIST: %s", tn, rc, crest_errmsg());
+		crest_errset_str("");
+		st.tags_refused++;
+		return;
+	}
+	if (rc < 0)
 		fail("cas_tag_set: %s", crest_errmsg());
 	tag_move(t, (long)i, ++g_seq);
 	st.tags++;
+}
+
+/* A put under a taken tag is refused before it ingests, in process and by
+ * crest put, and the store is left as it was. */
+static void op_taken_tag(void)
+{
+	int t = -1;
+	const int t0 = (int)below(NTAGS);
+	for (int k = 0; k < NTAGS && t < 0; k++)
+		if (tags[(t0 + k) % NTAGS] >= 0 && !tag_pending((t0 + k) % NTAGS))
+			t = (t0 + k) % NTAGS;
+	if (t < 0)
+		return;
+	char tn[16], path[PATH_MAX + 64];
+	snprintf(tn, sizeof(tn), "t%d", t);
+	disk_path(path, sizeof(path), work.v[0].name);
+	if (crest_bin && chance(20)) {
+		char *argv[] = { (char *)crest_bin, "--store", store_dir, "--quiet", "put", "--tag", tn, path, NULL };
+		char out[4096];
+		oplog("crest put --tag %s (taken): must be refused", tn);
+		store_close();
+		run_stderr = true;
+		const int rc = run(argv, out, sizeof(out));
+		run_stderr = false;
+		store_open();
+		if (rc == 0 || !strstr(out, "tags do not move"))
+			fail("crest put under taken tag %s exited %d: %s", tn, rc, out);
+	} else {
+		oplog("put under taken tag %s in process: must be refused", tn);
+		struct engine_opts o;
+		engine_opts_default(&o);
+		struct engine *e;
+		if (engine_open(S, &o, &e) < 0)
+			fail("engine_open: %s", crest_errmsg());
+		struct engine_snap *es;
+		if (engine_snapshot_begin(e, "files", &es) < 0)
+			fail("engine_snapshot_begin: %s", crest_errmsg());
+		const int rc = engine_snapshot_set_tag(es, tn);
+		if (rc != -EEXIST)
+			fail("engine_snapshot_set_tag of taken tag %s returned %d: %s", tn, rc, crest_errmsg());
+		crest_errset_str("");
+		engine_snapshot_abort(es);
+		engine_close(e);
+	}
+	st.tags_refused++;
 }
 
 /* ---- library phases ---- */
@@ -1617,8 +1689,10 @@ int main(int argc, char **argv)
 				struct snap *s = snap_pick(chance(80) ? 0 : 1);
 				if (s)
 					op_restore_tree(s);
-			} else if (r < 970) {
+			} else if (r < 965) {
 				op_tag();
+			} else if (r < 970) {
+				op_taken_tag();
 			} else if (r < 995) {
 				op_verify(false);
 			} else {
@@ -1659,11 +1733,11 @@ int main(int argc, char **argv)
 	       (unsigned long long)g_seed);
 	printf("model: %lu tree changes, %lu puts (%lu by crest put, %.1f MiB), %lu checkpoints (%.1f MiB), "
 	       "%lu regions registered, %lu tree restores (%lu by crest get), %lu region restores, %lu refused, "
-	       "%lu stream reads, %lu blob reads, %lu verifies (%lu of all, %lu by casctl), %lu tags, "
+	       "%lu stream reads, %lu blob reads, %lu verifies (%lu of all, %lu by casctl), %lu tags (%lu refused: taken), "
 	       "%lu phase switches; %zu snapshots, %llu packs, %.1f MiB of packs\n",
 	       st.changes, st.puts, st.bin_puts, st.put_bytes / 1048576.0, st.ckpts, st.ckpt_bytes / 1048576.0,
 	       st.regions, st.restores, st.bin_gets, st.lib_restores, st.refused, st.mem_reads, st.blobs,
-	       st.verifies, st.verify_all, st.bin_verifies, st.tags, st.phases, nsnaps,
+	       st.verifies, st.verify_all, st.bin_verifies, st.tags, st.tags_refused, st.phases, nsnaps,
 	       (unsigned long long)ps.packs, ps.pack_bytes / 1048576.0);
 	if (getenv("CREST_MODEL_TIMES"))
 		printf("model: seconds in files: switch %.1f change %.1f put %.1f restore %.1f other %.1f; "
