@@ -103,6 +103,7 @@ static void tp_capture_free(struct tp_capture *c)
 	proc_tree_free(&c->tree);
 	proc_files_free(&c->files);
 	free(c->cuda);
+	free(c->cuda_inner);
 	free(c->gpus);
 	memset(c, 0, sizeof(*c));
 }
@@ -185,6 +186,20 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	for (size_t i = 0; i < c->tree.n; i++)
 		if (proc_uses_cuda(c->tree.pids[i]))
 			c->cuda[c->ncuda++] = c->tree.pids[i];
+	/* The driver is reached by host pid, and a copy restored in a new
+	 * namespace gets new ones: it finds its CUDA processes by the pids
+	 * they have inside (the same in every copy). */
+	if (c->pidns && c->ncuda) {
+		c->cuda_inner = calloc(c->ncuda, sizeof(pid_t));
+		rc = c->cuda_inner ? 0 : crest_errf(-ENOMEM, "checkpoint");
+		for (size_t i = 0; rc == 0 && i < c->ncuda; i++)
+			if (pidns_inner_pid(c->cuda[i], &c->cuda_inner[i]) < 0)
+				rc = crest_errx(-ESRCH, "pid %d is gone", (int)c->cuda[i]);
+		if (rc < 0) {
+			tp_capture_free(c);
+			return rc;
+		}
+	}
 	const struct cudrv *d = NULL;
 	if (c->ncuda) {
 		rc = cudrv_load(&d);
@@ -426,6 +441,8 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 		rc = cas_manifest_label(m, "shell_job", c->shell_job ? "1" : "0");
 	if (rc == 0 && c->pidns)
 		rc = label_u64(m, "pidns", c->pidns);
+	if (rc == 0 && c->cuda_inner)
+		rc = label_pids(m, "cuda_nspids", c->cuda_inner, c->ncuda);
 	if (rc == 0)
 		rc = label_u64(m, "stall_ns", c->stall_ns);
 	if (rc == 0)

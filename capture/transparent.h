@@ -47,6 +47,7 @@ struct tp_capture {
 	char files_dir[PATH_MAX + 8]; /* contents of files the job writes */
 	struct proc_tree tree;
 	pid_t *cuda;
+	pid_t *cuda_inner;         /* in its pid namespace, when pidns: restore maps them to new host pids */
 	size_t ncuda;
 	char *gpus;                /* the GPUs the job saw (gpumap_format), or NULL */
 	bool shell_job;

@@ -90,20 +90,6 @@ static void print_ckpt(const struct cli *c, pid_t pid, const struct tp_result *s
 	fflush(stdout);
 }
 
-/* Records that the job at pid last came from snapshot id on branch. Only
- * a warning if it cannot: the job runs either way, and its next
- * checkpoint then continues its branch's head instead. */
-static void job_note(const struct cli *c, struct cas_store *store, pid_t pid, const uint8_t id[32],
-		     const char *branch)
-{
-	char key[CAS_JOB_KEY_MAX + 1];
-	if (proc_job_key(pid, key, sizeof(key)) < 0)
-		return;
-	if (cas_job_note(store, key, id, branch) < 0 && !c->quiet)
-		fprintf(stderr, "%s: warning: %s (pid %d's next checkpoint will follow its branch's head)\n",
-			c->prog, crest_errmsg(), (int)pid);
-}
-
 static volatile sig_atomic_t stop_requested;
 
 static void on_stop(int sig)
@@ -247,7 +233,7 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			memcpy(parent, st.id, 32);
 			has_parent = true;
 			if (!o.kill)
-				job_note(c, store, o.pid, st.id, o.branch);
+				cli_job_note(c, store, o.pid, st.id, o.branch);
 		} else if (every_ns && n > 1 && proc_gone(o.pid)) {
 			/* The job ended between two checkpoints, or during this
 			 * one: its end, not a failed checkpoint. */
@@ -297,37 +283,6 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	return failures ? 1 : 0;
 }
 
-/* "OLD=NEW[,OLD=NEW]" with nvidia-smi's GPU-... UUIDs. */
-static int parse_gpu_map(const char *s, struct gpuckpt_map **out, size_t *n)
-{
-	*out = NULL;
-	*n = 0;
-	char *dup = strdup(s), *save = NULL;
-	if (!dup)
-		return -ENOMEM;
-	int rc = 0;
-	for (char *tok = strtok_r(dup, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save)) {
-		char *eq = strchr(tok, '=');
-		if (!eq) {
-			rc = crest_errx(-EINVAL, "--gpu-map %s: want OLD_UUID=NEW_UUID[,...]", s);
-			break;
-		}
-		*eq = 0;
-		struct gpuckpt_map *nm = realloc(*out, (*n + 1) * sizeof(*nm));
-		if (!nm) {
-			rc = -ENOMEM;
-			break;
-		}
-		*out = nm;
-		rc = gpuckpt_parse_uuid(tok, &nm[*n].from);
-		if (rc == 0)
-			rc = gpuckpt_parse_uuid(eq + 1, &nm[*n].to);
-		(*n)++;
-	}
-	free(dup);
-	return rc;
-}
-
 int cmd_restore(struct cli *c, int argc, char **argv)
 {
 	struct rp_opts o = { .notes = stdout };
@@ -357,7 +312,7 @@ int cmd_restore(struct cli *c, int argc, char **argv)
 	}
 	struct gpuckpt_map *map = NULL;
 	if (gpu_map) {
-		int rc = parse_gpu_map(gpu_map, &map, &o.nmap);
+		int rc = cli_parse_gpu_map(gpu_map, &map, &o.nmap);
 		if (rc < 0) {
 			free(map);
 			return cli_fail(c, rc);
@@ -394,7 +349,7 @@ int cmd_restore(struct cli *c, int argc, char **argv)
 		/* The job's next checkpoint is a child of this snapshot, on its
 		 * branch or the one given (cas/jobs.h). */
 		if (rc == 0)
-			job_note(c, store, r.pid, id, branch ? branch : cas_manifest_branch(m));
+			cli_job_note(c, store, r.pid, id, branch ? branch : cas_manifest_branch(m));
 	}
 	cas_manifest_free(m);
 	if (store)

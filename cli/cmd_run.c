@@ -193,6 +193,7 @@ int cmd_run(struct cli *c, int argc, char **argv)
 static void usage_clone(void)
 {
 	fprintf(stderr, "usage: crest clone SNAPSHOT --branch NEW [--count N] [--workdir PATTERN] [--tmpdir DIR]\n"
+			"                   [--gpu N | --gpu-map OLD=NEW,...]\n"
 			"  PATTERN names each copy's directory for the job's files, %%d its number (1..N);\n"
 			"  without it each file is copied beside itself as FILE.clone-N\n");
 }
@@ -223,7 +224,7 @@ static int expand(const char *pattern, unsigned k, char *out, size_t cap)
 
 int cmd_clone(struct cli *c, int argc, char **argv)
 {
-	const char *name = NULL, *branch = NULL, *workdir = NULL, *tmpdir = NULL;
+	const char *name = NULL, *branch = NULL, *workdir = NULL, *tmpdir = NULL, *gpu = NULL, *gpu_map = NULL;
 	unsigned long count = 1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -249,6 +250,10 @@ int cmd_clone(struct cli *c, int argc, char **argv)
 			workdir = v;
 		} else if (!strcmp(a, "--tmpdir")) {
 			tmpdir = v;
+		} else if (!strcmp(a, "--gpu")) {
+			gpu = v;
+		} else if (!strcmp(a, "--gpu-map")) {
+			gpu_map = v;
 		} else {
 			fprintf(stderr, "crest: clone: unknown option %s\n", a);
 			usage_clone();
@@ -259,16 +264,30 @@ int cmd_clone(struct cli *c, int argc, char **argv)
 		usage_clone();
 		return 2;
 	}
+	if (gpu && gpu_map) {
+		fprintf(stderr, "crest: clone: --gpu and --gpu-map: give one\n");
+		return 2;
+	}
+	/* A CUDA copy goes where it is told, else to the original's GPUs. */
+	struct gpuckpt_map *map = NULL;
+	size_t nmap = 0;
+	if (gpu_map && cli_parse_gpu_map(gpu_map, &map, &nmap) < 0) {
+		free(map);
+		return cli_fail(c, -EINVAL);
+	}
 	if (workdir && count > 1 && !strstr(workdir, "%d")) {
 		fprintf(stderr, "crest: --workdir %s: with --count %lu it needs %%d, or the copies would share files\n",
 			workdir, count);
+		free(map);
 		return 2;
 	}
 	/* Each copy has a branch of its own for its later snapshots: NEW, or
 	 * NEW-1 .. NEW-N for several (one branch would interleave them). */
 	char (*names)[160] = calloc(count, sizeof(*names));
-	if (!names)
+	if (!names) {
+		free(map);
 		return cli_fail(c, crest_errf(-ENOMEM, "clone"));
+	}
 	int rc = 0;
 	for (unsigned long k = 0; rc == 0 && k < count; k++) {
 		if (count == 1)
@@ -315,7 +334,8 @@ int cmd_clone(struct cli *c, int argc, char **argv)
 		snprintf(shortid, sizeof(shortid), "%.12s", hex);
 		struct restore_ctx rctx = { .store = store, .snapshot = shortid, .threads = c->workers };
 		struct rp_opts o = { .tmpdir = tmpdir, .beside = true, .workdir = workdir ? wd : NULL,
-				     .clone = (unsigned)(made + 1), .notes = c->json || c->quiet ? NULL : stdout };
+				     .clone = (unsigned)(made + 1), .notes = c->json || c->quiet ? NULL : stdout,
+				     .gpu = gpu, .map = map, .nmap = nmap };
 		struct rp_result r;
 		rc = restore_process(&rctx, m, &criu, &o, &r);
 		if (rc < 0) {
@@ -335,8 +355,12 @@ int cmd_clone(struct cli *c, int argc, char **argv)
 		brc = crest_errf(-ENOMEM, "clone");
 	if (made && brc == 0)
 		brc = cas_open(c->store, CAS_WRITE, &store);
-	for (unsigned long k = 0; brc == 0 && k < made; k++)
+	for (unsigned long k = 0; brc == 0 && k < made; k++) {
 		brc = cas_branch_fork(store, id, names[k], bids + 32 * k);
+		/* Each copy's checkpoints continue its own branch. */
+		if (brc == 0)
+			cli_job_note(c, store, pids[k], bids + 32 * k, names[k]);
+	}
 	if (store)
 		cas_close(store);
 	if (rc == 0 && brc < 0)
@@ -356,5 +380,6 @@ int cmd_clone(struct cli *c, int argc, char **argv)
 	free(bids);
 	free(pids);
 	free(names);
+	free(map);
 	return rc < 0 ? cli_fail(c, rc) : 0;
 }

@@ -1,5 +1,8 @@
 /* common.c - shared CLI plumbing; see common.h. */
 #include "cli/common.h"
+#include "cas/jobs.h"
+#include "gpu/gpuckpt.h"
+#include "os/proc.h"
 #include "util/err.h"
 #include "util/progress.h"
 #include "util/sha256.h"
@@ -254,4 +257,49 @@ void cli_fmt_time(uint64_t ns, char *buf, size_t cap)
 	struct tm tm;
 	localtime_r(&t, &tm);
 	strftime(buf, cap, "%Y-%m-%d %H:%M:%S", &tm);
+}
+
+/* "OLD=NEW[,OLD=NEW]" with nvidia-smi's GPU-... UUIDs. */
+int cli_parse_gpu_map(const char *s, struct gpuckpt_map **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	char *dup = strdup(s), *save = NULL;
+	if (!dup)
+		return -ENOMEM;
+	int rc = 0;
+	for (char *tok = strtok_r(dup, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save)) {
+		char *eq = strchr(tok, '=');
+		if (!eq) {
+			rc = crest_errx(-EINVAL, "--gpu-map %s: want OLD_UUID=NEW_UUID[,...]", s);
+			break;
+		}
+		*eq = 0;
+		struct gpuckpt_map *nm = realloc(*out, (*n + 1) * sizeof(*nm));
+		if (!nm) {
+			rc = -ENOMEM;
+			break;
+		}
+		*out = nm;
+		rc = gpuckpt_parse_uuid(tok, &nm[*n].from);
+		if (rc == 0)
+			rc = gpuckpt_parse_uuid(eq + 1, &nm[*n].to);
+		(*n)++;
+	}
+	free(dup);
+	return rc;
+}
+
+/* Records that the job at pid last came from snapshot id on branch. Only
+ * a warning if it cannot: the job runs either way, and its next
+ * checkpoint then continues its branch's head instead. */
+void cli_job_note(const struct cli *c, struct cas_store *store, pid_t pid, const uint8_t id[32],
+		  const char *branch)
+{
+	char key[CAS_JOB_KEY_MAX + 1];
+	if (proc_job_key(pid, key, sizeof(key)) < 0)
+		return;
+	if (cas_job_note(store, key, id, branch) < 0 && !c->quiet)
+		fprintf(stderr, "%s: warning: %s (pid %d's next checkpoint will follow its branch's head)\n",
+			c->prog, crest_errmsg(), (int)pid);
 }

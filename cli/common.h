@@ -8,6 +8,7 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "cas/cas.h"
 #include "engine/engine.h"
@@ -54,6 +55,16 @@ int cli_snapshot_open(const struct cli *c, const char *name, struct cas_store **
  * --workers). On failure neither is left open. */
 int cli_writer_open(const struct cli *c, const struct engine_opts *o, struct cas_store **store,
 		    struct engine **e);
+
+/* Records that the job at pid last came from snapshot id on branch, for its
+ * next checkpoint's parent; a warning only when it cannot. */
+void cli_job_note(const struct cli *c, struct cas_store *store, pid_t pid, const uint8_t id[32],
+		  const char *branch);
+
+/* --gpu-map "OLD=NEW[,OLD=NEW]" with nvidia-smi's GPU-... UUIDs; the caller
+ * frees *out, also after an error. */
+struct gpuckpt_map;
+int cli_parse_gpu_map(const char *s, struct gpuckpt_map **out, size_t *n);
 
 void cli_print_id(char out[65], const uint8_t id[32]);
 double cli_secs(uint64_t ns);

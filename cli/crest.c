@@ -21,7 +21,7 @@ static void usage(void)
 		"  log [--graph] [BRANCH]            the history: every snapshot, or a branch's head and ancestors\n"
 		"  branch [NAME [SNAPSHOT]]          list branches, or start NAME at SNAPSHOT\n"
 		"  run [--every DURATION] [--branch B] -- COMMAND...   run a job in a pid namespace of its own, checkpointed\n"
-		"  clone SNAPSHOT --branch NEW [--count N] [--workdir PATTERN]   run copies of a `run` job beside it\n"
+		"  clone SNAPSHOT --branch NEW [--count N] [--workdir PATTERN] [--gpu N|--gpu-map OLD=NEW]   run copies of a `run` job beside it\n"
 		"  demo                              checkpoint, kill and restore a sample job\n"
 		"SNAPSHOT is a full id, a unique id prefix (4+ hex digits) or a tag.\n"
 		"The store is --store DIR, else $CREST_STORE, else ./crest-store.\n");

@@ -1,5 +1,6 @@
 /* pidns.c - a job in a pid namespace of its own; see pidns.h. */
 #include "os/pidns.h"
+#include "os/proc.h"
 #include "util/err.h"
 
 #include <errno.h>
@@ -211,4 +212,52 @@ bool pidns_holds(pid_t pid, uint64_t ino)
 	uint64_t have = 0;
 	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pid);
 	return ns_ino(path, &have) == 0 && have == ino;
+}
+
+int pidns_inner_pid(pid_t pid, pid_t *inner)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -ESRCH;
+	int rc = -ESRCH;
+	while (fgets(line, sizeof(line), f)) {
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		const char *last = strrchr(line, '\t');
+		if (last) {
+			*inner = (pid_t)atoi(last + 1);
+			rc = *inner > 0 ? 0 : -ESRCH;
+		}
+		break;
+	}
+	fclose(f);
+	return rc;
+}
+
+int pidns_host_pids(pid_t init, const pid_t *inner, size_t n, pid_t *host)
+{
+	char path[64];
+	uint64_t ns = 0;
+	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)init);
+	if (ns_ino(path, &ns) < 0)
+		return crest_errx(-ESRCH, "no process with pid %d", (int)init);
+	struct proc_tree t;
+	int rc = proc_tree_get(init, &t);
+	if (rc < 0)
+		return rc;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		host[i] = 0;
+		for (size_t k = 0; k < t.n && !host[i]; k++) {
+			pid_t in;
+			if (pidns_holds(t.pids[k], ns) && pidns_inner_pid(t.pids[k], &in) == 0 && in == inner[i])
+				host[i] = t.pids[k];
+		}
+		if (!host[i])
+			rc = crest_errx(-ESRCH, "no process is pid %d in the pid namespace of pid %d", (int)inner[i],
+					(int)init);
+	}
+	proc_tree_free(&t);
+	return rc;
 }

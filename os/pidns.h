@@ -51,4 +51,14 @@ int pidns_init_of(pid_t pid, uint64_t *ns_ino);
 /* True when pid exists and lives in the pid namespace ns_ino. */
 bool pidns_holds(pid_t pid, uint64_t ns_ino);
 
+/* pid as its own (innermost) pid namespace sees it: what CRIU gives a
+ * restored copy back. -ESRCH when pid is gone. */
+int pidns_inner_pid(pid_t pid, pid_t *inner);
+
+/* The host pids of the processes that the namespace whose init is the host
+ * pid init knows as inner[0..n): the driver's checkpoint API takes host
+ * pids, and a restored copy has new ones (same inner pids). -ESRCH with a
+ * message when one is not in that namespace. */
+int pidns_host_pids(pid_t init, const pid_t *inner, size_t n, pid_t *host);
+
 #endif

@@ -505,9 +505,17 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	if (rc == 0 && o->beside && !pidns)
 		rc = crest_errx(-EINVAL, "snapshot %s is of a job that was not started by crest run: a copy "
 				"beside it would need the pids the original holds", c->snapshot);
-	if (rc == 0 && pidns && ncuda)
-		rc = crest_errx(-EOPNOTSUPP, "snapshot %s: restoring CUDA processes in a pid namespace is not "
-				"supported yet (the driver is reached by host pid)", c->snapshot);
+	/* The driver is reached by host pid: a copy in a new namespace has
+	 * new ones, found after CRIU by the pids inside (cuda_nspids). */
+	pid_t *cuda_in = NULL;
+	size_t ncuda_in = 0;
+	if (rc == 0 && pidns && ncuda) {
+		rc = parse_pids(cas_manifest_get_label(m, "cuda_nspids"), &cuda_in, &ncuda_in);
+		if (rc == 0 && ncuda_in != ncuda)
+			rc = crest_errx(-EOPNOTSUPP, "snapshot %s holds CUDA processes in a pid namespace but not "
+					"their pids inside it (taken by an older crest): restore it in a new "
+					"namespace is not possible", c->snapshot);
+	}
 	if (rc == 0 && pidns && !o->beside && pidns_holds(pids[0], pidns))
 		rc = crest_errx(-EBUSY, "cannot restore %s in place: the job it was taken from still runs "
 				"(pid %d) and would lose its files; end it first, or run a copy beside it "
@@ -579,12 +587,20 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	uint64_t t2 = time_now_ns();
 	r->criu_ns = t2 - t1;
 	if (rc == 0 && ncuda) {
-		rc = gpuckpt_resume(d, cuda, ncuda, gmap, ngmap);
+		rc = cuda_in ? pidns_host_pids(r->pid, cuda_in, ncuda, cuda) : 0;
+		if (rc == 0)
+			rc = gpuckpt_resume(d, cuda, ncuda, gmap, ngmap);
 		/* A process whose GPU state did not come back holds its memory
 		 * and cannot run: end the tree rather than leave it hanging, and
 		 * put its files back below. The snapshot is untouched; the
-		 * restore can be tried again. */
-		if (rc < 0) {
+		 * restore can be tried again. In a namespace of its own the
+		 * tree is ended through its init (the old pids may be the
+		 * original's, still running beside it). */
+		if (rc < 0 && pidns) {
+			kill(r->pid, SIGKILL);
+			crest_errctx(rc, "the copy came back but its GPU state did not, so crest ended it (pid %d); "
+				     "the snapshot is as it was", (int)r->pid);
+		} else if (rc < 0) {
 			for (size_t i = 0; i < npids; i++)
 				kill(pids[i], SIGKILL);
 			crest_errctx(rc, "the processes came back but their GPU state did not, so crest ended "
@@ -625,6 +641,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		fs_rm_tree(dir);
 	free(pids);
 	free(cuda);
+	free(cuda_in);
 	free(gmap);
 	free(inh);
 	r->total_ns = time_now_ns() - t0;

@@ -14,6 +14,10 @@
 #   demo        crest demo --gpu: a CUDA job of $GPU_MIB MiB (1024) checkpointed
 #               4 times while it runs, killed, restored from checkpoint 3; its
 #               output must equal an uninterrupted run's
+#   gpu_move    a CUDA job restored onto GPU 1 (two GPUs only)
+#   gpu_clone   a CUDA job under crest run, cloned beside itself: both
+#               outputs equal an uninterrupted run's; the copy's snapshot
+#               shares what it did not change
 #   train       python/examples/train.py --mode check --device cuda: PyTorch
 #               training SIGKILLed, resumed in a fresh process, losses bit for bit
 #   verify:X    casctl verify of each store the checks above left
@@ -322,6 +326,82 @@ else
 		pass gpu_move "checkpointed on GPU 0 (its memory there recorded: $mib0 MiB), restored onto GPU 1 with --gpu 1 and with GPU0=GPU1 alone: ran there, output identical to an uninterrupted run both times; a map onto a missing GPU refused before restoring, log untouched, ${DT} s"
 	else
 		fail gpu_move "$MOVE_ERR" "$LOGS/gpu_move.log"
+	fi
+fi
+
+# 3c. A clone of a CUDA job beside the original (issue 12): the job runs
+# under `crest run` (a pid namespace of its own), is checkpointed while it
+# runs, and `crest clone` starts a copy from that snapshot beside it, on the
+# same GPU. Both must finish with output equal to an uninterrupted run's
+# (the copy writes its own copy of the log), and a checkpoint of the copy,
+# on its branch, must add only what it changed since (new bytes well under
+# its logical bytes).
+if [ $GPU = 0 ]; then
+	skip gpu_clone "no GPU here"
+elif [ "$(id -u)" != 0 ]; then
+	skip gpu_clone "crest run and clone need root (CRIU)"
+elif [ -z "$(have crest-workload-gpu)" ]; then
+	fail gpu_clone "crest-workload-gpu was not built"
+else
+	cw=$WORK/clone CLONE_ERR="" t=$SECONDS
+	mkdir -p "$cw"
+	cl=$LOGS/gpu_clone.log
+	: >"$cl"
+	wl=(--mib 256 --steps 120 --interval-ms 100 --change-pct 0.5)
+	"${RUN[@]}" "$(bin crest-workload-gpu)" "${wl[@]}" >"$cw/ref.out" 2>>"$cl"
+	(cd "$cw" && exec timeout -k 10 120 "${RUN[@]}" "$(bin crest)" --store "$cw/store" run -- \
+		"${RUN[@]}" "$(bin crest-workload-gpu)" "${wl[@]}" >"$cw/job.out" 2>"$cw/run.err" </dev/null) &
+	crun=$!
+	for i in $(seq 1 100); do [ "$(wc -l <"$cw/job.out" 2>/dev/null || echo 0)" -ge 10 ] && break; sleep 0.1; done
+	init=$(sed -n 's/.* runs as pid \([0-9]*\) .*/\1/p' "$cw/run.err")
+	if [ -z "$init" ]; then
+		CLONE_ERR="crest run did not say the job's pid: $(head -3 "$cw/run.err")"
+	elif ! "${RUN[@]}" "$(bin crest)" --store "$cw/store" checkpoint --pid "$init" --tag c1 >>"$cl" 2>&1; then
+		CLONE_ERR="checkpoint of the crest run job failed: $(grep -E '^crest' "$cl" | tail -1)"
+	elif ! "${RUN[@]}" "$(bin crest)" --store "$cw/store" clone c1 --branch gclone >"$cw/clone.out" 2>>"$cl"; then
+		CLONE_ERR="crest clone failed: $(grep -E '^crest' "$cl" | tail -1)"
+	fi
+	cpid=$(sed -n 's/^clone 1 of .*: pid \([0-9]*\), branch gclone$/\1/p' "$cw/clone.out" 2>/dev/null)
+	cat "$cw/clone.out" >>"$cl" 2>/dev/null
+	if [ -z "$CLONE_ERR" ] && [ -z "$cpid" ]; then
+		CLONE_ERR="crest clone printed no pid: $(cat "$cw/clone.out")"
+	fi
+	if [ -z "$CLONE_ERR" ]; then
+		# Let the copy run a little, then checkpoint it on its branch.
+		sleep 1.5
+		if ! "${RUN[@]}" "$(bin crest)" --store "$cw/store" --json checkpoint --pid "$cpid" >"$cw/c2.json" 2>>"$cl"; then
+			CLONE_ERR="checkpoint of the copy failed: $(grep -E '^crest' "$cl" | tail -1)"
+		fi
+	fi
+	# Both run to their end (the copy is not our child: poll its pid).
+	wait "$crun" 2>/dev/null
+	for i in $(seq 1 300); do [ -n "$cpid" ] && kill -0 "$cpid" 2>/dev/null || break; sleep 0.1; done
+	[ -n "$cpid" ] && kill -9 "$cpid" 2>/dev/null
+	if [ -z "$CLONE_ERR" ]; then
+		nref=$(wc -l <"$cw/ref.out")
+		if ! cmp -s "$cw/job.out" "$cw/ref.out"; then
+			CLONE_ERR="the original's output differs from an uninterrupted run's ($(wc -l <"$cw/job.out") of $nref lines)"
+		elif ! cmp -s "$cw/job.out.clone-1" "$cw/ref.out"; then
+			CLONE_ERR="the copy's output differs from an uninterrupted run's ($(wc -l <"$cw/job.out.clone-1" 2>/dev/null) of $nref lines)"
+		fi
+	fi
+	if [ -z "$CLONE_ERR" ]; then
+		read -r newb logb branch < <(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d["new_bytes"], d["logical_bytes"], d.get("branch", "?"))' "$cw/c2.json" 2>>"$cl")
+		if [ -z "${logb:-}" ] || [ "$logb" -le 0 ]; then
+			CLONE_ERR="no figures from the copy's checkpoint: $(head -c 300 "$cw/c2.json")"
+		elif [ $((newb * 2)) -ge "$logb" ]; then
+			CLONE_ERR="the copy's checkpoint added $newb new bytes of $logb: it shares too little with the original"
+		elif ! "${RUN[@]}" "$(bin crest)" --store "$cw/store" log gclone >>"$cl" 2>&1; then
+			CLONE_ERR="crest log gclone failed"
+		fi
+	fi
+	DT=$((SECONDS - t))
+	if [ -z "$CLONE_ERR" ]; then
+		STORES+=("gpu_clone=$cw/store")
+		pass gpu_clone "a crest run CUDA job of 256 MiB checkpointed and cloned beside itself on one GPU: both outputs identical to an uninterrupted run's ($nref lines); the copy's checkpoint added $newb new bytes of $logb, ${DT} s"
+	else
+		fail gpu_clone "$CLONE_ERR" "$cl"
+		[ -d "$cw/store" ] && STORES+=("gpu_clone=$cw/store")
 	fi
 fi
 

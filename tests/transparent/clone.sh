@@ -31,6 +31,22 @@ for k in 1 2; do
 	wait_lines job.log.clone-$k $(($(lines job.log.clone-$k) + 5)) 30
 done
 expect_error "has snapshots already" "$CREST" --store "$S" clone "$SNAP" --branch exp-1
+# A copy's checkpoint continues its own branch, from the snapshot it was
+# cloned from, and stores only what the copy changed since.
+FORK=$("$CREST" --store "$S" --json branch | python3 -c 'import json,sys
+print([x for x in json.load(sys.stdin) if x["branch"] == "exp-1"][0]["head"])') || fail "no branch exp-1 listed"
+"$CREST" --store "$S" --json checkpoint --pid "$P1" >c1.json || fail "checkpoint of copy 1: $(cat c1.json)"
+python3 - "$S" "$CREST" "$FORK" <<'PY' || fail "copy 1's checkpoint is not on its branch, or shares too little"
+import json, subprocess, sys
+store, crest, fork = sys.argv[1:]
+c = json.load(open("c1.json"))
+log = json.loads(subprocess.check_output([crest, "--store", store, "--json", "log", "exp-1"]))
+head = [s for s in log if s["snapshot"] == c["snapshot"]]
+assert head and head[0]["branch"] == "exp-1", "not on exp-1: %s" % head
+assert head[0]["parent"] == fork, "parent %s, not the fork %s" % (head[0]["parent"], fork)
+assert c["new_bytes"] * 4 < c["logical_bytes"], "new %d of %d bytes" % (c["new_bytes"], c["logical_bytes"])
+print("copy 1's checkpoint %s: on exp-1 after the fork, %d new bytes of %d" % (c["snapshot"][:12], c["new_bytes"], c["logical_bytes"]))
+PY
 # A job crest run did not start: no namespace of its own, no copy.
 setsid "$WORKLOAD" --mib 8 --interval-ms 100 </dev/null >plain.out 2>&1 &
 PLAIN=$!
