@@ -15,7 +15,12 @@
  *
  * No mount namespace: the job sees the host's /proc and file systems, which
  * is what a restored copy needs too (its files are passed to CRIU by crest,
- * see restore/process.h), and CRIU then has no mount table to dump.
+ * see restore/process.h), and CRIU then has no mount table to dump. The
+ * price: CUDA does not start in such a namespace (cudaMalloc fails with
+ * "OS call failed or operation not supported on this OS", H100, driver
+ * 580), probably because the driver looks itself up in /proc by the pid
+ * the namespace gives it (not confirmed). CUDA jobs under crest run need a /proc of their own, and so a mount
+ * namespace that CRIU dumps and restores (issue 12, open).
  */
 #ifndef CREST_OS_PIDNS_H
 #define CREST_OS_PIDNS_H
