@@ -318,7 +318,8 @@ int cli_help_dispatch(const struct cli *c, int argc, char **argv)
 			cli_help_usage(stdout, prog);
 			return 0;
 		}
-		const struct cli_cmd_doc *d = cli_doc_find(prog, argv[2]);
+		/* "help --help": the help command's own */
+		const struct cli_cmd_doc *d = cli_doc_find(prog, is_help(argv[2]) ? "help" : argv[2]);
 		if (!d) {
 			fprintf(stderr, "%s: help: no command '%s' (%s help lists them)\n", prog, argv[2], prog);
 			return 2;
