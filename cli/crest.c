@@ -1,31 +1,11 @@
 /* crest.c - the crest command: snapshots in and out of the store. */
 #include "capture/transparent.h"
 #include "cli/commands.h"
+#include "cli/help.h"
 
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-
-static void usage(void)
-{
-	fprintf(stderr,
-		"usage: crest [--store DIR] [--json] [--quiet] [--workers N] COMMAND ...\n"
-		"  put [--tag T] [--branch B] [--chunker fixed|cdc] [--chunk-size N] PATH...   snapshot files and trees\n"
-		"  get SNAPSHOT DEST                 restore a snapshot's files under DEST\n"
-		"  ls                                list snapshots\n"
-		"  show SNAPSHOT                     a snapshot's metadata and streams\n"
-		"  tag [--force] SNAPSHOT TAG        name a snapshot (tags do not move but with --force)\n"
-		"  diff SNAPSHOT_A SNAPSHOT_B        what changed from A to B, stream by stream\n"
-		"  checkpoint --pid PID [--tag T] [--branch B] [--every DURATION] [--kill]   snapshot a running process\n"
-		"  restore SNAPSHOT [--keep-files] [--gpu N|--gpu-map OLD=NEW]  bring a process back\n"
-		"  log [--graph] [BRANCH]            the history: every snapshot, or a branch's head and ancestors\n"
-		"  branch [NAME [SNAPSHOT]]          list branches, or start NAME at SNAPSHOT\n"
-		"  run [--every DURATION] [--branch B] -- COMMAND...   run a job in a pid namespace of its own, checkpointed\n"
-		"  clone SNAPSHOT --branch NEW [--count N] [--workdir PATTERN] [--gpu N|--gpu-map OLD=NEW]   run copies of a `run` job beside it\n"
-		"  demo                              checkpoint, kill and restore a sample job\n"
-		"SNAPSHOT is a full id, a unique id prefix (4+ hex digits) or a tag.\n"
-		"The store is --store DIR, else $CREST_STORE, else ./crest-store.\n");
-}
 
 int main(int argc, char **argv)
 {
@@ -37,10 +17,10 @@ int main(int argc, char **argv)
 	argc = cli_parse_globals(&c, argc, argv);
 	if (argc < 0)
 		return 2;
-	if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-		usage();
-		return argc < 2 ? 2 : 0;
-	}
+	/* help, version, unknown commands and options: from the table (help.c) */
+	int hrc = cli_help_dispatch(&c, argc, argv);
+	if (hrc >= 0)
+		return hrc;
 	static const struct {
 		const char *name;
 		int (*fn)(struct cli *, int, char **);
@@ -53,7 +33,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (!strcmp(argv[1], cmds[i].name))
 			return cmds[i].fn(&c, argc - 1, argv + 1);
-	fprintf(stderr, "crest: unknown command '%s'\n", argv[1]);
-	usage();
+	/* In help.c's table, not here: a bug, which tests/cli catches. */
+	fprintf(stderr, "crest: command '%s' is listed but not built in\n", argv[1]);
 	return 2;
 }

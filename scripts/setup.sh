@@ -25,7 +25,7 @@ fi
 # for the Python binding's tests, clang and its libFuzzer runtime for the
 # fuzz targets (tests/fuzz).
 pkgs=(gcc make cmake pkg-config librocksdb-dev liblz4-dev libssl-dev liburing-dev
-      lz4 util-linux procps python3 python3-torch clang libclang-rt-14-dev)
+      lz4 util-linux procps python3 python3-torch clang libclang-rt-14-dev man-db groff-base)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

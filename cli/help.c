@@ -1,0 +1,382 @@
+/* help.c - the commands' table and what is made from it at run time; see
+ * help.h. Every option a command's parser takes is listed in its entry:
+ * tests/cli checks both ways. */
+#include "cli/help.h"
+#include "cas/format.h"
+#include "cli/common.h"
+
+#include <string.h>
+
+#ifndef CREST_VERSION
+#define CREST_VERSION "0.0.0"
+#endif
+#ifndef CREST_GIT
+#define CREST_GIT ""
+#endif
+
+const struct cli_opt_doc cli_global_opts[] = {
+	{ "--store", NULL, "DIR", "the store (else $CREST_STORE, else ./crest-store)" },
+	{ "--json", NULL, NULL, "print JSON on stdout, and no progress or notes on stderr" },
+	{ "--quiet", "-q", NULL, "no progress line and no notes on stderr; errors still" },
+	{ "--workers", NULL, "N", "threads for hashing, compression and reading (1 to 1024; default: every core)" },
+	{ "--help", "-h", NULL, "this help, on stdout" },
+	{ NULL, NULL, NULL, NULL },
+};
+
+const struct cli_env_doc cli_env_docs[] = {
+	{ "CREST_STORE", "the store when --store is not given (default ./crest-store)" },
+	{ "CREST_LOCK_TIMEOUT", "seconds a writer waits for another writer to let go of the store (default 600)" },
+	{ "CREST_CRIU", "the criu program to run (default: the one beside crest's tree, else criu on PATH)" },
+	{ "CREST_WORKLOAD, CREST_WORKLOAD_GPU", "the sample job crest demo runs (default: beside crest)" },
+	{ "NO_COLOR", "crest prints no colour at all; its one terminal control, the progress line, is drawn "
+		      "only when stderr is a terminal and neither --quiet nor --json is given" },
+	{ NULL, NULL },
+};
+
+#define SNAP_NAMES "SNAPSHOT is a full id, a unique id prefix (4 hex digits or more) or a tag."
+
+const struct cli_cmd_doc cli_cmd_docs[] = {
+	/* ---- crest ---- */
+	{ "crest", "put", "[--tag TAG] [--branch BRANCH] [--chunker fixed|cdc] [--chunk-size SIZE] PATH...",
+	  "snapshot files and directory trees",
+	  "Stores each PATH, and for a directory everything below it, as one snapshot: contents "
+	  "(holes kept), modes, times and symlinks. Chunks the store holds already are not stored "
+	  "again. Prints the new snapshot's id.",
+	  "PATH...", false, {
+		{ "--tag", NULL, "TAG", "name the snapshot" },
+		{ "--branch", NULL, "BRANCH", "the branch it goes on (default main)" },
+		{ "--chunker", NULL, "fixed|cdc", "cut files in fixed-size chunks, or content-defined ones" },
+		{ "--chunk-size", NULL, "SIZE", "the (average) chunk size: 4096, 64K, 1M" },
+	} },
+	{ "crest", "get", "SNAPSHOT DEST", "restore a snapshot's files under DEST",
+	  "Writes the files of a snapshot made by put under the directory DEST, every chunk's hash "
+	  "checked on the way. " SNAP_NAMES,
+	  "SNAPSHOT DIR", false, { { NULL, NULL, NULL, NULL } } },
+	{ "crest", "ls", "", "list snapshots",
+	  "Lists every snapshot: id, time, kind (files or process), logical size and tags; with "
+	  "--json also its streams, parent and labels.",
+	  "", false, { { NULL, NULL, NULL, NULL } } },
+	{ "crest", "show", "SNAPSHOT", "a snapshot's metadata and streams",
+	  "Prints a snapshot's metadata (kind, time, parent, branch, labels, tags) and its streams "
+	  "with their sizes. " SNAP_NAMES,
+	  "SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
+	{ "crest", "tag", "[--force] SNAPSHOT TAG", "name a snapshot",
+	  "Gives SNAPSHOT the name TAG, usable wherever a snapshot is named. Tags do not move: a "
+	  "tag that names another snapshot is refused (by put and checkpoint too) unless --force "
+	  "moves it. A tagged snapshot can be kept by casctl gc --keep-tagged.",
+	  "SNAPSHOT TAG", false, {
+		{ "--force", "-f", NULL, "move TAG to SNAPSHOT if it names another snapshot" },
+	} },
+	{ "crest", "diff", "SNAPSHOT_A SNAPSHOT_B", "what changed from A to B, stream by stream",
+	  "Compares two snapshots stream by stream: streams added, removed and changed, the bytes "
+	  "that differ and the chunks they share.",
+	  "SNAPSHOT SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
+	{ "crest", "checkpoint",
+	  "--pid PID [--tag TAG] [--branch BRANCH] [--every DURATION [--count N]] [--kill] [--file-limit SIZE] "
+	  "[--tmpdir DIR] [--lock-timeout MS]",
+	  "snapshot a running process",
+	  "Checkpoints process PID and its children with CRIU (as root), GPU state included, into "
+	  "one snapshot; the job runs on as soon as its state is copied out, while crest stores it. "
+	  "With --every, checkpoints again every DURATION until stopped (or --count times). Files "
+	  "the job holds open for writing are stored with it.",
+	  "", false, {
+		{ "--pid", NULL, "PID", "the process to checkpoint (required)" },
+		{ "--tag", NULL, "TAG", "name the snapshot" },
+		{ "--branch", NULL, "BRANCH", "the branch it goes on (default: the job's own, else main)" },
+		{ "--every", NULL, "DURATION", "checkpoint again every DURATION: 30s, 5m, 1h, 250ms" },
+		{ "--count", NULL, "N", "with --every: stop after N checkpoints" },
+		{ "--kill", NULL, NULL, "end the job once its snapshot is committed (it runs on if the store fails)" },
+		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
+		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
+		{ "--lock-timeout", NULL, "MS", "how long to wait for the job's GPU lock, in milliseconds" },
+	} },
+	{ "crest", "restore", "SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] [--tmpdir DIR] [--branch BRANCH]",
+	  "bring a checkpointed process back",
+	  "Restores the process tree of a snapshot made by checkpoint or run, GPU memory included, "
+	  "and lets it go on. Files it held open are put back as they were at the snapshot. "
+	  SNAP_NAMES,
+	  "SNAPSHOT", false, {
+		{ "--keep-files", NULL, NULL, "leave the job's open files as they are now" },
+		{ "--gpu", NULL, "N", "move the job's first GPU to GPU N (an index or a UUID)" },
+		{ "--gpu-map", NULL, "OLD=NEW,...", "map the job's GPUs by UUID onto GPUs here" },
+		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
+		{ "--branch", NULL, "BRANCH", "the branch the restored job's next checkpoints go on" },
+	} },
+	{ "crest", "log", "[--graph] [BRANCH]", "the history of snapshots",
+	  "Lists every snapshot, newest first, or only BRANCH's head and its ancestors; --graph "
+	  "draws how they descend from one another.",
+	  "BRANCH", false, {
+		{ "--graph", NULL, NULL, "draw the parent links as a graph" },
+	} },
+	{ "crest", "branch", "[NAME [SNAPSHOT]]", "list branches, or start one",
+	  "Without NAME, lists the branches with their heads. With NAME, starts branch NAME at "
+	  "SNAPSHOT (default: the head of main).",
+	  "NAME SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
+	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--tmpdir DIR] [--] COMMAND [ARG...]",
+	  "run a job in a pid namespace of its own, checkpointed",
+	  "Runs COMMAND as root in a new pid namespace, so that it can be restored with the same "
+	  "pids, and checkpoints it every DURATION. Exits with the job's status.",
+	  "PROGRAM...", true, {
+		{ "--every", NULL, "DURATION", "checkpoint every DURATION: 30s, 5m, 1h" },
+		{ "--branch", NULL, "BRANCH", "the branch its snapshots go on (default main)" },
+		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
+		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
+	} },
+	{ "crest", "clone", "SNAPSHOT --branch NEW [--count N] [--workdir PATTERN] [--tmpdir DIR] "
+	  "[--gpu N | --gpu-map OLD=NEW,...]",
+	  "run copies of a job beside it",
+	  "Restores N copies of a snapshot of a job started by crest run, each in a pid namespace "
+	  "of its own, on branch NEW (NEW-1 .. NEW-N for several); each copy's checkpoints continue "
+	  "its branch. PATTERN names each copy's directory for the job's files, %d its number "
+	  "(1..N); without it each file is copied beside itself as FILE.clone-N.",
+	  "SNAPSHOT", false, {
+		{ "--branch", NULL, "BRANCH", "the new branch the copies go on (required)" },
+		{ "--count", NULL, "N", "how many copies (1 to 1000, default 1)" },
+		{ "--workdir", NULL, "PATTERN", "each copy's directory for the job's files, %d its number" },
+		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
+		{ "--gpu", NULL, "N", "put the copy's first GPU on GPU N (an index or a UUID)" },
+		{ "--gpu-map", NULL, "OLD=NEW,...", "map the job's GPUs by UUID onto GPUs here" },
+	} },
+	{ "crest", "demo", "[--cpu | --gpu] [--mib N] [--checkpoints N] [--restore-from K] [--change-pct P] "
+	  "[--interval-ms MS]",
+	  "checkpoint, kill and restore a sample job",
+	  "Starts a sample job (on a GPU if one is here, else on the CPU) that changes part of its "
+	  "memory each step, checkpoints it several times, kills it, restores checkpoint K and "
+	  "checks that it goes on from there. Needs root.",
+	  "", false, {
+		{ "--cpu", NULL, NULL, "the CPU job, even with a GPU here" },
+		{ "--gpu", NULL, NULL, "the GPU job (fails without a GPU)" },
+		{ "--mib", NULL, "N", "the job's memory in MiB" },
+		{ "--checkpoints", NULL, "N", "how many checkpoints (default 5)" },
+		{ "--restore-from", NULL, "K", "the checkpoint to restore (default 3)" },
+		{ "--change-pct", NULL, "P", "percent of its memory the job changes each step (default 2)" },
+		{ "--interval-ms", NULL, "MS", "milliseconds between checkpoints (default 1500)" },
+	} },
+	{ "crest", "help", "[COMMAND]", "the commands, or one command's options",
+	  "Prints the commands, or one command's synopsis and options, on stdout.",
+	  "COMMAND", false, { { NULL, NULL, NULL, NULL } } },
+	{ "crest", "version", "", "crest's version and the store format it reads and writes",
+	  "Prints crest's version (with the git commit it was built from) and the store format "
+	  "versions it writes and reads; the same as --version.",
+	  "", false, { { NULL, NULL, NULL, NULL } } },
+
+	/* ---- casctl ---- */
+	{ "casctl", "stats", "", "logical and stored bytes, dedup and compression ratios",
+	  "Prints the store's snapshots, logical bytes, unique and stored bytes, and the dedup and "
+	  "compression ratios.",
+	  "", false, { { NULL, NULL, NULL, NULL } } },
+	{ "casctl", "verify", "[SNAPSHOT]", "re-read and re-hash every chunk the snapshots need",
+	  "Reads back every chunk SNAPSHOT (default: every snapshot) needs and checks its hash; "
+	  "lists each snapshot, the damaged ones with what they lost. Exits 1 if anything is damaged.",
+	  "SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
+	{ "casctl", "repair", "", "rebuild the index from the packs and meta logs",
+	  "Builds a new index from the packs and meta logs, for a store whose index is damaged or "
+	  "lost. The old index is kept aside; nothing is deleted. Says what cannot be recovered.",
+	  "", false, { { NULL, NULL, NULL, NULL } } },
+	{ "casctl", "gc", "[--keep-last N] [--keep-hourly N] [--keep-daily N] [--keep-within DURATION] [--keep-tagged] "
+	  "[--rewrite-below FRACTION] [--dry-run]",
+	  "expire snapshots by a retention policy per branch; reclaim their space",
+	  "Per branch, keeps the newest N, the newest in each of the newest N hours or days (UTC), "
+	  "all within DURATION of the branch's newest, and every tagged snapshot; the head of every "
+	  "branch always stays. The rest are forgotten and their chunks reclaimed: packs less live "
+	  "than FRACTION are rewritten.",
+	  "", false, {
+		{ "--keep-last", NULL, "N", "keep the newest N snapshots of each branch" },
+		{ "--keep-hourly", NULL, "N", "keep the newest snapshot of each of the newest N hours" },
+		{ "--keep-daily", NULL, "N", "keep the newest snapshot of each of the newest N days" },
+		{ "--keep-within", NULL, "DURATION", "keep all within DURATION of the branch's newest: 12h, 168h" },
+		{ "--keep-tagged", NULL, NULL, "keep every tagged snapshot" },
+		{ "--rewrite-below", NULL, "FRACTION", "rewrite packs less live than this (above 0, at most 1; default 0.5)" },
+		{ "--dry-run", NULL, NULL, "say what would go, and change nothing" },
+	} },
+	{ "casctl", "help", "[COMMAND]", "the commands, or one command's options",
+	  "Prints the commands, or one command's synopsis and options, on stdout.",
+	  "COMMAND", false, { { NULL, NULL, NULL, NULL } } },
+	{ "casctl", "version", "", "crest's version and the store format it reads and writes",
+	  "Prints crest's version (with the git commit it was built from) and the store format "
+	  "versions it writes and reads; the same as --version.",
+	  "", false, { { NULL, NULL, NULL, NULL } } },
+	{ NULL, NULL, NULL, NULL, NULL, NULL, false, { { NULL, NULL, NULL, NULL } } },
+};
+
+const struct cli_cmd_doc *cli_doc_find(const char *prog, const char *name)
+{
+	for (const struct cli_cmd_doc *d = cli_cmd_docs; d->name; d++)
+		if (!strcmp(d->prog, prog) && !strcmp(d->name, name))
+			return d;
+	return NULL;
+}
+
+static bool opt_is(const struct cli_opt_doc *o, const char *arg)
+{
+	return !strcmp(o->name, arg) || (o->alias && !strcmp(o->alias, arg));
+}
+
+const struct cli_opt_doc *cli_doc_opt(const struct cli_cmd_doc *d, const char *arg)
+{
+	for (const struct cli_opt_doc *o = d->opts; o->name; o++)
+		if (opt_is(o, arg))
+			return o;
+	for (const struct cli_opt_doc *o = cli_global_opts; o->name; o++)
+		if (opt_is(o, arg))
+			return o;
+	return NULL;
+}
+
+const char *cli_version(void)
+{
+	return CREST_VERSION;
+}
+
+const char *cli_version_git(void)
+{
+	return CREST_GIT;
+}
+
+static void print_opts(FILE *f, const struct cli_opt_doc *o)
+{
+	for (; o->name; o++) {
+		char head[64];
+		snprintf(head, sizeof(head), "%s%s%s%s%s", o->alias ? o->alias : "", o->alias ? ", " : "", o->name,
+			 o->arg ? " " : "", o->arg ? o->arg : "");
+		if (strlen(head) <= 24)
+			fprintf(f, "  %-24s  %s\n", head, o->help);
+		else
+			fprintf(f, "  %s\n  %-24s  %s\n", head, "", o->help);
+	}
+}
+
+void cli_help_usage(FILE *f, const char *prog)
+{
+	fprintf(f, "usage: %s [--store DIR] [--json] [--quiet] [--workers N] COMMAND ...\n\n", prog);
+	for (const struct cli_cmd_doc *d = cli_cmd_docs; d->name; d++)
+		if (!strcmp(d->prog, prog))
+			fprintf(f, "  %-12s %s\n", d->name, d->summary);
+	fprintf(f, "\nGlobal options, before or after COMMAND:\n");
+	print_opts(f, cli_global_opts);
+	fprintf(f, "\n%s help COMMAND, or %s COMMAND --help: a command's options. man %s: all of it.\n",
+		prog, prog, prog);
+}
+
+/* Paragraph text wrapped at 78 columns, indented. */
+static void print_wrapped(FILE *f, const char *s, int indent)
+{
+	int col = 0;
+	while (*s) {
+		size_t w = strcspn(s, " ");
+		if (col && col + 1 + (int)w > 78) {
+			fputc('\n', f);
+			col = 0;
+		}
+		if (!col)
+			col = fprintf(f, "%*s", indent, "");
+		else
+			col += fprintf(f, " ");
+		col += fprintf(f, "%.*s", (int)w, s);
+		s += w;
+		while (*s == ' ')
+			s++;
+	}
+	if (col)
+		fputc('\n', f);
+}
+
+void cli_help_command(FILE *f, const struct cli_cmd_doc *d)
+{
+	fprintf(f, "usage: %s %s%s%s\n\n", d->prog, d->name, d->synopsis[0] ? " " : "", d->synopsis);
+	print_wrapped(f, d->text, 2);
+	if (d->opts[0].name) {
+		fprintf(f, "\nOptions:\n");
+		print_opts(f, d->opts);
+	}
+	fprintf(f, "\nGlobal options: --store DIR, --json, --quiet, --workers N (%s help).\n", d->prog);
+}
+
+void cli_help_version(FILE *f, const char *prog, bool json)
+{
+	const char *git = cli_version_git();
+	if (json) {
+		fprintf(f, "{\"program\": \"%s\", \"version\": \"%s\", \"git\": \"%s\", \"store_format\": %d, "
+			"\"store_format_oldest\": %d, \"pack_format\": %d, \"meta_format\": %d}\n", prog,
+			cli_version(), git, CAS_FORMAT_VERSION, CAS_FORMAT_OLDEST, CAS_PACK_VERSION,
+			CAS_META_VERSION);
+		return;
+	}
+	fprintf(f, "%s %s%s%s%s\n", prog, cli_version(), git[0] ? " (git " : "", git, git[0] ? ")" : "");
+	fprintf(f, "store format %d (reads %d to %d), pack format %d, meta log format %d\n", CAS_FORMAT_VERSION,
+		CAS_FORMAT_OLDEST, CAS_FORMAT_VERSION, CAS_PACK_VERSION, CAS_META_VERSION);
+}
+
+static bool is_help(const char *a)
+{
+	return !strcmp(a, "--help") || !strcmp(a, "-h");
+}
+
+int cli_help_dispatch(const struct cli *c, int argc, char **argv)
+{
+	const char *prog = c->prog;
+	if (argc < 2) {
+		cli_help_usage(stderr, prog);
+		return 2;
+	}
+	const char *cmd = argv[1];
+	if (is_help(cmd) || !strcmp(cmd, "help")) {
+		if (argc < 3 || is_help(cmd)) {
+			cli_help_usage(stdout, prog);
+			return 0;
+		}
+		/* "help --help": the help command's own */
+		const struct cli_cmd_doc *d = cli_doc_find(prog, is_help(argv[2]) ? "help" : argv[2]);
+		if (!d) {
+			fprintf(stderr, "%s: help: no command '%s' (%s help lists them)\n", prog, argv[2], prog);
+			return 2;
+		}
+		cli_help_command(stdout, d);
+		return 0;
+	}
+	if (!strcmp(cmd, "--version")) {
+		cli_help_version(stdout, prog, c->json);
+		return 0;
+	}
+	const struct cli_cmd_doc *d = cmd[0] == '-' ? NULL : cli_doc_find(prog, cmd);
+	if (!d) {
+		if (cmd[0] == '-')
+			fprintf(stderr, "%s: unknown option '%s' (%s help lists them)\n", prog, cmd, prog);
+		else
+			fprintf(stderr, "%s: unknown command '%s' (%s help lists them)\n", prog, cmd, prog);
+		return 2;
+	}
+	/* Each option checked against the table, its value skipped: a value
+	 * may well start with '-', an operand that does not is the job's (run). */
+	for (int i = 2; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--"))
+			break;
+		if (a[0] != '-' || !a[1]) {
+			if (d->operand_ends_opts)
+				break;
+			continue;
+		}
+		if (is_help(a)) {
+			cli_help_command(stdout, d);
+			return 0;
+		}
+		const struct cli_opt_doc *o = cli_doc_opt(d, a);
+		if (!o) {
+			fprintf(stderr, "%s: %s: unknown option '%s' (%s %s --help lists them)\n", prog, d->name, a,
+				prog, d->name);
+			return 2;
+		}
+		if (o->arg)
+			i++;
+	}
+	if (!strcmp(cmd, "version")) {
+		if (argc > 2) {
+			fprintf(stderr, "%s: version takes no operands\n", prog);
+			return 2;
+		}
+		cli_help_version(stdout, prog, c->json);
+		return 0;
+	}
+	return -1;
+}
