@@ -23,6 +23,7 @@ static void usage(void)
 		"  run [--every DURATION] [--branch B] -- COMMAND...   run a job in a pid namespace of its own, checkpointed\n"
 		"  clone SNAPSHOT --branch NEW [--count N] [--workdir PATTERN]   run copies of a `run` job beside it\n"
 		"  demo                              checkpoint, kill and restore a sample job\n"
+		"  bench restore SNAPSHOT [--to null|files|host|gpu] [--cold] [--plot FILE.png]   how fast it comes back\n"
 		"SNAPSHOT is a full id, a unique id prefix (4+ hex digits) or a tag.\n"
 		"The store is --store DIR, else $CREST_STORE, else ./crest-store.\n");
 }
@@ -49,6 +50,7 @@ int main(int argc, char **argv)
 		{ "show", cmd_show }, { "tag", cmd_tag }, { "diff", cmd_diff },
 		{ "checkpoint", cmd_checkpoint }, { "restore", cmd_restore }, { "demo", cmd_demo },
 		{ "log", cmd_log }, { "branch", cmd_branch }, { "run", cmd_run }, { "clone", cmd_clone },
+		{ "bench", cmd_bench },
 	};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (!strcmp(argv[1], cmds[i].name))
