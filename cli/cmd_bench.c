@@ -748,6 +748,10 @@ static int draw_restore(const struct bench *b, const struct figures *fg, const s
 	char hex[65], lb[32];
 	cli_print_id(hex, fg->id);
 	const double cs = ceil_secs(last), ceil = cs > 0 ? fg->logical / cs / 1e9 : 0;
+	/* A restore far below its ceiling would be a flat line at the bottom
+	 * of a linear axis: then the axis is logarithmic. */
+	const bool logy = top > 0 && ceil > 5 * top;
+	const double data_top = top;
 	top = ceil > top ? ceil : top;
 	const unsigned threads = b->threads ? b->threads : par_cores();
 	char *script = NULL;
@@ -766,14 +770,18 @@ static int draw_restore(const struct bench *b, const struct figures *fg, const s
 		log->lost ? " (incomplete: out of memory)" : "");
 	fprintf(s, "set grid\nset key outside right top\nset xrange [0:%.5f]\nset lmargin 10\nset rmargin 26\n",
 		span / 1e9);
-	fprintf(s, "set ylabel 'GB/s'\nset yrange [0:%.4f]\n", top > 0 ? top * 1.15 : 1);
+	if (logy)
+		fprintf(s, "set ylabel 'GB/s (log scale)'\nset logscale y\nset yrange [%.5f:%.4f]\n", data_top / 20,
+			top * 2);
+	else
+		fprintf(s, "set ylabel 'GB/s'\nset yrange [0:%.4f]\n", top > 0 ? top * 1.15 : 1);
 	fprintf(s, "plot '%s' using 1:2 with lines lw 3 lc rgb '#d62728' title 'into %s'", dat, target_names[b->to]);
 	if (out != RESTORE_PH_READ)
 		fprintf(s, ", '' using 1:3 with lines lw 1.5 lc rgb '#1f77b4' title 'read (pack bytes)'");
 	if (ceil > 0)
 		fprintf(s, ", %.4f with lines dt 2 lw 1.5 lc rgb 'gray30' title 'ceiling (plain read%s)'", ceil,
 			b->to == TO_GPU ? ", H2D" : "");
-	fprintf(s, "\nset xlabel 'seconds since the restore started'\n"
+	fprintf(s, "\nunset logscale y\nset xlabel 'seconds since the restore started'\n"
 		"set ylabel 'threads busy (of %u)'\nset yrange [0:%u]\nplot", threads, threads + 1);
 	static const char *const colors[RESTORE_PH_N] = { "#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e", "#d62728",
 							  "#9467bd" };

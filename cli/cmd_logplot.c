@@ -179,14 +179,15 @@ int cli_log_plot(const struct cli *c, const char *branch, const char *png)
 		fprintf(s, "set terminal pngcairo size 1100,%d font 'sans,11'\nset output '%s'\n", any_stall ? 800 : 550,
 			png);
 		fprintf(s, "set datafile missing '?'\nset grid\nset key outside right top\n"
-			"set lmargin 10\nset rmargin 18\n");
+			"set lmargin 10\nset rmargin 18\nset offsets 0, 0, graph 0.08, 0\n");
 		if (n < 2)
 			fprintf(s, "set xrange [-1:1]\n");
 		if (any_stall)
-			fprintf(s, "set multiplot layout 2,1 title 'crest log --plot %s: %zu snapshots'\n", branch, n);
+			fprintf(s, "set multiplot layout 2,1 title 'crest log --plot %s: %zu snapshot%s'\n", branch, n,
+				n == 1 ? "" : "s");
 		else
-			fprintf(s, "set title \"crest log --plot %s: %zu snapshots (no stall recorded: library and files "
-				"snapshots do not record one)\"\n", branch, n);
+			fprintf(s, "set title \"crest log --plot %s: %zu snapshot%s (no stall recorded: library and files "
+				"snapshots do not record one)\"\n", branch, n, n == 1 ? "" : "s");
 		if (!any_stall)
 			fprintf(s, "set xlabel 'seconds since the first snapshot (%s)'\n", t0);
 		fprintf(s, "set ylabel 'MiB'\nset yrange [0:*]\n"
@@ -203,7 +204,7 @@ int cli_log_plot(const struct cli *c, const char *branch, const char *png)
 	if (fd >= 0)
 		unlink(dat);
 	if (rc == 0 && !c->json) {
-		printf("plot: %s (%zu snapshots of branch %s", png, n, branch);
+		printf("plot: %s (%zu snapshot%s of branch %s", png, n, n == 1 ? "" : "s", branch);
 		if (!any_stall)
 			printf("; no stall recorded for them: only process snapshots record one");
 		printf(")\n");
