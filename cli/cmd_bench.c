@@ -12,6 +12,8 @@
  * as many threads (plus, for gpu, pinned host-to-device copies of the same
  * bytes), measured in the same run right after each restore.
  */
+#include "capture/regions.h"
+#include "cas/history.h"
 #include "cli/commands.h"
 #include "engine/engine.h"
 #include "gpu/cudrv.h"
@@ -43,13 +45,20 @@ static void usage_bench(void)
 	fprintf(stderr,
 		"usage: crest bench restore SNAPSHOT [--to null|files|host|gpu] [--cold] [--threads N]\n"
 		"                   [--repeat K] [--dir DIR] [--keep] [--plot FILE.png]\n"
+		"       crest bench checkpoint [--size BYTES] [--regions N] [--change PCT] [--repeat K]\n"
+		"                   [--staging BYTES] [--dir DIR]\n"
 		"  --to       null: read, check, decompress, discard (default); files: into a temporary\n"
 		"             directory (under --dir, else $TMPDIR, else /tmp; removed unless --keep);\n"
 		"             host: scratch memory of the streams' sizes; gpu: device memory\n"
 		"  --cold     drop the store's pack files from the page cache before each run\n"
 		"  --threads  restore threads (default: one per core); the ceiling uses as many\n"
 		"  --repeat   runs, reported as min/median/max (default 3)\n"
-		"  --plot     draw throughput over time per phase (last run) into FILE.png (gnuplot)\n");
+		"  --plot     draw throughput over time per phase (last run) into FILE.png (gnuplot)\n"
+		"checkpoint: host regions of --size bytes in all (default 256M) in --regions pieces\n"
+		"  (default 4), checkpointed --repeat times (default 5) as libcrest does, --change\n"
+		"  percent of them (default 10) rewritten in between; the stall (the job waits) and\n"
+		"  the ingest (in the background) of each. Into a temporary store (under --dir) unless\n"
+		"  --store names one (then on branch crest-bench); --staging: the pool (default 1G).\n");
 }
 
 /* ---- what the plot is drawn from: every addition to a phase ---- */
@@ -900,10 +909,241 @@ static int bench_restore(struct cli *c, int argc, char **argv)
 	return rc < 0 ? cli_fail(c, rc) : 0;
 }
 
+/* ---- crest bench checkpoint ---- */
+
+/* xorshift64*: fast incompressible bytes (a model's weights do not
+ * compress either); a fixed seed, so runs compare. */
+static void fill_random(uint8_t *p, size_t n, uint64_t *state)
+{
+	uint64_t x = *state;
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		x ^= x >> 12;
+		x ^= x << 25;
+		x ^= x >> 27;
+		const uint64_t v = x * 0x2545F4914F6CDD1Dull;
+		memcpy(p + i, &v, 8);
+	}
+	for (; i < n; i++)
+		p[i] = (uint8_t)(x >> (8 * (i % 8)));
+	*state = x;
+}
+
+static size_t ckpt_slice(size_t pool)   /* as libcrest cuts its pool */
+{
+	size_t sl = pool / 16;
+	sl = sl > (64u << 20) ? 64u << 20 : sl;
+	sl -= sl % ENGINE_SEGMENT_BYTES;
+	return sl < ENGINE_SEGMENT_BYTES ? ENGINE_SEGMENT_BYTES : sl;
+}
+
+struct ckpt_fig {
+	double stall_s, wait_s, ingest_s;
+	unsigned rounds;
+	uint64_t logical, new_bytes, stored;
+};
+
+static int bench_checkpoint(struct cli *c, int argc, char **argv)
+{
+	uint64_t size = 256ull << 20, staging = 1ull << 30;
+	unsigned nreg = 4, repeat = 5, change = 10;
+	const char *dir = NULL;
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i];
+		const bool more = i + 1 < argc;
+		int bad = 0;
+		if (!strcmp(a, "--size") && more)
+			bad = cli_parse_size(argv[++i], &size) < 0 || !size || size > (1ull << 40);
+		else if (!strcmp(a, "--staging") && more)
+			bad = cli_parse_size(argv[++i], &staging) < 0 || staging < 2 * ENGINE_SEGMENT_BYTES;
+		else if (!strcmp(a, "--regions") && more)
+			bad = parse_uint(argv[++i], 1, 4096, &nreg) < 0;
+		else if (!strcmp(a, "--repeat") && more)
+			bad = parse_uint(argv[++i], 1, 1000, &repeat) < 0;
+		else if (!strcmp(a, "--change") && more)
+			bad = parse_uint(argv[++i], 0, 100, &change) < 0;
+		else if (!strcmp(a, "--dir") && more)
+			dir = argv[++i];
+		else
+			bad = 1;
+		if (bad) {
+			usage_bench();
+			return 2;
+		}
+	}
+	/* --store given: c->store points into argv, not at the default (which
+	 * $CREST_STORE may set: a real store is used only when named here). */
+	const bool tmp_store = c->store == cas_default_path();
+	char tmp[4096] = "", sdir[4200];
+	const char *store_dir = c->store;
+	if (tmp_store) {
+		const char *base = dir ? dir : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+		snprintf(tmp, sizeof(tmp), "%s/crest-bench-XXXXXX", base);
+		if (!mkdtemp(tmp))
+			return cli_fail(c, crest_errf(-errno, "cannot make a temporary directory in %s", base));
+		snprintf(sdir, sizeof(sdir), "%s/store", tmp);
+		store_dir = sdir;
+	}
+	const size_t per = (size_t)(size / nreg);
+	uint8_t **mem = calloc(nreg, sizeof(*mem));
+	char (*names)[32] = calloc(nreg, 32);
+	struct capture_region *regs = calloc(nreg, sizeof(*regs));
+	const char **dnames = calloc(nreg, sizeof(*dnames));
+	struct ckpt_fig *fig = calloc(repeat, sizeof(*fig));
+	int rc = mem && names && regs && dnames && fig ? 0 : crest_errf(-ENOMEM, "benchmarking checkpoints");
+	uint64_t rs = 0x9E3779B97F4A7C15ull;
+	for (unsigned i = 0; rc == 0 && i < nreg; i++) {
+		if (!(mem[i] = malloc(per ? per : 1))) {
+			rc = crest_errf(-ENOMEM, "allocating %zu bytes for region %u", per, i);
+			break;
+		}
+		fill_random(mem[i], per, &rs);
+		snprintf(names[i], 32, "region%u", i);
+		regs[i] = (struct capture_region){ .name = names[i], .ptr = mem[i], .size = per };
+		dnames[i] = names[i];
+	}
+	struct cas_store *store = NULL;
+	struct engine *eng = NULL;
+	struct pool *pool = NULL;
+	struct capture_copier *cp = NULL;
+	struct cli wc = *c;
+	wc.store = store_dir;
+	if (rc == 0)
+		rc = cli_writer_open(&wc, NULL, &store, &eng);
+	if (rc == 0)
+		rc = pool_open(NULL, staging, ckpt_slice(staging), &pool);
+	if (rc == 0)
+		rc = capture_copier_open(NULL, pool, 4, &cp);
+	uint8_t parent[32];
+	bool has_parent = false;
+	struct cas_manifest *pm = NULL;
+	/* A store of the user's: the branch goes on from its head. */
+	if (rc == 0 && !tmp_store && cas_branch_head(store, "crest-bench", parent) == 0) {
+		has_parent = true;
+		if (cas_manifest_load(store, parent, &pm) < 0)
+			pm = NULL;   /* the parent still, without hints */
+	}
+	crest_errset_str("");
+	for (unsigned k = 0; rc == 0 && k < repeat; k++) {
+		/* A training step between checkpoints: change% of each region
+		 * rewritten, in 1 MiB blocks at random places. Not timed. */
+		for (unsigned i = 0; k && i < nreg; i++) {
+			const size_t blk = 1u << 20, nblk = (per + blk - 1) / blk;
+			for (size_t b = 0; b < (nblk * change + 99) / 100; b++) {
+				const size_t at = (size_t)((rs = rs * 6364136223846793005ull + 1442695040888963407ull) >> 33) %
+						  nblk * blk;
+				fill_random(mem[i] + at, per - at < blk ? per - at : blk, &rs);
+			}
+		}
+		struct engine_snap *snap = NULL;
+		struct capture_stats cs = { 0 };
+		const uint64_t t0 = time_now_ns();
+		rc = engine_snapshot_begin(eng, "library", &snap);
+		if (rc == 0 && cas_manifest_set_branch(engine_snapshot_manifest(snap), "crest-bench") < 0)
+			rc = crest_errf(-ENOMEM, "benchmarking checkpoints");
+		if (rc == 0)
+			rc = capture_dirs(snap, dnames, nreg);
+		if (rc == 0 && has_parent) {
+			engine_snapshot_set_parent(snap, parent, pm);   /* takes pm */
+			pm = NULL;
+		}
+		if (rc == 0)
+			engine_snapshot_expect(snap, (uint64_t)per * nreg);
+		if (rc == 0)
+			rc = capture_regions(cp, snap, regs, nreg, &cs);
+		if (rc == 0)
+			rc = engine_snapshot_seal(snap);
+		const uint64_t t1 = time_now_ns();
+		if (rc < 0) {
+			if (snap)
+				engine_snapshot_abort(snap);
+			break;
+		}
+		struct engine_result er;
+		rc = engine_snapshot_wait(snap, &er);
+		if (rc < 0)
+			break;
+		fig[k] = (struct ckpt_fig){ (t1 - t0) / 1e9, cs.wait_ns / 1e9, er.ingest_ns / 1e9, cs.rounds,
+					    er.logical_bytes, er.new_bytes, er.stored_bytes };
+		/* The next one's parent, with its chunk lists as hints, as
+		 * libcrest's crest_wait sets it. */
+		memcpy(parent, er.id, 32);
+		has_parent = true;
+		if (cas_manifest_load(store, er.id, &pm) < 0)
+			pm = NULL;
+		crest_errset_str("");
+	}
+	cas_manifest_free(pm);
+	if (eng)
+		engine_close(eng);
+	capture_copier_close(cp);
+	pool_close(pool);
+	cas_close(store);
+	for (unsigned i = 0; mem && i < nreg; i++)
+		free(mem[i]);
+	if (rc == 0) {
+		/* The first checkpoint stores everything; the others show the
+		 * steady state: their min/median/max. */
+		const unsigned from = repeat > 1 ? 1 : 0, n = repeat - from;
+		double *st = calloc(n, sizeof(double)), *in = calloc(n, sizeof(double));
+		for (unsigned k = 0; st && in && k < n; k++) {
+			st[k] = fig[from + k].stall_s;
+			in[k] = fig[from + k].ingest_s;
+		}
+		const struct stat3 s3 = stat3_of(st, n), i3 = stat3_of(in, n);
+		if (c->json) {
+			printf("{\"size\": %llu, \"regions\": %u, \"change_pct\": %u, \"repeat\": %u, \"staging\": %llu, "
+			       "\"store\": ", (unsigned long long)per * nreg, nreg, change, repeat,
+			       (unsigned long long)staging);
+			if (tmp_store)
+				printf("null");
+			else
+				json_str(stdout, store_dir);
+			json_stat3("stall_s", s3);
+			json_stat3("ingest_s", i3);
+			printf(", \"checkpoints\": [");
+			for (unsigned k = 0; k < repeat; k++)
+				printf("%s{\"stall_s\": %.6g, \"staging_wait_s\": %.6g, \"rounds\": %u, \"ingest_s\": %.6g, "
+				       "\"logical_bytes\": %llu, \"new_bytes\": %llu, \"stored_bytes\": %llu}", k ? ", " : "",
+				       fig[k].stall_s, fig[k].wait_s, fig[k].rounds, fig[k].ingest_s,
+				       (unsigned long long)fig[k].logical, (unsigned long long)fig[k].new_bytes,
+				       (unsigned long long)fig[k].stored);
+			printf("]}\n");
+		} else {
+			char b1[32], b2[32], b3[32];
+			printf("bench checkpoint: %u host regions, %s in all, %u%% changed between checkpoints, "
+			       "%s staging\n", nreg, fmt_bytes((uint64_t)per * nreg, b1, sizeof(b1)), change,
+			       fmt_bytes(staging, b2, sizeof(b2)));
+			printf("  %-4s %10s %10s %10s %12s %12s\n", "#", "stall s", "GB/s", "ingest s", "new", "stored");
+			for (unsigned k = 0; k < repeat; k++)
+				printf("  %-4u %10.4f %10.2f %10.3f %12s %12s\n", k + 1, fig[k].stall_s,
+				       fig[k].stall_s > 0 ? fig[k].logical / fig[k].stall_s / 1e9 : 0, fig[k].ingest_s,
+				       fmt_bytes(fig[k].new_bytes, b1, sizeof(b1)), fmt_bytes(fig[k].stored, b3, sizeof(b3)));
+			printf("  %s: stall %.4f / %.4f / %.4f s, ingest %.3f / %.3f / %.3f s (min / median / max)\n",
+			       from ? "checkpoints 2.." : "checkpoint", s3.min, s3.med, s3.max, i3.min, i3.med, i3.max);
+		}
+		free(st);
+		free(in);
+	}
+	if (tmp_store) {
+		int rrc = rm_tree(tmp);
+		if (rc == 0)
+			rc = rrc;
+	}
+	free(mem);
+	free(names);
+	free(regs);
+	free(dnames);
+	free(fig);
+	return rc < 0 ? cli_fail(c, rc) : 0;
+}
+
 int cmd_bench(struct cli *c, int argc, char **argv)
 {
 	if (argc >= 2 && !strcmp(argv[1], "restore"))
 		return bench_restore(c, argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "checkpoint"))
+		return bench_checkpoint(c, argc - 1, argv + 1);
 	usage_bench();
 	return 2;
 }

@@ -7,7 +7,9 @@
 # reason where there is no GPU (scripts/gpu-check.sh runs it on one); the
 # store is untouched afterwards (casctl verify, every file's bytes the
 # same). With gnuplot, --plot and crest log --plot write PNGs; without it,
-# the figures come first, then one line and a non-zero exit.
+# the figures come first, then one line and a non-zero exit. crest bench
+# checkpoint gives sane figures (all new at first, then about what changed)
+# and removes its temporary store; with --store it goes on branch crest-bench.
 . "$(dirname "$0")/lib.sh"
 
 SEED=${CREST_TEST_SEED:-$((RANDOM * 32768 + RANDOM))}
@@ -130,4 +132,26 @@ printf '%s' "$out" | grep -q "restore GB/s" || fail "--plot without gnuplot: the
 note "the store is untouched"
 casctl verify >/dev/null || fail "casctl verify after the benches"
 [ "$(store_sum)" = "$before" ] || fail "the benches changed the store's files"
+note "bench checkpoint: a temporary store, removed after"
+mkdir "$T/ck"
+out=$("$CREST" --json bench checkpoint --size 8M --regions 2 --repeat 3 --change 25 --staging 16M --dir "$T/ck") ||
+	fail "bench checkpoint failed"
+python3 - "$out" <<'EOF' || fail "bench checkpoint: bad JSON or figures: $out"
+import json, sys
+d = json.loads(sys.argv[1])
+ck = d['checkpoints']
+assert d['size'] == 8 << 20 and d['store'] is None and len(ck) == 3, d
+assert all(c['stall_s'] > 0 and c['ingest_s'] > 0 and c['logical_bytes'] == 8 << 20 for c in ck), ck
+assert ck[0]['new_bytes'] == 8 << 20, ck[0]   # random bytes: all new
+# 25% of each 4 MiB region in 1 MiB blocks at random places: 1 to 2 MiB new
+assert all(1 << 20 <= c['new_bytes'] <= 2 << 20 for c in ck[1:]), ck
+assert 0 < d['stall_s']['min'] <= d['stall_s']['max'], d
+print("   stall median %.4f s, ingest median %.3f s" % (d['stall_s']['median'], d['ingest_s']['median']))
+EOF
+[ -z "$(ls -A "$T/ck")" ] || fail "bench checkpoint left $(ls -A "$T/ck") behind"
+note "bench checkpoint --store: on branch crest-bench of that store"
+"$CREST" --store "$S" bench checkpoint --size 4M --regions 1 --repeat 2 --staging 16M >/dev/null ||
+	fail "bench checkpoint --store failed"
+[ "$("$CREST" log crest-bench | wc -l)" = 2 ] || fail "crest-bench should hold 2 snapshots: $("$CREST" log crest-bench)"
+casctl verify >/dev/null || fail "casctl verify after bench checkpoint --store"
 echo "ok"
