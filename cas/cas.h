@@ -117,6 +117,19 @@ int cas_chunk_lookup(struct cas_store *s, const uint8_t sha[32], struct cas_loc 
 int cas_chunk_read(struct cas_store *s, const uint8_t sha[32], const struct cas_loc *loc,
 		   void *raw, uint32_t cap, void *scratch);
 
+/* cas_chunk_read, adding to t where its time went: reading the record,
+ * checking it (header, CRC32C), decompressing. For benchmarks (crest bench);
+ * t NULL is cas_chunk_read. Not thread-safe on t: one per thread. */
+struct cas_read_times {
+	uint64_t read_ns, check_ns, decomp_ns;
+};
+int cas_chunk_read_timed(struct cas_store *s, const uint8_t sha[32], const struct cas_loc *loc,
+			 void *raw, uint32_t cap, void *scratch, struct cas_read_times *t);
+/* Asks the kernel to drop the page cache of every pack of the store
+ * (posix_fadvise DONTNEED: only clean pages, only these files), so a
+ * benchmark reads them from the disk. Returns the packs it reached. */
+int cas_pack_drop_cache(struct cas_store *s);
+
 /* Writer side. cas_rec_build lays out a record (header, then the stored
  * bytes already at rec + CAS_REC_HEADER) in the caller's memory, so that the
  * threads that make chunks also checksum them. cas_pack_reserve assigns a

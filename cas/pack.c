@@ -19,6 +19,7 @@
 #include "util/crc32c.h"
 #include "util/err.h"
 #include "util/fault.h"
+#include "util/progress.h"
 #include "util/sha256.h"
 
 #include <assert.h>
@@ -568,7 +569,14 @@ static int pack_rfd(struct cas_store *s, uint32_t pack)
 int cas_chunk_read(struct cas_store *s, const uint8_t sha[32], const struct cas_loc *loc,
 		   void *raw, uint32_t cap, void *scratch)
 {
+	return cas_chunk_read_timed(s, sha, loc, raw, cap, scratch, NULL);
+}
+
+int cas_chunk_read_timed(struct cas_store *s, const uint8_t sha[32], const struct cas_loc *loc,
+			 void *raw, uint32_t cap, void *scratch, struct cas_read_times *t)
+{
 	char hex[65], path[4096];
+	uint64_t t0 = t ? time_now_ns() : 0;
 	if (loc->raw > cap || loc->raw > CAS_CHUNK_MAX || loc->stored > CAS_CHUNK_MAX ||
 	    (loc->codec == CAS_CODEC_RAW && loc->stored != loc->raw) || loc->codec > CAS_CODEC_LZ4) {
 		hex_encode(sha, 32, hex);
@@ -602,6 +610,9 @@ int cas_chunk_read(struct cas_store *s, const uint8_t sha[32], const struct cas_
 			adv -= take;
 		}
 	}
+	uint64_t t1 = t ? time_now_ns() : 0;
+	if (t)
+		t->read_ns += t1 - t0;
 	const uint32_t hraw = cas_le32_get(h + CAS_REC_RAW), hstored = cas_le32_get(h + CAS_REC_STORED);
 	const uint32_t hcrc = cas_le32_get(h + CAS_REC_CRC);
 	if (memcmp(h, CAS_REC_MAGIC, 4) || h[4] != loc->codec || hraw != loc->raw || hstored != loc->stored ||
@@ -617,6 +628,10 @@ int cas_chunk_read(struct cas_store *s, const uint8_t sha[32], const struct cas_
 		return crest_errx(-EBADMSG, "chunk %.16s at %s offset %llu fails its CRC32C check "
 				  "(damaged pack)", hex, path, (unsigned long long)loc->off);
 	}
+	if (t) {
+		t0 = time_now_ns();
+		t->check_ns += t0 - t1;
+	}
 	if (loc->codec == CAS_CODEC_LZ4) {
 		int n = LZ4_decompress_safe(scratch, raw, (int)loc->stored, (int)cap);
 		if (n < 0 || (uint32_t)n != loc->raw) {
@@ -626,7 +641,29 @@ int cas_chunk_read(struct cas_store *s, const uint8_t sha[32], const struct cas_
 					  "(damaged pack)", hex, path, (unsigned long long)loc->off);
 		}
 	}
+	if (t && loc->codec == CAS_CODEC_LZ4)
+		t->decomp_ns += time_now_ns() - t0;
 	return (int)loc->raw;
+}
+
+int cas_pack_drop_cache(struct cas_store *s)
+{
+	uint32_t max = 0;
+	int rc = cas_pack_max_on_disk(s, &max), n = 0;
+	if (rc < 0)
+		return rc;
+	/* Gaps (packs gc removed) are skipped; nothing is written or synced:
+	 * packs are clean once committed, so DONTNEED drops all their pages. */
+	for (uint32_t i = 0; i <= max; i++) {
+		const int fd = cas_pack_open_read(s, i);
+		if (fd < 0)
+			continue;
+		if (posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0)
+			n++;
+		close(fd);
+	}
+	crest_errset_str("");
+	return n;
 }
 
 int cas_pack_stats(struct cas_store *s, struct cas_pack_stats *st)

@@ -70,7 +70,7 @@ static void idmap_free(struct idmap *m)
 
 static void usage_log(void)
 {
-	fprintf(stderr, "usage: crest log [--graph] [BRANCH] [--json]\n");
+	fprintf(stderr, "usage: crest log [--graph] [BRANCH] [--json]\n       crest log --plot FILE.png [BRANCH]\n");
 }
 
 /*
@@ -137,10 +137,12 @@ static int lanes_place(struct lanes *l, const uint8_t id[32], char *line, size_t
 int cmd_log(struct cli *c, int argc, char **argv)
 {
 	bool graph = false;
-	const char *branch = NULL;
+	const char *branch = NULL, *plot = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--graph"))
 			graph = true;
+		else if (!strcmp(argv[i], "--plot") && i + 1 < argc)
+			plot = argv[++i];
 		else if (argv[i][0] == '-' || branch) {
 			usage_log();
 			return 2;
@@ -149,6 +151,10 @@ int cmd_log(struct cli *c, int argc, char **argv)
 	}
 	if (branch && cas_branch_check(branch) < 0)
 		return cli_fail(c, -EINVAL);
+	if (plot) {   /* a picture of the branch (default main) instead of the list */
+		int prc = cli_log_plot(c, branch, plot);
+		return prc < 0 ? cli_fail(c, prc) : 0;
+	}
 	struct cas_store *store;
 	int rc = cas_open(c->store, CAS_READ, &store);
 	if (rc < 0)

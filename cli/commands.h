@@ -20,6 +20,7 @@ int cmd_log(struct cli *c, int argc, char **argv);
 int cmd_branch(struct cli *c, int argc, char **argv);
 int cmd_run(struct cli *c, int argc, char **argv);
 int cmd_clone(struct cli *c, int argc, char **argv);
+int cmd_bench(struct cli *c, int argc, char **argv);
 
 int cmd_stats(struct cli *c, int argc, char **argv);
 int cmd_verify(struct cli *c, int argc, char **argv);
@@ -37,5 +38,13 @@ int ckpt_once(const struct cli *c, struct cas_store *store, struct engine *e, co
 	      const char *tag, const uint8_t *parent, struct tp_result *st);
 /* The checkpoint's figures as JSON members (no braces), for --json output. */
 void ckpt_print_json_fields(const struct tp_result *st);
+
+/* Pictures (cmd_bench.c): gnuplot run on script, drawing png; -ENOENT
+ * with a message when gnuplot is not installed. cli_plot_name_ok refuses
+ * a file name gnuplot would not take as one. */
+int cli_gnuplot(const char *script, const char *png);
+int cli_plot_name_ok(const char *png);
+/* crest log --plot (cmd_logplot.c). */
+int cli_log_plot(const struct cli *c, const char *branch, const char *png);
 
 #endif

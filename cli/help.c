@@ -102,11 +102,13 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
 		{ "--branch", NULL, "BRANCH", "the branch the restored job's next checkpoints go on" },
 	} },
-	{ "crest", "log", "[--graph] [BRANCH]", "the history of snapshots",
+	{ "crest", "log", "[--graph] [--plot FILE] [BRANCH]", "the history of snapshots",
 	  "Lists every snapshot, newest first, or only BRANCH's head and its ancestors; --graph "
-	  "draws how they descend from one another.",
+	  "draws how they descend from one another. --plot draws BRANCH's snapshot sizes "
+	  "(logical, new, stored) and stalls over time into a PNG (gnuplot).",
 	  "BRANCH", false, {
 		{ "--graph", NULL, NULL, "draw the parent links as a graph" },
+		{ "--plot", NULL, "FILE", "draw the branch's sizes and stalls over time into FILE (PNG)" },
 	} },
 	{ "crest", "branch", "[NAME [SNAPSHOT]]", "list branches, or start one",
 	  "Without NAME, lists the branches with their heads. With NAME, starts branch NAME at "
@@ -136,6 +138,31 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
 		{ "--gpu", NULL, "N", "put the copy's first GPU on GPU N (an index or a UUID)" },
 		{ "--gpu-map", NULL, "OLD=NEW,...", "map the job's GPUs by UUID onto GPUs here" },
+	} },
+	{ "crest", "bench", "restore SNAPSHOT [--to null|files|host|gpu] [--cold] [--threads N] [--repeat K] "
+	  "[--dir DIR] [--keep] [--plot FILE] | checkpoint [--size SIZE] [--regions N] [--change P] "
+	  "[--staging SIZE] [--repeat K] [--dir DIR]",
+	  "how fast snapshots come back and go in on this machine",
+	  "bench restore brings SNAPSHOT back without harming anything: into a temporary directory "
+	  "(files, removed after unless --keep), scratch memory (host), the GPU (gpu) or nowhere "
+	  "(null: read, check, decompress). It prints GB/s and the time per phase, min/median/max "
+	  "over --repeat runs, and this machine's ceiling for the same bytes measured in the same "
+	  "run (a plain parallel read of the same pack bytes; pinned host-to-device copies for "
+	  "gpu), with the ratio. --cold first drops the store's packs from the page cache. The store "
+	  "is only read. bench checkpoint measures the stall and ingest of library-style "
+	  "checkpoints of host regions, into a temporary store unless --store is given.",
+	  "restore|checkpoint SNAPSHOT", false, {
+		{ "--to", NULL, "null|files|host|gpu", "restore: where the snapshot goes (default null)" },
+		{ "--cold", NULL, NULL, "restore: drop the store's packs from the page cache before each run" },
+		{ "--threads", NULL, "N", "restore: threads (default: --workers, else every core)" },
+		{ "--repeat", NULL, "K", "runs to take min/median/max over (restore 3, checkpoint 5)" },
+		{ "--dir", NULL, "DIR", "where the temporary directory or store goes" },
+		{ "--keep", NULL, NULL, "restore --to files: keep the restored files" },
+		{ "--plot", NULL, "FILE", "restore: draw throughput and busy threads per phase into a PNG (gnuplot)" },
+		{ "--size", NULL, "SIZE", "checkpoint: bytes of host regions in all (default 256M)" },
+		{ "--regions", NULL, "N", "checkpoint: how many regions (default 4)" },
+		{ "--change", NULL, "P", "checkpoint: percent of the bytes rewritten between checkpoints (default 10)" },
+		{ "--staging", NULL, "SIZE", "checkpoint: the staging pool (default 1G)" },
 	} },
 	{ "crest", "demo", "[--cpu | --gpu] [--mib N] [--checkpoints N] [--restore-from K] [--change-pct P] "
 	  "[--interval-ms MS]",

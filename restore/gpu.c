@@ -79,6 +79,7 @@ struct worker {
 	 * walked, chunks missed, windows. */
 	uint64_t t_table, t_locate, t_direct, t_walk, t_miss, t_wait;
 	uint64_t direct, direct_reads, direct_bytes, walked, missed, windows;
+	uint64_t inflight_len[2];    /* bytes of each buffer's copy, for c->phases */
 };
 
 static void job_fail(struct job *j, int err)
@@ -463,7 +464,29 @@ static int worker_sync(struct worker *wk, int b)
 	const uint64_t t0 = time_now_ns();
 	int rc = cudrv_check(wk->j->o->d, wk->j->o->d->EventSynchronize(wk->ev[b]),
 			     "waiting for a host-to-device copy (cuEventSynchronize)");
-	wk->t_wait += time_now_ns() - t0;
+	const uint64_t dt = time_now_ns() - t0;
+	wk->t_wait += dt;
+	struct restore_phases *ph = wk->j->c->phases;
+	if (ph && rc == 0) {
+		restore_phase_add(ph, RESTORE_PH_DEVICE, dt, wk->inflight_len[b]);
+	}
+	return rc;
+}
+
+/* window_fill with its time and bytes added to c->phases when it is set:
+ * the table and look-ups as lookup, the reads (checked and unpacked on the
+ * way) as read. */
+static int window_fill_timed(struct worker *wk, const struct window *w, uint8_t *buf, bool host)
+{
+	struct restore_phases *ph = wk->j->c->phases;
+	if (!ph)
+		return window_fill(wk, w, buf, host);
+	const uint64_t lk = wk->t_table + wk->t_locate, rd = wk->t_direct + wk->t_walk + wk->t_miss;
+	const int rc = window_fill(wk, w, buf, host);
+	if (rc == 0) {
+		restore_phase_add(ph, RESTORE_PH_LOOKUP, wk->t_table + wk->t_locate - lk, 0);
+		restore_phase_add(ph, RESTORE_PH_READ, wk->t_direct + wk->t_walk + wk->t_miss - rd, w->len);
+	}
 	return rc;
 }
 
@@ -517,7 +540,7 @@ static void *worker_main(void *arg)
 			break;
 		const struct restore_gpu_dst *t = &j->dst[w.dst];
 		if (t->host) {
-			rc = window_fill(wk, &w, t->host + w.off, true);
+			rc = window_fill_timed(wk, &w, t->host + w.off, true);
 			if (rc < 0)
 				break;
 			continue;
@@ -526,7 +549,7 @@ static void *worker_main(void *arg)
 		if (rc == 0)
 			rc = worker_sync(wk, b);  /* the buffer's previous copy must be done */
 		if (rc == 0)
-			rc = window_fill(wk, &w, wk->buf[b], false);
+			rc = window_fill_timed(wk, &w, wk->buf[b], false);
 		if (rc < 0 || atomic_load(&j->stop))
 			break;
 		rc = cudrv_check(d, d->MemcpyHtoDAsync(t->dst + w.off, wk->buf[b], w.len, wk->stream),
@@ -538,6 +561,7 @@ static void *worker_main(void *arg)
 			break;
 		}
 		wk->inflight[b] = true;
+		wk->inflight_len[b] = w.len;
 		b ^= 1;
 	}
 	if (rc < 0)

@@ -25,6 +25,9 @@
 
 #define BATCH 16   /* extents a thread takes at a time: neighbours are read together */
 
+const char *const restore_phase_names[RESTORE_PH_N] = { "lookup", "read", "check", "decompress", "copy",
+							 "device" };
+
 /* ---- streaming one stream to a sink ---- */
 
 struct stream_job {
@@ -72,13 +75,29 @@ static void bufs_free(void *p)
 	free(b);
 }
 
-/* Reads and checks one chunk into b->raw. what/off only name it in errors. */
+void restore_phase_add(struct restore_phases *ph, enum restore_phase i, uint64_t ns, uint64_t bytes)
+{
+	atomic_fetch_add_explicit(&ph->ns[i], ns, memory_order_relaxed);
+	atomic_fetch_add_explicit(&ph->bytes[i], bytes, memory_order_relaxed);
+	if (ph->event)
+		ph->event(ph->event_arg, i, time_now_ns(), ns, bytes);
+}
+
+/* Reads and checks one chunk into b->raw. what/off only name it in errors.
+ * ph: timers, or NULL. */
 static int chunk_fetch(struct cas_store *s, struct chunk_bufs *b, const struct cas_extent *x,
-		       const char *snap, const char *stream, uint64_t off)
+		       const char *snap, const char *stream, uint64_t off, struct restore_phases *ph)
 {
 	char hex[65];
 	struct cas_loc loc;
+	struct cas_read_times t = { 0 };
+	uint64_t t0 = ph ? time_now_ns() : 0;
 	int rc = cas_chunk_lookup(s, x->sha, &loc);
+	if (ph) {
+		const uint64_t t1 = time_now_ns();
+		restore_phase_add(ph, RESTORE_PH_LOOKUP, t1 - t0, 0);
+		t0 = t1;
+	}
 	if (rc == -ENOENT) {
 		hex_encode(x->sha, 32, hex);
 		return crest_errx(-EBADMSG, "snapshot %s, stream %s, offset %llu: chunk %.16s is missing "
@@ -90,10 +109,16 @@ static int chunk_fetch(struct cas_store *s, struct chunk_bufs *b, const struct c
 				hex, loc.raw, (unsigned long long)x->len);
 	}
 	if (rc == 0)
-		rc = cas_chunk_read(s, x->sha, &loc, b->raw, b->cap, b->scratch);
+		rc = cas_chunk_read_timed(s, x->sha, &loc, b->raw, b->cap, b->scratch, ph ? &t : NULL);
+	uint64_t th = ph ? time_now_ns() : 0;
 	uint8_t sum[32];
 	if (rc >= 0)
 		rc = sha256_hash(b->h, b->raw, x->len, sum);
+	if (ph && rc >= 0) {
+		restore_phase_add(ph, RESTORE_PH_READ, t.read_ns, CAS_REC_HEADER + (uint64_t)loc.stored);
+		restore_phase_add(ph, RESTORE_PH_CHECK, t.check_ns + time_now_ns() - th, x->len);
+		restore_phase_add(ph, RESTORE_PH_DECOMP, t.decomp_ns, loc.codec == CAS_CODEC_LZ4 ? x->len : 0);
+	}
 	if (rc == 0 && memcmp(sum, x->sha, 32)) {
 		hex_encode(x->sha, 32, hex);
 		rc = crest_errx(-EBADMSG, "chunk %.16s is damaged: its bytes do not hash to its name", hex);
@@ -119,9 +144,13 @@ static int stream_one(struct par *p, void *tls, size_t i)
 		return 0;
 	}
 	struct chunk_bufs *b = tls;
-	int rc = chunk_fetch(j->c->store, b, x, j->c->snapshot, j->st->name, j->off[i]);
+	struct restore_phases *ph = j->c->phases;
+	int rc = chunk_fetch(j->c->store, b, x, j->c->snapshot, j->st->name, j->off[i], ph);
+	const uint64_t t0 = ph ? time_now_ns() : 0;
 	if (rc == 0)
 		rc = j->sink(j->arg, j->off[i], b->raw, (uint32_t)x->len);
+	if (ph && rc == 0)
+		restore_phase_add(ph, RESTORE_PH_COPY, time_now_ns() - t0, x->len);
 	atomic_fetch_add(&p->bytes, x->len);
 	return rc;
 }
@@ -535,7 +564,8 @@ static int verify_one(struct par *p, void *tls, size_t i)
 	const struct vitem *v = &j->items[j->first[i]];
 	struct cas_extent x = { .len = v->len };
 	memcpy(x.sha, v->sha, 32);
-	int rc = chunk_fetch(j->s, tls, &x, j->names[v->k], j->snaps[v->k].m->streams[v->st].name, v->off);
+	int rc = chunk_fetch(j->s, tls, &x, j->names[v->k], j->snaps[v->k].m->streams[v->st].name, v->off,
+			     NULL);
 	atomic_fetch_add(&p->bytes, v->len);
 	if (rc == -ENOMEM)
 		return rc;

@@ -11,11 +11,35 @@
 #ifndef CREST_RESTORE_H
 #define CREST_RESTORE_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "cas/cas.h"
 #include "util/progress.h"
+
+/* Where a restore's time goes, for benchmarks (crest bench restore): per
+ * phase, nanoseconds summed over threads and bytes through it so far (a
+ * sampler may read them while the restore runs). Off, and free, unless a
+ * restore_ctx points at one. The streaming path (restore_stream) splits
+ * lookup, read, check (header, CRC32C, SHA-256), decompress and copy (the
+ * sink); the region path (restore_streams_to_device) reads, checks and
+ * unpacks in one pass and counts it all as read, plus its device copies. */
+enum restore_phase {
+	RESTORE_PH_LOOKUP, RESTORE_PH_READ, RESTORE_PH_CHECK, RESTORE_PH_DECOMP, RESTORE_PH_COPY,
+	RESTORE_PH_DEVICE, RESTORE_PH_N
+};
+struct restore_phases {
+	atomic_uint_fast64_t ns[RESTORE_PH_N];
+	atomic_uint_fast64_t bytes[RESTORE_PH_N];
+	/* Optional: told of every addition, ending now (time_now_ns), from
+	 * the restore's threads: what a picture over time is drawn from. */
+	void (*event)(void *arg, enum restore_phase i, uint64_t end_ns, uint64_t ns, uint64_t bytes);
+	void *event_arg;
+};
+extern const char *const restore_phase_names[RESTORE_PH_N];
+/* Adds ns and bytes to phase i of ph (thread-safe). */
+void restore_phase_add(struct restore_phases *ph, enum restore_phase i, uint64_t ns, uint64_t bytes);
 
 /* Called from restore threads; returns 0 or a negative code (with message). */
 typedef int (*restore_sink_fn)(void *arg, uint64_t off, const void *data, uint32_t len);
@@ -26,6 +50,7 @@ struct restore_ctx {
 	unsigned threads;            /* 0: one per core */
 	struct progress *progress;   /* optional; driven by the calling thread */
 	uint64_t progress_base;      /* bytes already done before this stream */
+	struct restore_phases *phases;   /* optional: timers for benchmarks */
 };
 
 /* Feeds every data chunk of st to sink (holes are skipped: the sink's

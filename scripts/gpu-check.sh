@@ -22,6 +22,8 @@
 #               start in crest run's pid namespace (the host's /proc)
 #   train       python/examples/train.py --mode check --device cuda: PyTorch
 #               training SIGKILLed, resumed in a fresh process, losses bit for bit
+#   bench_gpu   crest bench restore --to gpu on gpu_multi's store: GB/s against
+#               the pinned+H2D ceiling (and a plot, where gnuplot is installed)
 #   verify:X    casctl verify of each store the checks above left
 # Without a GPU (nvidia-smi lists none) the GPU checks say "SKIP ...: no GPU
 # here"; test_gpu and gpu_multi still run, to show that they skip.
@@ -438,6 +440,39 @@ else
 	124) fail train "timed out after 240 s" "$log" ;;
 	*) fail train "exit $RC: $(grep -E '^check: |Error' "$log" | tail -1)" "$log" ;;
 	esac
+fi
+
+# 4b. crest bench restore --to gpu on gpu_multi's newest snapshot: figures
+# against the pinned+H2D ceiling, and the picture where gnuplot is here.
+bench_snap=$(x crest --store "$WORK/multi" --json log 2>/dev/null | python3 -c \
+	'import json,sys; print(json.load(sys.stdin)[0]["snapshot"])' 2>/dev/null || true)
+if [ $GPU = 0 ]; then
+	skip bench_gpu "no GPU here"
+elif [ -z "$bench_snap" ]; then
+	fail bench_gpu "gpu_multi left no snapshot to bench"
+else
+	plot=()
+	command -v gnuplot >/dev/null 2>&1 && plot=(--plot "$LOGS/bench-restore-gpu.png")
+	runlog bench_gpu 120 "${RUN[@]}" "$(bin crest)" --store "$WORK/multi" --json bench restore "$bench_snap" \
+		--to gpu --repeat 3 "${plot[@]}"
+	if [ $RC != 0 ]; then
+		fail bench_gpu "exit $RC" "$LOGS/bench_gpu.log"
+	elif why=$(python3 - "$LOGS/bench_gpu.log" <<'PY'
+import json, sys
+d = next(json.loads(l) for l in open(sys.argv[1]) if l.startswith('{'))
+if 'skipped' in d:
+    print('skipped although nvidia-smi lists a GPU: ' + d['skipped']); sys.exit(1)
+g, c, r = d['gbps']['median'], d['ceiling_gbps']['median'], d['ratio']['median']
+if not (g > 0 and c > 0):
+    print('figures not positive: %r' % d); sys.exit(1)
+print('%.1f MiB to the GPU: %.2f GB/s median of 3, ceiling (read, pinned H2D) %.2f GB/s, ratio %.2f'
+      % (d['logical_bytes'] / 2**20, g, c, r))
+PY
+	); then
+		pass bench_gpu "$why, ${DT} s"
+	else
+		fail bench_gpu "$why" "$LOGS/bench_gpu.log"
+	fi
 fi
 
 # 5. Every chunk of every store used, re-read and re-hashed.

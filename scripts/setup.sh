@@ -23,9 +23,10 @@ fi
 # Build: compiler, CMake, and the libraries crest links. Tests: lz4 (the
 # benchmark's baseline), setpriv and pgrep, python3 with Debian's PyTorch
 # for the Python binding's tests, clang and its libFuzzer runtime for the
-# fuzz targets (tests/fuzz).
+# fuzz targets (tests/fuzz); gnuplot-nox draws the --plot pictures.
 pkgs=(gcc make cmake pkg-config librocksdb-dev liblz4-dev libssl-dev liburing-dev
-      lz4 util-linux procps python3 python3-torch clang libclang-rt-14-dev man-db groff-base)
+      lz4 util-linux procps python3 python3-torch clang libclang-rt-14-dev man-db groff-base
+      gnuplot-nox)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

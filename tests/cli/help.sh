@@ -73,6 +73,9 @@ around() {
 	"crest restore") pre=(deadbeef) post=() ;;
 	"crest clone") pre=(deadbeef --branch b2) post=() ;;
 	"crest tag") pre=() post=(deadbeef t1) ;;
+	# bench: each option through the subcommand that takes it.
+	"crest bench") case $3 in --size|--regions|--change|--staging) pre=(checkpoint --dir "$T/no/such") ;; *) pre=(restore deadbeef) ;; esac
+		post=() ;;
 	"crest demo") pre=() post=(--checkpoints 2 --restore-from 3) ;;   # refused after parsing
 	"crest run") pre=() post=(-- /bin/true) ;;
 	"casctl gc") pre=() post=(--keep-last 1) ;;
@@ -84,8 +87,8 @@ for prog in crest casctl; do
 	P=$(bin $prog)
 	for cmd in $(_crest_cmds $prog); do
 		_crest_table $prog "$cmd"
-		around $prog "$cmd"
 		for o in $_c_opts; do
+			around $prog "$cmd" "$o"
 			[ "$o" = -h ] || [ "$o" = --help ] && continue
 			a=$(_crest_argof "$o")
 			v=()
