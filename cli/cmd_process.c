@@ -6,6 +6,7 @@
 #include "cas/jobs.h"
 #include "os/proc.h"
 #include "cli/commands.h"
+#include "cli/metrics.h"
 #include "restore/process.h"
 #include "util/err.h"
 #include "util/json.h"
@@ -101,13 +102,14 @@ static void on_stop(int sig)
 static void usage_checkpoint(void)
 {
 	fprintf(stderr, "usage: crest checkpoint --pid PID [--tag T] [--branch B] [--every DURATION [--count N]] [--kill]\n"
-			"                        [--file-limit SIZE] [--tmpdir DIR] [--lock-timeout MS]\n");
+			"                        [--file-limit SIZE] [--tmpdir DIR] [--lock-timeout MS]\n"
+			"                        [--metrics [HOST:]PORT] [--metrics-file PATH]   (with --every)\n");
 }
 
 int cmd_checkpoint(struct cli *c, int argc, char **argv)
 {
 	struct tp_opts o = { 0 };
-	const char *tag = NULL;
+	const char *tag = NULL, *maddr = NULL, *mfile = NULL;
 	uint64_t every_ns = 0, count = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -150,6 +152,10 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			}
 		} else if (!strcmp(a, "--tmpdir")) {
 			o.tmpdir = v;
+		} else if (!strcmp(a, "--metrics")) {
+			maddr = v;
+		} else if (!strcmp(a, "--metrics-file")) {
+			mfile = v;
 		} else if (!strcmp(a, "--lock-timeout")) {
 			o.lock_timeout_ms = (unsigned)strtoul(v, &end, 10);
 			if (*end) {
@@ -179,6 +185,10 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 		fprintf(stderr, "crest: --kill ends the job: it does not go with --every\n");
 		return 2;
 	}
+	if ((maddr || mfile) && !every_ns) {
+		fprintf(stderr, "crest: --metrics and --metrics-file go with --every\n");
+		return 2;
+	}
 	/* Cheap checks first: nothing is frozen or written until they pass. */
 	if (!proc_state(o.pid))
 		return cli_fail(c, crest_errx(-ESRCH, "no process with pid %d", (int)o.pid));
@@ -190,14 +200,22 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	if (rc < 0)
 		return cli_fail(c, rc);
 	o.criu = &criu;
+	struct cli_metrics *mx = NULL;
+	if ((maddr || mfile) && cli_metrics_open(maddr, mfile, &mx) < 0) {
+		fprintf(stderr, "crest: %s\n", crest_errmsg());
+		return 2;
+	}
 
 	struct cas_store *store;
 	struct engine *e;
 	rc = cli_writer_open(c, NULL, &store, &e);
-	if (rc < 0)
+	if (rc < 0) {
+		cli_metrics_close(mx);
 		return cli_fail(c, rc);
+	}
 	/* A taken tag is refused before the job is stalled for nothing. */
 	if (tag && (rc = cas_tag_free(store, tag)) < 0) {
+		cli_metrics_close(mx);
 		engine_close(e);
 		cas_close(store);
 		return cli_fail(c, rc);
@@ -215,6 +233,12 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	if (!has_parent)
 		has_parent = cas_branch_head(store, o.branch, parent) == 0;
 	crest_errset_str("");
+	if (mx && (rc = cli_metrics_start(mx, c, o.branch, o.pid, every_ns)) < 0) {
+		engine_close(e);
+		cas_close(store);
+		cli_metrics_close(mx);
+		return cli_fail(c, rc);
+	}
 
 	struct sigaction sa = { .sa_handler = on_stop };
 	sigaction(SIGINT, &sa, NULL);
@@ -229,6 +253,7 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			rc = ckpt_once(c, store, e, &o, tag, has_parent ? parent : NULL, &st);
 		n++;
 		if (rc == 0) {
+			cli_metrics_round(mx, 0, &st);
 			print_ckpt(c, o.pid, &st, tag);
 			memcpy(parent, st.id, 32);
 			has_parent = true;
@@ -246,6 +271,7 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			/* With --every the job keeps running whatever the store
 			 * says: report, and try again next time. */
 			cli_fail(c, rc);
+			cli_metrics_round(mx, rc, &st);
 		}
 		/* With --every the store is let go between checkpoints (closing
 		 * also cuts a failed snapshot's data, and the next round gets a
@@ -277,6 +303,7 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 		engine_close(e);
 	if (store)
 		cas_close(store);
+	cli_metrics_close(mx);
 	if (failures && every_ns && !c->quiet)
 		fprintf(stderr, "crest: %llu of %llu checkpoints failed\n", (unsigned long long)failures,
 			(unsigned long long)n);

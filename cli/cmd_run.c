@@ -7,6 +7,7 @@
  */
 #include "cas/history.h"
 #include "cli/commands.h"
+#include "cli/metrics.h"
 #include "os/pidns.h"
 #include "restore/process.h"
 #include "util/err.h"
@@ -46,14 +47,15 @@ static void run_resumed(void *arg, const struct tp_opts *o, const struct tp_capt
 static void usage_run(void)
 {
 	fprintf(stderr, "usage: crest run [--every DURATION] [--branch B] [--file-limit SIZE] [--tmpdir DIR] "
-			"-- COMMAND [ARG...]\n");
+			"-- COMMAND [ARG...]\n"
+			"                 [--metrics [HOST:]PORT] [--metrics-file PATH]   (with --every)\n");
 }
 
 /* One checkpoint of the running job onto o->branch, after *parent (or the
  * branch's head). The store is opened for it alone, so that other crests
  * (clone, checkpoint of a clone, tag) can write between checkpoints. */
 static int run_checkpoint(const struct cli *c, const struct tp_opts *o, uint8_t parent[32], bool *has_parent,
-			  uint64_t n)
+			  uint64_t n, struct cli_metrics *mx)
 {
 	struct cas_store *store;
 	struct engine *e;
@@ -71,6 +73,7 @@ static int run_checkpoint(const struct cli *c, const struct tp_opts *o, uint8_t 
 	cas_close(store);
 	if (rc < 0)
 		return rc;
+	cli_metrics_round(mx, 0, &st);
 	memcpy(parent, st.id, 32);
 	*has_parent = true;
 	char hex[65], b1[32], b2[32];
@@ -92,6 +95,7 @@ int cmd_run(struct cli *c, int argc, char **argv)
 {
 	struct tp_opts o = { 0 };
 	uint64_t every_ns = 0;
+	const char *maddr = NULL, *mfile = NULL;
 	int i = 1;
 	for (; i < argc; i++) {
 		const char *a = argv[i];
@@ -120,6 +124,10 @@ int cmd_run(struct cli *c, int argc, char **argv)
 			}
 		} else if (!strcmp(a, "--tmpdir")) {
 			o.tmpdir = v;
+		} else if (!strcmp(a, "--metrics")) {
+			maddr = v;
+		} else if (!strcmp(a, "--metrics-file")) {
+			mfile = v;
 		} else {
 			fprintf(stderr, "crest: run: unknown option %s\n", a);
 			usage_run();
@@ -128,6 +136,10 @@ int cmd_run(struct cli *c, int argc, char **argv)
 	}
 	if (i >= argc) {
 		usage_run();
+		return 2;
+	}
+	if ((maddr || mfile) && !every_ns) {
+		fprintf(stderr, "crest: --metrics and --metrics-file go with --every\n");
 		return 2;
 	}
 	if (!o.branch)
@@ -146,10 +158,19 @@ int cmd_run(struct cli *c, int argc, char **argv)
 			return cli_fail(c, rc);
 		o.criu = &criu;
 	}
+	/* Its socket before the job starts (pidns_spawn closes it in the
+	 * job), its thread after. */
+	struct cli_metrics *mx = NULL;
+	if ((maddr || mfile) && cli_metrics_open(maddr, mfile, &mx) < 0) {
+		fprintf(stderr, "crest: %s\n", crest_errmsg());
+		return 2;
+	}
 	/* Before any thread or store: the init is a fork of this process. */
 	int rc = pidns_spawn(argv + i, &run_job);
-	if (rc < 0)
+	if (rc < 0) {
+		cli_metrics_close(mx);
 		return cli_fail(c, rc);
+	}
 	o.pid = run_job.init;
 	struct sigaction sa = { .sa_handler = run_forward };
 	sigemptyset(&sa.sa_mask);
@@ -159,6 +180,12 @@ int cmd_run(struct cli *c, int argc, char **argv)
 	if (!c->quiet && !c->json)
 		fprintf(stderr, "crest: %s runs as pid %d (pid 1 of its namespace: crest's init, the job is "
 			"pid 2)\n", argv[i], (int)o.pid);
+	/* Without its metrics the job runs on: they are not worth ending it. */
+	if (mx && cli_metrics_start(mx, c, o.branch, o.pid, every_ns) < 0) {
+		cli_fail(c, -EIO);
+		cli_metrics_close(mx);
+		mx = NULL;
+	}
 	uint8_t parent[32];
 	bool has_parent = false;
 	uint64_t n = 0, failures = 0;
@@ -167,11 +194,12 @@ int cmd_run(struct cli *c, int argc, char **argv)
 		rc = pidns_wait(&run_job, every_ns ? (int)(every_ns / 1000000ull) : -1, &status);
 		if (rc < 0) {
 			/* Cannot wait: the job goes on without crest. */
+			cli_metrics_close(mx);
 			return cli_fail(c, rc);
 		}
 		if (rc == 1)
 			break;
-		rc = run_checkpoint(c, &o, parent, &has_parent, ++n);
+		rc = run_checkpoint(c, &o, parent, &has_parent, ++n, mx);
 		if (rc < 0) {
 			/* A job that ended during its checkpoint is no failure of
 			 * crest's: its status is what counts. */
@@ -179,8 +207,10 @@ int cmd_run(struct cli *c, int argc, char **argv)
 				break;
 			failures++;
 			cli_fail(c, rc);
+			cli_metrics_round(mx, rc, NULL);
 		}
 	}
+	cli_metrics_close(mx);
 	if (failures && !c->quiet)
 		fprintf(stderr, "crest: %llu of %llu checkpoints failed\n", (unsigned long long)failures,
 			(unsigned long long)n);

@@ -73,7 +73,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "SNAPSHOT SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "checkpoint",
 	  "--pid PID [--tag TAG] [--branch BRANCH] [--every DURATION [--count N]] [--kill] [--file-limit SIZE] "
-	  "[--tmpdir DIR] [--lock-timeout MS]",
+	  "[--tmpdir DIR] [--lock-timeout MS] [--metrics ADDR] [--metrics-file FILE]",
 	  "snapshot a running process",
 	  "Checkpoints process PID and its children with CRIU (as root), GPU state included, into "
 	  "one snapshot; the job runs on as soon as its state is copied out, while crest stores it. "
@@ -89,6 +89,9 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
 		{ "--lock-timeout", NULL, "MS", "how long to wait for the job's GPU lock, in milliseconds" },
+		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
+		  "(PORT on 127.0.0.1, HOST:PORT, [V6]:PORT; port 0 picks one)" },
+		{ "--metrics-file", NULL, "FILE", "with --every: write the metrics as a node_exporter textfile after each round" },
 	} },
 	{ "crest", "restore", "SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] [--tmpdir DIR] [--branch BRANCH]",
 	  "bring a checkpointed process back",
@@ -114,7 +117,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "Without NAME, lists the branches with their heads. With NAME, starts branch NAME at "
 	  "SNAPSHOT (default: the head of main).",
 	  "NAME SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
-	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--tmpdir DIR] [--] COMMAND [ARG...]",
+	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--tmpdir DIR] [--metrics ADDR] "
+	  "[--metrics-file FILE] [--] COMMAND [ARG...]",
 	  "run a job in a pid namespace of its own, checkpointed",
 	  "Runs COMMAND as root in a new pid namespace, so that it can be restored with the same "
 	  "pids, and checkpoints it every DURATION. Exits with the job's status.",
@@ -123,6 +127,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--branch", NULL, "BRANCH", "the branch its snapshots go on (default main)" },
 		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
+		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics" },
+		{ "--metrics-file", NULL, "FILE", "with --every: write the metrics as a node_exporter textfile after each round" },
 	} },
 	{ "crest", "clone", "SNAPSHOT --branch NEW [--count N] [--workdir PATTERN] [--tmpdir DIR] "
 	  "[--gpu N | --gpu-map OLD=NEW,...]",
