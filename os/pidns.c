@@ -176,27 +176,44 @@ static int ns_ino(const char *path, uint64_t *ino)
 	return 0;
 }
 
-int pidns_init_of(pid_t pid, uint64_t *ino)
+/* The NSpid line of pid's status: its pid in each namespace, outermost
+ * first. *last is the innermost; *levels how many namespaces it is in.
+ * -ESRCH when pid is gone, -ENOENT when the line is not there. */
+static int nspid(pid_t pid, pid_t *last, int *levels)
 {
 	char path[64], line[256];
 	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
 	FILE *f = fopen(path, "re");
 	if (!f)
 		return -ESRCH;
-	/* NSpid: its pid in each namespace, outermost first: "... 1" when it
-	 * is the init of the innermost one. */
-	int is_init = 0;
+	int rc = -ENOENT;
 	while (fgets(line, sizeof(line), f)) {
 		if (strncmp(line, "NSpid:", 6))
 			continue;
-		char *last = strrchr(line, '\t');
-		is_init = last && last != strchr(line, '\t') && atoi(last + 1) == 1;
+		*levels = 0;
+		for (const char *p = strchr(line, '\t'); p; p = strchr(p + 1, '\t')) {
+			*last = (pid_t)atoi(p + 1);
+			++*levels;
+		}
+		rc = *levels && *last > 0 ? 0 : -ENOENT;
 		break;
 	}
 	fclose(f);
+	return rc;
+}
+
+int pidns_init_of(pid_t pid, uint64_t *ino)
+{
+	char path[64];
+	pid_t last = 0;
+	int levels = 0;
+	/* The init of the innermost of two or more namespaces: "... 1". */
+	const int rc = nspid(pid, &last, &levels);
+	if (rc == -ESRCH)
+		return rc;
 	uint64_t mine = 0, theirs = 0;
 	snprintf(path, sizeof(path), "/proc/%d/ns/pid", (int)pid);
-	if (!is_init || ns_ino("/proc/self/ns/pid", &mine) < 0)
+	if (levels < 2 || last != 1 || ns_ino("/proc/self/ns/pid", &mine) < 0)
 		return 0;
 	if (ns_ino(path, &theirs) < 0)
 		return -ESRCH;
@@ -216,24 +233,8 @@ bool pidns_holds(pid_t pid, uint64_t ino)
 
 int pidns_inner_pid(pid_t pid, pid_t *inner)
 {
-	char path[64], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -ESRCH;
-	int rc = -ESRCH;
-	while (fgets(line, sizeof(line), f)) {
-		if (strncmp(line, "NSpid:", 6))
-			continue;
-		const char *last = strrchr(line, '\t');
-		if (last) {
-			*inner = (pid_t)atoi(last + 1);
-			rc = *inner > 0 ? 0 : -ESRCH;
-		}
-		break;
-	}
-	fclose(f);
-	return rc;
+	int levels;
+	return nspid(pid, inner, &levels) < 0 ? -ESRCH : 0;
 }
 
 int pidns_host_pids(pid_t init, const pid_t *inner, size_t n, pid_t *host)
