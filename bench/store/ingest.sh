@@ -96,7 +96,7 @@ for chunking in fixed4k default; do
 	rm -rf "$WORK/s"
 	for v in $(seq 1 10); do
 		[ "$v" -eq 1 ] || "$STORE_TOOL" scatter "$WORK/in/state.bin" 0.02 $((1000 + v)) >/dev/null
-		out=$("$CREST" --store "$WORK/s" --json put --tag series "${args[@]}" "$WORK/in/state.bin")
+		out=$("$CREST" --store "$WORK/s" --json put --branch series "${args[@]}" "$WORK/in/state.bin")
 		echo "| $v | $chunking | $(field logical_bytes "$out") | $(field new_bytes "$out") | $(field stored_bytes "$out") |"
 	done
 	st=$("$CASCTL" --store "$WORK/s" --json stats)
