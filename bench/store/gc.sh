@@ -18,7 +18,10 @@
 # then, caches dropped before each, casctl gc --keep-last K and restic forget
 # --keep-last K --prune, timed, with peak RSS (/usr/bin/time -v) and du -sb
 # of each repository before and after. casctl gc --dry-run at several store
-# sizes and keep counts gives peak RSS against chunks. Prints markdown.
+# sizes and keep counts gives peak RSS against chunks. Prints markdown, and
+# draws gc wall time, peak RSS, ingest time and the dry runs' RSS into
+# PLOTS/NAME.png (default bench/plots/gc.png; NAME from PLOT_NAME) with the
+# numbers drawn in NAME.dat beside it (bench/store/gc.gp draws that file).
 # Needs root for drop_caches (else the caches stay warm), restic, time.
 # Usage: bench/store/gc.sh [SIZE [VERSIONS [RUNS [RUN [KEEP]]]]]
 #        (defaults 512M 101 8 4608K 50)
@@ -28,6 +31,8 @@ VERSIONS=${2:-101}
 RUNS=${3:-8}
 RUN=${4:-4608K}
 KEEP=${5:-50}
+NAME=${PLOT_NAME:-gc}
+STAMP=$(stamp)
 command -v restic >/dev/null || { echo "bench: restic missing (apt-get install -y restic)" >&2; exit 1; }
 [ -x /usr/bin/time ] || { echo "bench: /usr/bin/time missing (apt-get install -y time)" >&2; exit 1; }
 export RESTIC_PASSWORD=bench RESTIC_CACHE_DIR=$WORK/restic-cache
@@ -161,3 +166,21 @@ echo "|---|---|---|---|---|---|"
 printf '%s\n' "${memrows[@]}"
 echo
 echo "Real gc of the fixed store: peak RSS $(mib "${M[fixed]}") MiB for $nchunks chunks = $(awk -v k="${M[fixed]}" -v n="$nchunks" 'BEGIN { printf "%.0f", k * 1024 / n }') bytes per chunk in the index, or $(awk -v k="${M[fixed]}" -v n="$((KEEP * pages))" 'BEGIN { printf "%.0f", k * 1024 / n }') bytes per extent of the $KEEP kept snapshots."
+
+# The picture, from the figures above; NAME.dat keeps them.
+have_gnuplot || exit 0
+mkdir -p "$PLOTS"
+{
+	echo "# $STAMP"
+	echo "# bench/store/gc.sh $SIZE $VERSIONS $RUNS $RUN $KEEP: store gc_wall_s gc_peak_rss_kib bytes_before bytes_after ingest_s"
+	for s in $STORES restic; do
+		label="crest $s"
+		[ "$s" = restic ] && label="restic prune"
+		echo "\"$label\" ${W[$s]} ${M[$s]} ${B[$s]} ${A[$s]} ${ING[$s]}"
+	done
+	printf '\n\n# dry runs on the fixed store: versions_stored chunks kept extents wall_s peak_rss_mib\n'
+	printf '%s\n' "${memrows[@]}" | awk -F'|' '{ print $2, $3, $4, $5, $6, $7 }'
+} >"$PLOTS/$NAME.dat"
+gnuplot -e "dat='$PLOTS/$NAME.dat'; out='$PLOTS/$NAME.png'; keep='$KEEP'; versions='$VERSIONS'" "$(dirname "$0")/gc.gp"
+echo
+echo "Picture: $PLOTS/$NAME.png (drawn from $NAME.dat beside it)."

@@ -26,3 +26,18 @@ machine() {
 	echo "- disk: $(df -h "$WORK" | awk 'NR==2 {print $1 " (" $2 ")"}'), $(findmnt -no FSTYPE -T "$WORK")"
 	echo "- kernel: $(uname -r); crest $(git -C "$ROOT" rev-parse --short HEAD)"
 }
+# Pictures: PLOTS names the folder they go to (default bench/plots/, where
+# RESULTS.md shows them from); stamp is the line a picture's title carries,
+# so a PNG seen alone still says where, when and at which commit it was made.
+PLOTS=${PLOTS:-$ROOT/bench/plots}
+stamp() {
+	local dirty=
+	git -C "$ROOT" diff --quiet HEAD 2>/dev/null || dirty=+changes
+	echo "$(nproc)-core $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //; s/ [0-9]*-Core Processor//'), $(free -g | awk '/Mem:/ {print $2}') GiB RAM; crest $(git -C "$ROOT" rev-parse --short HEAD)$dirty; $(date -u '+%Y-%m-%d %H:%M UTC'); load $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+# have_gnuplot: true when pictures can be drawn; says why not otherwise.
+have_gnuplot() {
+	command -v gnuplot >/dev/null && return 0
+	echo "bench: gnuplot missing (apt-get install -y gnuplot-nox): no pictures drawn" >&2
+	return 1
+}
