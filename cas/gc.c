@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HOUR_NS (3600ull * 1000000000ull)
@@ -25,6 +26,24 @@
 #define GROUP_BYTES (512ull << 20)    /* bytes moved per rewrite commit */
 #define WBUF_BYTES (8u << 20)         /* records written per cas_pack_write */
 #define RUN_IDS (1u << 20)            /* live ids sorted in memory at once: 32 MiB */
+
+/* CREST_GC_TIMES=1 prints each step's wall time to stderr: where gc's
+ * time goes, for benchmarks. */
+static void gc_time(const char *what)
+{
+	static int on = -1;
+	static struct timespec last;
+	if (on < 0)
+		on = getenv("CREST_GC_TIMES") != NULL;
+	if (!on)
+		return;
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	if (what)
+		fprintf(stderr, "gc: %-24s %8.3f s\n", what,
+			(double)(t.tv_sec - last.tv_sec) + (double)(t.tv_nsec - last.tv_nsec) / 1e9);
+	last = t;
+}
 
 int cas_gc_policy_check(const struct cas_gc_policy *p)
 {
@@ -699,11 +718,13 @@ static int rewrite(struct cas_store *s, const bool *want, const struct packstat 
 		}
 		first = p;
 		cc.n = 0;
+		gc_time(NULL);
 		rc = cas_db_scan(s, 'c', collect_cb, &cc);
 		if (rc == 0 && cc.err)
 			rc = cc.err;
 		if (rc == 0 && cc.n > 1)
 			qsort(cc.v, cc.n, sizeof(*cc.v), loc_cmp);
+		gc_time("  group: list live");
 		size_t nold = 0, i = 0, keep = 0;
 		for (uint32_t q = 1; rc == 0 && q < first; q++) {
 			if (!in[q])
@@ -735,8 +756,10 @@ static int rewrite(struct cas_store *s, const bool *want, const struct packstat 
 		}
 		if (rc == 0)
 			rc = writer_flush(s, &w);
+		gc_time("  group: copy");
 		if (rc == 0 && (keep || nold))
 			rc = group_commit(s, cc.v, keep, old, nold);
+		gc_time("  group: commit");
 	}
 	free(w.buf);
 	free(rec);
@@ -820,15 +843,18 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	const double below = pol->rewrite_below > 0 ? pol->rewrite_below : 0.5;
 	/* What a killed run left: its runs, and packs it retired but could not
 	 * unlink. */
+	gc_time(NULL);
 	runs_clear(s);
 	if (!pol->dry_run && (rc = retire(s, r)) < 0)
 		return rc;
 	r->bytes_before = packs_bytes(s);
+	gc_time("pack sizes");
 	struct cas_snapinfo *v = NULL;
 	size_t n = 0;
 	rc = cas_snapshot_list(s, &v, &n);
 	if (rc < 0)
 		return rc;
+	gc_time("snapshot list");
 	struct snap *sv = calloc(n ? n : 1, sizeof(*sv));
 	struct runs live = { .cap = run_ids() };
 	struct idset pieces = { 0 }, expired = { 0 };
@@ -885,10 +911,12 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 		rc = merge_open(&live, &mg);
 		merging = rc == 0;
 	}
+	gc_time("mark");
 	/* Steps 1 and 2 before any entry goes: from here no listed snapshot
 	 * is expired, so whatever the sweeps remove, nothing listed needs. */
 	if (rc == 0 && !pol->dry_run && expired.n)
 		rc = forget(s, &expired);
+	gc_time("forget");
 	if (rc == 0 && !pol->dry_run)
 		sc.b = rocksdb_writebatch_create();
 	if (rc == 0)
@@ -897,12 +925,14 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 		rc = sc.err;
 	if (rc == 0 && sc.b)
 		rc = scan_flush(&sc);
+	gc_time("chunk scan + deletes");
 	if (rc == 0)
 		rc = cas_db_scan(s, 'l', piece_cb, &pc);
 	if (rc == 0 && pc.err)
 		rc = crest_errf(pc.err, "gc: scanning the pieces");
 	if (rc == 0 && !pol->dry_run)
 		rc = sweep(s, 'l', &pc.dead);
+	gc_time("pieces");
 	/* A pack's dead space is all it holds below its committed end that no
 	 * live entry covers: the records of chunks dead in this run, and those
 	 * an earlier run (or a killed put) left without an index entry, which
@@ -959,9 +989,12 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 		rc = rewrite(s, want, sc.ps, sc.nps, r, prog);
 		if (prog)
 			progress_end(prog);
+		gc_time("rewrite");
 		if (rc == 0)
 			rc = retire(s, r);
+		gc_time("retire");
 		r->bytes_after = packs_bytes(s);
+		gc_time("pack sizes");
 	}
 	if (merging)
 		merge_close(&mg);
