@@ -382,6 +382,79 @@ static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct runs 
 	return rc;
 }
 
+/* ---- the live entries, kept for the rewrite ----
+ *
+ * The chunk scan writes every live entry (id and place) to STORE/gc/run-live
+ * as it goes, so that the rewrite lists each group's live records from this
+ * file instead of scanning the whole index again (measured: 0.5-0.7 s of a
+ * 3.6 s gc of 1 M chunks). Nothing changes the chunk entries in between:
+ * gc holds the writer lock, and its own deletions removed only dead ones.
+ * Memory: one buffer; the file is read back one buffer at a time.
+ */
+#define LIVE_BUF (1u << 20)
+
+struct livelog {
+	int fd;
+	uint8_t *buf;
+	size_t len;
+};
+
+static int full_write(int fd, const uint8_t *p, size_t len)
+{
+	while (len) {
+		const ssize_t w = write(fd, p, len);
+		if (w <= 0)
+			return w < 0 ? -errno : -EIO;
+		p += w;
+		len -= (size_t)w;
+	}
+	return 0;
+}
+
+static int livelog_open(struct livelog *l, const char *dir)
+{
+	char path[4096 + 32];
+	snprintf(path, sizeof(path), "%s/run-live", dir);
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return crest_errf(-errno, "gc: cannot create %s", dir);
+	l->fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (l->fd < 0)
+		return crest_errf(-errno, "gc: cannot write %s", path);
+	if (!(l->buf = malloc(LIVE_BUF)))
+		return crest_errf(-ENOMEM, "gc: listing live entries");
+	return 0;
+}
+
+static int livelog_flush(struct livelog *l)
+{
+	const int rc = full_write(l->fd, l->buf, l->len);
+	l->len = 0;
+	return rc < 0 ? crest_errf(rc, "gc: writing the live entries to its scratch file") : 0;
+}
+
+static int livelog_add(struct livelog *l, const uint8_t sha[32], const struct cas_loc *loc)
+{
+	struct cas_index_entry e;
+	memset(&e, 0, sizeof(e));   /* no stray padding bytes in the file */
+	memcpy(e.sha, sha, 32);
+	e.loc = *loc;
+	if (l->len + sizeof(e) > LIVE_BUF) {
+		const int rc = livelog_flush(l);
+		if (rc < 0)
+			return rc;
+	}
+	memcpy(l->buf + l->len, &e, sizeof(e));
+	l->len += sizeof(e);
+	return 0;
+}
+
+static void livelog_close(struct livelog *l)
+{
+	if (l->fd >= 0)
+		close(l->fd);
+	free(l->buf);
+}
+
 /* Live and dead bytes of each pack (record headers included). */
 struct packstat {
 	uint64_t live, dead;
@@ -400,6 +473,7 @@ struct scan {
 	bool dry;
 	rocksdb_writebatch_t *b;
 	size_t nb;
+	struct livelog *ll;   /* live entries go here, unless dry */
 	int err;
 };
 
@@ -441,6 +515,8 @@ static int chunk_cb(const char *k, size_t kl, const char *v, size_t vl, void *ar
 	if (live) {
 		c->ps[loc.pack].live += rec;
 		c->ps[loc.pack].nlive++;
+		if (c->ll && (c->err = livelog_add(c->ll, sha, &loc)) < 0)
+			return 1;
 		return 0;
 	}
 	c->r->dead_chunks++;
@@ -619,11 +695,10 @@ struct collect {
 	int err;
 };
 
-static int collect_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
+/* Adds e when its pack is in the group. */
+static int collect_add(struct collect *c, const struct cas_index_entry *e)
 {
-	struct collect *c = arg;
-	struct cas_loc loc;
-	if (kl != 32 || cas_loc_decode((const uint8_t *)v, vl, &loc) < 0 || loc.pack >= c->nps || !c->in[loc.pack])
+	if (e->loc.pack >= c->nps || !c->in[e->loc.pack])
 		return 0;
 	if (c->n == c->cap) {
 		const size_t cap = c->cap ? 2 * c->cap : 4096;
@@ -635,9 +710,30 @@ static int collect_cb(const char *k, size_t kl, const char *v, size_t vl, void *
 		c->v = nv;
 		c->cap = cap;
 	}
-	memcpy(c->v[c->n].sha, k, 32);
-	c->v[c->n++].loc = loc;
+	c->v[c->n++] = *e;
 	return 0;
+}
+
+/* Lists the group's live entries from the chunk scan's file. */
+static int collect_group(struct collect *c, struct livelog *l)
+{
+	if (lseek(l->fd, 0, SEEK_SET) < 0)
+		return crest_errf(-errno, "gc: reading back the live entries");
+	const size_t esz = sizeof(struct cas_index_entry);
+	for (;;) {
+		const ssize_t got = read(l->fd, l->buf, LIVE_BUF / esz * esz);
+		if (got < 0 || got % (ssize_t)esz)
+			return crest_errx(-EIO, "gc: reading back the live entries: %s",
+					  got < 0 ? strerror(errno) : "a short record");
+		if (got == 0)
+			return 0;
+		for (size_t i = 0; i < (size_t)got / esz; i++) {
+			struct cas_index_entry e;
+			memcpy(&e, l->buf + i * esz, esz);
+			if (collect_add(c, &e))
+				return c->err;
+		}
+	}
 }
 
 static int loc_cmp(const void *a, const void *b)
@@ -693,7 +789,7 @@ static int copy_pack(struct cas_store *s, uint32_t p, struct cas_index_entry *v,
 
 /* want[p]: rewrite pack p; ps[p]: its live bytes and records. */
 static int rewrite(struct cas_store *s, const bool *want, const struct packstat *ps, uint32_t nps,
-		   struct cas_gc_result *r, struct progress *prog)
+		   struct livelog *ll, struct cas_gc_result *r, struct progress *prog)
 {
 	struct writer w = { .buf = malloc(WBUF_BYTES) };
 	uint8_t *rec = malloc(CAS_REC_HEADER + CAS_CHUNK_MAX);
@@ -719,9 +815,7 @@ static int rewrite(struct cas_store *s, const bool *want, const struct packstat 
 		first = p;
 		cc.n = 0;
 		gc_time(NULL);
-		rc = cas_db_scan(s, 'c', collect_cb, &cc);
-		if (rc == 0 && cc.err)
-			rc = cc.err;
+		rc = collect_group(&cc, ll);
 		if (rc == 0 && cc.n > 1)
 			qsort(cc.v, cc.n, sizeof(*cc.v), loc_cmp);
 		gc_time("  group: list live");
@@ -917,14 +1011,20 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	if (rc == 0 && !pol->dry_run && expired.n)
 		rc = forget(s, &expired);
 	gc_time("forget");
-	if (rc == 0 && !pol->dry_run)
+	struct livelog ll = { .fd = -1 };
+	if (rc == 0 && !pol->dry_run) {
 		sc.b = rocksdb_writebatch_create();
+		rc = livelog_open(&ll, live.dir);
+		sc.ll = &ll;
+	}
 	if (rc == 0)
 		rc = cas_db_scan(s, 'c', chunk_cb, &sc);
 	if (rc == 0 && sc.err)
 		rc = sc.err;
 	if (rc == 0 && sc.b)
 		rc = scan_flush(&sc);
+	if (rc == 0 && sc.ll)
+		rc = livelog_flush(&ll);
 	gc_time("chunk scan + deletes");
 	if (rc == 0)
 		rc = cas_db_scan(s, 'l', piece_cb, &pc);
@@ -986,7 +1086,7 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	} else if (rc == 0) {
 		if (prog)
 			progress_begin(prog, "gc rewrite", 0, false);
-		rc = rewrite(s, want, sc.ps, sc.nps, r, prog);
+		rc = rewrite(s, want, sc.ps, sc.nps, &ll, r, prog);
 		if (prog)
 			progress_end(prog);
 		gc_time("rewrite");
@@ -998,6 +1098,7 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	}
 	if (merging)
 		merge_close(&mg);
+	livelog_close(&ll);
 	runs_clear(s);
 	if (sc.b)
 		rocksdb_writebatch_destroy(sc.b);
