@@ -8,6 +8,7 @@
 #include "cas/history.h"
 #include "util/crc32c.h"
 #include "util/err.h"
+#include "util/par.h"
 #include "util/sha256.h"
 
 #include <dirent.h>
@@ -363,21 +364,157 @@ static bool merge_has(struct merge *m, const uint8_t id[32])
 	return m->has && !memcmp(m->cur, id, 32);
 }
 
-static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct runs *chunks, struct idset *pieces)
+/* The pieces marked so far: their ids (pieces->set, unsorted until the
+ * mark ends) with an open-addressing table over them (index + 1; 0:
+ * empty), at most half full. */
+struct pieceset {
+	struct idset set;
+	uint32_t *slot;
+	size_t nslot;
+};
+
+static int pieceset_grow(struct pieceset *p)
 {
+	const size_t n = p->nslot ? 2 * p->nslot : 1024;
+	uint32_t *slot = calloc(n, sizeof(*slot));
+	if (!slot)
+		return -ENOMEM;
+	for (size_t k = 0; k < p->set.n; k++) {
+		uint64_t h;
+		memcpy(&h, p->set.v[k], 8);
+		size_t i = (size_t)h & (n - 1);
+		while (slot[i])
+			i = (i + 1) & (n - 1);
+		slot[i] = (uint32_t)(k + 1);
+	}
+	free(p->slot);
+	p->slot = slot;
+	p->nslot = n;
+	return 0;
+}
+
+/* 1 when id is new (and now added), 0 when it was there, or -ENOMEM. */
+static int pieceset_add(struct pieceset *p, const uint8_t id[32])
+{
+	if (2 * (p->set.n + 1) > p->nslot && pieceset_grow(p) < 0)
+		return -ENOMEM;
+	uint64_t h;
+	memcpy(&h, id, 8);
+	size_t i = (size_t)h & (p->nslot - 1);
+	for (; p->slot[i]; i = (i + 1) & (p->nslot - 1))
+		if (!memcmp(p->set.v[p->slot[i] - 1], id, 32))
+			return 0;
+	if (idset_add(&p->set, id) < 0)
+		return -ENOMEM;
+	p->slot[i] = (uint32_t)p->set.n;
+	return 1;
+}
+
+/* The new pieces of one manifest, fetched, checked against their SHA-256
+ * and decoded in parallel, as cas_manifest_load does. */
+struct mark_job {
+	struct cas_store *s;
 	struct cas_manifest *m;
-	int rc = cas_manifest_load(s, id, &m);
+	const size_t *idx;           /* pieces to fetch: indices into m->pieces */
+	const char *hex;             /* the snapshot, for messages */
+};
+
+static int mark_fetch(struct par *p, void *tls, size_t i)
+{
+	(void)tls;
+	const struct mark_job *j = p->arg;
+	const struct cas_piece *pc = &j->m->pieces[j->idx[i]];
+	const char *name = j->m->streams[pc->stream].name;
+	char ph[65];
+	hex_encode(pc->sha, 32, ph);
+	size_t n;
+	int rc;
+	char *v = cas_db_get(j->s, 'l', pc->sha, 32, &n, &rc);
+	if (rc == -ENOENT)
+		return crest_errx(-EBADMSG, "snapshot %.12s in %s is damaged: piece %.12s of the extent list "
+				  "of %s is missing from the index", j->hex, j->s->dir, ph, name);
+	if (!v)
+		return rc;
+	rc = cas_manifest_piece_decode(j->m, j->idx[i], (const uint8_t *)v, n);
+	rocksdb_free(v);
+	if (rc == -EBADMSG)
+		return crest_errx(rc, "snapshot %.12s in %s is damaged: piece %.12s of the extent list of %s "
+				  "does not match its SHA-256 or does not decode", j->hex, j->s->dir, ph, name);
+	if (rc < 0)
+		return crest_errf(rc, "checking the extent list of %s in snapshot %.12s", name, j->hex);
+	return 0;
+}
+
+static int mark_extents(struct runs *chunks, const struct cas_extent *e, uint64_t n)
+{
+	int rc = 0;
+	for (uint64_t i = 0; rc == 0 && i < n; i++)
+		if (!e[i].hole)
+			rc = runs_add(chunks, e[i].sha);
+	return rc;
+}
+
+/* Marks the chunks and pieces of one kept manifest. A piece an earlier
+ * manifest of this run named is not fetched again: a piece is named by
+ * the SHA-256 of its encoding, so the same id is the same extents, whose
+ * chunks are marked already (successive snapshots of a region share most
+ * of their pieces). Every piece that is fetched is checked as
+ * cas_manifest_load checks it, and the manifest itself against its id. */
+static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct runs *chunks, struct pieceset *pieces)
+{
+	char hex[65];
+	hex_encode(id, 32, hex);
+	size_t n;
+	int rc;
+	char *v = cas_db_get(s, 'm', id, 32, &n, &rc);
+	if (rc == -ENOENT)
+		return crest_errx(rc, "gc: snapshot %s is not in %s", hex, s->dir);
+	if (!v)
+		return rc;
+	uint8_t sum[32];
+	struct cas_manifest *m = NULL;
+	rc = sha256_once(v, n, sum);
+	if (rc == 0 && memcmp(sum, id, 32))
+		rc = crest_errx(-EBADMSG, "manifest of snapshot %.12s in %s is damaged "
+				"(its SHA-256 does not match its id)", hex, s->dir);
+	if (rc == 0) {
+		rc = cas_manifest_decode((const uint8_t *)v, n, false, &m);
+		if (rc == -EBADMSG)
+			crest_errx(rc, "manifest of snapshot %.12s in %s is damaged (it does not decode)", hex, s->dir);
+		else if (rc < 0)
+			crest_errf(rc, "decoding manifest of snapshot %.12s", hex);
+	}
+	rocksdb_free(v);
 	if (rc < 0)
 		return rc;
-	for (size_t i = 0; rc == 0 && i < m->nstreams; i++) {
-		const struct cas_stream *st = &m->streams[i];
-		for (uint64_t e = 0; rc == 0 && e < st->nextents; e++)
-			if (!st->ext[e].hole)
-				rc = runs_add(chunks, st->ext[e].sha);
-	}
-	for (size_t i = 0; rc == 0 && i < m->npieces; i++)
-		if (idset_add(pieces, m->pieces[i].sha) < 0)
+	size_t *idx = calloc(m->npieces ? m->npieces : 1, sizeof(*idx));
+	bool *pieced = calloc(m->nstreams ? m->nstreams : 1, sizeof(*pieced));
+	size_t nidx = 0;
+	if (!idx || !pieced)
+		rc = crest_errf(-ENOMEM, "gc: marking");
+	for (size_t i = 0; rc == 0 && i < m->npieces; i++) {
+		pieced[m->pieces[i].stream] = true;
+		const int added = pieceset_add(pieces, m->pieces[i].sha);
+		if (added < 0)
 			rc = crest_errf(-ENOMEM, "gc: marking");
+		else if (added)
+			idx[nidx++] = i;
+	}
+	if (rc == 0 && nidx) {
+		struct mark_job j = { .s = s, .m = m, .idx = idx, .hex = hex };
+		struct par p = { .n = nidx, .fn = mark_fetch, .arg = &j };
+		rc = par_run(&p, 0, NULL, 0);
+	}
+	/* Inline lists whole; of pieced streams, only the new pieces. */
+	for (size_t i = 0; rc == 0 && i < m->nstreams; i++)
+		if (!pieced[i])
+			rc = mark_extents(chunks, m->streams[i].ext, m->streams[i].nextents);
+	for (size_t k = 0; rc == 0 && k < nidx; k++) {
+		const struct cas_piece *pc = &m->pieces[idx[k]];
+		rc = mark_extents(chunks, m->streams[pc->stream].ext + pc->first, pc->n);
+	}
+	free(idx);
+	free(pieced);
 	cas_manifest_free(m);
 	return rc;
 }
@@ -951,12 +1088,13 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	gc_time("snapshot list");
 	struct snap *sv = calloc(n ? n : 1, sizeof(*sv));
 	struct runs live = { .cap = run_ids() };
-	struct idset pieces = { 0 }, expired = { 0 };
+	struct pieceset pieces = { 0 };
+	struct idset expired = { 0 };
 	struct merge mg;
 	bool merging = false;
 	runs_dir(s, live.dir, sizeof(live.dir));
 	struct scan sc = { .s = s, .live = &mg, .r = r, .dry = pol->dry_run };
-	struct piece_scan pc = { .live = &pieces, .r = r };
+	struct piece_scan pc = { .live = &pieces.set, .r = r };
 	bool *want = NULL;
 	uint64_t *pend = NULL;
 	if (!sv)
@@ -999,7 +1137,7 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	}
 	if (prog)
 		progress_end(prog);
-	idset_seal(&pieces);
+	idset_seal(&pieces.set);
 	idset_seal(&expired);
 	if (rc == 0) {
 		rc = merge_open(&live, &mg);
@@ -1108,7 +1246,8 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	free(pc.dead.v);
 	free(live.mem.v);
 	free(live.slot);
-	free(pieces.v);
+	free(pieces.set.v);
+	free(pieces.slot);
 	free(expired.v);
 	free(sv);
 	cas_snapshot_list_free(v, n);
