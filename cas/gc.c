@@ -12,6 +12,7 @@
 #include "util/sha256.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -668,29 +669,61 @@ static int chunk_cb(const char *k, size_t kl, const char *v, size_t vl, void *ar
 	return 0;
 }
 
-struct piece_scan {
-	const struct idset *live;
-	struct idset dead;
-	struct cas_gc_result *r;
-	int err;
+/* The piece keys, listed by a thread of their own while the chunk scan
+ * runs: the 'l' values are the extent lists themselves (368 MB for 101
+ * snapshots of 512 MiB in 4 KiB chunks), so reading past them costs about
+ * half what the chunk scan does, and the two overlap on two cores. Only
+ * the keys are kept: one id per piece, as for the live pieces. */
+struct piece_lister {
+	struct cas_store *s;
+	struct idset all;
+	pthread_t t;
+	bool started;
+	int rc;
+	char msg[1024];
 };
 
-static int piece_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
+static int piece_key_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
 {
 	(void)v;
 	(void)vl;
-	struct piece_scan *c = arg;
-	if (kl != 32)
-		return 0;
-	c->r->pieces++;
-	if (idset_has(c->live, (const uint8_t *)k))
-		return 0;
-	c->r->dead_pieces++;
-	if (idset_add(&c->dead, (const uint8_t *)k) < 0) {
-		c->err = -ENOMEM;
+	struct piece_lister *l = arg;
+	if (kl == 32 && idset_add(&l->all, (const uint8_t *)k) < 0) {
+		l->rc = crest_errf(-ENOMEM, "gc: listing the pieces");
 		return 1;
 	}
 	return 0;
+}
+
+static void *piece_lister_run(void *arg)
+{
+	struct piece_lister *l = arg;
+	const int rc = cas_db_scan(l->s, 'l', piece_key_cb, l);
+	if (rc < 0 && l->rc == 0)
+		l->rc = rc;
+	if (l->rc < 0)
+		crest_errcpy(l->msg, sizeof(l->msg));
+	return NULL;
+}
+
+/* Starts the listing; without a thread it runs here and now. */
+static void piece_lister_start(struct piece_lister *l)
+{
+	l->started = pthread_create(&l->t, NULL, piece_lister_run, l) == 0;
+	if (!l->started)
+		piece_lister_run(l);
+}
+
+/* Waits for the listing, if one was started: 0, or its error with its
+ * message. */
+static int piece_lister_join(struct piece_lister *l)
+{
+	if (l->started)
+		pthread_join(l->t, NULL);
+	l->started = false;
+	if (l->rc < 0)
+		crest_errset_str(l->msg);
+	return l->rc;
 }
 
 /* ---- the sweep ---- */
@@ -1094,7 +1127,8 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	bool merging = false;
 	runs_dir(s, live.dir, sizeof(live.dir));
 	struct scan sc = { .s = s, .live = &mg, .r = r, .dry = pol->dry_run };
-	struct piece_scan pc = { .live = &pieces.set, .r = r };
+	struct piece_lister pl = { .s = s };
+	struct idset dead_pieces = { 0 };
 	bool *want = NULL;
 	uint64_t *pend = NULL;
 	if (!sv)
@@ -1156,6 +1190,8 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 		sc.ll = &ll;
 	}
 	if (rc == 0)
+		piece_lister_start(&pl);
+	if (rc == 0)
 		rc = cas_db_scan(s, 'c', chunk_cb, &sc);
 	if (rc == 0 && sc.err)
 		rc = sc.err;
@@ -1164,12 +1200,26 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	if (rc == 0 && sc.ll)
 		rc = livelog_flush(&ll);
 	gc_time("chunk scan + deletes");
-	if (rc == 0)
-		rc = cas_db_scan(s, 'l', piece_cb, &pc);
-	if (rc == 0 && pc.err)
-		rc = crest_errf(pc.err, "gc: scanning the pieces");
+	/* Joined on every path: the thread reads the store. An error of the
+	 * chunk scan keeps its own message. */
+	if (rc < 0) {
+		char msg[1024];
+		crest_errcpy(msg, sizeof(msg));
+		piece_lister_join(&pl);
+		crest_errset_str(msg);
+	} else {
+		rc = piece_lister_join(&pl);
+	}
+	for (size_t i = 0; rc == 0 && i < pl.all.n; i++) {
+		r->pieces++;
+		if (idset_has(&pieces.set, pl.all.v[i]))
+			continue;
+		r->dead_pieces++;
+		if (idset_add(&dead_pieces, pl.all.v[i]) < 0)
+			rc = crest_errf(-ENOMEM, "gc: listing the dead pieces");
+	}
 	if (rc == 0 && !pol->dry_run)
-		rc = sweep(s, 'l', &pc.dead);
+		rc = sweep(s, 'l', &dead_pieces);
 	gc_time("pieces");
 	/* A pack's dead space is all it holds below its committed end that no
 	 * live entry covers: the records of chunks dead in this run, and those
@@ -1243,7 +1293,8 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	free(want);
 	free(pend);
 	free(sc.ps);
-	free(pc.dead.v);
+	free(pl.all.v);
+	free(dead_pieces.v);
 	free(live.mem.v);
 	free(live.slot);
 	free(pieces.set.v);
