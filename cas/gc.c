@@ -957,6 +957,49 @@ static int copy_pack(struct cas_store *s, uint32_t p, struct cas_index_entry *v,
 	return rc;
 }
 
+/* Read-ahead of the records to copy: the kernel is asked for the next
+ * PREFETCH_BYTES of them (spans of records at most PREFETCH_GAP apart, so
+ * dead stretches are not read) while the current pack is copied, so that
+ * the disk works while the copy does. Advice only: nothing depends on it. */
+#define PREFETCH_BYTES (32ull << 20)
+#define PREFETCH_GAP (64u << 10)
+
+static uint64_t rec_end(const struct cas_index_entry *e)
+{
+	return e->loc.off + CAS_REC_HEADER + e->loc.stored;
+}
+
+/* Advises v[from, to), sorted by pack and offset. */
+static void prefetch(struct cas_store *s, const struct cas_index_entry *v, size_t from, size_t to)
+{
+	int fd = -1;
+	uint32_t pack = 0;
+	uint64_t a = 0, b = 0;
+	for (size_t i = from; i <= to; i++) {
+		if (i < to && fd >= 0 && v[i].loc.pack == pack && v[i].loc.off <= b + PREFETCH_GAP) {
+			if (rec_end(&v[i]) > b)
+				b = rec_end(&v[i]);
+			continue;
+		}
+		if (fd >= 0 && b > a)
+			posix_fadvise(fd, (off_t)a, (off_t)(b - a), POSIX_FADV_WILLNEED);
+		if (i == to)
+			break;
+		if (fd < 0 || v[i].loc.pack != pack) {
+			char path[4096];
+			if (fd >= 0)
+				close(fd);
+			pack = v[i].loc.pack;
+			cas_pack_path(s, pack, path, sizeof(path));
+			fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		}
+		a = v[i].loc.off;
+		b = rec_end(&v[i]);
+	}
+	if (fd >= 0)
+		close(fd);
+}
+
 /* want[p]: rewrite pack p; ps[p]: its live bytes and records. */
 static int rewrite(struct cas_store *s, const bool *want, const struct packstat *ps, uint32_t nps,
 		   struct livelog *ll, struct cas_gc_result *r, struct progress *prog)
@@ -989,13 +1032,22 @@ static int rewrite(struct cas_store *s, const bool *want, const struct packstat 
 		if (rc == 0 && cc.n > 1)
 			qsort(cc.v, cc.n, sizeof(*cc.v), loc_cmp);
 		gc_time("  group: list live");
-		size_t nold = 0, i = 0, keep = 0;
+		size_t nold = 0, i = 0, keep = 0, pf = 0;
+		uint64_t issued = 0, copied = 0;
 		for (uint32_t q = 1; rc == 0 && q < first; q++) {
 			if (!in[q])
 				continue;
 			size_t end = i;
+			uint64_t bytes = 0;
 			while (end < cc.n && cc.v[end].loc.pack == q)
-				end++;
+				bytes += CAS_REC_HEADER + cc.v[end++].loc.stored;
+			/* This pack and what follows it, up to the window. */
+			const size_t pf0 = pf;
+			while (pf < cc.n && (pf < end || issued - copied < PREFETCH_BYTES))
+				issued += CAS_REC_HEADER + cc.v[pf++].loc.stored;
+			if (pf > pf0)
+				prefetch(s, cc.v, pf0, pf);
+			copied += bytes;
 			rc = copy_pack(s, q, cc.v + i, end - i, &w, rec, r, prog);
 			if (rc == -EBADMSG) {
 				/* The pack keeps what it holds; copies made so far stay
