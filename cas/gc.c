@@ -27,7 +27,8 @@
 #define BATCH_OPS 25000               /* deletions per index batch */
 #define GROUP_BYTES (512ull << 20)    /* bytes moved per rewrite commit */
 #define WBUF_BYTES (8u << 20)         /* records written per cas_pack_write */
-#define RUN_IDS (1u << 20)            /* live ids sorted in memory at once: 32 MiB */
+#define RUN_IDS (1u << 20)
+#define MARK_THREADS 0                /* par_run's default: one per core */            /* live ids sorted in memory at once: 32 MiB */
 
 /* CREST_GC_TIMES=1 prints each step's wall time to stderr: where gc's
  * time goes, for benchmarks. */
@@ -412,13 +413,19 @@ static int pieceset_add(struct pieceset *p, const uint8_t id[32])
 }
 
 /* The new pieces of one manifest, fetched, checked against their SHA-256
- * and decoded in parallel, as cas_manifest_load does. */
+ * and decoded in parallel, as cas_manifest_load does; each piece's chunks
+ * are then marked under a lock, so that one thread marks while another
+ * fetches and decodes. */
 struct mark_job {
 	struct cas_store *s;
 	struct cas_manifest *m;
 	const size_t *idx;           /* pieces to fetch: indices into m->pieces */
 	const char *hex;             /* the snapshot, for messages */
+	struct runs *chunks;
+	pthread_mutex_t *lock;       /* over chunks */
 };
+
+static int mark_extents(struct runs *chunks, const struct cas_extent *e, uint64_t n);
 
 static int mark_fetch(struct par *p, void *tls, size_t i)
 {
@@ -443,7 +450,10 @@ static int mark_fetch(struct par *p, void *tls, size_t i)
 				  "does not match its SHA-256 or does not decode", j->hex, j->s->dir, ph, name);
 	if (rc < 0)
 		return crest_errf(rc, "checking the extent list of %s in snapshot %.12s", name, j->hex);
-	return 0;
+	pthread_mutex_lock(j->lock);
+	rc = mark_extents(j->chunks, j->m->streams[pc->stream].ext + pc->first, pc->n);
+	pthread_mutex_unlock(j->lock);
+	return rc;
 }
 
 static int mark_extents(struct runs *chunks, const struct cas_extent *e, uint64_t n)
@@ -501,18 +511,15 @@ static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct runs 
 		else if (added)
 			idx[nidx++] = i;
 	}
-	if (rc == 0 && nidx) {
-		struct mark_job j = { .s = s, .m = m, .idx = idx, .hex = hex };
-		struct par p = { .n = nidx, .fn = mark_fetch, .arg = &j };
-		rc = par_run(&p, 0, NULL, 0);
-	}
 	/* Inline lists whole; of pieced streams, only the new pieces. */
 	for (size_t i = 0; rc == 0 && i < m->nstreams; i++)
 		if (!pieced[i])
 			rc = mark_extents(chunks, m->streams[i].ext, m->streams[i].nextents);
-	for (size_t k = 0; rc == 0 && k < nidx; k++) {
-		const struct cas_piece *pc = &m->pieces[idx[k]];
-		rc = mark_extents(chunks, m->streams[pc->stream].ext + pc->first, pc->n);
+	if (rc == 0 && nidx) {
+		pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+		struct mark_job j = { .s = s, .m = m, .idx = idx, .hex = hex, .chunks = chunks, .lock = &lock };
+		struct par p = { .n = nidx, .fn = mark_fetch, .arg = &j };
+		rc = par_run(&p, MARK_THREADS, NULL, 0);
 	}
 	free(idx);
 	free(pieced);
