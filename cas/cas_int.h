@@ -99,6 +99,10 @@ int cas_fsync_path(const char *path);
 /* An index value of type and key (rocksdb_free it), or NULL with *rc
  * -ENOENT (no message) or an error (with one). */
 char *cas_db_get(struct cas_store *s, char type, const void *key, size_t klen, size_t *vlen, int *rc);
+/* A manifest's bytes as read from the index: checked against its id and
+ * decoded (pieces not fetched); -EBADMSG with a message when damaged. */
+int cas_manifest_check(const struct cas_store *s, const uint8_t id[32], const void *v, size_t n,
+		       struct cas_manifest **out);
 /* Opens pack read-only and checks its header (magic, version, number):
  * the descriptor, or a negative code with a message. */
 int cas_pack_open_read(const struct cas_store *s, uint32_t pack);

@@ -482,19 +482,8 @@ static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct runs 
 		return crest_errx(rc, "gc: snapshot %s is not in %s", hex, s->dir);
 	if (!v)
 		return rc;
-	uint8_t sum[32];
 	struct cas_manifest *m = NULL;
-	rc = sha256_once(v, n, sum);
-	if (rc == 0 && memcmp(sum, id, 32))
-		rc = crest_errx(-EBADMSG, "manifest of snapshot %.12s in %s is damaged "
-				"(its SHA-256 does not match its id)", hex, s->dir);
-	if (rc == 0) {
-		rc = cas_manifest_decode((const uint8_t *)v, n, false, &m);
-		if (rc == -EBADMSG)
-			crest_errx(rc, "manifest of snapshot %.12s in %s is damaged (it does not decode)", hex, s->dir);
-		else if (rc < 0)
-			crest_errf(rc, "decoding manifest of snapshot %.12s", hex);
-	}
+	rc = cas_manifest_check(s, id, v, n, &m);
 	rocksdb_free(v);
 	if (rc < 0)
 		return rc;

@@ -1273,6 +1273,27 @@ static int piece_fetch(struct par *p, void *tls, size_t i)
 	return 0;
 }
 
+int cas_manifest_check(const struct cas_store *s, const uint8_t id[32], const void *v, size_t n,
+		       struct cas_manifest **out)
+{
+	char hex[65];
+	hex_encode(id, 32, hex);
+	uint8_t sum[32];
+	*out = NULL;
+	int rc = sha256_once(v, n, sum);
+	if (rc == 0 && memcmp(sum, id, 32))
+		rc = crest_errx(-EBADMSG, "manifest of snapshot %.12s in %s is damaged "
+				"(its SHA-256 does not match its id)", hex, s->dir);
+	if (rc == 0) {
+		rc = cas_manifest_decode((const uint8_t *)v, n, false, out);
+		if (rc == -EBADMSG)
+			crest_errx(rc, "manifest of snapshot %.12s in %s is damaged (it does not decode)", hex, s->dir);
+		else if (rc < 0)
+			crest_errf(rc, "decoding manifest of snapshot %.12s", hex);
+	}
+	return rc;
+}
+
 int cas_manifest_load(struct cas_store *s, const uint8_t id[32], struct cas_manifest **out)
 {
 	char hex[65];
@@ -1291,19 +1312,8 @@ int cas_manifest_load(struct cas_store *s, const uint8_t id[32], struct cas_mani
 	/* Long extent lists are pieces (manifest.h), fetched and checked after
 	 * the manifest that names them, so this hash is short. Nothing
 	 * decoded is returned unless every byte of it checks out. */
-	uint8_t sum[32];
-	rc = sha256_once(v, n, sum);
 	struct cas_manifest *m = NULL;
-	if (rc == 0 && memcmp(sum, id, 32))
-		rc = crest_errx(-EBADMSG, "manifest of snapshot %.12s in %s is damaged "
-				"(its SHA-256 does not match its id)", hex, s->dir);
-	if (rc == 0) {
-		rc = cas_manifest_decode((const uint8_t *)v, n, false, &m);
-		if (rc == -EBADMSG)
-			crest_errx(rc, "manifest of snapshot %.12s in %s is damaged (it does not decode)", hex, s->dir);
-		else if (rc < 0)
-			crest_errf(rc, "decoding manifest of snapshot %.12s", hex);
-	}
+	rc = cas_manifest_check(s, id, v, n, &m);
 	rocksdb_pinnableslice_destroy(ps);
 	if (rc == 0 && m->npieces) {
 		struct fetch_job f = { .s = s, .m = m, .hex = hex };
