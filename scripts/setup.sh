@@ -26,7 +26,7 @@ fi
 # fuzz targets (tests/fuzz); gnuplot-nox draws the --plot pictures.
 pkgs=(gcc make cmake pkg-config librocksdb-dev liblz4-dev libssl-dev liburing-dev
       lz4 util-linux procps python3 python3-torch clang libclang-rt-14-dev man-db groff-base
-      gnuplot-nox)
+      gnuplot-nox gdb)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -32,6 +32,7 @@ set -uo pipefail
 
 : "${CREST:?}" "${CASCTL:?}" "${STORE_TOOL:?}" "${FAULTSHIM:?}" "${FAULT_LIB:?}"
 SAMPLES=${FAULT_SAMPLES:-250}
+OP_LIMIT=${FAULT_OP_LIMIT:-120}   # seconds an operation may take
 SEED=${FAULT_SEED:-$(( (RANDOM << 15) | RANDOM ))}
 OPS=${FAULT_OPS:-put dedup lib ckpt}
 # The shim is preloaded ahead of an ASan build's runtime: allow that order.
@@ -83,7 +84,46 @@ run_op() {
 	esac
 	# -k: crest checkpoint finishes the round in flight on SIGTERM, so a
 	# hung one would outlive a plain timeout and the whole test with it.
-	timeout -k 5 120 "${cmd[@]}"
+	# A watchdog writes down what the processes were doing just before
+	# the limit (hang_report), since a hang has been seen once in CI and
+	# never here.
+	timeout -k 5 "$OP_LIMIT" "${cmd[@]}" &
+	local pid=$! rc
+	local w=$((OP_LIMIT * 95 / 10))   # tenths of a second: 95% of the limit
+	(sleep "$((w / 10)).$((w % 10))" && env -u LD_PRELOAD bash -c "$(declare -f hang_report); hang_report $pid" >>"$T/hangs" 2>&1) \
+		</dev/null >/dev/null 2>&1 &
+	local wd=$!
+	wait "$pid"
+	rc=$?
+	pkill -P "$wd" 2>/dev/null
+	kill "$wd" 2>/dev/null
+	wait "$wd" 2>/dev/null
+	return $rc
+}
+
+# hang_report PID: the processes under PID (timeout, crest, criu, ...),
+# their state and wait channel, and each thread's kernel stack.
+hang_report() {
+	local root=$1 p pids=$1 more
+	echo "== processes under $root, just before the operation's limit"
+	more=$root
+	while [ -n "$more" ]; do
+		more=$(for p in $more; do pgrep -P "$p"; done)
+		pids="$pids $more"
+	done
+	for p in $pids; do
+		ps -o pid=,ppid=,stat=,wchan:32=,etimes=,args= -p "$p" 2>/dev/null | cut -c1-200
+		for t in /proc/"$p"/task/*; do
+			[ -r "$t/stack" ] || continue
+			echo "  thread ${t##*/} ($(cat "$t/comm" 2>/dev/null)): $(tr '\n' '<' <"$t/stack" 2>/dev/null | cut -c1-300)"
+		done
+		# Where in crest each thread waits (gdb: scripts/setup.sh installs it).
+		case $(cat /proc/"$p"/comm 2>/dev/null) in
+		crest|fault_lib) command -v gdb >/dev/null &&
+			timeout 30 gdb -p "$p" -batch -ex "thread apply all bt 12" 2>/dev/null |
+			grep -E '^(Thread|#)' | cut -c1-160 | head -80 ;;
+		esac
+	done
 }
 
 # Readers and checks too run under a limit: a hang is a failure named by
@@ -143,6 +183,7 @@ try() {
 	local op=$1 fn=$2 nth=$3 mode=$4
 	local point="$op $fn $nth $mode" st=$T/st rc
 	tried=$((tried + 1))
+	: >"$T/hangs"
 	rm -rf "$st"
 	cp -a "$T/prep-$op" "$st"
 	local before
@@ -155,7 +196,12 @@ try() {
 			LD_PRELOAD=$FAULTSHIM run_op "$op" "$st" "$op.op" >"$T/op.out" 2>&1
 	fi
 	rc=$?
-	[ "$rc" -eq 124 ] && { report "$point" "the operation hung (killed after 120 s)"; return; }
+	if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 -a -s "$T/hangs" ]; then
+		report "$point" "the operation hung (killed after $OP_LIMIT s)"
+		[ -s "$T/hangs" ] && sed 's/^/    /' "$T/hangs" | head -60
+		: >"$T/hangs"
+		return
+	fi
 	if ! tmo "$CREST" --store "$st" --quiet ls >"$T/ls.out" 2>&1; then
 		report "$point" "store does not open after op rc $rc: $(head -1 "$T/ls.out")"
 		return
@@ -202,6 +248,10 @@ try() {
 			report "$point" "retry exited 0 ($(head -c 60 "$T/retry.out" | tr '\n' ' ')) but does not restore: $(head -1 "$T/chk.out")"
 		tmo "$CASCTL" --store "$st" --quiet verify >"$T/v.out" 2>&1 ||
 			report "$point" "casctl verify fails after the retry: $(head -1 "$T/v.out")"
+		if [ -s "$T/hangs" ]; then   # the retry ran into the watchdog
+			report "$point" "the retry without fault came near its limit of $OP_LIMIT s"
+			sed 's/^/    /' "$T/hangs" | head -60
+		fi
 		if [ "$in_doubt" -eq 1 ]; then
 			if tags_of "$st" | grep -qx "$op.op"; then
 				check "$st" "$op.op" >"$T/chk.out" 2>&1 ||
@@ -312,7 +362,7 @@ b0=$(pack_bytes)
 # data of one round in flight. Rounds: EIO on the first pack sync (crest
 # reports it and cuts its packs); SIGKILL at that sync, once the data is
 # written (a crashed writer); SIGKILL at a random moment (seed above).
-grow_put() { "$CREST" --store "$st" --quiet put --tag "grow.$1" "$T/g$1"; }
+grow_put() { timeout -k 5 "$OP_LIMIT" "$CREST" --store "$st" --quiet put --tag "grow.$1" "$T/g$1"; }
 for i in $(seq 1 9); do
 	mkdir -p "$T/g$i"
 	"$STORE_TOOL" random "$T/g$i/r.bin" 2M $((1000 + i)) >/dev/null
