@@ -109,8 +109,9 @@ static void usage_checkpoint(void)
 int cmd_checkpoint(struct cli *c, int argc, char **argv)
 {
 	struct tp_opts o = { 0 };
-	const char *tag = NULL, *maddr = NULL, *mfile = NULL;
-	uint64_t every_ns = 0, count = 0;
+	const char *tag = NULL;
+	struct cli_every ev = { 0 };
+	uint64_t count = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--kill")) {
@@ -122,6 +123,11 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			return 2;
 		}
 		const char *v = argv[++i];
+		const int took = cli_every_opt(a, v, &o, &ev);
+		if (took < 0)
+			return 2;
+		if (took)
+			continue;
 		char *end;
 		if (!strcmp(a, "--pid")) {
 			long p = strtol(v, &end, 10);
@@ -132,30 +138,12 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			o.pid = (pid_t)p;
 		} else if (!strcmp(a, "--tag")) {
 			tag = v;
-		} else if (!strcmp(a, "--branch")) {
-			o.branch = v;
-		} else if (!strcmp(a, "--every")) {
-			if (cli_parse_duration(v, &every_ns) < 0) {
-				fprintf(stderr, "crest: --every %s: not a duration from 1ms to 366 days (30s, 5m, 1h)\n", v);
-				return 2;
-			}
 		} else if (!strcmp(a, "--count")) {
 			count = strtoull(v, &end, 10);
 			if (*end || !count) {
 				fprintf(stderr, "crest: --count %s: not a positive number\n", v);
 				return 2;
 			}
-		} else if (!strcmp(a, "--file-limit")) {
-			if (cli_parse_size(v, &o.file_limit) < 0) {
-				fprintf(stderr, "crest: --file-limit %s: not a size\n", v);
-				return 2;
-			}
-		} else if (!strcmp(a, "--tmpdir")) {
-			o.tmpdir = v;
-		} else if (!strcmp(a, "--metrics")) {
-			maddr = v;
-		} else if (!strcmp(a, "--metrics-file")) {
-			mfile = v;
 		} else if (!strcmp(a, "--lock-timeout")) {
 			o.lock_timeout_ms = (unsigned)strtoul(v, &end, 10);
 			if (*end) {
@@ -176,19 +164,17 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 		return cli_fail(c, -EINVAL);
 	if (o.branch && cas_branch_check(o.branch) < 0)
 		return cli_fail(c, -EINVAL);
-	if (tag && every_ns) {
+	if (tag && ev.every_ns) {
 		fprintf(stderr, "crest: --tag names one snapshot and tags do not move: it does not go with "
 			"--every (each round moves the branch; tag a round afterwards with crest tag)\n");
 		return 2;
 	}
-	if (o.kill && every_ns) {
+	if (o.kill && ev.every_ns) {
 		fprintf(stderr, "crest: --kill ends the job: it does not go with --every\n");
 		return 2;
 	}
-	if ((maddr || mfile) && !every_ns) {
-		fprintf(stderr, "crest: --metrics and --metrics-file go with --every\n");
+	if (cli_every_check(&ev) < 0)
 		return 2;
-	}
 	/* Cheap checks first: nothing is frozen or written until they pass. */
 	if (!proc_state(o.pid))
 		return cli_fail(c, crest_errx(-ESRCH, "no process with pid %d", (int)o.pid));
@@ -201,7 +187,7 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 		return cli_fail(c, rc);
 	o.criu = &criu;
 	struct cli_metrics *mx = NULL;
-	if ((maddr || mfile) && cli_metrics_open(maddr, mfile, &mx) < 0) {
+	if ((ev.maddr || ev.mfile) && cli_metrics_open(ev.maddr, ev.mfile, &mx) < 0) {
 		fprintf(stderr, "crest: %s\n", crest_errmsg());
 		return 2;
 	}
@@ -233,7 +219,7 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	if (!has_parent)
 		has_parent = cas_branch_head(store, o.branch, parent) == 0;
 	crest_errset_str("");
-	if (mx && (rc = cli_metrics_start(mx, c, o.branch, o.pid, every_ns)) < 0) {
+	if (mx && (rc = cli_metrics_start(mx, c, o.branch, o.pid, ev.every_ns)) < 0) {
 		engine_close(e);
 		cas_close(store);
 		cli_metrics_close(mx);
@@ -259,7 +245,7 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			has_parent = true;
 			if (!o.kill)
 				cli_job_note(c, store, o.pid, st.id, o.branch);
-		} else if (every_ns && n > 1 && proc_gone(o.pid)) {
+		} else if (ev.every_ns && n > 1 && proc_gone(o.pid)) {
 			/* The job ended between two checkpoints, or during this
 			 * one: its end, not a failed checkpoint. */
 			if (!c->quiet && !c->json)
@@ -278,21 +264,21 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 		 * fresh engine: a failed write leaves the old one refusing work):
 		 * casctl gc, or another writer, gets its turn while the job runs,
 		 * and only the next checkpoint waits for them, never the job. */
-		if (every_ns) {
+		if (ev.every_ns) {
 			engine_close(e);
 			e = NULL;
 			cas_close(store);
 			store = NULL;
 		}
-		if (!every_ns || stop_requested || (count && n >= count))
+		if (!ev.every_ns || stop_requested || (count && n >= count))
 			break;
 		if (proc_gone(o.pid)) {
 			if (!c->quiet && !c->json)
 				printf("pid %d has exited: no more checkpoints\n", (int)o.pid);
 			break;
 		}
-		while (!stop_requested && time_now_ns() - t0 < every_ns) {
-			uint64_t left = every_ns - (time_now_ns() - t0);
+		while (!stop_requested && time_now_ns() - t0 < ev.every_ns) {
+			uint64_t left = ev.every_ns - (time_now_ns() - t0);
 			struct timespec ts = { 0, (long)(left < 100000000ull ? left : 100000000ull) };
 			nanosleep(&ts, NULL);
 		}
@@ -304,7 +290,7 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	if (store)
 		cas_close(store);
 	cli_metrics_close(mx);
-	if (failures && every_ns && !c->quiet)
+	if (failures && ev.every_ns && !c->quiet)
 		fprintf(stderr, "crest: %llu of %llu checkpoints failed\n", (unsigned long long)failures,
 			(unsigned long long)n);
 	return failures ? 1 : 0;

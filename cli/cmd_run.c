@@ -94,8 +94,7 @@ static int run_checkpoint(const struct cli *c, const struct tp_opts *o, uint8_t 
 int cmd_run(struct cli *c, int argc, char **argv)
 {
 	struct tp_opts o = { 0 };
-	uint64_t every_ns = 0;
-	const char *maddr = NULL, *mfile = NULL;
+	struct cli_every ev = { 0 };
 	int i = 1;
 	for (; i < argc; i++) {
 		const char *a = argv[i];
@@ -109,26 +108,10 @@ int cmd_run(struct cli *c, int argc, char **argv)
 			usage_run();
 			return 2;
 		}
-		const char *v = argv[++i];
-		if (!strcmp(a, "--every")) {
-			if (cli_parse_duration(v, &every_ns) < 0) {
-				fprintf(stderr, "crest: --every %s: not a duration from 1ms to 366 days (30s, 5m, 1h)\n", v);
-				return 2;
-			}
-		} else if (!strcmp(a, "--branch")) {
-			o.branch = v;
-		} else if (!strcmp(a, "--file-limit")) {
-			if (cli_parse_size(v, &o.file_limit) < 0) {
-				fprintf(stderr, "crest: --file-limit %s: not a size\n", v);
-				return 2;
-			}
-		} else if (!strcmp(a, "--tmpdir")) {
-			o.tmpdir = v;
-		} else if (!strcmp(a, "--metrics")) {
-			maddr = v;
-		} else if (!strcmp(a, "--metrics-file")) {
-			mfile = v;
-		} else {
+		const int took = cli_every_opt(a, argv[++i], &o, &ev);
+		if (took < 0)
+			return 2;
+		if (!took) {
 			fprintf(stderr, "crest: run: unknown option %s\n", a);
 			usage_run();
 			return 2;
@@ -138,10 +121,8 @@ int cmd_run(struct cli *c, int argc, char **argv)
 		usage_run();
 		return 2;
 	}
-	if ((maddr || mfile) && !every_ns) {
-		fprintf(stderr, "crest: --metrics and --metrics-file go with --every\n");
+	if (cli_every_check(&ev) < 0)
 		return 2;
-	}
 	if (!o.branch)
 		o.branch = CAS_BRANCH_DEFAULT;
 	if (cas_branch_check(o.branch) < 0)
@@ -152,7 +133,7 @@ int cmd_run(struct cli *c, int argc, char **argv)
 	/* criu is looked for before the job starts: a job that cannot be
 	 * checkpointed is better not started under --every. */
 	struct criu criu;
-	if (every_ns) {
+	if (ev.every_ns) {
 		int rc = criu_find(&criu);
 		if (rc < 0)
 			return cli_fail(c, rc);
@@ -161,7 +142,7 @@ int cmd_run(struct cli *c, int argc, char **argv)
 	/* Its socket before the job starts (pidns_spawn closes it in the
 	 * job), its thread after. */
 	struct cli_metrics *mx = NULL;
-	if ((maddr || mfile) && cli_metrics_open(maddr, mfile, &mx) < 0) {
+	if ((ev.maddr || ev.mfile) && cli_metrics_open(ev.maddr, ev.mfile, &mx) < 0) {
 		fprintf(stderr, "crest: %s\n", crest_errmsg());
 		return 2;
 	}
@@ -181,7 +162,7 @@ int cmd_run(struct cli *c, int argc, char **argv)
 		fprintf(stderr, "crest: %s runs as pid %d (pid 1 of its namespace: crest's init, the job is "
 			"pid 2)\n", argv[i], (int)o.pid);
 	/* Without its metrics the job runs on: they are not worth ending it. */
-	if (mx && cli_metrics_start(mx, c, o.branch, o.pid, every_ns) < 0) {
+	if (mx && cli_metrics_start(mx, c, o.branch, o.pid, ev.every_ns) < 0) {
 		cli_fail(c, -EIO);
 		cli_metrics_close(mx);
 		mx = NULL;
@@ -191,7 +172,7 @@ int cmd_run(struct cli *c, int argc, char **argv)
 	uint64_t n = 0, failures = 0;
 	int status = 0;
 	for (;;) {
-		rc = pidns_wait(&run_job, every_ns ? (int)(every_ns / 1000000ull) : -1, &status);
+		rc = pidns_wait(&run_job, ev.every_ns ? (int)(ev.every_ns / 1000000ull) : -1, &status);
 		if (rc < 0) {
 			/* Cannot wait: the job goes on without crest. */
 			cli_metrics_close(mx);

@@ -1,5 +1,6 @@
 /* common.c - shared CLI plumbing; see common.h. */
 #include "cli/common.h"
+#include "capture/transparent.h"
 #include "cas/jobs.h"
 #include "gpu/gpuckpt.h"
 #include "os/proc.h"
@@ -302,4 +303,39 @@ void cli_job_note(const struct cli *c, struct cas_store *store, pid_t pid, const
 	if (cas_job_note(store, key, id, branch) < 0 && !c->quiet)
 		fprintf(stderr, "%s: warning: %s (pid %d's next checkpoint will follow its branch's head)\n",
 			c->prog, crest_errmsg(), (int)pid);
+}
+
+int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_every *ev)
+{
+	if (!strcmp(a, "--every")) {
+		if (cli_parse_duration(v, &ev->every_ns) < 0) {
+			fprintf(stderr, "crest: --every %s: not a duration from 1ms to 366 days (30s, 5m, 1h)\n", v);
+			return -1;
+		}
+	} else if (!strcmp(a, "--branch")) {
+		o->branch = v;
+	} else if (!strcmp(a, "--file-limit")) {
+		if (cli_parse_size(v, &o->file_limit) < 0) {
+			fprintf(stderr, "crest: --file-limit %s: not a size\n", v);
+			return -1;
+		}
+	} else if (!strcmp(a, "--tmpdir")) {
+		o->tmpdir = v;
+	} else if (!strcmp(a, "--metrics")) {
+		ev->maddr = v;
+	} else if (!strcmp(a, "--metrics-file")) {
+		ev->mfile = v;
+	} else {
+		return 0;
+	}
+	return 1;
+}
+
+int cli_every_check(const struct cli_every *ev)
+{
+	if ((ev->maddr || ev->mfile) && !ev->every_ns) {
+		fprintf(stderr, "crest: --metrics and --metrics-file go with --every\n");
+		return -1;
+	}
+	return 0;
 }

@@ -56,6 +56,20 @@ int cli_snapshot_open(const struct cli *c, const char *name, struct cas_store **
 int cli_writer_open(const struct cli *c, const struct engine_opts *o, struct cas_store **store,
 		    struct engine **e);
 
+/* The options crest checkpoint and crest run share, for a job checkpointed
+ * again and again: --every, --branch, --file-limit, --tmpdir, --metrics and
+ * --metrics-file. cli_every_opt: 1 when option a is one of them and took
+ * its value v, 0 when it is not, -1 after a line on stderr when v is bad
+ * (exit 2). cli_every_check: -1 after a line when --metrics or
+ * --metrics-file came without --every. */
+struct tp_opts;
+struct cli_every {
+	uint64_t every_ns;        /* 0: once */
+	const char *maddr, *mfile;
+};
+int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_every *ev);
+int cli_every_check(const struct cli_every *ev);
+
 /* Records that the job at pid last came from snapshot id on branch, for its
  * next checkpoint's parent; a warning only when it cannot. */
 void cli_job_note(const struct cli *c, struct cas_store *store, pid_t pid, const uint8_t id[32],
