@@ -4,7 +4,8 @@
  * the test at the first error of a call that must succeed; EXPECT_ERR
  * wants one exact error code and a message naming something; CU is OK for
  * CUDA driver calls made through gpu/cudrv.h (the test's `d`).
- * first_diff says where two buffers part, for failure messages.
+ * first_diff says where two buffers part, for failure messages; check_rnd
+ * and check_fill make reproducible data from a seed.
  * Included once per test program.
  */
 #ifndef CREST_TESTS_CHECK_H
@@ -19,6 +20,26 @@
 #include "util/err.h"
 
 static int failures __attribute__((unused));   /* CHECK counts here */
+
+/* xorshift64*: the tests' reproducible generator, from a printed seed
+ * (*state must not be 0). */
+static inline uint64_t check_rnd(uint64_t *state)
+{
+	uint64_t x = *state;
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*state = x;
+	return x * 0x2545f4914f6cdd1dull;
+}
+
+/* n bytes that do not compress or dedup, the same for the same seed. */
+static inline void check_fill(uint8_t *p, size_t n, uint64_t seed)
+{
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+	for (size_t i = 0; i < n; i++)
+		p[i] = (uint8_t)(check_rnd(&x) >> 56);
+}
 
 /* The first index where a and b differ, or n when they do not. */
 static inline size_t first_diff(const uint8_t *a, const uint8_t *b, size_t n)

@@ -52,29 +52,20 @@ static bool host_mode;
 
 static uint64_t rng;
 
-static uint64_t rnd(void)
-{
-	/* xorshift64*: reproducible from the printed seed. */
-	rng ^= rng >> 12;
-	rng ^= rng << 25;
-	rng ^= rng >> 27;
-	return rng * 0x2545f4914f6cdd1dull;
-}
-
 static size_t rnd_below(size_t n)
 {
-	return n ? (size_t)(rnd() % n) : 0;
+	return n ? (size_t)(check_rnd(&rng) % n) : 0;
 }
 
 static void rnd_fill(uint8_t *p, size_t n)
 {
 	size_t i = 0;
 	for (; i + 8 <= n; i += 8) {
-		uint64_t x = rnd();
+		uint64_t x = check_rnd(&rng);
 		memcpy(p + i, &x, 8);
 	}
 	for (; i < n; i++)
-		p[i] = (uint8_t)rnd();
+		p[i] = (uint8_t)check_rnd(&rng);
 }
 
 struct region {

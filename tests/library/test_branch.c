@@ -37,26 +37,6 @@
 
 static uint64_t rng;
 
-static uint64_t rnd(void)
-{
-	rng ^= rng >> 12;
-	rng ^= rng << 25;
-	rng ^= rng >> 27;
-	return rng * 0x2545f4914f6cdd1dull;
-}
-
-/* Bytes of region contents `seed`: incompressible, so no two seeds dedup. */
-static void fill(uint8_t *p, size_t n, uint64_t seed)
-{
-	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-	for (size_t i = 0; i < n; i++) {
-		x ^= x >> 12;
-		x ^= x << 25;
-		x ^= x >> 27;
-		p[i] = (uint8_t)((x * 0x2545f4914f6cdd1dull) >> 56);
-	}
-}
-
 struct snap {
 	char id[65];
 	char branch[32];
@@ -106,9 +86,9 @@ static const struct snap *head(const char *b)
 static void scribble(void)
 {
 	for (int i = 0; i < NREG; i++)
-		if (rnd() % 3) {   /* some regions stay as they were: dedup through the parent */
-			cur_seed[i] = rnd();
-			fill(reg[i], regsize[i], cur_seed[i]);
+		if (check_rnd(&rng) % 3) {   /* some regions stay as they were: dedup through the parent */
+			cur_seed[i] = check_rnd(&rng);
+			check_fill(reg[i], regsize[i], cur_seed[i]);
 		}
 }
 
@@ -149,7 +129,7 @@ static void op_two(crest_t *c)
 		memcpy(seeds[k], cur_seed, sizeof(cur_seed));
 		OK(crest_checkpoint(c, NULL, &h[k]));
 	}
-	const int first = (int)(rnd() % 2);
+	const int first = (int)(check_rnd(&rng) % 2);
 	struct crest_result r[2];
 	OK(crest_wait(c, h[first], &r[first]));
 	OK(crest_wait(c, h[!first], &r[!first]));
@@ -165,13 +145,13 @@ static void op_two(crest_t *c)
 static void op_restore(crest_t *c, const struct snap *s)
 {
 	for (int i = 0; i < NREG; i++)
-		fill(reg[i], regsize[i], rnd());   /* nothing of s left in the regions */
+		check_fill(reg[i], regsize[i], check_rnd(&rng));   /* nothing of s left in the regions */
 	struct crest_restore_result rr;
 	OK(crest_restore(c, s->id, &rr));
 	CHECK(!strcmp(rr.snapshot, s->id), "restored %s, asked for %s", rr.snapshot, s->id);
 	uint8_t *want = malloc(regsize[0] > regsize[1] ? regsize[0] : regsize[1]);
 	for (int i = 0; i < NREG; i++) {
-		fill(want, regsize[i], s->seeds[i]);
+		check_fill(want, regsize[i], s->seeds[i]);
 		const size_t d = first_diff(reg[i], want, regsize[i]);
 		CHECK(d == regsize[i], "restore of %.12s: region r%d differs at byte %zu of %zu", s->id, i, d,
 		      regsize[i]);
@@ -243,10 +223,10 @@ static void t_history(const char *dir, uint64_t seed)
 	       (unsigned long long)seed);
 	rng = seed | 1;
 	for (int i = 0; i < NREG; i++) {
-		regsize[i] = 1 + rnd() % (192 * 1024);
+		regsize[i] = 1 + check_rnd(&rng) % (192 * 1024);
 		reg[i] = malloc(regsize[i]);
-		cur_seed[i] = rnd();
-		fill(reg[i], regsize[i], cur_seed[i]);
+		cur_seed[i] = check_rnd(&rng);
+		check_fill(reg[i], regsize[i], cur_seed[i]);
 	}
 	crest_t *c = open_store(dir);
 	/* The fixed opening: each rule once whatever the seed. */
@@ -266,15 +246,15 @@ static void t_history(const char *dir, uint64_t seed)
 	c = op_reopen(c, dir);
 	op_two(c);
 	for (int k = 0; k < NOPS && !failures; k++) {
-		const unsigned op = (unsigned)(rnd() % 10);
+		const unsigned op = (unsigned)(check_rnd(&rng) % 10);
 		if (op < 4)
 			op_checkpoint(c);
 		else if (op < 5)
 			op_two(c);
 		else if (op < 7)
-			op_restore(c, &snaps[rnd() % nsnaps]);
+			op_restore(c, &snaps[check_rnd(&rng) % nsnaps]);
 		else if (op < 9)
-			op_set_branch(c, branches[rnd() % (sizeof(branches) / sizeof(branches[0]))]);
+			op_set_branch(c, branches[check_rnd(&rng) % (sizeof(branches) / sizeof(branches[0]))]);
 		else
 			c = op_reopen(c, dir);
 	}

@@ -22,17 +22,6 @@
 
 static const struct cudrv *d;
 
-static void fill(uint8_t *p, size_t n, uint64_t seed)
-{
-	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
-	for (size_t i = 0; i < n; i++) {
-		x ^= x >> 12;
-		x ^= x << 25;
-		x ^= x >> 27;
-		p[i] = (uint8_t)((x * 0x2545f4914f6cdd1dull) >> 56);
-	}
-}
-
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -64,7 +53,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 3; i++) {
 		ref[i] = malloc(sizes[i]);
 		back[i] = malloc(sizes[i]);
-		fill(ref[i], sizes[i], (uint64_t)i + 10);
+		check_fill(ref[i], sizes[i], (uint64_t)i + 10);
 		if (i == 0)
 			memset(ref[i] + 8 * MiB, 0, 16 * MiB);
 		CU(d->MemAlloc(&dp[i], sizes[i]));
@@ -72,7 +61,7 @@ int main(int argc, char **argv)
 	}
 	CU(d->CtxSynchronize());
 	uint8_t host[12345], host_ref[12345];
-	fill(host, sizeof(host), 77);
+	check_fill(host, sizeof(host), 77);
 	memcpy(host_ref, host, sizeof(host));
 
 	struct crest_options o;
