@@ -7,20 +7,29 @@ source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
 "$WORKLOAD" --mib 16 --interval-ms 0 --steps 60 >ref.out 2>&1 || fail "the reference run failed"
+# gc_while PID PATTERN LOG STORE GC_ARGS...: casctl gc, again and again
+# while PID runs, once LOG has two lines matching PATTERN (two snapshots);
+# sets runs and expired. Fails at the first gc that fails.
+gc_while() {
+	local pid=$1 pat=$2 log=$3 store=$4 out
+	shift 4
+	runs=0 expired=0
+	while kill -0 "$pid" 2>/dev/null; do
+		if [ "$(grep -c "$pat" "$log" || true)" -ge 2 ]; then
+			out=$("$CASCTL" --store "$store" --json gc "$@") || return 1
+			expired=$((expired + $(echo "$out" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["expired"]))')))
+			runs=$((runs + 1))
+		fi
+		sleep 0.7
+	done
+}
+
 : >run.err
 "$CREST" --store "$S" run --every 1s -- "$WORKLOAD" --mib 16 --interval-ms 150 --steps 60 \
 	</dev/null >job.out 2>run.err &
 RUN=$!
 PIDS+=("$RUN")
-expired=0 runs=0
-while kill -0 "$RUN" 2>/dev/null; do
-	if [ "$(grep -c '^crest: snapshot' run.err || true)" -ge 2 ]; then
-		out=$("$CASCTL" --store "$S" --json gc --keep-last 2 --rewrite-below 1.0) || fail "gc beside crest run failed"
-		expired=$((expired + $(echo "$out" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["expired"]))')))
-		runs=$((runs + 1))
-	fi
-	sleep 0.7
-done
+gc_while "$RUN" '^crest: snapshot' run.err "$S" --keep-last 2 --rewrite-below 1.0 || fail "gc beside crest run failed"
 rc=0
 wait "$RUN" || rc=$?
 [ "$rc" -eq 0 ] || { cat run.err >&2; fail "crest run exited $rc"; }
@@ -42,15 +51,7 @@ start_job job2.out --mib 16 --interval-ms 150 --steps 60
 "$CREST" --store "$S2" checkpoint --pid "$JOB" --every 1s >ck.out 2>ck.err &
 CK=$!
 PIDS+=("$CK")
-runs=0 expired=0
-while kill -0 "$CK" 2>/dev/null; do
-	if [ "$(grep -c '^snapshot' ck.out || true)" -ge 2 ]; then
-		out=$(CREST_LOCK_TIMEOUT=30 "$CASCTL" --store "$S2" --json gc --keep-last 2) || fail "gc beside checkpoint --every failed"
-		expired=$((expired + $(echo "$out" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)["expired"]))')))
-		runs=$((runs + 1))
-	fi
-	sleep 0.7
-done
+CREST_LOCK_TIMEOUT=30 gc_while "$CK" '^snapshot' ck.out "$S2" --keep-last 2 || fail "gc beside checkpoint --every failed"
 rc=0
 wait "$CK" || rc=$?
 [ "$rc" -eq 0 ] || { cat ck.err ck.out >&2; fail "checkpoint --every exited $rc beside gc"; }
