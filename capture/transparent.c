@@ -102,6 +102,7 @@ static void tp_capture_free(struct tp_capture *c)
 		fs_rm_tree(c->files_dir);
 	proc_tree_free(&c->tree);
 	proc_files_free(&c->files);
+	proc_extfds_free(&c->ext);
 	free(c->cuda);
 	free(c->cuda_inner);
 	free(c->gpus);
@@ -214,6 +215,12 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		}
 	}
 	rc = proc_files_writable(&c->tree, &c->files);
+	/* In a mount namespace of its own, what the job holds on the host's
+	 * mounts (its stdio) is dumped as external and handed back on restore. */
+	if (rc == 0 && proc_own_mntns(o->pid) == 1) {
+		c->mntns = true;
+		rc = proc_extfds_get(&c->tree, &c->ext);
+	}
 	if (rc < 0) {
 		tp_capture_free(c);
 		return rc;
@@ -292,9 +299,14 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	 * that fails (full, damaged, locked) must not take the job with it.
 	 * Stopped, the job changes nothing (memory, files) that the snapshot
 	 * holds; tp_capture_kill ends it after the commit. */
+	const char *ext[64];
+	const size_t next = c->ext.n < 64 ? c->ext.n : 65;
+	for (size_t i = 0; i < c->ext.n && i < 64; i++)
+		ext[i] = c->ext.v[i].key;
 	struct criu_dump_opts dopts = { .pid = o->pid, .dir = c->dir, .leave_running = !o->kill,
 					.leave_stopped = o->kill, .shell_job = c->shell_job,
-					.action_script = hook };
+					.action_script = hook, .mntns = c->mntns, .external = ext,
+					.nexternal = next };
 	rc = criu_dump(o->criu, &dopts);
 	uint64_t t2 = time_now_ns();
 	c->dump_ns = t2 - t1;
@@ -407,6 +419,27 @@ static int label_pids(struct cas_manifest *m, const char *k, const pid_t *p, siz
 	return cas_manifest_label(m, k, b);
 }
 
+/* The external descriptors, one a line: "KEY FLAGS POS PATH", flags in
+ * octal (restore/process.c reads them). Paths hold no newline
+ * (proc_extfds_get). */
+static int label_extfds(struct cas_manifest *m, const struct proc_extfds *x)
+{
+	size_t cap = 1;
+	for (size_t i = 0; i < x->n; i++)
+		cap += strlen(x->v[i].key) + strlen(x->v[i].path) + 48;
+	char *b = malloc(cap);
+	if (!b)
+		return -ENOMEM;
+	size_t used = 0;
+	b[0] = 0;
+	for (size_t i = 0; i < x->n; i++)
+		used += (size_t)snprintf(b + used, cap - used, "%s%s %o %llu %s", i ? "\n" : "", x->v[i].key,
+					 (unsigned)x->v[i].flags, (unsigned long long)x->v[i].pos, x->v[i].path);
+	const int rc = cas_manifest_label(m, "ext_fds", b);
+	free(b);
+	return rc;
+}
+
 /* Queues the capture as a snapshot of kind "process" and seals it. The
  * images stay on tmpfs until tp_capture_free. */
 static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const char *tag, const char *branch,
@@ -443,6 +476,10 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 		rc = label_u64(m, "pidns", c->pidns);
 	if (rc == 0 && c->cuda_inner)
 		rc = label_pids(m, "cuda_nspids", c->cuda_inner, c->ncuda);
+	if (rc == 0 && c->mntns)
+		rc = cas_manifest_label(m, "mntns", "1");
+	if (rc == 0 && c->ext.n)
+		rc = label_extfds(m, &c->ext);
 	if (rc == 0)
 		rc = label_u64(m, "stall_ns", c->stall_ns);
 	if (rc == 0)

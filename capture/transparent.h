@@ -55,6 +55,8 @@ struct tp_capture {
 	bool stopped;              /* --kill: left stopped by CRIU, not yet ended */
 	const struct cudrv *drv;   /* for the CUDA processes, when ncuda */
 	struct proc_files files;   /* sizes as the freeze saw them */
+	bool mntns;                /* the tree has a mount namespace of its own (crest run) */
+	struct proc_extfds ext;    /* then: its descriptors on the host's mounts (its stdio) */
 	char comm[64];
 	uint64_t stall_ns, gpu_lock_ns, gpu_ckpt_ns, dump_ns, gpu_resume_ns;
 	uint64_t image_bytes;

@@ -2,6 +2,7 @@
 #include "capture/transparent.h"
 #include "cli/commands.h"
 #include "cli/help.h"
+#include "os/pidns.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +13,9 @@ int main(int argc, char **argv)
 	/* criu runs crest itself inside its freeze, to copy the job's files. */
 	if (argc >= 2 && !strcmp(argv[1], "__criu-hook"))
 		return tp_hook_main(argc - 1, argv + 1);
+	/* crest run's init, pid 1 of the job's namespaces (os/pidns.h). */
+	if (argc >= 3 && !strcmp(argv[1], "__pidns-init"))
+		return pidns_init_main(argv + 2);
 	struct cli c = { .prog = "crest" };
 	umask(077);  /* snapshots hold process memory: nothing for others */
 	argc = cli_parse_globals(&c, argc, argv);

@@ -187,7 +187,10 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 {
 	char pid[32], log[4096];
 	snprintf(pid, sizeof(pid), "%d", (int)o->pid);
-	const char *argv[24];
+	if (o->nexternal > 64)
+		return crest_errx(-E2BIG, "criu dump of pid %d: %zu external files, at most 64", (int)o->pid,
+				  o->nexternal);
+	const char *argv[24 + 2 * 64];
 	int n = 0;
 	argv[n++] = c->path;
 	argv[n++] = "dump";
@@ -207,6 +210,14 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 	if (o->action_script) {
 		argv[n++] = "--action-script";
 		argv[n++] = o->action_script;
+	}
+	if (o->mntns) {
+		argv[n++] = "--external";
+		argv[n++] = "mnt[]";
+	}
+	for (size_t i = 0; i < o->nexternal; i++) {
+		argv[n++] = "--external";
+		argv[n++] = o->external[i];
 	}
 	argv[n] = NULL;
 	int rc = run_wait((char *const *)argv, NULL, o->pid, NULL, 0);
@@ -244,12 +255,20 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 	argv[n++] = pidfile;
 	if (o->shell_job)
 		argv[n++] = "--shell-job";
+	if (o->mntns) {
+		/* The mounts dumped as external are the host's own: bound back
+		 * from where they are, under the host's root. */
+		argv[n++] = "--ext-mount-map";
+		argv[n++] = "auto";
+		argv[n++] = "--root";
+		argv[n++] = "/";
+	}
 	for (size_t i = 0; i < o->ninherit; i++) {
-		const char *p = o->inherit[i].path;
+		const char *p = o->inherit[i].key ? o->inherit[i].key : o->inherit[i].path;
 		while (*p == '/')
 			p++;
 		if (snprintf(inh[i], sizeof(inh[i]), "fd[%d]:%s", o->inherit[i].fd, p) >= (int)sizeof(inh[i]))
-			return crest_errx(-ENAMETOOLONG, "criu restore: path too long: %s", o->inherit[i].path);
+			return crest_errx(-ENAMETOOLONG, "criu restore: path too long: %s", p);
 		keep[i] = o->inherit[i].fd;
 		argv[n++] = "--inherit-fd";
 		argv[n++] = inh[i];

@@ -28,21 +28,30 @@ struct criu_dump_opts {
 	bool leave_stopped;        /* neither: criu kills the tree after the dump */
 	bool shell_job;            /* the root is not a session leader */
 	const char *action_script; /* an executable criu runs at each step, or NULL */
+	/* The tree has a mount namespace of its own (crest run): CRIU dumps
+	 * it, each mount it shares with the host as external (mnt[]), and
+	 * each of `external` (proc_extfds keys) as a file it must not open. */
+	bool mntns;
+	const char *const *external;
+	size_t nexternal;
 };
 int criu_dump(const struct criu *c, const struct criu_dump_opts *o);
 
 /* A descriptor the restored tree gets in place of a file it had open:
  * criu's --inherit-fd fd[FD]:KEY, KEY being the file's path without its
- * leading '/'. CRIU dups fd for every descriptor of that file, with no size
- * check and no seek: the caller opens it where the job is to go on. */
+ * leading '/', or the key it was dumped under as external. CRIU dups fd
+ * for every descriptor of that file, with no size check and no seek: the
+ * caller opens it where the job is to go on. */
 struct criu_inherit {
 	int fd;
-	const char *path;          /* absolute, as the dump saw it */
+	const char *path;          /* absolute, as the dump saw it; or NULL and: */
+	const char *key;           /* an external file's key (criu_dump_opts) */
 };
 
 struct criu_restore_opts {
 	const char *dir;
 	bool shell_job;
+	bool mntns;                /* dumped with criu_dump_opts.mntns: its mounts come back from the host's */
 	const struct criu_inherit *inherit;
 	size_t ninherit;
 	pid_t *pid_out;            /* the restored root */

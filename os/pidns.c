@@ -5,11 +5,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -34,10 +36,12 @@ static int status_code(int st)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* pid 1 of the namespace: starts the job, forwards signals to it, reaps
- * every orphan, and ends with the job. Never returns. */
-static void init_main(char *const argv[])
+int pidns_init_main(char *const argv[])
 {
+	if (getpid() != 1 || !argv[0]) {
+		dprintf(2, "crest: __pidns-init is crest run's own, not a command\n");
+		return 2;
+	}
 	/* CRIU wants the root of a tree it dumps to lead its own session; and
 	 * the job is then out of the caller's terminal job control. */
 	setsid();
@@ -78,9 +82,44 @@ static void init_main(char *const argv[])
 	}
 }
 
+/* In the new namespaces, as their pid 1: their own /proc, then the init
+ * (pidns_init_main) by exec of the caller's program, found by name here.
+ * Exec, because what a fork maps (crest and its libraries) lies on the
+ * host's mounts, which CRIU cannot find in this namespace; found here,
+ * its copy lies on this namespace's. Never returns. */
+static void init_exec(const char *self, char *const argv[])
+{
+	/* The namespace's own /proc, for what looks itself up there by the pid
+	 * it has inside (the CUDA driver does). Mounts made here stay here
+	 * (private), and the host's /proc goes with its submounts, so that
+	 * CRIU finds one plain proc mount over the host's file systems. */
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 || umount2("/proc", MNT_DETACH) < 0 ||
+	    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) {
+		dprintf(2, "crest: cannot give %s a /proc of its own: %s\n", argv[0], strerror(errno));
+		_exit(126);
+	}
+	size_t n = 0;
+	while (argv[n])
+		n++;
+	char **v = calloc(n + 3, sizeof(*v));
+	if (v) {
+		v[0] = (char *)self;
+		v[1] = "__pidns-init";
+		memcpy(v + 2, argv, (n + 1) * sizeof(*v));
+		execv(self, v);
+	}
+	dprintf(2, "crest: cannot start the init of %s (%s): %s\n", argv[0], self, strerror(errno));
+	_exit(126);
+}
+
 int pidns_spawn(char *const argv[], struct pidns_job *j)
 {
 	j->init = j->helper = -1;
+	char self[PATH_MAX];
+	const ssize_t sl = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (sl <= 0 || (size_t)sl >= sizeof(self) - 1)
+		return crest_errf(-errno, "cannot start %s: crest cannot find its own program", argv[0]);
+	self[sl] = 0;
 	int pfd[2];
 	if (pipe2(pfd, O_CLOEXEC) < 0)
 		return crest_errf(-errno, "cannot start %s", argv[0]);
@@ -93,11 +132,12 @@ int pidns_spawn(char *const argv[], struct pidns_job *j)
 		return crest_errf(err, "cannot start %s", argv[0]);
 	}
 	if (h == 0) {
-		/* The helper: the new namespace is for its children only, so
-		 * crest itself (and the criu it runs) stays in the host's. */
+		/* The helper: the new namespaces are for its children (the
+		 * pid one) and itself (the mount one), so crest and the criu
+		 * it runs stay in the host's. */
 		close(pfd[0]);
 		pid_t init = -errno;
-		if (unshare(CLONE_NEWPID) < 0) {
+		if (unshare(CLONE_NEWPID | CLONE_NEWNS) < 0) {
 			init = -errno;
 		} else {
 			init = fork();
@@ -106,7 +146,7 @@ int pidns_spawn(char *const argv[], struct pidns_job *j)
 				/* Only the job's stdio goes into the namespace:
 				 * whatever else crest holds would be dumped too. */
 				close_range(3, ~0u, 0);
-				init_main(argv);
+				init_exec(self, argv);
 			}
 			if (init < 0)
 				init = -errno;

@@ -13,14 +13,14 @@
  * namespace. CRIU dumps and restores init and job as one tree (dump -t
  * INIT: the init is a session leader, as CRIU wants the root to be).
  *
- * No mount namespace: the job sees the host's /proc and file systems, which
- * is what a restored copy needs too (its files are passed to CRIU by crest,
- * see restore/process.h), and CRIU then has no mount table to dump. The
- * price: CUDA does not start in such a namespace (cudaMalloc fails with
- * "OS call failed or operation not supported on this OS", H100, driver
- * 580), probably because the driver looks itself up in /proc by the pid
- * the namespace gives it (not confirmed). CUDA jobs under crest run need a /proc of their own, and so a mount
- * namespace that CRIU dumps and restores (issue 12, open).
+ * A mount namespace of its own too, a copy of the host's with its mounts
+ * made private and a /proc of its own: the CUDA driver looks itself up in
+ * /proc by the pid the namespace gives it, and does not start with the
+ * host's (cudaMalloc: "OS call failed or operation not supported on this
+ * OS", H100, driver 580). CRIU dumps that namespace, the host's mounts in
+ * it as external, and the job's stdio, opened by the caller in the host's
+ * namespace, as external files (os/proc.h: proc_extfds_get); a restore
+ * hands those back (restore/process.c).
  */
 #ifndef CREST_OS_PIDNS_H
 #define CREST_OS_PIDNS_H
@@ -37,8 +37,16 @@ struct pidns_job {
 /* Starts argv (argv[0] looked up in PATH) in a new pid namespace under the
  * init; stdin, stdout and stderr are the caller's, every other descriptor
  * is closed. Call it before starting threads. A command that cannot be run
- * ends with status 127 (not found) or 126, after a line on stderr. */
+ * ends with status 127 (not found) or 126, after a line on stderr.
+ * The init is the caller's own program run again, as PROGRAM __pidns-init
+ * ARGV...: its main must hand such a call to pidns_init_main first thing. */
 int pidns_spawn(char *const argv[], struct pidns_job *j);
+
+/* The init, in a program started as PROGRAM __pidns-init ARGV... by
+ * pidns_spawn (argv here is ARGV): starts the job, forwards signals to it,
+ * reaps every orphan, and ends with the job. Returns (2, after a line on
+ * stderr) only when not pid 1 of a namespace, that is, when a user typed it. */
+int pidns_init_main(char *const argv[]);
 
 /* Waits until the job's init has ended; 1 and its status (an exit code,
  * 128 + signal for a killed job) when it has, 0 if it still runs after

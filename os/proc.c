@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <inttypes.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 char proc_state(pid_t pid)
@@ -241,6 +243,179 @@ int proc_files_writable(const struct proc_tree *t, struct proc_files *out)
 }
 
 void proc_files_free(struct proc_files *f)
+{
+	for (size_t i = 0; i < f->n; i++)
+		free(f->v[i].path);
+	free(f->v);
+	f->v = NULL;
+	f->n = 0;
+}
+
+int proc_own_mntns(pid_t pid)
+{
+	char path[64];
+	struct stat mine, theirs;
+	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)pid);
+	if (stat(path, &theirs) < 0)
+		return -ESRCH;
+	if (stat("/proc/self/ns/mnt", &mine) < 0)
+		return 0;
+	return mine.st_ino != theirs.st_ino || mine.st_dev != theirs.st_dev;
+}
+
+/* The mount ids of pid's namespace (the first field of each line of its
+ * mountinfo) into *ids. */
+static int mount_ids(pid_t pid, int **ids, size_t *n)
+{
+	char path[64], line[4096];
+	*ids = NULL;
+	*n = 0;
+	snprintf(path, sizeof(path), "/proc/%d/mountinfo", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -ESRCH;
+	size_t cap = 0;
+	int rc = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strchr(line, '\n')) {    /* a line longer than the buffer: skip its rest */
+			int ch;
+			while ((ch = fgetc(f)) != EOF && ch != '\n')
+				;
+		}
+		if (*n == cap) {
+			int *nv = realloc(*ids, (cap = cap ? 2 * cap : 64) * sizeof(int));
+			if (!nv) {
+				rc = crest_errf(-ENOMEM, "reading %s", path);
+				break;
+			}
+			*ids = nv;
+		}
+		(*ids)[(*n)++] = atoi(line);
+	}
+	fclose(f);
+	return rc;
+}
+
+static bool has_id(const int *ids, size_t n, int id)
+{
+	for (size_t i = 0; i < n; i++)
+		if (ids[i] == id)
+			return true;
+	return false;
+}
+
+/* flags, pos and mnt_id of one descriptor, from its fdinfo. */
+static int fd_info(pid_t pid, const char *fd, int *flags, uint64_t *pos, int *mnt)
+{
+	char path[320], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/fdinfo/%s", (int)pid, fd);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -ENOENT;
+	int got = 0;
+	while (fgets(line, sizeof(line), f)) {
+		if (!strncmp(line, "flags:", 6)) {
+			*flags = (int)strtol(line + 6, NULL, 8);
+			got |= 1;
+		} else if (!strncmp(line, "pos:", 4)) {
+			*pos = strtoull(line + 4, NULL, 10);
+			got |= 2;
+		} else if (!strncmp(line, "mnt_id:", 7)) {
+			*mnt = atoi(line + 7);
+			got |= 4;
+		}
+	}
+	fclose(f);
+	return got == 7 ? 0 : -ENOENT;
+}
+
+/* The tty majors of the kernel's pty and console drivers: CRIU keys a
+ * terminal by its device numbers, not by a file. */
+static bool is_tty(const struct stat *sb)
+{
+	if (!S_ISCHR(sb->st_mode))
+		return false;
+	const unsigned ma = major(sb->st_rdev);
+	return ma == 4 || ma == 5 || (ma >= 136 && ma <= 143);
+}
+
+int proc_extfds_get(const struct proc_tree *t, struct proc_extfds *out)
+{
+	memset(out, 0, sizeof(*out));
+	int *host = NULL, *own = NULL;
+	size_t nhost = 0, nown = 0;
+	int rc = mount_ids(getpid(), &host, &nhost);
+	pid_t own_of = 0;
+	for (size_t i = 0; rc == 0 && i < t->n; i++) {
+		const pid_t pid = t->pids[i];
+		/* The tree's processes share one namespace as crest run makes
+		 * them; read it again only for one that does not. */
+		if (!own_of || proc_own_mntns(pid) != proc_own_mntns(own_of)) {
+			free(own);
+			own = NULL;
+			if (mount_ids(pid, &own, &nown) < 0)
+				continue;   /* gone meanwhile: CRIU will say so */
+			own_of = pid;
+		}
+		char dpath[64];
+		snprintf(dpath, sizeof(dpath), "/proc/%d/fd", (int)pid);
+		DIR *d = opendir(dpath);
+		if (!d)
+			continue;
+		struct dirent *e;
+		while (rc == 0 && (e = readdir(d))) {
+			if (e->d_name[0] == '.')
+				continue;
+			int flags = 0, mnt = 0;
+			uint64_t pos = 0;
+			if (fd_info(pid, e->d_name, &flags, &pos, &mnt) < 0 || has_id(own, nown, mnt) ||
+			    !has_id(host, nhost, mnt))
+				continue;
+			char lpath[PATH_MAX + 64], target[PATH_MAX];
+			snprintf(lpath, sizeof(lpath), "%s/%s", dpath, e->d_name);
+			const ssize_t n = readlink(lpath, target, sizeof(target) - 1);
+			struct stat sb;
+			if (n <= 0 || target[0] != '/' || stat(lpath, &sb) < 0)
+				continue;
+			target[n] = 0;
+			char key[64];
+			if (is_tty(&sb))
+				snprintf(key, sizeof(key), "tty[%" PRIx64 ":%" PRIx64 "]", (uint64_t)sb.st_rdev,
+					 (uint64_t)sb.st_dev);
+			else
+				snprintf(key, sizeof(key), "file[%x:%" PRIx64 "]", (unsigned)mnt, (uint64_t)sb.st_ino);
+			bool dup = false;
+			for (size_t k = 0; k < out->n && !dup; k++)
+				dup = !strcmp(out->v[k].key, key);
+			if (dup)
+				continue;
+			if (strchr(target, '\n')) {
+				rc = crest_errx(-EINVAL, "pid %d holds %s, whose name has a newline: crest cannot "
+						"hand it back on restore", (int)pid, target);
+				break;
+			}
+			struct proc_extfd *nv = realloc(out->v, (out->n + 1) * sizeof(*nv));
+			if (nv)
+				out->v = nv;
+			if (!nv || !(out->v[out->n].path = strdup(target))) {
+				rc = crest_errf(-ENOMEM, "listing open files");
+				break;
+			}
+			snprintf(out->v[out->n].key, sizeof(out->v[out->n].key), "%s", key);
+			out->v[out->n].flags = flags & (O_ACCMODE | O_APPEND);
+			out->v[out->n].pos = pos;
+			out->n++;
+		}
+		closedir(d);
+	}
+	free(host);
+	free(own);
+	if (rc < 0)
+		proc_extfds_free(out);
+	return rc;
+}
+
+void proc_extfds_free(struct proc_extfds *f)
 {
 	for (size_t i = 0; i < f->n; i++)
 		free(f->v[i].path);

@@ -52,4 +52,30 @@ struct proc_files {
 int proc_files_writable(const struct proc_tree *t, struct proc_files *f);
 void proc_files_free(struct proc_files *f);
 
+/* A descriptor of the tree that names a file on a mount its own mount
+ * namespace does not have: one it inherited from outside, as the stdio
+ * of a job under crest run (pidns.h). CRIU dumps such a file only when
+ * told of it by key (--external KEY), and restores it only from a
+ * descriptor handed over under that key (--inherit-fd fd[N]:KEY). */
+struct proc_extfd {
+	char key[64];         /* "file[MNT:INO]" or "tty[RDEV:DEV]", in hex, as CRIU spells them */
+	char *path;           /* as /proc showed it: what a restore reopens */
+	int flags;            /* the descriptor's O_ACCMODE and O_APPEND */
+	uint64_t pos;         /* its offset at the listing */
+};
+struct proc_extfds {
+	struct proc_extfd *v;
+	size_t n;
+};
+/* 1 when pid's mount namespace is not the caller's, 0 when it is,
+ * negative when pid is gone. */
+int proc_own_mntns(pid_t pid);
+/* The tree's descriptors on mounts of the caller's namespace that the
+ * tree's own namespace lacks, each key once. Descriptors on no mount
+ * either side knows (pipes, sockets, memfds) are CRIU's own business and
+ * left out. A path CRIU could not be handed back (a newline in it) is an
+ * error naming it. */
+int proc_extfds_get(const struct proc_tree *t, struct proc_extfds *out);
+void proc_extfds_free(struct proc_extfds *f);
+
 #endif

@@ -470,6 +470,107 @@ static void staged_free(struct staged *v, size_t n, bool failed)
 	free(v);
 }
 
+/* A descriptor the job held on a mount of the host's (its stdio, under
+ * crest run), dumped as external: the restore hands CRIU one for it, under
+ * the same key (os/proc.h: proc_extfds_get). */
+struct extfd {
+	char key[64];
+	int flags;                 /* O_ACCMODE | O_APPEND, as the job had it */
+	uint64_t pos;
+	char path[PATH_MAX];
+	int fd;                    /* opened here, or a staged file's (not closed here) */
+	bool own;
+};
+
+/* The capture's "ext_fds" label: "KEY FLAGS POS PATH" a line. */
+static int extfds_parse(const struct restore_ctx *c, const char *s, struct extfd **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	if (!s || !*s)
+		return 0;
+	size_t cap = 1;
+	for (const char *p = s; *p; p++)
+		cap += *p == '\n';
+	struct extfd *v = calloc(cap, sizeof(*v));
+	if (!v)
+		return crest_errf(-ENOMEM, "restore");
+	for (const char *p = s; *p;) {
+		const char *end = strchr(p, '\n');
+		const size_t len = end ? (size_t)(end - p) : strlen(p);
+		char line[PATH_MAX + 128];
+		unsigned flags = 0;
+		unsigned long long pos = 0;
+		int off = 0;
+		struct extfd *x = &v[*n];
+		if (len >= sizeof(line) || (memcpy(line, p, len), line[len] = 0,
+					    sscanf(line, "%63s %o %llu %n", x->key, &flags, &pos, &off) != 3) ||
+		    !off || line[off] != '/' || strlen(line + off) >= sizeof(x->path)) {
+			free(v);
+			return crest_errx(-EBADMSG, "snapshot %s: its list of external files is damaged", c->snapshot);
+		}
+		snprintf(x->path, sizeof(x->path), "%s", line + off);
+		x->flags = (int)flags;
+		x->pos = pos;
+		x->fd = -1;
+		++*n;
+		p += len;
+		if (*p)
+			p++;
+	}
+	*out = v;
+	return 0;
+}
+
+static const struct staged *staged_by_path(const struct staged *v, size_t n, const char *path)
+{
+	for (size_t i = 0; v && i < n; i++)
+		if (!strcmp(v[i].path, path))
+			return &v[i];
+	return NULL;
+}
+
+/* A descriptor for each external file, where the job is to go on: a copy
+ * beside gets its own copy of a file it wrote (never the original's); in
+ * place, a file the restore put back is opened in its directory (never
+ * through a symlink planted since), anything else (/dev/null, a terminal,
+ * a file read) by its path, at the offset the job had. */
+static int extfds_open(struct extfd *v, size_t n, const struct staged *files, size_t nfiles, bool beside)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct extfd *x = &v[i];
+		const struct staged *f = staged_by_path(files, nfiles, x->path);
+		const int how = (x->flags & (O_ACCMODE | O_APPEND)) | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC;
+		if (f && beside) {
+			x->fd = f->fd;
+			continue;
+		}
+		if (beside && (x->flags & O_ACCMODE) != O_RDONLY) {
+			struct stat sb;
+			if (stat(x->path, &sb) == 0 && S_ISREG(sb.st_mode))
+				return crest_errx(-ENOENT, "the snapshot holds no copy of %s, which the job wrote: "
+						  "a copy beside it would write into the original's", x->path);
+		}
+		x->fd = f ? openat(f->dfd, f->base, how) : open(x->path, how);
+		if (x->fd < 0)
+			return crest_errf(-errno, "cannot open %s again for the restored job", x->path);
+		x->own = true;
+		struct stat sb;
+		if (!(x->flags & O_APPEND) && fstat(x->fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
+		    lseek(x->fd, (off_t)x->pos, SEEK_SET) < 0)
+			return crest_errf(-errno, "cannot seek in %s for the restored job", x->path);
+	}
+	return 0;
+}
+
+static void extfds_free(struct extfd *v, size_t n)
+{
+	for (size_t i = 0; v && i < n; i++)
+		if (v[i].own && v[i].fd >= 0)
+			close(v[i].fd);
+	free(v);
+}
+
 int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, const struct criu *criu,
 		    const struct rp_opts *o, struct rp_result *r)
 {
@@ -568,20 +669,37 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		if (m->streams[i].type == CAS_STREAM_JOBFILE)
 			rc = o->beside ? jobfile_clone(c, &m->streams[i], o, &files[k++])
 				       : jobfile_stage(c, &m->streams[i], &files[k++]);
-	struct criu_inherit *inh = o->beside && nfiles ? calloc(nfiles, sizeof(*inh)) : NULL;
-	if (rc == 0 && o->beside && nfiles && !inh)
+	/* Files the job had on the host's mounts (under crest run: its stdio). */
+	struct extfd *ext = NULL;
+	size_t next = 0;
+	const char *mnl = cas_manifest_get_label(m, "mntns");
+	if (rc == 0)
+		rc = extfds_parse(c, cas_manifest_get_label(m, "ext_fds"), &ext, &next);
+	struct criu_inherit *inh = calloc(nfiles + next + 1, sizeof(*inh));
+	size_t ninh = 0;
+	if (rc == 0 && !inh)
 		rc = crest_errf(-ENOMEM, "restore");
-	for (size_t i = 0; rc == 0 && inh && i < nfiles; i++)
-		inh[i] = (struct criu_inherit){ .fd = files[i].fd, .path = files[i].path };
+	/* A copy's own files, by path; one dumped as external goes by its key. */
+	for (size_t i = 0; rc == 0 && o->beside && i < nfiles; i++) {
+		bool external = false;
+		for (size_t k = 0; k < next && !external; k++)
+			external = !strcmp(ext[k].path, files[i].path);
+		if (!external)
+			inh[ninh++] = (struct criu_inherit){ .fd = files[i].fd, .path = files[i].path };
+	}
 	r->stream_ns = time_now_ns() - t0;
 	/* Everything is ready: the files go in, and CRIU runs at once. */
 	for (size_t i = 0; rc == 0 && !o->beside && i < nfiles; i++)
 		rc = jobfile_swap(&files[i]);
+	if (rc == 0)
+		rc = extfds_open(ext, next, files, nfiles, o->beside);
+	for (size_t i = 0; rc == 0 && i < next; i++)
+		inh[ninh++] = (struct criu_inherit){ .fd = ext[i].fd, .key = ext[i].key };
 	const char *sj = cas_manifest_get_label(m, "shell_job");
 	uint64_t t1 = time_now_ns();
 	if (rc == 0) {
 		struct criu_restore_opts ro = { .dir = dir, .shell_job = sj && !strcmp(sj, "1"), .pid_out = &r->pid,
-						.inherit = inh, .ninherit = inh ? nfiles : 0 };
+						.mntns = mnl && !strcmp(mnl, "1"), .inherit = inh, .ninherit = ninh };
 		rc = criu_restore(criu, &ro);
 	}
 	uint64_t t2 = time_now_ns();
@@ -644,6 +762,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	free(cuda_in);
 	free(gmap);
 	free(inh);
+	extfds_free(ext, next);
 	r->total_ns = time_now_ns() - t0;
 	return rc;
 }
