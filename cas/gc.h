@@ -39,8 +39,8 @@
  * gc holds the writer lock while it runs: writers wait for it, as they do
  * for each other (cas_open says who holds the store). `crest run --every`
  * and `crest checkpoint --every` let the store go between checkpoints, so
- * gc runs beside them; a libcrest job holds the store from crest_open to
- * crest_close, and gc waits for it.
+ * gc runs beside them; so does a libcrest job, which holds the store only
+ * while a checkpoint is in flight (lib/crest.c's notes).
  */
 #ifndef CREST_CAS_GC_H
 #define CREST_CAS_GC_H

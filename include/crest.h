@@ -66,11 +66,16 @@ struct crest_options {
 void crest_options_init(struct crest_options *o);
 
 /* Opens (creating if needed) the store in dir; NULL: $CREST_STORE or
- * ./crest-store. o may be NULL. The store stays locked for writing until
- * crest_close. While another process (or another handle of this one) holds
- * it, crest_open waits, saying on stderr who holds it, for
- * $CREST_LOCK_TIMEOUT seconds (default 600; 0: not at all), then fails with
- * -ETIMEDOUT naming the holder. */
+ * ./crest-store. o may be NULL. The handle holds the store's writer lock
+ * only while it uses the store: from a checkpoint until it is committed,
+ * during a restore, crest_read_blob or crest_set_branch, and for
+ * $CREST_STORE_IDLE_MS milliseconds after (default 0). In between, other
+ * writers take it: `casctl gc` runs between a job's checkpoints. A call
+ * that needs the store again opens it again (a few milliseconds, part of
+ * crest_checkpoint's stall). While another process (or another handle of
+ * this one) holds it, such a call (crest_open too) waits, saying on stderr
+ * who holds it, for $CREST_LOCK_TIMEOUT seconds (default 600; 0: not at
+ * all), then fails with -ETIMEDOUT naming the holder. */
 int crest_open(const char *dir, const struct crest_options *o, crest_t **out);
 /* Waits for the checkpoints not yet waited for, then frees everything.
  * Returns the first failure among them (0 when none). NULL is a no-op; a
@@ -115,7 +120,8 @@ struct crest_checkpoint_opts {
 };
 
 /* Copies every region and returns once the copies are done; ingest goes on
- * in the background. o may be NULL. */
+ * in the background. o may be NULL. When the handle had let the store go
+ * (crest_open), it first opens it again, waiting while gc holds it. */
 int crest_checkpoint(crest_t *c, const struct crest_checkpoint_opts *o, crest_ckpt_t *out);
 
 /* 1 when the checkpoint is committed or failed (crest_wait will not block),

@@ -6,6 +6,37 @@
  * capture/regions.c copies regions into the engine through the staging
  * pool, restore/regions.c streams a snapshot back into them. Calls capture/,
  * restore/, engine/, gpu/, cas/ and util/; nothing calls it but a user.
+ *
+ * The store is held only while it is used (issue 12: `casctl gc` beside a
+ * job). The writer lock (cas_open CAS_WRITE) and the engine on it are taken
+ * when a call needs them (crest_open, a checkpoint, a restore, a blob read,
+ * a branch switch) and let go by the handle's keeper thread once no
+ * checkpoint is in flight, every one of them committed or failed, and the
+ * store has been idle for $CREST_STORE_IDLE_MS (default 0: at once). gc
+ * takes the lock in between. Why that is safe:
+ *  - Chunks of an ingest in flight are never collected: the lock is held
+ *    from before engine_snapshot_begin to after the commit (the keeper lets
+ *    go only when every snapshot is done), so gc cannot run while a chunk
+ *    is written and not yet named by a committed manifest.
+ *  - gc holds the lock for its whole run, so its mark sees every committed
+ *    snapshot, ours included, and nothing commits while it sweeps.
+ *  - What the handle remembers across a let-go is the parent's id, not its
+ *    manifest: a manifest's chunk list tells the workers which chunks the
+ *    store has (no look-up), which is only true while no gc ran since it
+ *    was loaded. So the hint (c->parent) is freed whenever the store is let
+ *    go and loaded again from the store just opened; a parent that gc
+ *    expired meanwhile (it keeps branch heads, so only one another writer
+ *    superseded) is replaced by the branch's head, as after a failed commit.
+ *  - A crash leaves what it left before: a writer killed mid-ingest leaves
+ *    bytes past the last commit, cut by the next writer's open (cas.h); a
+ *    let-go is an ordinary cas_close.
+ * The cost: every checkpoint that finds the store let go opens it again in
+ * the caller's thread (cas_open and the engine's threads: milliseconds,
+ * measured by tests/library/gc_beside.sh), and waits there while gc holds
+ * it (cas_open waits for the lock and says who holds it). Copying into the
+ * staging pool first and ingesting from a thread once the lock comes is
+ * not done: capture/ copies through an engine snapshot, which needs the
+ * store.
  */
 #include "crest.h"
 
@@ -28,6 +59,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #define SEGMENT ENGINE_SEGMENT_BYTES       /* slices are whole segments */
@@ -43,16 +75,21 @@ struct region {
 
 struct pending {
 	uint64_t id;
-	struct engine_snap *snap;
+	struct engine_snap *snap;     /* NULL once done (the keeper waited for it) */
 	uint64_t stall_ns, wait_ns;
 	unsigned rounds;
+	/* Its outcome, when the keeper collected it before letting the store go. */
+	bool done;
+	int rc;
+	char *msg;                    /* the failure's message, or NULL */
+	struct engine_result er;
 };
 
 struct crest {
 	struct crest_options o;
 	struct cas_store *store;
 	struct engine *eng;
-	char *store_dir;     /* to open it again (reopen_if_broken) */
+	char *store_dir;     /* to open it again (store_up) */
 	struct pool *pool;
 	const struct cudrv *d;        /* NULL: no GPU at open */
 	CUdevice dev;
@@ -75,6 +112,15 @@ struct crest {
 	 * waited for: not one issued before a branch switch or a restore, nor
 	 * one older than the parent (waited for out of order). */
 	uint64_t parent_from;
+	/* The keeper (the notes at the top): mu covers store, eng, parent and
+	 * ckpts against it; the caller's thread holds it for a whole call that
+	 * uses the store, the keeper only to let the store go. */
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	pthread_t keeper;
+	bool keeper_on, quit;
+	uint64_t used_ns;             /* when a call last used the store */
+	uint64_t idle_ns;             /* $CREST_STORE_IDLE_MS */
 };
 
 /* ---- handles ---- */
@@ -281,6 +327,155 @@ static int parent_from_head(crest_t *c, const char *name)
 	return 0;
 }
 
+/* Whether every checkpoint in flight is committed or failed. */
+static bool all_done(crest_t *c)
+{
+	for (size_t i = 0; i < c->nckpts; i++)
+		if (!c->ckpts[i].done && !engine_snapshot_timedwait(c->ckpts[i].snap, 0))
+			return false;
+	return true;
+}
+
+/* Collects the outcome of every checkpoint in flight (blocking for those
+ * not done), so that the engine can close; under mu. */
+static void collect(crest_t *c)
+{
+	for (size_t i = 0; i < c->nckpts; i++) {
+		struct pending *p = &c->ckpts[i];
+		if (p->done)
+			continue;
+		p->rc = engine_snapshot_wait(p->snap, &p->er);
+		p->snap = NULL;
+		p->done = true;
+		if (p->rc < 0) {
+			char msg[1024];
+			crest_errcpy(msg, sizeof(msg));
+			p->msg = strdup(msg);   /* NULL: crest_wait says less */
+		}
+	}
+}
+
+/* Lets the store go: the engine, the writer lock, and the parent's manifest
+ * (only a hint while the lock is held: the notes at the top). Under mu,
+ * after collect. */
+static void store_down(crest_t *c)
+{
+	if (c->eng)
+		engine_close(c->eng);
+	c->eng = NULL;
+	cas_close(c->store);
+	c->store = NULL;
+	cas_manifest_free(c->parent);
+	c->parent = NULL;
+}
+
+/* The store and its engine, opened (or reopened after a failed commit:
+ * the store then refuses commits until opened again, and its next open
+ * puts it right; see cas_commit's notes). Waits for the lock while another
+ * writer (gc) holds it. The parent's manifest is loaded again from the
+ * store just opened; a parent that is no longer there gives way to the
+ * branch's head. Under mu. */
+static int store_up(crest_t *c)
+{
+	if (c->store && c->eng && !cas_store_broken(c->store))
+		return 0;
+	if (c->store && cas_store_broken(c->store)) {
+		/* Only with no checkpoint in flight, whose handles name the old
+		 * engine: until then, the next checkpoint fails as the store says. */
+		if (!all_done(c))
+			return 0;
+		collect(c);
+	}
+	const bool reopen = c->store != NULL;
+	store_down(c);
+	int rc = cas_open(c->store_dir, CAS_WRITE, &c->store);
+	if (rc == 0)
+		rc = engine_start(c);
+	if (rc == 0 && c->has_parent) {
+		char saved[1024];
+		crest_errcpy(saved, sizeof(saved));
+		if (cas_manifest_load(c->store, c->parent_id, &c->parent) < 0) {
+			c->parent = NULL;
+			c->has_parent = false;
+			crest_errset_str(saved);
+		}
+	}
+	if (rc == 0 && !c->has_parent && c->branch)
+		rc = parent_from_head(c, c->branch);
+	if (rc < 0) {
+		if (c->eng)
+			engine_close(c->eng);
+		c->eng = NULL;
+		cas_close(c->store);
+		c->store = NULL;
+		rc = crest_errctx(rc, reopen ? "reopening crest store %s after a failed commit" : "opening crest store %s",
+				  c->store_dir);
+	}
+	return rc;
+}
+
+/* A call is done with the store: the keeper may let it go once idle. */
+static void store_used(crest_t *c)
+{
+	c->used_ns = time_now_ns();
+	pthread_cond_signal(&c->cv);
+	pthread_mutex_unlock(&c->mu);
+}
+
+static void cond_wait_ns(crest_t *c, uint64_t ns)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ns += (uint64_t)ts.tv_nsec;
+	ts.tv_sec += (time_t)(ns / 1000000000u);
+	ts.tv_nsec = (long)(ns % 1000000000u);
+	pthread_cond_timedwait(&c->cv, &c->mu, &ts);
+}
+
+/* The keeper: lets the store go once every checkpoint in flight is done and
+ * the store was idle for idle_ns. It polls a checkpoint in flight every few
+ * milliseconds (a snapshot's handle is the caller's, so it never blocks on
+ * one) and sleeps while the store is let go. */
+static void *keeper_main(void *arg)
+{
+	crest_t *c = arg;
+	pthread_mutex_lock(&c->mu);
+	while (!c->quit) {
+		if (!c->store) {
+			pthread_cond_wait(&c->cv, &c->mu);
+			continue;
+		}
+		if (!all_done(c)) {
+			cond_wait_ns(c, 5000000);
+			continue;
+		}
+		const uint64_t now = time_now_ns();
+		if (now - c->used_ns < c->idle_ns) {
+			cond_wait_ns(c, c->idle_ns - (now - c->used_ns));
+			continue;
+		}
+		collect(c);
+		store_down(c);
+	}
+	pthread_mutex_unlock(&c->mu);
+	return NULL;
+}
+
+/* $CREST_STORE_IDLE_MS: how long an idle handle keeps the store. */
+static uint64_t idle_from_env(void)
+{
+	const char *e = getenv("CREST_STORE_IDLE_MS");
+	if (!e || !*e)
+		return 0;
+	char *end;
+	const double ms = strtod(e, &end);
+	if (*end || ms < 0 || ms > 1e9) {
+		fprintf(stderr, "crest: CREST_STORE_IDLE_MS=%s is not a number of milliseconds; using 0\n", e);
+		return 0;
+	}
+	return (uint64_t)(ms * 1e6);
+}
+
 static int crest_destroy(crest_t *c);
 
 int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
@@ -300,6 +495,9 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 			c->o.copy_streams = 4;
 	}
 	c->next_region = c->next_ckpt = c->parent_from = 1;
+	pthread_mutex_init(&c->mu, NULL);
+	pthread_cond_init(&c->cv, NULL);
+	c->idle_ns = idle_from_env();
 	if (!dir)
 		dir = cas_default_path();
 	int rc = 0;
@@ -308,8 +506,14 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 				c->o.staging_bytes, 2 * SEGMENT);
 	if (rc == 0 && !(c->store_dir = strdup(dir)))
 		rc = crest_errf(-ENOMEM, "opening crest store %s", dir);
+	/* The store first: a bad directory is this call's failure. A session
+	 * continues its branch: the first checkpoint's parent is the branch's
+	 * head. */
+	if (rc == 0 && !(c->branch = strdup(CAS_BRANCH_DEFAULT)))
+		rc = crest_errf(-ENOMEM, "opening crest store %s", dir);
+	bool said = false;   /* store_up's message names the store already */
 	if (rc == 0)
-		rc = cas_open(dir, CAS_WRITE, &c->store);
+		said = (rc = store_up(c)) < 0;
 	if (rc == 0)
 		rc = open_gpu(c);
 	if (rc == 0) {
@@ -324,16 +528,20 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 	}
 	if (rc == 0)
 		rc = capture_copier_open(c->d, c->pool, c->o.copy_streams, &c->copier);
-	if (rc == 0)
-		rc = engine_start(c);
-	/* A session continues its branch: the first checkpoint's parent is the
-	 * branch's head. */
-	if (rc == 0 && !(c->branch = strdup(CAS_BRANCH_DEFAULT)))
-		rc = crest_errf(-ENOMEM, "opening crest store %s", dir);
-	if (rc == 0)
-		rc = parent_from_head(c, c->branch);
+	if (rc == 0) {
+		rc = -pthread_create(&c->keeper, NULL, keeper_main, c);
+		if (rc < 0)
+			rc = crest_errx(rc, "starting the thread that lets the store go when idle: %s",
+					strerror(-rc));
+		c->keeper_on = rc == 0;
+	}
+	if (rc == 0) {
+		pthread_mutex_lock(&c->mu);
+		store_used(c);
+	}
 	if (rc < 0) {
-		rc = crest_errctx(rc, "opening crest store %s", dir);
+		if (!said)
+			rc = crest_errctx(rc, "opening crest store %s", dir);
 		char msg[1024];
 		crest_errcpy(msg, sizeof(msg));
 		crest_destroy(c);
@@ -366,16 +574,23 @@ static int crest_destroy(crest_t *c)
 {
 	int first = 0;
 	char msg[1024] = "";
+	if (c->keeper_on) {
+		pthread_mutex_lock(&c->mu);
+		c->quit = true;
+		pthread_cond_signal(&c->cv);
+		pthread_mutex_unlock(&c->mu);
+		pthread_join(c->keeper, NULL);
+	}
+	collect(c);
 	for (size_t i = 0; i < c->nckpts; i++) {
-		struct engine_result er;
-		int w = engine_snapshot_wait(c->ckpts[i].snap, &er);
-		if (w < 0 && !first) {
-			first = w;
-			crest_errcpy(msg, sizeof(msg));
+		if (c->ckpts[i].rc < 0 && !first) {
+			first = c->ckpts[i].rc;
+			snprintf(msg, sizeof(msg), "%s", c->ckpts[i].msg ? c->ckpts[i].msg : "");
 		}
+		free(c->ckpts[i].msg);
 	}
 	c->nckpts = 0;
-	engine_close(c->eng);   /* before the pool: its workers give slices back */
+	store_down(c);   /* the engine before the pool: its workers give slices back */
 	const struct cudrv *d = c->d;
 	CUcontext saved = NULL;
 	if (d)
@@ -389,10 +604,10 @@ static int crest_destroy(crest_t *c)
 		if (c->pctx)
 			d->DevicePrimaryCtxRelease(c->dev);
 	}
-	cas_manifest_free(c->parent);
 	free(c->branch);
-	cas_close(c->store);
 	free(c->store_dir);
+	pthread_cond_destroy(&c->cv);
+	pthread_mutex_destroy(&c->mu);
 	for (size_t i = 0; i < c->nregions; i++)
 		free(c->regions[i].name);
 	free(c->regions);
@@ -585,43 +800,6 @@ static int sync_devices(crest_t *c, const struct capture_region *r, void *const 
 	return c->d ? capture_sync(c->d, r, c->nregions) : 0;
 }
 
-/* After a commit that failed in the index, the store refuses commits until
- * it is opened again, and its next open puts it right (cas_commit's notes):
- * a job that checkpoints every few minutes goes on with the next one. Only
- * with no checkpoint in flight, whose handles name the old engine. */
-static int reopen_if_broken(crest_t *c)
-{
-	if ((c->store && c->eng && !cas_store_broken(c->store)) || c->nckpts)
-		return 0;
-	const char *dir = c->store_dir;
-	if (c->eng)
-		engine_close(c->eng);
-	c->eng = NULL;
-	cas_close(c->store);
-	c->store = NULL;
-	cas_manifest_free(c->parent);   /* the parent may be one that failed */
-	c->parent = NULL;
-	int rc = cas_open(dir, CAS_WRITE, &c->store);
-	if (rc == 0)
-		rc = engine_start(c);
-	/* The parent stays if the reopened store has it; else the branch's
-	 * head (if any) is the next parent. */
-	if (rc == 0 && c->has_parent) {
-		char saved[1024];
-		crest_errcpy(saved, sizeof(saved));
-		if (cas_manifest_load(c->store, c->parent_id, &c->parent) < 0) {
-			c->parent = NULL;
-			c->has_parent = false;
-			crest_errset_str(saved);
-		}
-	}
-	if (rc == 0 && !c->has_parent)
-		rc = parent_from_head(c, c->branch);
-	if (rc < 0)
-		rc = crest_errctx(rc, "reopening crest store %s after a failed commit", dir);
-	return rc;
-}
-
 int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_ckpt_t *out)
 {
 	const struct crest_checkpoint_opts none = { 0 };
@@ -649,14 +827,19 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 	for (size_t i = 0; i < c->nregions; i++)
 		if ((rc = region_check(c, &c->regions[i])) < 0)
 			return crest_errctx(rc, "checkpoint");
+	/* The list of checkpoints in flight is the keeper's too. */
+	pthread_mutex_lock(&c->mu);
 	if (c->nckpts == c->capckpts) {
 		size_t cap = c->capckpts ? c->capckpts * 2 : 8;
 		struct pending *np = realloc(c->ckpts, cap * sizeof(*np));
-		if (!np)
+		if (!np) {
+			pthread_mutex_unlock(&c->mu);
 			return crest_errf(-ENOMEM, "starting a checkpoint");
+		}
 		c->ckpts = np;
 		c->capckpts = cap;
 	}
+	pthread_mutex_unlock(&c->mu);
 	struct capture_region *regs = capture_list(c);
 	const char **names = calloc(c->nregions + o->nblobs + 1, sizeof(*names));
 	struct capture_blob *blobs = calloc(o->nblobs + 1, sizeof(*blobs));
@@ -678,7 +861,10 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 		c->d->CtxGetCurrent(&saved);
 	struct engine_snap *snap = NULL;
 	struct capture_stats cs = { 0 };
-	rc = reopen_if_broken(c);
+	/* From here to its seal the checkpoint holds mu: the keeper cannot
+	 * let the store go under it. */
+	pthread_mutex_lock(&c->mu);
+	rc = store_up(c);
 	if (rc == 0)
 		rc = sync_devices(c, regs, o->sync_streams, o->nsync_streams);
 	if (rc == 0)
@@ -716,12 +902,15 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 	if (rc < 0) {
 		if (snap)
 			engine_snapshot_abort(snap);
-		return crest_errctx(rc, "checkpoint");
+		rc = crest_errctx(rc, "checkpoint");
+		store_used(c);
+		return rc;
 	}
 	struct pending *p = &c->ckpts[c->nckpts++];
 	*p = (struct pending){ .id = c->next_ckpt++, .snap = snap, .wait_ns = cs.wait_ns, .rounds = cs.rounds };
 	p->stall_ns = time_now_ns() - t0;
 	*out = p->id;
+	store_used(c);
 	return 0;
 }
 
@@ -731,11 +920,15 @@ int crest_poll(crest_t *ch, crest_ckpt_t h)
 	int rc = handle_get(ch, "crest_poll", false, &c);
 	if (rc < 0)
 		return rc;
+	pthread_mutex_lock(&c->mu);
 	struct pending *p = pending_find(c, h);
+	if (p)
+		rc = p->done || engine_snapshot_timedwait(p->snap, 0) ? 1 : 0;
+	pthread_mutex_unlock(&c->mu);
 	if (!p)
 		return crest_errx(-EBADF, "crest_poll: checkpoint handle %llu is not pending "
 				  "(already waited for, or never issued)", (unsigned long long)h);
-	return engine_snapshot_timedwait(p->snap, 0) ? 1 : 0;
+	return rc;
 }
 
 int crest_wait(crest_t *ch, crest_ckpt_t h, struct crest_result *r)
@@ -744,29 +937,45 @@ int crest_wait(crest_t *ch, crest_ckpt_t h, struct crest_result *r)
 	int rc = handle_get(ch, "crest_wait", false, &c);
 	if (rc < 0)
 		return rc;
+	/* mu for the whole wait: the keeper cannot close the engine this
+	 * snapshot belongs to (it only waits for mu meanwhile). */
+	pthread_mutex_lock(&c->mu);
 	struct pending *p = pending_find(c, h);
-	if (!p)
+	if (!p) {
+		pthread_mutex_unlock(&c->mu);
 		return crest_errx(-EBADF, "crest_wait: checkpoint handle %llu is not pending "
 				  "(already waited for, or never issued)", (unsigned long long)h);
+	}
 	struct pending me = *p;
 	memmove(p, p + 1, (size_t)(c->ckpts + c->nckpts - p - 1) * sizeof(*p));
 	c->nckpts--;
-	struct engine_result er;
-	rc = engine_snapshot_wait(me.snap, &er);
-	if (rc < 0)
+	struct engine_result er = me.er;
+	if (me.done) {
+		rc = me.rc;
+		if (rc < 0)
+			crest_errset_str(me.msg ? me.msg : "the ingest failed");
+		free(me.msg);
+	} else {
+		rc = engine_snapshot_wait(me.snap, &er);
+	}
+	if (rc < 0) {
+		pthread_mutex_unlock(&c->mu);
 		return crest_errctx(rc, "checkpoint %llu", (unsigned long long)h);
+	}
 	if (r)
 		result_fill(&me, &er, r);
-	/* The newest committed snapshot is the next one's parent, and tells its
-	 * workers which chunks the store has: unchanged memory costs no index
-	 * look-up. */
+	/* The newest committed snapshot is the next one's parent, and, while
+	 * the store is held, tells its workers which chunks the store has:
+	 * unchanged memory costs no index look-up. With the store let go, the
+	 * next open loads it (the notes at the top). */
 	if (me.id >= c->parent_from) {
 		struct cas_manifest *m = NULL;
-		if (cas_manifest_load(c->store, er.id, &m) < 0)
+		if (!c->store || cas_manifest_load(c->store, er.id, &m) < 0)
 			m = NULL;   /* the parent still, without hints */
 		parent_set(c, er.id, m);
 		c->parent_from = me.id + 1;
 	}
+	pthread_mutex_unlock(&c->mu);
 	return 0;
 }
 
@@ -783,32 +992,34 @@ int crest_set_branch(crest_t *ch, const char *branch)
 	char *dup = strdup(branch);
 	if (!dup)
 		return crest_errf(-ENOMEM, "switching to branch %s", branch);
-	if (!c->store)   /* a reopen after a failed commit failed: try again */
-		rc = reopen_if_broken(c);
+	pthread_mutex_lock(&c->mu);
+	rc = store_up(c);
 	/* An existing branch goes on from its head; a new one starts from the
 	 * parent the handle has. */
 	if (rc == 0)
 		rc = parent_from_head(c, branch);
 	if (rc < 0) {
 		free(dup);
-		return crest_errctx(rc, "switching to branch %s", branch);
+		rc = crest_errctx(rc, "switching to branch %s", branch);
+		store_used(c);
+		return rc;
 	}
 	free(c->branch);
 	c->branch = dup;
 	c->parent_from = c->next_ckpt;   /* a checkpoint in flight is on the old branch */
+	store_used(c);
 	return 0;
 }
 
 /* ---- restore ---- */
 
-/* name NULL: the newest snapshot of kind "library". */
+/* name NULL: the newest snapshot of kind "library". Under mu; opens the
+ * store. */
 static int resolve(crest_t *c, const char *name, uint8_t id[32])
 {
-	if (!c->store) {   /* a reopen after a failed commit failed: try again */
-		const int rc = reopen_if_broken(c);
-		if (rc < 0)
-			return rc;
-	}
+	const int up = store_up(c);
+	if (up < 0)
+		return up;
 	if (name)
 		return cas_snapshot_resolve(c->store, name, id);
 	struct cas_snapinfo *v;
@@ -837,12 +1048,25 @@ static int load(crest_t *c, const char *name, uint8_t id[32], char hex[65], stru
 	return rc;
 }
 
+static int restore_locked(crest_t *c, const char *snapshot, struct crest_restore_result *res);
+
 int crest_restore(crest_t *ch, const char *snapshot, struct crest_restore_result *res)
 {
 	crest_t *c;
 	int rc = handle_get(ch, "crest_restore", false, &c);
 	if (rc < 0)
 		return rc;
+	/* mu and the store for the whole restore: the writer lock, so no gc
+	 * moves a chunk under it. */
+	pthread_mutex_lock(&c->mu);
+	rc = restore_locked(c, snapshot, res);
+	store_used(c);
+	return rc;
+}
+
+static int restore_locked(crest_t *c, const char *snapshot, struct crest_restore_result *res)
+{
+	int rc;
 	const uint64_t t0 = time_now_ns();
 	char hex[65];
 	uint8_t id[32];
@@ -899,6 +1123,8 @@ int crest_restore(crest_t *ch, const char *snapshot, struct crest_restore_result
 	return 0;
 }
 
+static int read_blob_locked(crest_t *c, const char *snapshot, const char *name, void **data, size_t *len);
+
 int crest_read_blob(crest_t *ch, const char *snapshot, const char *name, void **data, size_t *len)
 {
 	crest_t *c;
@@ -907,6 +1133,15 @@ int crest_read_blob(crest_t *ch, const char *snapshot, const char *name, void **
 		return rc;
 	if (!name || !data || !len)
 		return crest_errx(-EINVAL, "crest_read_blob: name, data and len are needed");
+	pthread_mutex_lock(&c->mu);
+	rc = read_blob_locked(c, snapshot, name, data, len);
+	store_used(c);
+	return rc;
+}
+
+static int read_blob_locked(crest_t *c, const char *snapshot, const char *name, void **data, size_t *len)
+{
+	int rc;
 	char hex[65];
 	uint8_t id[32];
 	struct cas_manifest *m = NULL;
