@@ -16,10 +16,10 @@
 #               4 times while it runs, killed, restored from checkpoint 3; its
 #               output must equal an uninterrupted run's
 #   gpu_move    a CUDA job restored onto GPU 1 (two GPUs only)
-#   gpu_clone   a CUDA job under crest run, cloned beside itself: both
-#               outputs equal an uninterrupted run's; the copy's snapshot
-#               shares what it did not change. Today "KNOWN": CUDA does not
-#               start in crest run's pid namespace (the host's /proc)
+#   gpu_clone   a CUDA job under crest run (its own pid and mount namespaces
+#               and /proc), cloned beside itself: both outputs equal an
+#               uninterrupted run's; the copy's snapshot shares what it did
+#               not change
 #   train       python/examples/train.py --mode check --device cuda: PyTorch
 #               training SIGKILLed, resumed in a fresh process, losses bit for bit
 #   bench_gpu   crest bench restore --to gpu on gpu_multi's store: GB/s against
@@ -365,7 +365,7 @@ else
 	if [ -z "$init" ]; then
 		CLONE_ERR="crest run did not say the job's pid: $(head -3 "$cw/run.err")"
 	elif grep -q "OS call failed or operation not supported" "$cw/run.err"; then
-		CLONE_KNOWN="CUDA does not start in crest run's pid namespace: the job sees the host's /proc, and cudaMalloc fails with 'OS call failed or operation not supported on this OS' (seen on H100, driver 580, 2026-11-22); it needs a mount namespace with its own /proc, which CRIU must then dump and restore (issue 12, open)"
+		CLONE_ERR="CUDA did not start under crest run: $(grep -m1 'OS call failed' "$cw/run.err")"
 	elif ! "${RUN[@]}" "$(bin crest)" --store "$cw/store" checkpoint --pid "$init" --tag c1 >>"$cl" 2>&1; then
 		CLONE_ERR="checkpoint of the crest run job failed: $(grep -E '^crest' "$cl" | tail -1)"
 	elif ! "${RUN[@]}" "$(bin crest)" --store "$cw/store" clone c1 --branch gclone >"$cw/clone.out" 2>>"$cl"; then
