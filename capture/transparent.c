@@ -221,6 +221,10 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		c->mntns = true;
 		rc = proc_extfds_get(&c->tree, &c->ext);
 	}
+	/* A copy's network namespace (restore/process.c gives each one its
+	 * own): named external, and a fresh one on restore. */
+	if (rc == 0 && proc_own_netns(o->pid) == 1)
+		c->netns = proc_ns_ino(o->pid, "net");
 	if (rc < 0) {
 		tp_capture_free(c);
 		return rc;
@@ -306,7 +310,7 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	struct criu_dump_opts dopts = { .pid = o->pid, .dir = c->dir, .leave_running = !o->kill,
 					.leave_stopped = o->kill, .shell_job = c->shell_job,
 					.action_script = hook, .mntns = c->mntns, .external = ext,
-					.nexternal = next };
+					.nexternal = next, .netns = c->netns };
 	rc = criu_dump(o->criu, &dopts);
 	uint64_t t2 = time_now_ns();
 	c->dump_ns = t2 - t1;
@@ -478,6 +482,8 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 		rc = label_pids(m, "cuda_nspids", c->cuda_inner, c->ncuda);
 	if (rc == 0 && c->mntns)
 		rc = cas_manifest_label(m, "mntns", "1");
+	if (rc == 0 && c->netns)
+		rc = cas_manifest_label(m, "netns", "1");
 	if (rc == 0 && c->ext.n)
 		rc = label_extfds(m, &c->ext);
 	if (rc == 0)

@@ -57,6 +57,7 @@ struct tp_capture {
 	struct proc_files files;   /* sizes as the freeze saw them */
 	bool mntns;                /* the tree has a mount namespace of its own (crest run) */
 	struct proc_extfds ext;    /* then: its descriptors on the host's mounts (its stdio) */
+	uint64_t netns;            /* a network namespace of its own (a copy's): its inode, or 0 */
 	char comm[64];
 	uint64_t stall_ns, gpu_lock_ns, gpu_ckpt_ns, dump_ns, gpu_resume_ns;
 	uint64_t image_bytes;

@@ -5,12 +5,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <net/if.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -31,12 +35,35 @@ static int pidfd_of(pid_t pid)
 	return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
+/* In a network namespace just made: its loopback up, as a host's is. */
+/* The key a tree's own network namespace is dumped under and handed back. */
+#define CRIU_NET_KEY "crest-net"
+
+static int loopback_up(void)
+{
+	const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -1;
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof(ifr));
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	int rc = ioctl(s, SIOCGIFFLAGS, &ifr);
+	if (rc == 0) {
+		ifr.ifr_flags |= IFF_UP;
+		rc = ioctl(s, SIOCSIFFLAGS, &ifr);
+	}
+	close(s);
+	return rc;
+}
+
 /* Runs argv; stdout+stderr to out_path (or /dev/null). Returns the exit
  * status, or a negative code when it could not run or died by a signal.
  * With watch > 0, criu is stopped CRIU_GRACE_MS after process watch has
  * ended, if it has not finished by then (-ESRCH). Where pidfds are missing
- * (Linux < 5.3) it is simply waited for. */
-static int run_wait(char *const argv[], const char *out_path, pid_t watch, const int *keep, size_t nkeep)
+ * (Linux < 5.3) it is simply waited for. net_fd >= 0: argv runs in that
+ * network namespace (exit 126 when it cannot join it). */
+static int run_wait(char *const argv[], const char *out_path, pid_t watch, const int *keep, size_t nkeep,
+		    int net_fd)
 {
 	const int wfd = watch > 0 ? pidfd_of(watch) : -1;
 	pid_t pid = fork();
@@ -59,6 +86,8 @@ static int run_wait(char *const argv[], const char *out_path, pid_t watch, const
 		 * the exec, in this child only. */
 		for (size_t i = 0; i < nkeep; i++)
 			fcntl(keep[i], F_SETFD, 0);
+		if (net_fd >= 0 && setns(net_fd, CLONE_NEWNET) < 0)
+			_exit(126);
 		execv(argv[0], argv);
 		_exit(127);
 	}
@@ -107,7 +136,7 @@ static int criu_probe(struct criu *c, const char *path)
 		return crest_errf(-errno, "cannot create a temporary file");
 	close(fd);
 	char *argv[] = { (char *)path, "--version", NULL };
-	int rc = run_wait(argv, out, 0, NULL, 0);
+	int rc = run_wait(argv, out, 0, NULL, 0, -1);
 	char buf[256] = "";
 	FILE *f = fopen(out, "re");
 	if (f) {
@@ -215,12 +244,22 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 		argv[n++] = "--external";
 		argv[n++] = "mnt[]";
 	}
+	char net[64];
+	if (o->netns) {
+		snprintf(net, sizeof(net), "net[%llu]:" CRIU_NET_KEY, (unsigned long long)o->netns);
+		argv[n++] = "--external";
+		argv[n++] = net;
+		/* Its loopback only: nothing outside to keep out while it is
+		 * dumped, and no iptables to ask. */
+		argv[n++] = "--network-lock";
+		argv[n++] = "skip";
+	}
 	for (size_t i = 0; i < o->nexternal; i++) {
 		argv[n++] = "--external";
 		argv[n++] = o->external[i];
 	}
 	argv[n] = NULL;
-	int rc = run_wait((char *const *)argv, NULL, o->pid, NULL, 0);
+	int rc = run_wait((char *const *)argv, NULL, o->pid, NULL, 0, -1);
 	if (rc == 0)
 		return 0;
 	if (rc < 0)
@@ -232,6 +271,44 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 			  errs[0] ? errs : "no error in its log");
 }
 
+/* A new network namespace, loopback up, as a descriptor: made by a child
+ * that lives until the namespace is opened (the descriptor keeps it). */
+static int net_new(void)
+{
+	int pfd[2];
+	if (pipe2(pfd, O_CLOEXEC) < 0)
+		return crest_errf(-errno, "cannot make a network namespace for the restore");
+	const pid_t p = fork();
+	if (p == 0) {
+		char ok = unshare(CLONE_NEWNET) == 0 && loopback_up() == 0;
+		if (write(pfd[1], &ok, 1) != 1 || !ok)
+			_exit(1);
+		for (;;)
+			pause();   /* until the parent has the namespace and kills it */
+	}
+	if (p < 0) {
+		const int rc = crest_errf(-errno, "cannot make a network namespace for the restore");
+		close(pfd[0]);
+		close(pfd[1]);
+		return rc;
+	}
+	char ok = 0, path[64];
+	int fd = -1;
+	if (read(pfd[0], &ok, 1) == 1 && ok) {
+		snprintf(path, sizeof(path), "/proc/%d/ns/net", (int)p);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+	}
+	const int err = errno;
+	close(pfd[1]);
+	close(pfd[0]);
+	kill(p, SIGKILL);
+	waitpid(p, NULL, 0);
+	if (fd < 0)
+		return crest_errx(ok ? -err : -EPERM, "cannot make a network namespace for the restore%s",
+				  ok ? "" : " (it needs root: CAP_SYS_ADMIN)");
+	return fd;
+}
+
 int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 {
 	char log[4096], pidfile[4096];
@@ -239,9 +316,10 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 	unlink(pidfile);
 	if (o->ninherit > 64)
 		return crest_errx(-E2BIG, "criu restore: %zu files to hand on, at most 64", o->ninherit);
-	const char *argv[24 + 2 * 64];
-	char inh[64][PATH_MAX + 32];
-	int keep[64];
+	const char *argv[24 + 2 * 65];
+	char inh[65][PATH_MAX + 32];
+	int keep[65];
+	size_t nkeep = 0;
 	int n = 0;
 	argv[n++] = c->path;
 	argv[n++] = "restore";
@@ -269,12 +347,25 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 			p++;
 		if (snprintf(inh[i], sizeof(inh[i]), "fd[%d]:%s", o->inherit[i].fd, p) >= (int)sizeof(inh[i]))
 			return crest_errx(-ENAMETOOLONG, "criu restore: path too long: %s", p);
-		keep[i] = o->inherit[i].fd;
+		keep[nkeep++] = o->inherit[i].fd;
 		argv[n++] = "--inherit-fd";
 		argv[n++] = inh[i];
 	}
+	/* A namespace of its own: CRIU runs in it, and a tree dumped with one
+	 * named external joins it by key; either way the tree comes back in it. */
+	const int net_fd = o->new_net || o->net_external ? net_new() : -1;
+	if ((o->new_net || o->net_external) && net_fd < 0)
+		return net_fd;
+	if (o->net_external) {
+		snprintf(inh[nkeep], sizeof(inh[nkeep]), "fd[%d]:" CRIU_NET_KEY, net_fd);
+		argv[n++] = "--inherit-fd";
+		argv[n++] = inh[nkeep];
+		keep[nkeep++] = net_fd;
+	}
 	argv[n] = NULL;
-	int rc = run_wait((char *const *)argv, NULL, 0, keep, o->ninherit);
+	int rc = run_wait((char *const *)argv, NULL, 0, keep, nkeep, net_fd);
+	if (net_fd >= 0)
+		close(net_fd);
 	if (rc != 0) {
 		if (rc < 0)
 			return rc;

@@ -10,6 +10,7 @@
 #define CREST_OS_CRIU_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 struct criu {
@@ -34,6 +35,11 @@ struct criu_dump_opts {
 	bool mntns;
 	const char *const *external;
 	size_t nexternal;
+	/* It has a network namespace of its own (a copy's, see new_net below):
+	 * its inode. The namespace is not dumped (CRIU would save and restore
+	 * its firewall with iptables) but named external: a restore gives the
+	 * tree a fresh one. */
+	uint64_t netns;
 };
 int criu_dump(const struct criu *c, const struct criu_dump_opts *o);
 
@@ -52,6 +58,12 @@ struct criu_restore_opts {
 	const char *dir;
 	bool shell_job;
 	bool mntns;                /* dumped with criu_dump_opts.mntns: its mounts come back from the host's */
+	/* The tree comes back in a network namespace of its own, loopback up:
+	 * a copy beside a running original, whose sockets hold the addresses
+	 * (abstract unix ones too: the CUDA driver binds one) the copy's have;
+	 * and always a tree dumped with criu_dump_opts.netns (net_external). */
+	bool new_net;
+	bool net_external;
 	const struct criu_inherit *inherit;
 	size_t ninherit;
 	pid_t *pid_out;            /* the restored root */

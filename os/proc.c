@@ -251,16 +251,35 @@ void proc_files_free(struct proc_files *f)
 	f->n = 0;
 }
 
-int proc_own_mntns(pid_t pid)
+static int own_ns(pid_t pid, const char *ns)
 {
-	char path[64];
+	char path[64], self[64];
 	struct stat mine, theirs;
-	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)pid);
+	snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, ns);
+	snprintf(self, sizeof(self), "/proc/self/ns/%s", ns);
 	if (stat(path, &theirs) < 0)
 		return -ESRCH;
-	if (stat("/proc/self/ns/mnt", &mine) < 0)
+	if (stat(self, &mine) < 0)
 		return 0;
 	return mine.st_ino != theirs.st_ino || mine.st_dev != theirs.st_dev;
+}
+
+uint64_t proc_ns_ino(pid_t pid, const char *ns)
+{
+	char path[64];
+	struct stat sb;
+	snprintf(path, sizeof(path), "/proc/%d/ns/%s", (int)pid, ns);
+	return stat(path, &sb) == 0 ? (uint64_t)sb.st_ino : 0;
+}
+
+int proc_own_mntns(pid_t pid)
+{
+	return own_ns(pid, "mnt");
+}
+
+int proc_own_netns(pid_t pid)
+{
+	return own_ns(pid, "net");
 }
 
 /* The mount ids of pid's namespace (the first field of each line of its

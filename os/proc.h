@@ -70,6 +70,11 @@ struct proc_extfds {
 /* 1 when pid's mount namespace is not the caller's, 0 when it is,
  * negative when pid is gone. */
 int proc_own_mntns(pid_t pid);
+/* The same for its network namespace. */
+int proc_own_netns(pid_t pid);
+/* The inode of pid's namespace of the kind ns ("net", "mnt", ...); 0 when
+ * pid is gone. */
+uint64_t proc_ns_ino(pid_t pid, const char *ns);
 /* The tree's descriptors on mounts of the caller's namespace that the
  * tree's own namespace lacks, each key once. Descriptors on no mount
  * either side knows (pipes, sockets, memfds) are CRIU's own business and

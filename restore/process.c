@@ -251,6 +251,30 @@ static int jobfile_stage(const struct restore_ctx *c, const struct cas_stream *s
 	return rc;
 }
 
+/* A descriptor handed to CRIU (--inherit-fd) is the restored job's, with
+ * its flags: CRIU reopens it through /proc/self/fd with them when it is
+ * dumped again as external, and O_NOFOLLOW there fails (ELOOP). So the
+ * file, opened safely (O_NOFOLLOW: no planted link), is opened again
+ * through its descriptor, with `flags` (access mode, O_APPEND) only, at
+ * offset pos; *fd is replaced. */
+static int fd_plain(int *fd, int flags, uint64_t pos, const char *what)
+{
+	char self[64];
+	snprintf(self, sizeof(self), "/proc/self/fd/%d", *fd);
+	const int nfd = open(self, (flags & (O_ACCMODE | O_APPEND)) | O_NOCTTY | O_CLOEXEC);
+	if (nfd < 0)
+		return crest_errf(-errno, "cannot open %s again for the restored job", what);
+	struct stat sb;
+	if (!(flags & O_APPEND) && fstat(nfd, &sb) == 0 && S_ISREG(sb.st_mode) && lseek(nfd, (off_t)pos, SEEK_SET) < 0) {
+		const int rc = crest_errf(-errno, "cannot seek in %s for the restored job", what);
+		close(nfd);
+		return rc;
+	}
+	close(*fd);
+	*fd = nfd;
+	return 0;
+}
+
 /* For a copy beside the original (rp_opts.beside): the file as it was at
  * the snapshot, at a new path (workdir/BASENAME or FILE.clone-N), never
  * over an existing file, left open at the snapshot's size for the copy to
@@ -344,8 +368,8 @@ static int jobfile_clone(const struct restore_ctx *c, const struct cas_stream *s
 	struct restore_fd_sink sink = { f->fd, f->base };
 	if (rc == 0)
 		rc = restore_stream(&quiet, st, restore_sink_fd, &sink);
-	if (rc == 0 && lseek(f->fd, (off_t)f->size, SEEK_SET) < 0)
-		rc = crest_errf(-errno, "cannot seek in the copy of %s", f->path);
+	if (rc == 0)
+		rc = fd_plain(&f->fd, O_RDWR, f->size, f->path);
 	if (rc < 0)
 		crest_errctx(rc, "copying %s", f->path);
 	return rc;
@@ -555,10 +579,9 @@ static int extfds_open(struct extfd *v, size_t n, const struct staged *files, si
 		if (x->fd < 0)
 			return crest_errf(-errno, "cannot open %s again for the restored job", x->path);
 		x->own = true;
-		struct stat sb;
-		if (!(x->flags & O_APPEND) && fstat(x->fd, &sb) == 0 && S_ISREG(sb.st_mode) &&
-		    lseek(x->fd, (off_t)x->pos, SEEK_SET) < 0)
-			return crest_errf(-errno, "cannot seek in %s for the restored job", x->path);
+		const int rc = fd_plain(&x->fd, x->flags, x->pos, x->path);
+		if (rc < 0)
+			return rc;
 	}
 	return 0;
 }
@@ -672,7 +695,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	/* Files the job had on the host's mounts (under crest run: its stdio). */
 	struct extfd *ext = NULL;
 	size_t next = 0;
-	const char *mnl = cas_manifest_get_label(m, "mntns");
+	const char *mnl = cas_manifest_get_label(m, "mntns"), *netl = cas_manifest_get_label(m, "netns");
 	if (rc == 0)
 		rc = extfds_parse(c, cas_manifest_get_label(m, "ext_fds"), &ext, &next);
 	struct criu_inherit *inh = calloc(nfiles + next + 1, sizeof(*inh));
@@ -699,7 +722,9 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	uint64_t t1 = time_now_ns();
 	if (rc == 0) {
 		struct criu_restore_opts ro = { .dir = dir, .shell_job = sj && !strcmp(sj, "1"), .pid_out = &r->pid,
-						.mntns = mnl && !strcmp(mnl, "1"), .inherit = inh, .ninherit = ninh };
+						.mntns = mnl && !strcmp(mnl, "1"), .new_net = o->beside,
+						.net_external = netl && !strcmp(netl, "1"),
+						.inherit = inh, .ninherit = ninh };
 		rc = criu_restore(criu, &ro);
 	}
 	uint64_t t2 = time_now_ns();

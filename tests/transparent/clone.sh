@@ -47,6 +47,23 @@ assert head[0]["parent"] == fork, "parent %s, not the fork %s" % (head[0]["paren
 assert c["new_bytes"] * 4 < c["logical_bytes"], "new %d of %d bytes" % (c["new_bytes"], c["logical_bytes"])
 print("copy 1's checkpoint %s: on exp-1 after the fork, %d new bytes of %d" % (c["snapshot"][:12], c["new_bytes"], c["logical_bytes"]))
 PY
+# The copy's own snapshot comes back in place once the copy has ended: its
+# files were handed to it by crest (dumped as external now), and it had a
+# network namespace of its own (named external, a fresh one on restore).
+C1=$(python3 -c 'import json; print(json.load(open("c1.json"))["snapshot"])')
+kill -9 "$P1"
+deadline=$((SECONDS + 10))
+while [ -e /proc/"$P1" ]; do
+	[ $SECONDS -lt $deadline ] || fail "copy 1 (pid $P1) was not reaped within 10 s of SIGKILL"
+	sleep 0.05
+done
+"$CREST" --store "$S" restore "$C1" >r1.out || fail "restore of copy 1's snapshot in place: $(cat r1.out)"
+P1=$(sed -n 's/^restored .*: pid \([0-9]*\) running again.*/\1/p' r1.out)
+[ -n "$P1" ] || { cat r1.out >&2; fail "restore printed no pid"; }
+PIDS+=("$P1")
+[ "$(readlink /proc/"$P1"/ns/net)" != "$(readlink /proc/self/ns/net)" ] || fail "restored copy 1 is in the host's network namespace"
+wait_lines job.log.clone-1 $(($(lines job.log.clone-1) + 5)) 30
+echo "ok: copy 1's snapshot restored in place (pid $P1) and went on"
 # A job crest run did not start: no namespace of its own, no copy.
 setsid "$WORKLOAD" --mib 8 --interval-ms 100 </dev/null >plain.out 2>&1 &
 PLAIN=$!
