@@ -35,6 +35,17 @@ bool gpusha_built(void)
 #endif
 }
 
+const char *gpusha_ptx_text(const char **nvcc)
+{
+#ifdef CREST_GPUSHA_PTX
+	*nvcc = gpusha_ptx_nvcc;
+	return gpusha_ptx;
+#else
+	*nvcc = NULL;
+	return NULL;
+#endif
+}
+
 void gpusha_close(struct gpusha *g)
 {
 	if (!g)

@@ -36,6 +36,9 @@ struct gpusha;
 
 /* Whether this build embeds the kernels (nvcc was found at configure time). */
 bool gpusha_built(void);
+/* The embedded PTX text, and in *nvcc the version of nvcc that made it;
+ * NULL in a build without kernels. */
+const char *gpusha_ptx_text(const char **nvcc);
 
 /* Loads the kernels into the current context (cuModuleLoadData: the driver
  * compiles the PTX for this GPU, tens of milliseconds, cached by the driver

@@ -176,13 +176,27 @@ int main(int argc, char **argv)
 
 	/* A build without nvcc says so, with -ENOTSUP, before touching the driver. */
 	if (!gpusha_built()) {
+		const char *nvcc = "";
+		CHECK(gpusha_ptx_text(&nvcc) == NULL && nvcc == NULL, "a build without kernels has PTX");
 		struct gpusha *g = NULL;
 		const int rc = gpusha_open(NULL, &g);
 		CHECK(rc == -ENOTSUP && strstr(crest_errmsg(), "no GPU hashing in this build"),
 		      "gpusha_open without kernels: %d (%s)", rc, crest_errmsg());
 		printf("this build has no GPU kernels: gpusha_open says \"%s\"\n", crest_errmsg());
 	} else {
-		printf("this build embeds the GPU kernels (PTX)\n");
+		/* The embedded text is nvcc's PTX with the four entry points that
+		 * gpusha_open looks up (a broken embed step shows here, not only
+		 * on a GPU machine). */
+		const char *nvcc = NULL, *ptx = gpusha_ptx_text(&nvcc);
+		static const char *const entry[4] = { ".entry gpusha_hash_k(", ".entry gpusha_cmp_k(",
+						      ".entry gpusha_scan_k(", ".entry gpusha_emit_k(" };
+		CHECK(ptx && nvcc && strncmp(ptx, "//", 2) == 0 && strstr(ptx, ".version ") &&
+			      strstr(ptx, ".target sm_75"),
+		      "the embedded PTX does not start like nvcc's for compute_75");
+		for (int i = 0; i < 4; i++)
+			CHECK(ptx && strstr(ptx, entry[i]), "the embedded PTX lacks %s", entry[i]);
+		printf("this build embeds the GPU kernels: %zu bytes of PTX by nvcc %s\n", ptx ? strlen(ptx) : 0,
+		       nvcc ? nvcc : "?");
 	}
 	if (failures) {
 		printf("FAIL: %d check(s) failed (seed %" PRIu64 ")\n", failures, seed);
