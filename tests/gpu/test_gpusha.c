@@ -66,6 +66,14 @@ static void fill(uint8_t *p, size_t n, uint64_t *st)
 		p[i] = (uint8_t)(check_rnd(st) >> 56);
 }
 
+/* cuMemsetD8 runs on the legacy stream and may return before it is done:
+ * wait for it before the test's stream reads what it set. */
+static void memset_sync(CUdeviceptr p, uint8_t v, size_t n)
+{
+	CU(d->MemsetD8(p, v, n));
+	CU(d->CtxSynchronize());
+}
+
 /* Hashes dbuf[off, off + len) on the GPU into ddig and compares every
  * digest with OpenSSL's of hbuf[off, off + len). */
 static void gpu_check(CUdeviceptr dbuf, const uint8_t *hbuf, uint64_t off, uint64_t len, uint32_t chunk,
@@ -177,7 +185,7 @@ static void changed_tests(CUdeviceptr dbuf, uint8_t *hbuf, uint64_t len, uint32_
 	OK(gpusha_hash(g, dbuf, len, chunk, ddig, s));
 	snprintf(what, sizeof(what), "changed back, %" PRIu64 " bytes in %u-byte chunks", len, chunk);
 	changed_check(n, want, what);
-	CU(d->MemsetD8(ddig2, 0, n * 32));
+	memset_sync(ddig2, 0, n * 32);
 	memset(want, 1, n);
 	snprintf(what, sizeof(what), "changed from zeros, %" PRIu64 " bytes in %u-byte chunks", len, chunk);
 	changed_check(n, want, what);
@@ -211,7 +219,7 @@ static void rate(uint64_t len, int verify)
 	const uint64_t n = gpusha_nchunks(len, GPUSHA_CHUNK);
 	CU(d->MemAlloc(&dbuf, len));
 	CU(d->MemAlloc(&out, n * 32));
-	CU(d->MemsetD8(dbuf, 0xa5, len));
+	memset_sync(dbuf, 0xa5, len);
 	const double t = time_hash(dbuf, len, GPUSHA_CHUNK, out, 5);
 	printf("hash: %5.1f GiB in 4 KiB chunks: %.2f ms, %.1f GB/s\n", (double)len / GiB, t * 1e3,
 	       (double)len / t / 1e9);
@@ -228,7 +236,7 @@ static void rate(uint64_t len, int verify)
 		free(all);
 	}
 	/* The changed kernels on these digests against zeros: all listed. */
-	CU(d->MemsetD8(ddig2, 0, (n < MAX_DIGESTS ? n : MAX_DIGESTS) * 32));
+	memset_sync(ddig2, 0, (n < MAX_DIGESTS ? n : MAX_DIGESTS) * 32);
 	if (n <= MAX_DIGESTS) {
 		double best = 1e30;
 		for (int r = -1; r < 5; r++) {
@@ -275,7 +283,7 @@ int main(int argc, char **argv)
 	CU(d->DeviceGetName(name, sizeof(name), dev));
 	CU(d->DevicePrimaryCtxRetain(&ctx, dev));
 	CU(d->CtxSetCurrent(ctx));
-	CU(d->StreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	CU(d->StreamCreate(&s, CU_STREAM_DEFAULT));
 	double t0 = now();
 	OK(gpusha_open(d, &g));
 	printf("%s: gpusha_open (PTX compiled by the driver) took %.1f ms\n", name, (now() - t0) * 1e3);
