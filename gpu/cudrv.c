@@ -54,6 +54,10 @@ static int drv_fill(void *h)
 	SYM(MemsetD8, "cuMemsetD8_v2", 1);
 	SYM(MemGetAddressRange, "cuMemGetAddressRange_v2", 1);
 	SYM(PointerGetAttribute, "cuPointerGetAttribute", 1);
+	SYM(ModuleLoadDataEx, "cuModuleLoadDataEx", 0);
+	SYM(ModuleGetFunction, "cuModuleGetFunction", 0);
+	SYM(ModuleUnload, "cuModuleUnload", 0);
+	SYM(LaunchKernel, "cuLaunchKernel", 0);
 	SYM(CheckpointProcessGetState, "cuCheckpointProcessGetState", 0);
 	SYM(CheckpointProcessGetRestoreThreadId, "cuCheckpointProcessGetRestoreThreadId", 0);
 	SYM(CheckpointProcessLock, "cuCheckpointProcessLock", 0);

@@ -46,6 +46,12 @@ struct cudrv {
 	CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
 	CUresult (*MemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
 	CUresult (*PointerGetAttribute)(void *, CUpointer_attribute, CUdeviceptr);
+	/* Modules and launches (gpu/gpusha.c); NULL if missing. */
+	CUresult (*ModuleLoadDataEx)(CUmodule *, const void *, unsigned int, CUjit_option *, void **);
+	CUresult (*ModuleGetFunction)(CUfunction *, CUmodule, const char *);
+	CUresult (*ModuleUnload)(CUmodule);
+	CUresult (*LaunchKernel)(CUfunction, unsigned int, unsigned int, unsigned int, unsigned int, unsigned int,
+				 unsigned int, unsigned int, CUstream, void **, void **);
 	/* The checkpoint API (driver 570+); NULL on older drivers. */
 	CUresult (*CheckpointProcessGetState)(int, CUprocessState *);
 	CUresult (*CheckpointProcessGetRestoreThreadId)(int, int *);

@@ -1,0 +1,185 @@
+/* gpusha.c - loads and launches the kernels of gpusha.cu; see gpusha.h. */
+#include "gpu/gpusha.h"
+#include "util/err.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* Launch shapes; gpusha.cu's GS_*_THREADS must agree. */
+#define HASH_THREADS 128
+#define CMP_THREADS 256
+#define SCAN_THREADS 1024
+
+#ifdef CREST_GPUSHA_PTX
+/* The PTX text of gpusha.cu, NUL-terminated (generated into the build
+ * directory by gpu/embed_ptx.cmake). */
+extern const char gpusha_ptx[];
+extern const char gpusha_ptx_nvcc[];   /* the nvcc version that made it */
+#endif
+
+struct gpusha {
+	const struct cudrv *d;
+	CUmodule mod;
+	CUfunction hash, cmp, scan, emit;
+	CUdeviceptr scratch;   /* per-block counts of gpusha_changed */
+	size_t scratch_cap;    /* in uint32 */
+};
+
+bool gpusha_built(void)
+{
+#ifdef CREST_GPUSHA_PTX
+	return true;
+#else
+	return false;
+#endif
+}
+
+const char *gpusha_ptx_text(const char **nvcc)
+{
+#ifdef CREST_GPUSHA_PTX
+	*nvcc = gpusha_ptx_nvcc;
+	return gpusha_ptx;
+#else
+	*nvcc = NULL;
+	return NULL;
+#endif
+}
+
+void gpusha_close(struct gpusha *g)
+{
+	if (!g)
+		return;
+	if (g->scratch)
+		g->d->MemFree(g->scratch);
+	if (g->mod)
+		g->d->ModuleUnload(g->mod);
+	free(g);
+}
+
+#ifdef CREST_GPUSHA_PTX
+/* The driver's JIT log names the line it rejected; keep its first line. */
+static int load_module(struct gpusha *g)
+{
+	const struct cudrv *d = g->d;
+	char log[1024] = "";
+	CUjit_option opt[2] = { CU_JIT_ERROR_LOG_BUFFER, CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES };
+	void *val[2] = { log, (void *)(uintptr_t)sizeof(log) };
+	const CUresult r = d->ModuleLoadDataEx(&g->mod, gpusha_ptx, 2, opt, val);
+	if (r == CUDA_SUCCESS)
+		return 0;
+	g->mod = NULL;
+	for (char *p = log; *p; p++)
+		if (*p == '\n') {
+			*p = 0;
+			break;
+		}
+	char what[128];
+	snprintf(what, sizeof(what), "gpusha: loading the SHA-256 kernels (PTX made by nvcc %s)", gpusha_ptx_nvcc);
+	int err = cudrv_check(d, r, what);
+	char msg[512];
+	crest_errcpy(msg, sizeof(msg));
+	/* A driver older than the nvcc that made the PTX, or a GPU it cannot
+	 * compile for: not a failure, the CPU hashes instead. */
+	if (r == CUDA_ERROR_UNSUPPORTED_PTX_VERSION || r == CUDA_ERROR_INVALID_PTX ||
+	    r == CUDA_ERROR_NO_BINARY_FOR_GPU || r == CUDA_ERROR_JIT_COMPILER_NOT_FOUND ||
+	    r == CUDA_ERROR_INVALID_IMAGE)
+		err = -ENOTSUP;
+	return crest_errx(err, "%s%s%s", msg, *log ? "; JIT: " : "", log);
+}
+#endif
+
+int gpusha_open(const struct cudrv *d, struct gpusha **out)
+{
+#ifndef CREST_GPUSHA_PTX
+	(void)d;
+	(void)out;
+	return crest_errx(-ENOTSUP, "no GPU hashing in this build (nvcc was not found when crest was configured)");
+#else
+	if (!d->ModuleLoadDataEx || !d->ModuleGetFunction || !d->ModuleUnload || !d->LaunchKernel)
+		return crest_errx(-ENOTSUP, "gpusha: the NVIDIA driver library lacks cuModuleLoadDataEx, "
+				  "cuModuleGetFunction, cuModuleUnload or cuLaunchKernel");
+	struct gpusha *g = calloc(1, sizeof(*g));
+	if (!g)
+		return crest_errf(-ENOMEM, "gpusha: allocating the handle");
+	g->d = d;
+	int rc = load_module(g);
+	static const char *const names[4] = { "gpusha_hash_k", "gpusha_cmp_k", "gpusha_scan_k", "gpusha_emit_k" };
+	CUfunction *fn[4] = { &g->hash, &g->cmp, &g->scan, &g->emit };
+	for (int i = 0; rc == 0 && i < 4; i++) {
+		rc = cudrv_check(d, d->ModuleGetFunction(fn[i], g->mod, names[i]), "gpusha: cuModuleGetFunction");
+		if (rc < 0)
+			crest_errctx(rc, "gpusha: kernel %s", names[i]);
+	}
+	if (rc < 0) {
+		gpusha_close(g);
+		return rc;
+	}
+	*out = g;
+	return 0;
+#endif
+}
+
+static int launch(struct gpusha *g, CUfunction f, const char *what, uint64_t blocks, unsigned threads,
+		  CUstream s, void **args)
+{
+	if (blocks > 0x7fffffffu)
+		return crest_errx(-EINVAL, "gpusha: %s: %llu blocks is past the grid's limit", what,
+				  (unsigned long long)blocks);
+	return cudrv_check(g->d, g->d->LaunchKernel(f, (unsigned)blocks, 1, 1, threads, 1, 1, 0, s, args, NULL),
+			   what);
+}
+
+int gpusha_hash(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk, CUdeviceptr digests,
+		CUstream s)
+{
+	if (len == 0 || chunk == 0 || chunk % 64 || chunk > GPUSHA_CHUNK_MAX)
+		return crest_errx(-EINVAL, "gpusha: hashing %llu bytes in %u-byte chunks: the length must be "
+				  "at least 1 and the chunk size a multiple of 64 up to %u",
+				  (unsigned long long)len, chunk, GPUSHA_CHUNK_MAX);
+	if (digests % 16)
+		return crest_errx(-EINVAL, "gpusha: the digest array at 0x%llx is not 16-byte aligned",
+				  (unsigned long long)digests);
+	uint64_t nchunks = gpusha_nchunks(len, chunk);
+	int vec = src % 16 == 0;
+	void *args[] = { &src, &len, &chunk, &nchunks, &vec, &digests };
+	return launch(g, g->hash, "gpusha: launching the SHA-256 kernel",
+		      (nchunks + HASH_THREADS - 1) / HASH_THREADS, HASH_THREADS, s, args);
+}
+
+int gpusha_changed(struct gpusha *g, CUdeviceptr cur, CUdeviceptr prev, uint64_t n, CUdeviceptr flags,
+		   CUdeviceptr list, CUdeviceptr count, CUstream s)
+{
+	const struct cudrv *d = g->d;
+	if (n == 0 || n > UINT32_MAX)
+		return crest_errx(-EINVAL, "gpusha: comparing %llu digests: the count must be 1 to 2^32-1",
+				  (unsigned long long)n);
+	if (cur % 16 || prev % 16)
+		return crest_errx(-EINVAL, "gpusha: the digest arrays (0x%llx, 0x%llx) must be 16-byte aligned",
+				  (unsigned long long)cur, (unsigned long long)prev);
+	uint64_t nblk = (n + CMP_THREADS - 1) / CMP_THREADS;
+	if (nblk > g->scratch_cap) {
+		/* The old buffer may still be read by work queued on s. */
+		int rc = cudrv_check(d, d->StreamSynchronize(s), "gpusha: waiting for the stream");
+		if (rc < 0)
+			return rc;
+		if (g->scratch)
+			d->MemFree(g->scratch);
+		g->scratch = 0;
+		g->scratch_cap = 0;
+		rc = cudrv_check(d, d->MemAlloc(&g->scratch, nblk * sizeof(uint32_t)), "gpusha: cuMemAlloc (scratch)");
+		if (rc < 0)
+			return crest_errctx(rc, "gpusha: %llu bytes of scratch", (unsigned long long)(nblk * 4));
+		g->scratch_cap = nblk;
+	}
+	uint32_t nblk32 = (uint32_t)nblk;
+	void *a_cmp[] = { &cur, &prev, &n, &flags, &g->scratch };
+	int rc = launch(g, g->cmp, "gpusha: launching the compare kernel", nblk, CMP_THREADS, s, a_cmp);
+	void *a_scan[] = { &g->scratch, &nblk32, &count };
+	if (rc == 0)
+		rc = launch(g, g->scan, "gpusha: launching the scan kernel", 1, SCAN_THREADS, s, a_scan);
+	void *a_emit[] = { &cur, &prev, &n, &g->scratch, &list };
+	if (rc == 0)
+		rc = launch(g, g->emit, "gpusha: launching the list kernel", nblk, CMP_THREADS, s, a_emit);
+	return rc;
+}

@@ -1,0 +1,109 @@
+/*
+ * gpusha.cu - the kernels of gpu/gpusha.h, compiled to PTX at build time
+ * (when nvcc is found) and loaded through the driver API at run time.
+ *
+ * gpusha_hash: one thread per chunk. SHA-256 is a chain within a chunk, so
+ * a chunk cannot be split between threads; a 4 KiB-chunked GiB is 262144
+ * independent chains, about one full wave of an H100's 132 SMs. Each thread
+ * reads its chunk 64 bytes at a time with four 16-byte loads, whole 32-byte
+ * sectors, so no byte crosses the bus twice even though a warp's 32 loads
+ * land 4 KiB apart. The arithmetic (gpusha_core.h) bounds the speed, not the
+ * memory: about 2,500 integer operations per 64-byte block.
+ *
+ * The changed kernels turn two digest arrays into the ordered list of the
+ * chunks whose digests differ: count per block (cmp), exclusive scan of the
+ * counts (scan, one block), write each changed index at its rank (emit).
+ * Ordered, so the caller copies changed chunks front to back and can merge
+ * neighbours into one copy.
+ *
+ * Entry points are extern "C" so gpusha.c finds them by their plain names.
+ */
+#include "gpu/gpusha_core.h"
+
+/* gpusha.c launches with these; they must agree. */
+#define GS_HASH_THREADS 128
+#define GS_CMP_THREADS 256
+#define GS_SCAN_THREADS 1024
+
+extern "C" __global__ void __launch_bounds__(GS_HASH_THREADS)
+gpusha_hash_k(const gs_u8 *src, gs_u64 len, gs_u32 chunk, gs_u64 nchunks, int vec, gs_u8 *out)
+{
+	const gs_u64 i = (gs_u64)blockIdx.x * blockDim.x + threadIdx.x;
+	if (i < nchunks)
+		gs_hash_chunk(src, len, chunk, i, vec, out);
+}
+
+/* blk[b] = how many chunks of block b changed; flags[i] = 0/1 unless NULL. */
+extern "C" __global__ void __launch_bounds__(GS_CMP_THREADS)
+gpusha_cmp_k(const gs_u8 *cur, const gs_u8 *prev, gs_u64 n, gs_u8 *flags, gs_u32 *blk)
+{
+	const gs_u64 i = (gs_u64)blockIdx.x * blockDim.x + threadIdx.x;
+	int ch = 0;
+	if (i < n) {
+		ch = gs_differs(cur, prev, i);
+		if (flags)
+			flags[i] = (gs_u8)ch;
+	}
+	const int cnt = __syncthreads_count(ch);   /* every thread reaches it */
+	if (threadIdx.x == 0)
+		blk[blockIdx.x] = (gs_u32)cnt;
+}
+
+/* Inclusive sum over a warp's lanes. */
+static __device__ __forceinline__ gs_u32 gs_warp_scan(gs_u32 x, int lane)
+{
+#pragma unroll
+	for (int o = 1; o < 32; o <<= 1) {
+		const gs_u32 y = __shfl_up_sync(0xffffffffu, x, o);
+		if (lane >= o)
+			x += y;
+	}
+	return x;
+}
+
+/* One block of GS_SCAN_THREADS: blk[0..nblk) becomes its exclusive prefix
+ * sum, in tiles of 1024 with a running carry; *count gets the total. */
+extern "C" __global__ void __launch_bounds__(GS_SCAN_THREADS)
+gpusha_scan_k(gs_u32 *blk, gs_u32 nblk, gs_u32 *count)
+{
+	__shared__ gs_u32 warp_sum[GS_SCAN_THREADS / 32];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	gs_u32 carry = 0;
+	for (gs_u32 base = 0; base < nblk; base += GS_SCAN_THREADS) {
+		const gs_u32 i = base + threadIdx.x;
+		const gs_u32 v = i < nblk ? blk[i] : 0;
+		const gs_u32 x = gs_warp_scan(v, lane);
+		if (lane == 31)
+			warp_sum[warp] = x;
+		__syncthreads();
+		if (warp == 0)
+			warp_sum[lane] = gs_warp_scan(warp_sum[lane], lane);
+		__syncthreads();
+		if (i < nblk)
+			blk[i] = carry + (warp ? warp_sum[warp - 1] : 0) + x - v;
+		carry += warp_sum[GS_SCAN_THREADS / 32 - 1];
+		__syncthreads();   /* warp_sum is rewritten by the next tile */
+	}
+	if (threadIdx.x == 0)
+		*count = carry;
+}
+
+/* list[blk[b] + rank] = i for each changed chunk i of block b, in order:
+ * warps in order within the block, lanes in order within a warp. */
+extern "C" __global__ void __launch_bounds__(GS_CMP_THREADS)
+gpusha_emit_k(const gs_u8 *cur, const gs_u8 *prev, gs_u64 n, const gs_u32 *blk, gs_u32 *list)
+{
+	__shared__ gs_u32 warp_cnt[GS_CMP_THREADS / 32];
+	const gs_u64 i = (gs_u64)blockIdx.x * blockDim.x + threadIdx.x;
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+	const int ch = i < n ? gs_differs(cur, prev, i) : 0;
+	const gs_u32 mask = __ballot_sync(0xffffffffu, ch);
+	if (lane == 0)
+		warp_cnt[warp] = __popc(mask);
+	__syncthreads();
+	gs_u32 before = blk[blockIdx.x];
+	for (int k = 0; k < warp; k++)
+		before += warp_cnt[k];
+	if (ch)
+		list[before + __popc(mask & ((1u << lane) - 1))] = (gs_u32)i;
+}

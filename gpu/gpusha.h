@@ -1,0 +1,72 @@
+/*
+ * gpusha.h - SHA-256 of fixed-size chunks of device memory, on the GPU, and
+ * which chunks changed since an earlier set of digests (issue 14).
+ *
+ * A checkpoint hashes every chunk of a device region where it lies, compares
+ * the digests with the previous checkpoint's, and copies only the chunks
+ * that changed. The digests are exactly SHA-256 (FIPS 180-4) of each chunk's
+ * bytes, the same ids the CPU computes, so GPU- and CPU-hashed chunks dedup
+ * against each other.
+ *
+ * The kernels (gpu/gpusha.cu) are built into PTX when nvcc is found at
+ * configure time and embedded in the library; the driver compiles them for
+ * the GPU at gpusha_open. A build without nvcc has no kernels: gpusha_open
+ * says -ENOTSUP ("no GPU hashing in this build"), and so does a driver too
+ * old for the embedded PTX; either way the caller hashes on the CPU.
+ *
+ * A handle belongs to the context current at gpusha_open and is used by one
+ * thread at a time; its gpusha_changed calls must be ordered (one stream),
+ * as they share a scratch buffer. Every call is asynchronous on the given
+ * stream (0: the legacy default stream), with that context current.
+ */
+#ifndef CREST_GPU_GPUSHA_H
+#define CREST_GPU_GPUSHA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gpu/cudrv.h"
+
+#define GPUSHA_DIGEST 32                 /* bytes per chunk's digest */
+#define GPUSHA_CHUNK 4096                /* the default chunk size */
+#define GPUSHA_CHUNK_MAX (1u << 20)      /* chunk sizes: multiples of 64 up to this */
+
+struct gpusha;
+
+/* Whether this build embeds the kernels (nvcc was found at configure time). */
+bool gpusha_built(void);
+/* The embedded PTX text, and in *nvcc the version of nvcc that made it;
+ * NULL in a build without kernels. */
+const char *gpusha_ptx_text(const char **nvcc);
+
+/* Loads the kernels into the current context (cuModuleLoadData: the driver
+ * compiles the PTX for this GPU, tens of milliseconds, cached by the driver
+ * across runs). -ENOTSUP when the build has no kernels or the driver
+ * cannot take them; another negative code when the driver fails. */
+int gpusha_open(const struct cudrv *d, struct gpusha **out);
+/* Unloads the kernels; no work may be in flight on them. NULL is a no-op. */
+void gpusha_close(struct gpusha *g);
+
+/* How many chunks of chunk bytes cut len bytes (the last may be short). */
+static inline uint64_t gpusha_nchunks(uint64_t len, uint32_t chunk)
+{
+	return (len + chunk - 1) / chunk;
+}
+
+/* SHA-256 of each chunk of src[0..len): chunk i is bytes
+ * [i * chunk, min((i + 1) * chunk, len)), its digest the 32 bytes at
+ * digests + 32 * i. len >= 1; chunk a multiple of 64, at most
+ * GPUSHA_CHUNK_MAX; digests 16-byte aligned (any cuMemAlloc'd pointer is).
+ * src may have any alignment; 16-byte aligned is the fast path. */
+int gpusha_hash(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk, CUdeviceptr digests,
+		CUstream s);
+
+/* Compares n digests at cur with n at prev (both 16-byte aligned). Writes
+ * the indices of the chunks whose digests differ, ascending, as uint32 at
+ * list (room for n), and their number as one uint32 at count. flags, unless
+ * 0, gets one byte per chunk: 1 changed, 0 not. n >= 1, n < 2^32. */
+int gpusha_changed(struct gpusha *g, CUdeviceptr cur, CUdeviceptr prev, uint64_t n, CUdeviceptr flags,
+		   CUdeviceptr list, CUdeviceptr count, CUstream s);
+
+#endif

@@ -1,0 +1,207 @@
+/*
+ * test_gpusha_core.c - the GPU SHA-256 kernel's logic, run on the host.
+ *
+ * gpu/gpusha_core.h is the text the kernel is compiled from; here cc
+ * compiles it and each chunk is hashed exactly as a GPU thread would hash
+ * it (gs_hash_chunk, chunk index by chunk index), then compared with
+ * OpenSSL's SHA-256 of the same bytes. Runs everywhere, GPU or not:
+ *   - FIPS 180-2's known answers ("abc", the 448-bit message, a million 'a');
+ *   - every length 1..1100 in one chunk of 1088 and of 1024 (every tail
+ *     length mod 64, both the one-block and the two-block padding);
+ *   - random buffers: lengths from 1 byte to a few MiB, chunk sizes 64,
+ *     4096 and random multiples of 64 up to 1 MiB, starts at every
+ *     alignment (the 16-byte load path and the byte path);
+ *   - gs_differs against memcmp.
+ * usage: test_gpusha_core [SEED]
+ */
+#include "gpu/gpusha.h"
+#include "gpu/gpusha_core.h"
+#include "tests/check.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <openssl/evp.h>
+#include <stdint.h>
+#include <time.h>
+
+static void evp_sha256(const uint8_t *p, size_t n, uint8_t out[32])
+{
+	unsigned len = 0;
+	if (!EVP_Digest(p, n, out, &len, EVP_sha256(), NULL) || len != 32) {
+		fprintf(stderr, "FAIL: EVP_Digest\n");
+		exit(1);
+	}
+}
+
+static void hex(const uint8_t *d, char *s)
+{
+	for (int i = 0; i < 32; i++)
+		sprintf(s + 2 * i, "%02x", d[i]);
+}
+
+/* Hashes src[0..len) in chunks as the kernel's grid would and compares every
+ * digest with OpenSSL's; returns the number of wrong digests. */
+static int check_buffer(const uint8_t *src, uint64_t len, uint32_t chunk, const char *what)
+{
+	const uint64_t n = gpusha_nchunks(len, chunk);
+	uint8_t *dig = malloc(n * 32);
+	if (!dig) {
+		fprintf(stderr, "FAIL: malloc\n");
+		exit(1);
+	}
+	const int vec = (uintptr_t)src % 16 == 0;   /* as gpusha_hash decides */
+	for (uint64_t i = 0; i < n; i++)
+		gs_hash_chunk(src, len, chunk, i, vec, dig);
+	int bad = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		const uint64_t off = i * chunk, m = len - off < chunk ? len - off : chunk;
+		uint8_t want[32];
+		evp_sha256(src + off, m, want);
+		if (memcmp(want, dig + 32 * i, 32)) {
+			if (bad++ < 3) {
+				char a[65], b[65];
+				hex(dig + 32 * i, a);
+				hex(want, b);
+				CHECK(0, "%s: len %" PRIu64 " chunk %u (vec %d): chunk %" PRIu64 " (%" PRIu64
+					 " bytes) hashed %s, OpenSSL says %s", what, len, chunk, vec, i, m, a, b);
+			} else {
+				failures++;
+			}
+		}
+	}
+	free(dig);
+	return bad;
+}
+
+static void known_answer(const char *msg, size_t n, const char *want)
+{
+	uint8_t dig[32];
+	char got[65];
+	gs_u32 h[8];
+	gs_sha256((const uint8_t *)msg, (gs_u32)n, 0, h);
+	for (int i = 0; i < 8; i++) {
+		const gs_u32 be = __builtin_bswap32(h[i]);
+		memcpy(dig + 4 * i, &be, 4);
+	}
+	hex(dig, got);
+	CHECK(strcmp(got, want) == 0, "SHA-256 of a %zu-byte message: %s, FIPS says %s", n, got, want);
+}
+
+/* 8 bytes per step: check_fill's byte at a time is slow for MiBs. */
+static void fill(uint8_t *p, size_t n, uint64_t *st)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		const uint64_t x = check_rnd(st);
+		memcpy(p + i, &x, 8);
+	}
+	for (; i < n; i++)
+		p[i] = (uint8_t)(check_rnd(st) >> 56);
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)clock() << 32);
+	if (!seed)
+		seed = 1;
+	printf("seed %" PRIu64 " (replay: test_gpusha_core %" PRIu64 ")\n", seed, seed);
+	uint64_t st = seed;
+
+	/* FIPS 180-2 appendix B */
+	known_answer("abc", 3, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	known_answer("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq", 56,
+		     "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+	char *ma = malloc(1000000);
+	memset(ma, 'a', 1000000);
+	known_answer(ma, 1000000, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+	free(ma);
+
+	/* Every tail length, in one chunk and across two. Offsets 0 and 1: the
+	 * vector and the byte path. */
+	enum { AL = 64 };
+	uint8_t *buf = aligned_alloc(AL, 16u << 20);
+	fill(buf, 16u << 20, &st);
+	int bad = 0;
+	for (uint32_t len = 1; len <= 1100; len++)
+		for (int off = 0; off < 2; off++) {
+			bad += check_buffer(buf + off, len, 1088, "every length");
+			bad += check_buffer(buf + off + 7, len, 1024, "every length, two chunks");
+		}
+	printf("every length 1..1100: %d wrong\n", bad);
+
+	/* Random buffers in every size class. */
+	static const uint64_t sizes[] = { 1, 55, 56, 63, 64, 65, 119, 120, 127, 128, 4095, 4096, 4097, 8192, 12345 };
+	int cases = 0;
+	bad = 0;
+	for (int round = 0; round < 200; round++) {
+		uint32_t chunk;
+		switch (check_rnd(&st) % 4) {
+		case 0: chunk = 4096; break;
+		case 1: chunk = 64; break;
+		case 2: chunk = 64 * (uint32_t)(1 + check_rnd(&st) % 64); break;
+		default: chunk = 64 * (uint32_t)(1 + check_rnd(&st) % (GPUSHA_CHUNK_MAX / 64)); break;
+		}
+		uint64_t len;
+		switch (check_rnd(&st) % 4) {
+		case 0: len = sizes[check_rnd(&st) % (sizeof(sizes) / sizeof(sizes[0]))]; break;
+		case 1: len = (uint64_t)chunk * (1 + check_rnd(&st) % 8) + (check_rnd(&st) % 3) - 1; break;
+		case 2: len = 1 + check_rnd(&st) % 70000; break;
+		default: len = 1 + check_rnd(&st) % (3u << 20); break;
+		}
+		const uint64_t off = check_rnd(&st) % 2 ? 16 * (check_rnd(&st) % 1024) : check_rnd(&st) % 64;
+		fill(buf, off + len, &st);
+		bad += check_buffer(buf + off, len, chunk, "random");
+		cases++;
+	}
+	/* The largest chunk, and a length one past it. */
+	fill(buf, (2u << 20) + 1, &st);
+	bad += check_buffer(buf, GPUSHA_CHUNK_MAX, GPUSHA_CHUNK_MAX, "1 MiB chunk");
+	bad += check_buffer(buf, GPUSHA_CHUNK_MAX * 2 + 1, GPUSHA_CHUNK_MAX, "1 MiB chunks and a byte");
+	printf("%d random buffers and 2 of 1 MiB chunks: %d wrong\n", cases, bad);
+
+	/* gs_differs: one flipped byte anywhere in a digest. */
+	uint8_t *a = aligned_alloc(16, 32 * 64), *b = aligned_alloc(16, 32 * 64);
+	fill(a, 32 * 64, &st);
+	memcpy(b, a, 32 * 64);
+	for (int i = 0; i < 64; i++)
+		if (i % 3 == 0)
+			b[32 * i + check_rnd(&st) % 32] ^= (uint8_t)(1 + check_rnd(&st) % 255);
+	for (int i = 0; i < 64; i++)
+		CHECK(gs_differs(a, b, (uint64_t)i) == (memcmp(a + 32 * i, b + 32 * i, 32) != 0),
+		      "gs_differs on digest %d", i);
+	free(a);
+	free(b);
+	free(buf);
+
+	/* A build without nvcc says so, with -ENOTSUP, before touching the driver. */
+	if (!gpusha_built()) {
+		const char *nvcc = "";
+		CHECK(gpusha_ptx_text(&nvcc) == NULL && nvcc == NULL, "a build without kernels has PTX");
+		struct gpusha *g = NULL;
+		const int rc = gpusha_open(NULL, &g);
+		CHECK(rc == -ENOTSUP && strstr(crest_errmsg(), "no GPU hashing in this build"),
+		      "gpusha_open without kernels: %d (%s)", rc, crest_errmsg());
+		printf("this build has no GPU kernels: gpusha_open says \"%s\"\n", crest_errmsg());
+	} else {
+		/* The embedded text is nvcc's PTX with the four entry points that
+		 * gpusha_open looks up (a broken embed step shows here, not only
+		 * on a GPU machine). */
+		const char *nvcc = NULL, *ptx = gpusha_ptx_text(&nvcc);
+		static const char *const entry[4] = { ".entry gpusha_hash_k(", ".entry gpusha_cmp_k(",
+						      ".entry gpusha_scan_k(", ".entry gpusha_emit_k(" };
+		CHECK(ptx && nvcc && strncmp(ptx, "//", 2) == 0 && strstr(ptx, ".version ") &&
+			      strstr(ptx, ".target sm_75"),
+		      "the embedded PTX does not start like nvcc's for compute_75");
+		for (int i = 0; i < 4; i++)
+			CHECK(ptx && strstr(ptx, entry[i]), "the embedded PTX lacks %s", entry[i]);
+		printf("this build embeds the GPU kernels: %zu bytes of PTX by nvcc %s\n", ptx ? strlen(ptx) : 0,
+		       nvcc ? nvcc : "?");
+	}
+	if (failures) {
+		printf("FAIL: %d check(s) failed (seed %" PRIu64 ")\n", failures, seed);
+		return 1;
+	}
+	printf("ok\n");
+	return 0;
+}
