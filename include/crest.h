@@ -67,12 +67,13 @@ void crest_options_init(struct crest_options *o);
 
 /* Opens (creating if needed) the store in dir; NULL: $CREST_STORE or
  * ./crest-store. o may be NULL. The handle holds the store's writer lock
- * only while it uses the store: from a checkpoint until it is committed,
- * during a restore, crest_read_blob or crest_set_branch, and for
- * $CREST_STORE_IDLE_MS milliseconds after (default 0). In between, other
- * writers take it: `casctl gc` runs between a job's checkpoints. A call
- * that needs the store again opens it again (a few milliseconds, part of
- * crest_checkpoint's stall). While another process (or another handle of
+ * until crest_close. With $CREST_STORE_IDLE_MS set, it holds it only while
+ * it uses the store: from a checkpoint until it is committed, during a
+ * restore, crest_read_blob or crest_set_branch, and for that many
+ * milliseconds after. In between, other writers take it: `casctl gc` runs
+ * between a job's checkpoints. A call that needs the store again opens it
+ * again, in crest_checkpoint's stall (milliseconds for small regions;
+ * seconds after an 8 GiB checkpoint). While another process (or another handle of
  * this one) holds it, such a call (crest_open too) waits, saying on stderr
  * who holds it, for $CREST_LOCK_TIMEOUT seconds (default 600; 0: not at
  * all), then fails with -ETIMEDOUT naming the holder. */

@@ -4,7 +4,8 @@
 # succeed, gc must have run at least twice and expired snapshots while the
 # job was still running (a session that held the store throughout would
 # let it in only after crest_close), the store must verify, and every kept
-# snapshot must restore bit-exact (gc_session check). The stall of
+# snapshot must restore bit-exact (gc_session check). The session lets the
+# store go between checkpoints only when asked (CREST_STORE_IDLE_MS). The stall of
 # crest_checkpoint is printed with and without gc beside it.
 #   gc_session.sh GC_SESSION CASCTL SCRATCH [SEED]
 set -euo pipefail
@@ -13,9 +14,9 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 rm -rf "$T" && mkdir -p "$T"
 ROUNDS=16 PERIOD=200
 
-"$PROG" run "$T/alone" 8 "$PERIOD" "$T/alone.log" "$SEED" | sed 's/^/without gc: /'
+CREST_STORE_IDLE_MS=0 "$PROG" run "$T/alone" 8 "$PERIOD" "$T/alone.log" "$SEED" | sed 's/^/without gc: /'
 
-"$PROG" run "$T/store" "$ROUNDS" "$PERIOD" "$T/run.log" "$SEED" >"$T/run.out" 2>&1 &
+CREST_STORE_IDLE_MS=0 "$PROG" run "$T/store" "$ROUNDS" "$PERIOD" "$T/run.log" "$SEED" >"$T/run.out" 2>&1 &
 JOB=$!
 trap 'kill -9 $JOB 2>/dev/null || true' EXIT
 runs=0 during=0 expired=0 i=0
