@@ -168,22 +168,38 @@ bool proc_uses_cuda(pid_t pid)
 	return found;
 }
 
-/* The open flags of pid's fd, from fdinfo; -1 when unknown. */
-static long fd_flags(pid_t pid, const char *fd)
+/* flags, pos and mnt_id of one descriptor, from its fdinfo (all three are
+ * there since Linux 3.15). */
+static int fd_info(pid_t pid, const char *fd, int *flags, uint64_t *pos, int *mnt)
 {
 	char path[320], line[256];
 	snprintf(path, sizeof(path), "/proc/%d/fdinfo/%s", (int)pid, fd);
 	FILE *f = fopen(path, "re");
 	if (!f)
-		return -1;
-	long flags = -1;
-	while (fgets(line, sizeof(line), f))
+		return -ENOENT;
+	int got = 0;
+	while (fgets(line, sizeof(line), f)) {
 		if (!strncmp(line, "flags:", 6)) {
-			flags = strtol(line + 6, NULL, 8);
-			break;
+			*flags = (int)strtol(line + 6, NULL, 8);
+			got |= 1;
+		} else if (!strncmp(line, "pos:", 4)) {
+			*pos = strtoull(line + 4, NULL, 10);
+			got |= 2;
+		} else if (!strncmp(line, "mnt_id:", 7)) {
+			*mnt = atoi(line + 7);
+			got |= 4;
 		}
+	}
 	fclose(f);
-	return flags;
+	return got == 7 ? 0 : -ENOENT;
+}
+
+/* The open flags of pid's fd; -1 when unknown. */
+static long fd_flags(pid_t pid, const char *fd)
+{
+	int flags, mnt;
+	uint64_t pos;
+	return fd_info(pid, fd, &flags, &pos, &mnt) < 0 ? -1 : flags;
 }
 
 int proc_files_writable(const struct proc_tree *t, struct proc_files *out)
@@ -321,31 +337,6 @@ static bool has_id(const int *ids, size_t n, int id)
 		if (ids[i] == id)
 			return true;
 	return false;
-}
-
-/* flags, pos and mnt_id of one descriptor, from its fdinfo. */
-static int fd_info(pid_t pid, const char *fd, int *flags, uint64_t *pos, int *mnt)
-{
-	char path[320], line[256];
-	snprintf(path, sizeof(path), "/proc/%d/fdinfo/%s", (int)pid, fd);
-	FILE *f = fopen(path, "re");
-	if (!f)
-		return -ENOENT;
-	int got = 0;
-	while (fgets(line, sizeof(line), f)) {
-		if (!strncmp(line, "flags:", 6)) {
-			*flags = (int)strtol(line + 6, NULL, 8);
-			got |= 1;
-		} else if (!strncmp(line, "pos:", 4)) {
-			*pos = strtoull(line + 4, NULL, 10);
-			got |= 2;
-		} else if (!strncmp(line, "mnt_id:", 7)) {
-			*mnt = atoi(line + 7);
-			got |= 4;
-		}
-	}
-	fclose(f);
-	return got == 7 ? 0 : -ENOENT;
 }
 
 /* The tty majors of the kernel's pty and console drivers: CRIU keys a

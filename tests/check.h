@@ -5,7 +5,7 @@
  * wants one exact error code and a message naming something; CU is OK for
  * CUDA driver calls made through gpu/cudrv.h (the test's `d`).
  * first_diff says where two buffers part, for failure messages; check_rnd
- * and check_fill make reproducible data from a seed.
+ * check_fill and check_fill64 make reproducible data from a seed.
  * Included once per test program.
  */
 #ifndef CREST_TESTS_CHECK_H
@@ -39,6 +39,19 @@ static inline void check_fill(uint8_t *p, size_t n, uint64_t seed)
 	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
 	for (size_t i = 0; i < n; i++)
 		p[i] = (uint8_t)(check_rnd(&x) >> 56);
+}
+
+/* The same kind of bytes 8 a step (for MiBs), continuing the generator at
+ * *st. Not check_fill's sequence: its seeds replay only with this. */
+static inline void check_fill64(uint8_t *p, size_t n, uint64_t *st)
+{
+	size_t i = 0;
+	for (; i + 8 <= n; i += 8) {
+		const uint64_t x = check_rnd(st);
+		memcpy(p + i, &x, 8);
+	}
+	for (; i < n; i++)
+		p[i] = (uint8_t)(check_rnd(st) >> 56);
 }
 
 /* The first index where a and b differ, or n when they do not. */

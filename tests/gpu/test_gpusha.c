@@ -55,17 +55,6 @@ static void evp_sha256(const uint8_t *p, size_t n, uint8_t out[32])
 	}
 }
 
-static void fill(uint8_t *p, size_t n, uint64_t *st)
-{
-	size_t i = 0;
-	for (; i + 8 <= n; i += 8) {
-		const uint64_t x = check_rnd(st);
-		memcpy(p + i, &x, 8);
-	}
-	for (; i < n; i++)
-		p[i] = (uint8_t)(check_rnd(st) >> 56);
-}
-
 /* cuMemsetD8 runs on the legacy stream and may return before it is done:
  * wait for it before the test's stream reads what it set. */
 static void memset_sync(CUdeviceptr p, uint8_t v, size_t n)
@@ -314,7 +303,7 @@ int main(int argc, char **argv)
 	uint8_t *hbuf = malloc(cap);
 	CUdeviceptr dbuf;
 	CU(d->MemAlloc(&dbuf, cap));
-	fill(hbuf, cap, &st);
+	check_fill64(hbuf, cap, &st);
 	CU(d->MemcpyHtoDAsync(dbuf, hbuf, cap, s));
 	CU(d->StreamSynchronize(s));
 
