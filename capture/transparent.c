@@ -328,7 +328,15 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	c->gpu_resume_ns = time_now_ns() - t2;
 	c->stall_ns = time_now_ns() - t0;
 	if (rc < 0) {
-		if (proc_gone(o->pid))
+		/* CRIU fails as soon as the tracee vanishes from ptrace, which can
+		 * be before the kill that caused it shows in /proc: give the kernel
+		 * a moment to mark it before the error is named. */
+		bool gone = proc_gone(o->pid);
+		for (int i = 0; !gone && i < 20; i++) {
+			usleep(10000);
+			gone = proc_gone(o->pid);
+		}
+		if (gone)
 			crest_errctx(rc, "process %d exited during its checkpoint", (int)o->pid);
 		tp_capture_free(c);
 		return rc;

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +30,55 @@ char proc_state(pid_t pid)
 	return p && p[1] == ' ' ? p[2] : 0;
 }
 
+/* PF_EXITING from the kernel's sched.h: set when do_exit starts, long before
+ * the task is a zombie when it has much memory to unmap. Stable ABI as seen
+ * in /proc/PID/stat's flags field since 2.6. */
+#define PROC_PF_EXITING 0x4u
+
+/* Field 9 of /proc/PID/stat, the task's flags; 0 when unreadable. */
+static unsigned long proc_flags(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	const size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = 0;
+	const char *p = strrchr(buf, ')');
+	unsigned long flags = 0;
+	/* After ')': state ppid pgrp session tty_nr tpgid flags. */
+	if (!p || sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %lu", &flags) != 1)
+		return 0;
+	return flags;
+}
+
+/* Whether SIGKILL is pending for the thread or its whole group. */
+static bool proc_kill_pending(pid_t pid)
+{
+	char path[64], line[256];
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	bool pending = false;
+	unsigned long long mask;
+	while (fgets(line, sizeof(line), f)) {
+		if ((sscanf(line, "SigPnd: %llx", &mask) == 1 || sscanf(line, "ShdPnd: %llx", &mask) == 1) &&
+		    (mask & (1ull << (SIGKILL - 1))))
+			pending = true;
+	}
+	fclose(f);
+	return pending;
+}
+
 bool proc_gone(pid_t pid)
 {
 	const char st = proc_state(pid);
-	return !st || st == 'Z' || st == 'X';
+	if (!st || st == 'Z' || st == 'X')
+		return true;
+	return (proc_flags(pid) & PROC_PF_EXITING) || proc_kill_pending(pid);
 }
 
 int proc_job_key(pid_t pid, char *key, size_t cap)

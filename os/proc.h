@@ -26,9 +26,11 @@ bool proc_uses_cuda(pid_t pid);
 
 /* 'R', 'S', 'Z', ... or 0 when the process does not exist. */
 char proc_state(pid_t pid);
-/* True when pid no longer runs: gone, or a zombie ('Z') or dead ('X') its
- * parent has not reaped yet. A job killed under crest is usually still a
- * zombie when crest looks, since its parent reaps it when it gets around to it. */
+/* True when pid no longer runs or is on its way out: gone, a zombie ('Z')
+ * or dead ('X') its parent has not reaped yet, exiting (PF_EXITING: a big
+ * job takes a while to give its memory back before it becomes a zombie), or
+ * with a SIGKILL pending. A job killed under crest is usually in one of the
+ * last three when crest looks. */
 bool proc_gone(pid_t pid);
 /* A name for the process that a reused pid cannot repeat: the boot's id,
  * the pid and its start time ("BOOTID-PID-TICKS", letters, digits and

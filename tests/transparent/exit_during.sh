@@ -111,6 +111,55 @@ grep -q "had not finished .* after process" ck3.err || fail "no message about th
 echo "hung criu stopped; crest returned in $t s"
 pgrep -f "$PWD/fake-criu" >/dev/null && fail "the hung criu was left running"
 
+# 4. Kills at random moments of the whole checkpoint (seed printed): each
+#    either succeeds with a snapshot listed or fails with the one line that
+#    names the exit. CRIU gives up as soon as ptrace loses the job, which can
+#    be before /proc shows it dying: CI once got CRIU's raw message when the
+#    kill came as CRIU was taking its parasite out, near the dump's end. The
+#    delays spread over one uninterrupted checkpoint's time, so the dump's
+#    every phase is hit.
+SEED=${SEED:-$(( $(date +%s) % 100000 ))}
+echo "case 4: seed $SEED (SEED=$SEED to replay)"
+RANDOM=$SEED
+# A job under a parent that never reaps it; sets JOB and PARENT.
+start_orphan() {
+	setsid sh -c '"$0" "$@" </dev/null >job.out 2>&1 & echo $! >job.pid; exec sleep 600' \
+		"$WORKLOAD" --mib $((MIB / 2)) --interval-ms 100 &
+	PARENT=$!
+	PIDS+=("$PARENT")
+	until [ -s job.pid ]; do sleep 0.01; done
+	JOB=$(cat job.pid); rm -f job.pid
+	PIDS+=("$JOB")
+	wait_lines job.out 1
+}
+start_orphan
+t0=$(date +%s%N)
+"$CREST" --store "$S" checkpoint --pid "$JOB" >ck.out 2>ck.err || { cat ck.err; fail "case 4: a checkpoint with no kill failed"; }
+span=$(( ($(date +%s%N) - t0) / 1000000 * 12 / 10 ))
+kill_gone "$PARENT"; kill_gone "$JOB"
+named=0 whole=0
+for i in $(seq 1 ${KILLS:-12}); do
+	n0=$(nsnap)
+	start_orphan
+	ms=$((RANDOM % span))
+	"$CREST" --store "$S" checkpoint --pid "$JOB" >ck.out 2>ck.err &
+	CK=$!
+	sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
+	kill -9 "$JOB"
+	rc=0
+	wait "$CK" || rc=$?
+	kill_gone "$PARENT"
+	if [ "$rc" -eq 0 ]; then
+		[ "$(nsnap)" -eq $((n0 + 1)) ] || fail "case 4: kill $i: a checkpoint that succeeded listed no snapshot"
+		whole=$((whole + 1))
+	else
+		gone_error ck.err "case 4: kill $i after $ms ms" "$JOB"
+		[ "$(nsnap)" -eq "$n0" ] || fail "case 4: kill $i: a failed checkpoint left a snapshot listed"
+		named=$((named + 1))
+	fi
+done
+echo "case 4: kills spread over ${span} ms: $named named the exit, $whole came after the dump"
+
 # Whatever happened, no half snapshot: every listed one is whole.
 n=$("$CREST" --store "$S" ls --json | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
 echo "snapshots listed: $n"
