@@ -86,7 +86,17 @@ const char *cas_default_path(void);
  * for $CREST_LOCK_TIMEOUT seconds (default 600), then -ETIMEDOUT. CAS_READ needs an
  * existing store. Refuses anything that is not a crest store of this format. */
 int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out);
+/* CAS_WRITE, but -EWOULDBLOCK at once (no message) while another writer
+ * holds the lock. */
+int cas_open_nowait(const char *dir, struct cas_store **out);
 void cas_close(struct cas_store *s);
+/* Whether another writer is waiting for the lock this writer holds: writers
+ * hold STORE/lock.wants shared while they wait. A holder that can step
+ * aside (a libcrest session between checkpoints) closes the store; gc and
+ * checkpoint ingests then take their turn. The _dir form asks without a
+ * handle (a session that stepped aside, to see its waiter served). */
+bool cas_lock_wanted(struct cas_store *s);
+bool cas_lock_wanted_dir(const char *dir);
 /* True when packs the index names are missing (a writer's open checks):
  * the engine then trusts no parent's chunk list without a look-up. */
 bool cas_store_damaged(const struct cas_store *s);

@@ -22,6 +22,8 @@ struct cas_store {
 	enum cas_mode mode;
 	int format;           /* the store's format version, from FORMAT */
 	int lock_fd;
+	int wants_fd;         /* writers: STORE/lock.wants, for cas_lock_wanted */
+	bool nowait;          /* cas_open_nowait: -EWOULDBLOCK instead of waiting */
 	int readers_fd;       /* readers: STORE/readers, held shared (gc.h) */
 	rocksdb_t *db;
 	rocksdb_options_t *opts;

@@ -329,8 +329,65 @@ static double mono_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+/* STORE/lock.wants: held shared by every writer while it waits for the lock,
+ * so that a holder that could step aside (a libcrest session between
+ * checkpoints) knows someone is waiting (cas_lock_wanted). A writer that
+ * cannot open or lock it waits all the same, unannounced. */
+static int want_announce(const char *dir)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/lock.wants", dir);
+	const int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	/* The holder's check takes it exclusively for a moment: retry, never block. */
+	for (int i = 0; i < 100; i++) {
+		if (flock(fd, LOCK_SH | LOCK_NB) == 0)
+			return fd;
+		struct timespec ts = { 0, 1000000L };
+		nanosleep(&ts, NULL);
+	}
+	close(fd);
+	return -1;
+}
+
+bool cas_lock_wanted(struct cas_store *s)
+{
+	if (s->mode == CAS_READ || s->lock_fd < 0)
+		return false;
+	if (s->wants_fd < 0) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/lock.wants", s->dir);
+		s->wants_fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (s->wants_fd < 0)
+			return false;
+	}
+	if (flock(s->wants_fd, LOCK_EX | LOCK_NB) == 0) {
+		flock(s->wants_fd, LOCK_UN);
+		return false;
+	}
+	return errno == EWOULDBLOCK;
+}
+
+bool cas_lock_wanted_dir(const char *dir)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/lock.wants", dir);
+	const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	bool wanted = false;
+	if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+		flock(fd, LOCK_UN);
+	else
+		wanted = errno == EWOULDBLOCK;
+	close(fd);
+	return wanted;
+}
+
 /* The one-writer lock. A writer that finds it taken says who holds it, says
- * so again every LOCK_REPEAT_S, and gives up after lock_timeout(). */
+ * so again every LOCK_REPEAT_S, and gives up after lock_timeout(); with
+ * s->nowait it does not wait at all (-EWOULDBLOCK, no message). */
 static int store_lock(struct cas_store *s)
 {
 	char path[4096];
@@ -343,23 +400,37 @@ static int store_lock(struct cas_store *s)
 		return crest_errf(-errno, "cannot stat %s", path);
 	if (!S_ISREG(st.st_mode))
 		return crest_errx(-EPERM, "store %s: %s is not a regular file (remove it)", s->dir, path);
+	/* Silent for the first second: a libcrest session between checkpoints
+	 * steps aside within a poll (cas_lock_wanted), and saying so every
+	 * time would be noise. */
 	const double limit = lock_timeout(), t0 = mono_s();
-	double next_say = t0;
+	double next_say = t0 + 1.0;
 	bool said = false;
 	long sleep_ms = 20;
 	char who[400];
+	int want = -1, rc;
 	for (;;) {
 		if (flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0) {
 			lock_say_holder(s->lock_fd);
-			return 0;
+			rc = 0;
+			break;
 		}
-		if (errno != EWOULDBLOCK && errno != EINTR)
-			return crest_errf(-errno, "cannot lock %s", path);
+		if (errno != EWOULDBLOCK && errno != EINTR) {
+			rc = crest_errf(-errno, "cannot lock %s", path);
+			break;
+		}
+		if (s->nowait) {
+			rc = -EWOULDBLOCK;
+			break;
+		}
+		if (want < 0)
+			want = want_announce(s->dir);
 		const double now = mono_s();
 		if (now - t0 >= limit) {
 			lock_holder(s->lock_fd, who, sizeof(who));
-			return crest_errx(-ETIMEDOUT, "store %s is locked by %s: gave up after %.0f s "
-					  "(CREST_LOCK_TIMEOUT sets how long to wait)", s->dir, who, now - t0);
+			rc = crest_errx(-ETIMEDOUT, "store %s is locked by %s: gave up after %.0f s "
+					"(CREST_LOCK_TIMEOUT sets how long to wait)", s->dir, who, now - t0);
+			break;
 		}
 		if (now >= next_say) {
 			lock_holder(s->lock_fd, who, sizeof(who));
@@ -369,7 +440,7 @@ static int store_lock(struct cas_store *s)
 			else
 				fprintf(stderr, "crest: still waiting for store %s, locked by %s: %.0f s of %.0f s\n",
 					s->dir, who, now - t0, limit);
-			next_say += LOCK_REPEAT_S;
+			next_say = said ? next_say + LOCK_REPEAT_S : t0 + LOCK_REPEAT_S;
 			said = true;
 		}
 		struct timespec ts = { 0, sleep_ms * 1000000L };
@@ -377,6 +448,9 @@ static int store_lock(struct cas_store *s)
 		if (sleep_ms < 200)
 			sleep_ms *= 2;
 	}
+	if (want >= 0)
+		close(want);
+	return rc;
 }
 
 /* A summary of which files make up the index at path (tables, logs,
@@ -581,7 +655,7 @@ int cas_readers_none(struct cas_store *s)
 	return fd;   /* held until closed */
 }
 
-int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out)
+static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct cas_store **out)
 {
 	crest_errset_str("");
 	struct cas_store *s = calloc(1, sizeof(*s));
@@ -589,7 +663,9 @@ int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out)
 		return crest_errf(-ENOMEM, "opening store %s", dir);
 	s->dir = strdup(dir);
 	s->mode = mode;
+	s->nowait = nowait;
 	s->lock_fd = -1;
+	s->wants_fd = -1;
 	s->readers_fd = -1;
 	s->wfd = -1;
 	s->meta_fd = -1;
@@ -642,6 +718,16 @@ int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out)
 	return 0;
 }
 
+int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out)
+{
+	return store_open(dir, mode, false, out);
+}
+
+int cas_open_nowait(const char *dir, struct cas_store **out)
+{
+	return store_open(dir, CAS_WRITE, true, out);
+}
+
 void cas_close(struct cas_store *s)
 {
 	if (!s)
@@ -666,6 +752,8 @@ void cas_close(struct cas_store *s)
 		rocksdb_block_based_options_destroy(s->topts);  /* frees the bloom policy */
 	if (s->cache)
 		rocksdb_cache_destroy(s->cache);
+	if (s->wants_fd >= 0)
+		close(s->wants_fd);
 	if (s->lock_fd >= 0)
 		close(s->lock_fd);
 	if (s->readers_fd >= 0)
