@@ -329,7 +329,7 @@ int capture_dirs(struct engine_snap *s, const char *const *names, size_t n)
 
 int capture_labels(struct engine_snap *s, const char *const *labels, size_t n)
 {
-	struct cas_manifest *m = engine_snapshot_manifest(s);
+	struct cas_manifest *m = s ? engine_snapshot_manifest(s) : NULL;
 	for (size_t i = 0; i < n; i++) {
 		const char *kv = labels[i];
 		const char *eq = kv ? strchr(kv, '=') : NULL;
@@ -345,7 +345,7 @@ int capture_labels(struct engine_snap *s, const char *const *labels, size_t n)
 		int rc = cas_label_check(key);
 		if (rc < 0)
 			return rc;
-		if (cas_manifest_label(m, key, eq + 1) < 0)
+		if (m && cas_manifest_label(m, key, eq + 1) < 0)
 			return crest_errf(-ENOMEM, "adding label %s", kv);
 	}
 	return 0;
@@ -370,4 +370,117 @@ int capture_blobs(struct engine_snap *s, const struct capture_blob *b, size_t n)
 		engine_stream_close(st);
 	}
 	return 0;
+}
+
+/* ---- checkpoints held in host memory ---- */
+
+struct held_stream {
+	char *name;
+	uint8_t *buf;                 /* NULL once handed to the engine */
+	size_t len;
+	bool device, blob;
+};
+
+struct capture_held {
+	struct held_stream *s;
+	size_t n;
+	uint64_t bytes;
+};
+
+void capture_held_free(struct capture_held *h)
+{
+	if (!h)
+		return;
+	for (size_t i = 0; i < h->n; i++) {
+		free(h->s[i].name);
+		free(h->s[i].buf);
+	}
+	free(h->s);
+	free(h);
+}
+
+uint64_t capture_held_bytes(const struct capture_held *h)
+{
+	return h->bytes;
+}
+
+int capture_hold(const struct cudrv *d, const struct capture_region *r, size_t n, const struct capture_blob *b,
+		 size_t nb, struct capture_held **out)
+{
+	struct capture_held *h = calloc(1, sizeof(*h));
+	if (!h || !(h->s = calloc(n + nb + 1, sizeof(*h->s)))) {
+		free(h);
+		return crest_errf(-ENOMEM, "holding a checkpoint in memory");
+	}
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < n + nb; i++) {
+		const bool blob = i >= n;
+		const char *name = blob ? b[i - n].name : r[i].name;
+		const size_t len = blob ? b[i - n].len : r[i].size;
+		struct held_stream *x = &h->s[h->n];
+		if (blob && (!name || !*name || (!b[i - n].data && len))) {
+			rc = crest_errx(-EINVAL, "blob %zu has no name or no data", i - n);
+			break;
+		}
+		x->name = strdup(name);
+		x->buf = malloc(len ? len : 1);
+		x->len = len;
+		x->blob = blob;
+		x->device = !blob && r[i].device;
+		h->n++;
+		if (!x->name || !x->buf) {
+			rc = crest_errf(-ENOMEM, "holding %s (%zu bytes) in memory until the store is back", name, len);
+			break;
+		}
+		h->bytes += len;
+		if (blob) {
+			memcpy(x->buf, b[i - n].data, len);
+		} else if (x->device && len) {
+			rc = d ? cudrv_check(d, d->CtxSetCurrent(r[i].ctx), "entering the region's context")
+			       : crest_errx(-ENODEV, "no GPU driver");
+			/* Pageable memory: the driver stages it; the async call on
+			 * the null stream has finished when synchronized. */
+			if (rc == 0)
+				rc = cudrv_check(d, d->MemcpyDtoHAsync(x->buf, (CUdeviceptr)(uintptr_t)r[i].ptr, len, NULL),
+						 "copying to host memory (cuMemcpyDtoHAsync)");
+			if (rc == 0)
+				rc = cudrv_check(d, d->StreamSynchronize(NULL), "cuStreamSynchronize");
+			if (rc < 0)
+				rc = crest_errctx(rc, "region %s", name);
+		} else {
+			copy_to_staging(x->buf, r[i].ptr, len);
+		}
+	}
+	if (rc < 0) {
+		capture_held_free(h);
+		return rc;
+	}
+	*out = h;
+	return 0;
+}
+
+int capture_held_ingest(struct capture_held *h, struct engine_snap *snap)
+{
+	const char **names = calloc(h->n + 1, sizeof(*names));
+	if (!names)
+		return crest_errf(-ENOMEM, "ingesting a held checkpoint");
+	for (size_t i = 0; i < h->n; i++)
+		names[i] = h->s[i].name;
+	int rc = capture_dirs(snap, names, h->n);
+	free(names);
+	for (size_t i = 0; rc == 0 && i < h->n; i++) {
+		struct held_stream *x = &h->s[i];
+		struct engine_stream *st;
+		rc = engine_stream_open(snap, x->name, x->blob ? CAS_STREAM_BLOB : CAS_STREAM_REGION, true, &st);
+		if (rc == 0 && !x->blob)
+			rc = cas_stream_set_str(&engine_stream_meta(st)->meta, x->device ? "mem=device" : "mem=host");
+		if (rc == 0) {
+			uint8_t *buf = x->buf;
+			x->buf = NULL;   /* the engine's now, whatever happens */
+			rc = engine_stream_add_memory(st, buf, x->len, free, buf);
+		}
+		if (rc == 0)
+			engine_stream_close(st);
+	}
+	return rc;
 }

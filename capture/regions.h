@@ -61,6 +61,25 @@ struct capture_stats {
 int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const struct capture_region *r,
 		    size_t n, struct capture_stats *st);
 
+/* A checkpoint held in host memory while no store is open (a libcrest
+ * session that stepped aside for gc or another writer): every region and
+ * blob copied into memory of its own, so the job goes on at once and the
+ * snapshot is ingested once the store is back. */
+struct capture_held;
+/* Copies r[0..n) (after capture_sync) and b[0..nb) into new host memory.
+ * -ENOMEM (with a message) when it cannot be had. The current CUDA context
+ * is left changed, as by capture_regions. */
+int capture_hold(const struct cudrv *d, const struct capture_region *r, size_t n, const struct capture_blob *b,
+		 size_t nb, struct capture_held **out);
+/* Bytes a held checkpoint takes. */
+uint64_t capture_held_bytes(const struct capture_held *h);
+/* Its streams into snap, in the form capture_regions and capture_blobs give
+ * them (so its chunks dedup against every other library snapshot), with its
+ * directory entries; the memory goes to the engine, which frees it. Once
+ * called, h only keeps what capture_held_free frees, whatever the result. */
+int capture_held_ingest(struct capture_held *h, struct engine_snap *snap);
+void capture_held_free(struct capture_held *h);
+
 /* Makes the devices idle: cuCtxSynchronize on every context a device
  * region of r[0..n) lives in (changes the current context). */
 int capture_sync(const struct cudrv *d, const struct capture_region *r, size_t n);
@@ -69,7 +88,7 @@ int capture_sync(const struct cudrv *d, const struct capture_region *r, size_t n
  * that `crest get` can lay the snapshot out as a tree. */
 int capture_dirs(struct engine_snap *s, const char *const *names, size_t n);
 /* "key=value" labels into the snapshot's manifest; keys that start with
- * "crest." are crest's own (cas/history.h) and -EINVAL. */
+ * "crest." are crest's own (cas/history.h) and -EINVAL. s NULL: only checks. */
 int capture_labels(struct engine_snap *s, const char *const *labels, size_t n);
 /* One BLOB stream per blob, its bytes copied (the caller's may go away). */
 int capture_blobs(struct engine_snap *s, const struct capture_blob *b, size_t n);
