@@ -67,16 +67,16 @@ void crest_options_init(struct crest_options *o);
 
 /* Opens (creating if needed) the store in dir; NULL: $CREST_STORE or
  * ./crest-store. o may be NULL. The handle holds the store's writer lock
- * until crest_close. With $CREST_STORE_IDLE_MS set, it holds it only while
- * it uses the store: from a checkpoint until it is committed, during a
- * restore, crest_read_blob or crest_set_branch, and for that many
- * milliseconds after. In between, other writers take it: `casctl gc` runs
- * between a job's checkpoints. A call that needs the store again opens it
- * again, in crest_checkpoint's stall (milliseconds for small regions;
- * seconds after an 8 GiB checkpoint). While another process (or another handle of
- * this one) holds it, such a call (crest_open too) waits, saying on stderr
- * who holds it, for $CREST_LOCK_TIMEOUT seconds (default 600; 0: not at
- * all), then fails with -ETIMEDOUT naming the holder. */
+ * while it uses it, and gives it up between checkpoints to another writer
+ * that waits for it (`casctl gc`, a `crest checkpoint` ingest), taking it
+ * back when that one is done; with $CREST_STORE_IDLE_MS set, also once it
+ * has been idle that many milliseconds. A checkpoint taken meanwhile is
+ * held in host memory and ingested once the store is back. A call that
+ * needs the store itself (crest_open, a restore, crest_read_blob,
+ * crest_set_branch) waits while another process (or another handle of this
+ * one) holds it, saying on stderr who after a second, for
+ * $CREST_LOCK_TIMEOUT seconds (default 600; 0: not at all), then fails
+ * with -ETIMEDOUT naming the holder. */
 int crest_open(const char *dir, const struct crest_options *o, crest_t **out);
 /* Waits for the checkpoints not yet waited for, then frees everything.
  * Returns the first failure among them (0 when none). NULL is a no-op; a
@@ -121,8 +121,9 @@ struct crest_checkpoint_opts {
 };
 
 /* Copies every region and returns once the copies are done; ingest goes on
- * in the background. o may be NULL. When the handle had let the store go
- * (crest_open), it first opens it again, waiting while gc holds it. */
+ * in the background. o may be NULL. When the handle has let the store go
+ * (crest_open), the copies go into host memory instead of the staging pool
+ * and are ingested once the store is back; crest_wait waits for that. */
 int crest_checkpoint(crest_t *c, const struct crest_checkpoint_opts *o, crest_ckpt_t *out);
 
 /* 1 when the checkpoint is committed or failed (crest_wait will not block),

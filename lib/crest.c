@@ -7,23 +7,38 @@
  * pool, restore/regions.c streams a snapshot back into them. Calls capture/,
  * restore/, engine/, gpu/, cas/ and util/; nothing calls it but a user.
  *
- * The store is held only while it is used (issue 12: `casctl gc` beside a
- * job). The writer lock (cas_open CAS_WRITE) and the engine on it are taken
- * when a call needs them (crest_open, a checkpoint, a restore, a blob read,
- * a branch switch) and, when $CREST_STORE_IDLE_MS is set, let go by the
- * handle's keeper thread once no checkpoint is in flight, every one of
- * them committed or failed, and the store has been idle for that long. gc
- * takes the lock in between. Unset (the default), a session keeps the store
- * from crest_open to crest_close, as before: letting it go costs the next
- * checkpoint's stall a reopen, 4-5 s after an 8 GiB first checkpoint on
- * the H100 host (gpu_bench's unchanged second checkpoint: 3.96-5.0 s
- * against 0.16 s; the index's log is replayed and the parent's manifest
- * loaded in the caller's thread), which no job should pay unasked. Why
- * letting go is safe:
+ * The store is held while it is used, and given up between checkpoints to
+ * another writer that waits for it (issue 12: `casctl gc` beside a job).
+ * The writer lock (cas_open CAS_WRITE) and the engine on it are taken at
+ * crest_open. The handle's keeper thread lets them go once no checkpoint is
+ * in flight (every one committed or failed) and either another writer
+ * waits for the lock (gc, a `crest checkpoint` ingest: they hold
+ * STORE/lock.wants while they wait, cas_lock_wanted) or, with
+ * $CREST_STORE_IDLE_MS set, the store has been idle for that long. Having
+ * stepped aside for a writer, the keeper takes the store back once that
+ * writer is done, without the caller's thread.
+ *
+ * A checkpoint that finds the store let go does not wait for it: the
+ * regions are copied into host memory (capture_hold; pageable, so the
+ * stall is a plain copy, not the pinned pool's) and the call returns; the
+ * keeper opens the store (waiting while gc holds it) and ingests the held
+ * copies in order, as the checkpoints they would have been then (branch,
+ * parent, labels, tag). crest_wait on one waits for that. Held copies take
+ * at most half the machine's memory together; past that, or when memory
+ * cannot be had, a checkpoint waits for the store as before. Restores,
+ * blob reads and branch switches wait for the store (store_up), after the
+ * held checkpoints are ingested, so they see them.
+ *
+ * Letting go before (only with $CREST_STORE_IDLE_MS, in the caller's
+ * thread) cost the next checkpoint's stall a reopen: 4-5 s after an 8 GiB
+ * checkpoint on the H100 host (gpu_bench's unchanged second checkpoint:
+ * 3.96-5.0 s against 0.16 s). A session nobody waits for keeps the store,
+ * so that figure is unchanged. Why letting go is safe:
  *  - Chunks of an ingest in flight are never collected: the lock is held
  *    from before engine_snapshot_begin to after the commit (the keeper lets
- *    go only when every snapshot is done), so gc cannot run while a chunk
- *    is written and not yet named by a committed manifest.
+ *    go only when every snapshot is done, and a held checkpoint has no
+ *    engine snapshot until the lock is back), so gc cannot run while a
+ *    chunk is written and not yet named by a committed manifest.
  *  - gc holds the lock for its whole run, so its mark sees every committed
  *    snapshot, ours included, and nothing commits while it sweeps.
  *  - What the handle remembers across a let-go is the parent's id, not its
@@ -35,15 +50,9 @@
  *    superseded) is replaced by the branch's head, as after a failed commit.
  *  - A crash leaves what it left before: a writer killed mid-ingest leaves
  *    bytes past the last commit, cut by the next writer's open (cas.h); a
- *    let-go is an ordinary cas_close.
- * The cost: every checkpoint that finds the store let go opens it again in
- * the caller's thread (cas_open, the engine's threads and the parent's
- * manifest: milliseconds for small regions, seconds for 8 GiB, see above),
- * and waits there while gc holds
- * it (cas_open waits for the lock and says who holds it). Copying into the
- * staging pool first and ingesting from a thread once the lock comes is
- * not done: capture/ copies through an engine snapshot, which needs the
- * store.
+ *    let-go is an ordinary cas_close. A process killed with checkpoints
+ *    held loses them, as it loses checkpoints in flight: none was committed
+ *    or reported so.
  */
 #include "crest.h"
 
@@ -80,9 +89,21 @@ struct region {
 	CUcontext ctx;                /* device regions */
 };
 
+/* A checkpoint taken while the store was let go: its copy, and what the
+ * engine snapshot gets once the store is back (held_ingest). */
+struct held_ckpt {
+	struct capture_held *h;
+	char *tag;
+	char **labels;
+	size_t nlabels;
+	uint64_t bytes;
+};
+
 struct pending {
 	uint64_t id;
-	struct engine_snap *snap;     /* NULL once done (the keeper waited for it) */
+	/* NULL once done (the keeper waited for it), and while held. */
+	struct engine_snap *snap;
+	struct held_ckpt *held;       /* waiting for the store; NULL once ingested */
 	uint64_t stall_ns, wait_ns;
 	unsigned rounds;
 	/* Its outcome, when the keeper collected it before letting the store go. */
@@ -128,6 +149,9 @@ struct crest {
 	bool keeper_on, quit;
 	uint64_t used_ns;             /* when a call last used the store */
 	uint64_t idle_ns;             /* $CREST_STORE_IDLE_MS */
+	bool stepped;                 /* let go for a waiting writer: take it back after */
+	bool opening;                 /* the keeper opens the store, without mu */
+	uint64_t held_bytes;          /* memory of the held checkpoints */
 };
 
 /* ---- handles ---- */
@@ -338,9 +362,91 @@ static int parent_from_head(crest_t *c, const char *name)
 static bool all_done(crest_t *c)
 {
 	for (size_t i = 0; i < c->nckpts; i++)
-		if (!c->ckpts[i].done && !engine_snapshot_timedwait(c->ckpts[i].snap, 0))
+		if (!c->ckpts[i].done && (c->ckpts[i].held || !engine_snapshot_timedwait(c->ckpts[i].snap, 0)))
 			return false;
 	return true;
+}
+
+static bool any_held(const crest_t *c)
+{
+	for (size_t i = 0; i < c->nckpts; i++)
+		if (c->ckpts[i].held)
+			return true;
+	return false;
+}
+
+static void held_free(crest_t *c, struct held_ckpt *k)
+{
+	if (!k)
+		return;
+	c->held_bytes -= k->bytes;
+	capture_held_free(k->h);
+	free(k->tag);
+	for (size_t i = 0; i < k->nlabels; i++)
+		free(k->labels[i]);
+	free(k->labels);
+	free(k);
+}
+
+/* Fails every held checkpoint with rc and msg (the store could not be had). */
+static void held_fail(crest_t *c, int rc, const char *msg)
+{
+	for (size_t i = 0; i < c->nckpts; i++) {
+		struct pending *p = &c->ckpts[i];
+		if (!p->held)
+			continue;
+		held_free(c, p->held);
+		p->held = NULL;
+		p->done = true;
+		p->rc = rc;
+		p->msg = strdup(msg && *msg ? msg : "the store could not be opened again");
+	}
+}
+
+/* Each held checkpoint, oldest first, into an engine snapshot on the store
+ * just opened, as crest_checkpoint would have made it then: on the
+ * handle's branch, with its parent. Under mu, the store up. Nothing here
+ * waits long: the engine reads the copies from its workers. */
+static void held_ingest(crest_t *c)
+{
+	for (size_t i = 0; i < c->nckpts; i++) {
+		struct pending *p = &c->ckpts[i];
+		struct held_ckpt *k = p->held;
+		if (!k)
+			continue;
+		struct engine_snap *snap = NULL;
+		int rc = engine_snapshot_begin(c->eng, "library", &snap);
+		if (rc == 0 && cas_manifest_set_branch(engine_snapshot_manifest(snap), c->branch) < 0)
+			rc = crest_errf(-ENOMEM, "putting the checkpoint on branch %s", c->branch);
+		if (rc == 0)
+			rc = capture_labels(snap, (const char *const *)k->labels, k->nlabels);
+		if (rc == 0 && k->tag)
+			rc = engine_snapshot_set_tag(snap, k->tag);
+		if (rc == 0 && c->has_parent) {
+			engine_snapshot_set_parent(snap, c->parent_id, c->parent);  /* takes it */
+			c->parent = NULL;
+		}
+		if (rc == 0)
+			engine_snapshot_expect(snap, k->bytes);
+		if (rc == 0)
+			rc = capture_held_ingest(k->h, snap);
+		if (rc == 0)
+			rc = engine_snapshot_seal(snap);
+		held_free(c, k);
+		p->held = NULL;
+		if (rc < 0) {
+			if (snap)
+				engine_snapshot_abort(snap);
+			char msg[1024];
+			crest_errcpy(msg, sizeof(msg));
+			p->done = true;
+			p->rc = rc;
+			p->msg = strdup(msg);
+			continue;
+		}
+		p->snap = snap;
+	}
+	pthread_cond_broadcast(&c->cv);
 }
 
 /* Collects the outcome of every checkpoint in flight (blocking for those
@@ -349,7 +455,7 @@ static void collect(crest_t *c)
 {
 	for (size_t i = 0; i < c->nckpts; i++) {
 		struct pending *p = &c->ckpts[i];
-		if (p->done)
+		if (p->done || p->held)
 			continue;
 		p->rc = engine_snapshot_wait(p->snap, &p->er);
 		p->snap = NULL;
@@ -384,6 +490,10 @@ static void store_down(crest_t *c)
  * branch's head. Under mu. */
 static int store_up(crest_t *c)
 {
+	/* The keeper opens it without mu: wait for that rather than take a
+	 * second lock of this process's own. */
+	while (c->opening)
+		pthread_cond_wait(&c->cv, &c->mu);
 	if (c->store && c->eng && !cas_store_broken(c->store))
 		return 0;
 	if (c->store && cas_store_broken(c->store)) {
@@ -418,6 +528,10 @@ static int store_up(crest_t *c)
 		rc = crest_errctx(rc, reopen ? "reopening crest store %s after a failed commit" : "opening crest store %s",
 				  c->store_dir);
 	}
+	if (rc == 0) {
+		c->stepped = false;
+		held_ingest(c);   /* before the caller's call: they come first */
+	}
 	return rc;
 }
 
@@ -439,38 +553,119 @@ static void cond_wait_ns(crest_t *c, uint64_t ns)
 	pthread_cond_timedwait(&c->cv, &c->mu, &ts);
 }
 
-/* The keeper: lets the store go once every checkpoint in flight is done and
- * the store was idle for idle_ns. It polls a checkpoint in flight every few
- * milliseconds (a snapshot's handle is the caller's, so it never blocks on
- * one) and sleeps while the store is let go. */
+#define IDLE_NEVER UINT64_MAX
+
+/* How often the keeper looks for a writer waiting for the lock, and, having
+ * stepped aside, for the lock to come free. */
+#define WANT_POLL_NS 100000000u
+
+/* The keeper opens the store again, without mu (the caller's checkpoints
+ * are held meanwhile, not stalled); wait: as long as the lock takes (held
+ * checkpoints need it), else only if it is free now. Called and returns
+ * under mu. */
+static void keeper_open(crest_t *c, bool wait)
+{
+	c->opening = true;
+	const bool had_parent = c->has_parent;
+	uint8_t pid[32];
+	memcpy(pid, c->parent_id, 32);
+	pthread_mutex_unlock(&c->mu);
+	struct cas_store *s = NULL;
+	struct engine *e = NULL;
+	struct cas_manifest *m = NULL;
+	bool parent_gone = false;
+	char msg[1024] = "";
+	int rc = wait ? cas_open(c->store_dir, CAS_WRITE, &s) : cas_open_nowait(c->store_dir, &s);
+	if (rc == 0) {
+		struct engine_opts eo;
+		engine_opts_default(&eo);
+		if (c->o.workers)
+			eo.workers = c->o.workers;
+		rc = engine_open(s, &eo, &e);
+	}
+	if (rc == 0 && had_parent && cas_manifest_load(s, pid, &m) < 0) {
+		m = NULL;
+		parent_gone = true;   /* gc expired it: the branch's head instead */
+	}
+	if (rc < 0) {
+		crest_errcpy(msg, sizeof(msg));
+		if (e)
+			engine_close(e);
+		cas_close(s);
+	}
+	pthread_mutex_lock(&c->mu);
+	c->opening = false;
+	if (rc == 0) {
+		c->store = s;
+		c->eng = e;
+		c->stepped = false;
+		if (c->has_parent && !memcmp(c->parent_id, pid, 32)) {
+			if (parent_gone)
+				c->has_parent = false;
+			else if (!c->parent)
+				c->parent = m, m = NULL;
+		}
+		cas_manifest_free(m);
+		if (!c->has_parent && c->branch)
+			parent_from_head(c, c->branch);
+		held_ingest(c);
+	} else if (rc != -EWOULDBLOCK) {
+		held_fail(c, rc, msg);
+	}
+	pthread_cond_broadcast(&c->cv);
+	if (rc == -EWOULDBLOCK && !c->quit)
+		cond_wait_ns(c, WANT_POLL_NS);
+}
+
+/* The keeper. With the store: lets it go once every checkpoint in flight is
+ * done and either another writer waits for the lock (gc, a checkpoint's
+ * ingest: cas_lock_wanted) or the store was idle for idle_ns. Without it:
+ * opens it again as soon as a checkpoint is held, or, having stepped aside
+ * for a writer, once that writer has the lock and is done with it. */
 static void *keeper_main(void *arg)
 {
 	crest_t *c = arg;
 	pthread_mutex_lock(&c->mu);
 	while (!c->quit) {
-		if (!c->store) {
+		if (c->store) {
+			if (!all_done(c)) {
+				cond_wait_ns(c, 5000000);
+				continue;
+			}
+			const uint64_t now = time_now_ns();
+			const uint64_t used = now - c->used_ns;
+			const bool idle = c->idle_ns != IDLE_NEVER && used >= c->idle_ns;
+			const bool wanted = !idle && cas_lock_wanted(c->store);
+			if (idle || wanted) {
+				collect(c);
+				store_down(c);
+				c->stepped = wanted;
+				continue;
+			}
+			uint64_t ns = WANT_POLL_NS;
+			if (c->idle_ns != IDLE_NEVER && c->idle_ns - used < ns)
+				ns = c->idle_ns - used;
+			cond_wait_ns(c, ns);
+			continue;
+		}
+		if (any_held(c)) {
+			keeper_open(c, true);
+		} else if (c->stepped) {
+			/* Not while the writer still waits: it would lose the race. */
+			if (cas_lock_wanted_dir(c->store_dir))
+				cond_wait_ns(c, WANT_POLL_NS);
+			else
+				keeper_open(c, false);
+		} else {
 			pthread_cond_wait(&c->cv, &c->mu);
-			continue;
 		}
-		if (!all_done(c)) {
-			cond_wait_ns(c, 5000000);
-			continue;
-		}
-		const uint64_t now = time_now_ns();
-		if (now - c->used_ns < c->idle_ns) {
-			cond_wait_ns(c, c->idle_ns - (now - c->used_ns));
-			continue;
-		}
-		collect(c);
-		store_down(c);
 	}
 	pthread_mutex_unlock(&c->mu);
 	return NULL;
 }
 
 /* $CREST_STORE_IDLE_MS: how long an idle handle keeps the store; unset:
- * IDLE_NEVER, for the whole session (no keeper). */
-#define IDLE_NEVER UINT64_MAX
+ * IDLE_NEVER, for the whole session (unless another writer waits). */
 static uint64_t idle_from_env(void)
 {
 	const char *e = getenv("CREST_STORE_IDLE_MS");
@@ -538,7 +733,7 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 	}
 	if (rc == 0)
 		rc = capture_copier_open(c->d, c->pool, c->o.copy_streams, &c->copier);
-	if (rc == 0 && c->idle_ns != IDLE_NEVER) {
+	if (rc == 0) {
 		rc = -pthread_create(&c->keeper, NULL, keeper_main, c);
 		if (rc < 0)
 			rc = crest_errx(rc, "starting the thread that lets the store go when idle: %s",
@@ -590,6 +785,17 @@ static int crest_destroy(crest_t *c)
 		pthread_cond_signal(&c->cv);
 		pthread_mutex_unlock(&c->mu);
 		pthread_join(c->keeper, NULL);
+	}
+	/* Held checkpoints still need the store: wait for it here. */
+	if (any_held(c)) {
+		pthread_mutex_lock(&c->mu);
+		const int up = store_up(c);
+		if (up < 0) {
+			char m[1024];
+			crest_errcpy(m, sizeof(m));
+			held_fail(c, up, m);
+		}
+		pthread_mutex_unlock(&c->mu);
 	}
 	collect(c);
 	for (size_t i = 0; i < c->nckpts; i++) {
@@ -810,6 +1016,64 @@ static int sync_devices(crest_t *c, const struct capture_region *r, void *const 
 	return c->d ? capture_sync(c->d, r, c->nregions) : 0;
 }
 
+/* How much memory held checkpoints may take together: half the machine's.
+ * Past it, a checkpoint waits for the store, as it did before holding. */
+static uint64_t held_limit(void)
+{
+	const long pages = sysconf(_SC_PHYS_PAGES), pg = sysconf(_SC_PAGESIZE);
+	return pages > 0 && pg > 0 ? (uint64_t)pages * (uint64_t)pg / 2 : 0;
+}
+
+/* crest_checkpoint while the store is let go (another writer has it, or
+ * the keeper is opening it again): the regions are copied into host memory
+ * and the job goes on; the keeper ingests the copy once the store is back.
+ * The stall is a copy into pageable memory, slower than into the pinned
+ * pool, but it does not wait for gc. -EAGAIN (no message) when it should
+ * not hold: too much memory held, or none to be had; the caller then waits
+ * for the store. Under mu. */
+static int checkpoint_held(crest_t *c, const struct crest_checkpoint_opts *o, const struct capture_region *regs,
+			   const struct capture_blob *blobs, uint64_t t0, crest_ckpt_t *out)
+{
+	if (!c->keeper_on)
+		return -EAGAIN;
+	uint64_t bytes = 0;
+	for (size_t i = 0; i < c->nregions; i++)
+		bytes += c->regions[i].size;
+	for (size_t i = 0; i < o->nblobs; i++)
+		bytes += o->blobs[i].len;
+	if (c->held_bytes + bytes > held_limit())
+		return -EAGAIN;
+	int rc = capture_labels(NULL, o->labels, o->nlabels);
+	if (rc < 0)
+		return rc;
+	struct held_ckpt *k = calloc(1, sizeof(*k));
+	if (!k)
+		return -EAGAIN;
+	k->labels = calloc(o->nlabels + 1, sizeof(*k->labels));
+	bool ok = k->labels && (!o->tag || (k->tag = strdup(o->tag)));
+	for (size_t i = 0; ok && i < o->nlabels; i++, k->nlabels++)
+		ok = (k->labels[i] = strdup(o->labels[i])) != NULL;
+	if (ok)
+		rc = sync_devices(c, regs, o->sync_streams, o->nsync_streams);
+	if (ok && rc == 0) {
+		rc = capture_hold(c->d, regs, c->nregions, blobs, o->nblobs, &k->h);
+		if (rc == -ENOMEM)
+			ok = false;   /* wait for the store instead */
+	}
+	if (!ok || rc < 0) {
+		held_free(c, k);
+		return ok ? rc : -EAGAIN;
+	}
+	k->bytes = bytes;
+	c->held_bytes += bytes;
+	struct pending *p = &c->ckpts[c->nckpts++];
+	*p = (struct pending){ .id = c->next_ckpt++, .held = k };
+	p->stall_ns = time_now_ns() - t0;
+	*out = p->id;
+	pthread_cond_broadcast(&c->cv);   /* the keeper opens the store */
+	return 0;
+}
+
 int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_ckpt_t *out)
 {
 	const struct crest_checkpoint_opts none = { 0 };
@@ -874,6 +1138,17 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 	/* From here to its seal the checkpoint holds mu: the keeper cannot
 	 * let the store go under it. */
 	pthread_mutex_lock(&c->mu);
+	if (!c->store && (rc = checkpoint_held(c, o, regs, blobs, t0, out)) != -EAGAIN) {
+		if (c->d)
+			c->d->CtxSetCurrent(saved);
+		free(regs);
+		free(names);
+		free(blobs);
+		if (rc < 0)
+			rc = crest_errctx(rc, "checkpoint");
+		store_used(c);
+		return rc;
+	}
 	rc = store_up(c);
 	if (rc == 0)
 		rc = sync_devices(c, regs, o->sync_streams, o->nsync_streams);
@@ -933,7 +1208,7 @@ int crest_poll(crest_t *ch, crest_ckpt_t h)
 	pthread_mutex_lock(&c->mu);
 	struct pending *p = pending_find(c, h);
 	if (p)
-		rc = p->done || engine_snapshot_timedwait(p->snap, 0) ? 1 : 0;
+		rc = p->done || (!p->held && engine_snapshot_timedwait(p->snap, 0)) ? 1 : 0;
 	pthread_mutex_unlock(&c->mu);
 	if (!p)
 		return crest_errx(-EBADF, "crest_poll: checkpoint handle %llu is not pending "
@@ -951,6 +1226,12 @@ int crest_wait(crest_t *ch, crest_ckpt_t h, struct crest_result *r)
 	 * snapshot belongs to (it only waits for mu meanwhile). */
 	pthread_mutex_lock(&c->mu);
 	struct pending *p = pending_find(c, h);
+	/* Held: the keeper gives it an engine snapshot once it has the store
+	 * (or fails it). p moves when another thread adds a checkpoint. */
+	while (p && p->held) {
+		pthread_cond_wait(&c->cv, &c->mu);
+		p = pending_find(c, h);
+	}
 	if (!p) {
 		pthread_mutex_unlock(&c->mu);
 		return crest_errx(-EBADF, "crest_wait: checkpoint handle %llu is not pending "

@@ -12,6 +12,9 @@
 #   gpu_multi   tests/library/gpu_multi: five device regions and a host region,
 #               six checkpoints with random changes, every snapshot restored
 #               and compared by SHA-256; tiny extent-list pieces (CREST_PIECE_*)
+#   gpu_held    gpu_multi with the store let go after every checkpoint
+#               (CREST_STORE_IDLE_MS=0): each checkpoint is held in host
+#               memory and ingested by the session's keeper, as while gc runs
 #   demo        crest demo --gpu: a CUDA job of $GPU_MIB MiB (1024) checkpointed
 #               4 times while it runs, killed, restored from checkpoint 3; its
 #               output must equal an uninterrupted run's
@@ -207,6 +210,10 @@ DETAIL='^gpu: restored' CREST_TEST_KEEP_STORE=1 lib_check test_gpu "$WORK/test_g
 # 2. Six snapshots of several device regions, every one restored; tiny pieces.
 CREST_PIECE_MIN_EXTENTS=4 CREST_PIECE_SPAN=65536 DETAIL='^gpu_multi: ok' EXTRA=multi_extra \
 	lib_check gpu_multi "$WORK/multi" 180 gpu_multi "$WORK/multi" 256
+
+# 2b. The same with every checkpoint held in host memory first (the store let
+# go in between, as when gc or another writer waits for it).
+CREST_STORE_IDLE_MS=0 DETAIL='^gpu_multi: ok' lib_check gpu_held "$WORK/held" 180 gpu_multi "$WORK/held" 256
 
 # 3. The README's main job on the GPU: checkpoints while it runs, restore
 # from a later snapshot, output equal to an uninterrupted run.

@@ -335,7 +335,9 @@ int main(int argc, char **argv)
 				       "(%u staging waits), ingest %.1f ms\n", pidx[j] + 1, res.snapshot, res.bytes / 1e6,
 				       res.new_bytes / 1e6, res.zero_bytes / 1e6, res.stall_ns / 1e6, res.rounds,
 				       res.ingest_ns / 1e6);
-				if (pidx[j] == 0 && res.rounds == 0) {
+				/* Unless the store was let go (CREST_STORE_IDLE_MS): a
+				 * checkpoint is then held in host memory, not staged. */
+				if (pidx[j] == 0 && res.rounds == 0 && !getenv("CREST_STORE_IDLE_MS")) {
 					printf("FAIL: the first checkpoint, larger than the pool, reported no staging waits\n");
 					failures++;
 				}
