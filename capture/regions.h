@@ -66,11 +66,12 @@ int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const s
  * blob copied into memory of its own, so the job goes on at once and the
  * snapshot is ingested once the store is back. */
 struct capture_held;
-/* Copies r[0..n) (after capture_sync) and b[0..nb) into new host memory.
- * -ENOMEM (with a message) when it cannot be had. The current CUDA context
- * is left changed, as by capture_regions. */
-int capture_hold(const struct cudrv *d, const struct capture_region *r, size_t n, const struct capture_blob *b,
-		 size_t nb, struct capture_held **out);
+/* Copies r[0..n) (after capture_sync) and b[0..nb) into new host memory,
+ * with a few threads, device regions through pool (which no engine may be
+ * using meanwhile: its slices are taken and given back here). -ENOMEM (with
+ * a message) when the memory cannot be had. */
+int capture_hold(const struct cudrv *d, struct pool *pool, const struct capture_region *r, size_t n,
+		 const struct capture_blob *b, size_t nb, struct capture_held **out);
 /* Bytes a held checkpoint takes. */
 uint64_t capture_held_bytes(const struct capture_held *h);
 /* Its streams into snap, in the form capture_regions and capture_blobs give

@@ -1056,7 +1056,7 @@ static int checkpoint_held(crest_t *c, const struct crest_checkpoint_opts *o, co
 	if (ok)
 		rc = sync_devices(c, regs, o->sync_streams, o->nsync_streams);
 	if (ok && rc == 0) {
-		rc = capture_hold(c->d, regs, c->nregions, blobs, o->nblobs, &k->h);
+		rc = capture_hold(c->d, c->pool, regs, c->nregions, blobs, o->nblobs, &k->h);
 		if (rc == -ENOMEM)
 			ok = false;   /* wait for the store instead */
 	}
