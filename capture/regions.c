@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 /* The most threads capture_hold copies with. */
@@ -380,9 +381,46 @@ int capture_blobs(struct engine_snap *s, const struct capture_blob *b, size_t n)
 
 /* ---- checkpoints held in host memory ---- */
 
+/* A held buffer: its own anonymous mapping with transparent huge pages
+ * asked for, so that its first touch faults once per 2 MiB instead of per
+ * 4 KiB (the held copy of 8 GiB on the H100 host took 1.22 s with 4 KiB
+ * pages); freed with munmap as soon as the engine is done with it. */
+struct held_buf {
+	void *p;
+	size_t len;
+};
+
+static struct held_buf *held_buf_new(size_t len)
+{
+	struct held_buf *b = malloc(sizeof(*b));
+	if (!b)
+		return NULL;
+	b->len = len ? len : 1;
+	b->p = mmap(NULL, b->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (b->p == MAP_FAILED) {
+		free(b);
+		return NULL;
+	}
+#ifdef MADV_HUGEPAGE
+	if (b->len >= (2u << 20))
+		madvise(b->p, b->len, MADV_HUGEPAGE);   /* advice: works without */
+#endif
+	return b;
+}
+
+static void held_buf_free(void *arg)
+{
+	struct held_buf *b = arg;
+	if (!b)
+		return;
+	munmap(b->p, b->len);
+	free(b);
+}
+
 struct held_stream {
 	char *name;
-	uint8_t *buf;                 /* NULL once handed to the engine */
+	struct held_buf *hb;          /* NULL once handed to the engine */
+	uint8_t *buf;                 /* hb's bytes */
 	size_t len;
 	bool device, blob;
 };
@@ -399,7 +437,7 @@ void capture_held_free(struct capture_held *h)
 		return;
 	for (size_t i = 0; i < h->n; i++) {
 		free(h->s[i].name);
-		free(h->s[i].buf);
+		held_buf_free(h->s[i].hb);
 	}
 	free(h->s);
 	free(h);
@@ -516,7 +554,8 @@ int capture_hold(const struct cudrv *d, struct pool *pool, const struct capture_
 			break;
 		}
 		x->name = strdup(name);
-		x->buf = malloc(len ? len : 1);
+		x->hb = held_buf_new(len);
+		x->buf = x->hb ? x->hb->p : NULL;
 		x->len = len;
 		x->blob = blob;
 		x->device = !blob && r[i].device && len;
@@ -587,9 +626,10 @@ int capture_held_ingest(struct capture_held *h, struct engine_snap *snap)
 		if (rc == 0 && !x->blob)
 			rc = cas_stream_set_str(&engine_stream_meta(st)->meta, x->device ? "mem=device" : "mem=host");
 		if (rc == 0) {
-			uint8_t *buf = x->buf;
-			x->buf = NULL;   /* the engine's now, whatever happens */
-			rc = engine_stream_add_memory(st, buf, x->len, free, buf);
+			struct held_buf *hb = x->hb;
+			x->hb = NULL;   /* the engine's now, whatever happens */
+			x->buf = NULL;
+			rc = engine_stream_add_memory(st, hb->p, x->len, held_buf_free, hb);
 		}
 		if (rc == 0)
 			engine_stream_close(st);
