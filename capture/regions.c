@@ -381,10 +381,21 @@ int capture_blobs(struct engine_snap *s, const struct capture_blob *b, size_t n)
 
 /* ---- checkpoints held in host memory ---- */
 
-/* A held buffer: its own anonymous mapping with transparent huge pages
- * asked for, so that its first touch faults once per 2 MiB instead of per
- * 4 KiB (the held copy of 8 GiB on the H100 host took 1.22 s with 4 KiB
- * pages); freed with munmap as soon as the engine is done with it. */
+/*
+ * A held checkpoint is cut into pieces of one pool slice. While the store is
+ * let go no engine uses the pool, so a piece stays in a pool slice where
+ * one is free: the copy then costs what a kept checkpoint's does (pinned,
+ * pre-touched memory at PCIe speed), and the slice goes to the engine at
+ * ingest as a kept checkpoint's would. Pieces past the free slices get
+ * memory of their own (held_buf); a device piece reaches it through one of
+ * a few slices kept free for that (transient), or, when the pool has none
+ * at all (earlier held checkpoints took it), straight from the device into
+ * pageable memory, at 1.1 GB/s on the H100 host. A team of threads copies
+ * the pieces: first touch of new memory bounds one thread.
+ */
+
+/* Memory of a piece's own: an anonymous mapping with transparent huge
+ * pages asked for, unmapped once the engine is done with it. */
 struct held_buf {
 	void *p;
 	size_t len;
@@ -417,12 +428,20 @@ static void held_buf_free(void *arg)
 	free(b);
 }
 
+struct held_piece {
+	struct pool_slice *sl;        /* the piece in a pool slice, or */
+	struct held_buf *hb;          /* in memory of its own; NULL once ingested */
+	size_t len;
+};
+
 struct held_stream {
 	char *name;
-	struct held_buf *hb;          /* NULL once handed to the engine */
-	uint8_t *buf;                 /* hb's bytes */
-	size_t len;
 	bool device, blob;
+	size_t len;
+	const uint8_t *src;           /* while capture_hold copies */
+	CUcontext ctx;
+	struct held_piece *pc;
+	size_t npc;
 };
 
 struct capture_held {
@@ -436,8 +455,13 @@ void capture_held_free(struct capture_held *h)
 	if (!h)
 		return;
 	for (size_t i = 0; i < h->n; i++) {
+		for (size_t k = 0; k < h->s[i].npc; k++) {
+			if (h->s[i].pc[k].sl)
+				pool_give(h->s[i].pc[k].sl);
+			held_buf_free(h->s[i].pc[k].hb);
+		}
+		free(h->s[i].pc);
 		free(h->s[i].name);
-		held_buf_free(h->s[i].hb);
 	}
 	free(h->s);
 	free(h);
@@ -448,19 +472,13 @@ uint64_t capture_held_bytes(const struct capture_held *h)
 	return h->bytes;
 }
 
-/* The copy of capture_hold, cut into pieces of one pool slice that a team
- * of threads takes in turn: a device piece goes through a pinned slice
- * (cuMemcpyDtoHAsync into pageable memory ran at 1.1 GB/s on the H100
- * host, the slice at PCIe speed), then every piece is copied into the held
- * buffer, whose first touch (page faults, zeroing) is what bounds a single
- * thread; several threads share that. */
 struct hold_team {
 	const struct cudrv *d;
 	struct pool *pool;
-	const struct capture_region *r;
+	bool transient;               /* slices are free to stage device pieces */
 	struct held_stream *s;
 	size_t n, slice;
-	const size_t *first;          /* first[i]: index of region i's first piece */
+	const size_t *first;          /* first[i]: index of stream i's first piece */
 	size_t pieces;
 	atomic_size_t next;
 	pthread_mutex_t mu;
@@ -478,6 +496,24 @@ static void hold_fail(struct hold_team *t, int rc)
 	pthread_mutex_unlock(&t->mu);
 }
 
+/* One piece of a device region into dst: through a transient slice when
+ * there are any, else straight (pageable). */
+static int hold_device(struct hold_team *t, CUstream stream, uint8_t *dst, const uint8_t *src, size_t len,
+		       bool staged)
+{
+	const struct cudrv *d = t->d;
+	struct pool_slice *sl = staged ? pool_take(t->pool) : NULL;
+	int rc = cudrv_check(d, d->MemcpyDtoHAsync(sl ? sl->p : dst, (CUdeviceptr)(uintptr_t)src, len, stream),
+			     "copying to host memory (cuMemcpyDtoHAsync)");
+	if (rc == 0)
+		rc = cudrv_check(d, d->StreamSynchronize(stream), "cuStreamSynchronize");
+	if (rc == 0 && sl)
+		copy_to_staging(dst, sl->p, len);
+	if (sl)
+		pool_give(sl);
+	return rc;
+}
+
 static void *hold_worker(void *arg)
 {
 	struct hold_team *t = arg;
@@ -491,36 +527,31 @@ static void *hold_worker(void *arg)
 			break;
 		while (i + 1 < t->n && t->first[i + 1] <= k)
 			i++;
-		const struct capture_region *r = &t->r[i];
+		struct held_stream *x = &t->s[i];
+		struct held_piece *pc = &x->pc[k - t->first[i]];
 		const size_t off = (k - t->first[i]) * t->slice;
-		const size_t len = r->size - off < t->slice ? r->size - off : t->slice;
-		uint8_t *dst = t->s[i].buf + off;
-		if (!r->device) {
-			copy_to_staging(dst, r->ptr + off, len);
+		int rc = 0;
+		if (!pc->sl && !(pc->hb = held_buf_new(pc->len)))
+			rc = crest_errf(-ENOMEM, "holding %zu bytes of region %s until the store is back", pc->len,
+					x->name);
+		uint8_t *dst = pc->sl ? pc->sl->p : rc == 0 ? pc->hb->p : NULL;
+		if (rc == 0 && !x->device) {
+			copy_to_staging(dst, x->src + off, pc->len);
 			continue;
 		}
-		int rc = 0;
-		if (ctx != r->ctx) {
+		if (rc == 0 && ctx != x->ctx) {
 			if (stream)
 				d->StreamDestroy(stream);
 			stream = NULL;
-			ctx = r->ctx;
+			ctx = x->ctx;
 			rc = cudrv_check(d, d->CtxSetCurrent(ctx), "entering the region's context");
 			if (rc == 0)
 				rc = cudrv_check(d, d->StreamCreate(&stream, 1 /* CU_STREAM_NON_BLOCKING */), "cuStreamCreate");
 		}
-		struct pool_slice *sl = rc == 0 ? pool_take(t->pool) : NULL;
 		if (rc == 0)
-			rc = cudrv_check(d, d->MemcpyDtoHAsync(sl->p, (CUdeviceptr)(uintptr_t)(r->ptr + off), len, stream),
-					 "copying to staging (cuMemcpyDtoHAsync)");
-		if (rc == 0)
-			rc = cudrv_check(d, d->StreamSynchronize(stream), "cuStreamSynchronize");
-		if (rc == 0)
-			copy_to_staging(dst, sl->p, len);
-		if (sl)
-			pool_give(sl);
+			rc = hold_device(t, stream, dst, x->src + off, pc->len, !pc->sl && t->transient);
 		if (rc < 0) {
-			crest_errctx(rc, "region %s, offset %zu", r->name, off);
+			crest_errctx(rc, "region %s, offset %zu", x->name, off);
 			hold_fail(t, rc);
 			break;
 		}
@@ -548,46 +579,70 @@ int capture_hold(const struct cudrv *d, struct pool *pool, const struct capture_
 		const bool blob = i >= n;
 		const char *name = blob ? b[i - n].name : r[i].name;
 		const size_t len = blob ? b[i - n].len : r[i].size;
-		struct held_stream *x = &h->s[h->n];
 		if (blob && (!name || !*name || (!b[i - n].data && len))) {
 			rc = crest_errx(-EINVAL, "blob %zu has no name or no data", i - n);
 			break;
 		}
+		struct held_stream *x = &h->s[h->n++];
 		x->name = strdup(name);
-		x->hb = held_buf_new(len);
-		x->buf = x->hb ? x->hb->p : NULL;
 		x->len = len;
 		x->blob = blob;
 		x->device = !blob && r[i].device && len;
-		h->n++;
-		if (!x->name || !x->buf) {
-			rc = crest_errf(-ENOMEM, "holding %s (%zu bytes) in memory until the store is back", name, len);
+		x->src = blob ? b[i - n].data : r[i].ptr;
+		x->ctx = blob ? NULL : r[i].ctx;
+		x->npc = blob ? (len != 0) : (len + slice - 1) / slice;
+		x->pc = calloc(x->npc + 1, sizeof(*x->pc));
+		if (!x->name || !x->pc) {
+			rc = crest_errf(-ENOMEM, "holding %s in memory", name);
 			break;
 		}
 		h->bytes += len;
 		if (blob) {
-			memcpy(x->buf, b[i - n].data, len);
-		} else {
-			first[i] = pieces;
-			pieces += (len + slice - 1) / slice;
-			device |= x->device;
+			if (len && (!(x->pc[0].hb = held_buf_new(len))))
+				rc = crest_errf(-ENOMEM, "holding blob %s (%zu bytes) in memory", name, len);
+			else if (len)
+				memcpy(x->pc[0].hb->p, x->src, len);
+			if (len)
+				x->pc[0].len = len;
+			continue;
 		}
+		first[i] = pieces;
+		pieces += x->npc;
+		device |= x->device;
+		for (size_t k = 0; k < x->npc; k++)
+			x->pc[k].len = len - k * slice < slice ? len - k * slice : slice;
 	}
 	if (rc == 0 && device && !d)
 		rc = crest_errx(-ENODEV, "no GPU driver");
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+	size_t nt = cpus > 0 ? (size_t)cpus : 1;
+	if (nt > HOLD_THREADS)
+		nt = HOLD_THREADS;
+	if (nt > pieces)
+		nt = pieces;
+	/* Free slices: the first pieces keep one each, but nt stay free for the
+	 * team to stage device pieces through. */
+	size_t got = 0, transient = 0;
+	struct pool_slice **sl = rc == 0 && pieces ? calloc(pieces + nt, sizeof(*sl)) : NULL;
+	if (sl) {
+		while (got < pieces + nt && (sl[got] = pool_try_take(pool)))
+			got++;
+		transient = got < nt ? got : nt;
+		for (size_t k = 0; k < transient; k++)
+			pool_give(sl[--got]);
+		size_t k = 0;
+		for (size_t i = 0; i < n; i++)
+			for (size_t j = 0; j < h->s[i].npc && k < got; j++)
+				h->s[i].pc[j].sl = sl[k++];
+		free(sl);
+	}
 	if (rc == 0 && pieces) {
-		struct hold_team t = { .d = d, .pool = pool, .r = r, .s = h->s, .n = n, .slice = slice,
-				       .first = first, .pieces = pieces };
+		struct hold_team t = { .d = d, .pool = pool, .transient = transient > 0, .s = h->s, .n = n,
+				       .slice = slice, .first = first, .pieces = pieces };
 		atomic_init(&t.next, 0);
 		pthread_mutex_init(&t.mu, NULL);
-		long cpus = sysconf(_SC_NPROCESSORS_ONLN);
-		size_t nt = cpus > 0 ? (size_t)cpus : 1;
-		if (nt > HOLD_THREADS)
-			nt = HOLD_THREADS;
-		if (nt > pieces)
-			nt = pieces;
-		if (device && nt > pool_nslices(pool))
-			nt = pool_nslices(pool);
+		if (t.transient && nt > transient)
+			nt = transient;   /* a device piece takes one at a time per thread */
 		pthread_t th[HOLD_THREADS];
 		size_t started = 0;
 		for (; started + 1 < nt; started++)
@@ -625,11 +680,13 @@ int capture_held_ingest(struct capture_held *h, struct engine_snap *snap)
 		rc = engine_stream_open(snap, x->name, x->blob ? CAS_STREAM_BLOB : CAS_STREAM_REGION, true, &st);
 		if (rc == 0 && !x->blob)
 			rc = cas_stream_set_str(&engine_stream_meta(st)->meta, x->device ? "mem=device" : "mem=host");
-		if (rc == 0) {
-			struct held_buf *hb = x->hb;
-			x->hb = NULL;   /* the engine's now, whatever happens */
-			x->buf = NULL;
-			rc = engine_stream_add_memory(st, hb->p, x->len, held_buf_free, hb);
+		for (size_t k = 0; rc == 0 && k < x->npc; k++) {
+			/* The engine's now, whatever happens. */
+			struct held_piece pc = x->pc[k];
+			x->pc[k].sl = NULL;
+			x->pc[k].hb = NULL;
+			rc = pc.sl ? engine_stream_add_memory(st, pc.sl->p, pc.len, pool_release_cb, pc.sl)
+				   : engine_stream_add_memory(st, pc.hb->p, pc.len, held_buf_free, pc.hb);
 		}
 		if (rc == 0)
 			engine_stream_close(st);
