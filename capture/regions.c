@@ -447,7 +447,6 @@ struct held_stream {
 struct capture_held {
 	struct held_stream *s;
 	size_t n;
-	uint64_t bytes;
 };
 
 void capture_held_free(struct capture_held *h)
@@ -465,11 +464,6 @@ void capture_held_free(struct capture_held *h)
 	}
 	free(h->s);
 	free(h);
-}
-
-uint64_t capture_held_bytes(const struct capture_held *h)
-{
-	return h->bytes;
 }
 
 struct hold_team {
@@ -596,7 +590,6 @@ int capture_hold(const struct cudrv *d, struct pool *pool, const struct capture_
 			rc = crest_errf(-ENOMEM, "holding %s in memory", name);
 			break;
 		}
-		h->bytes += len;
 		if (blob) {
 			if (len && (!(x->pc[0].hb = held_buf_new(len))))
 				rc = crest_errf(-ENOMEM, "holding blob %s (%zu bytes) in memory", name, len);

@@ -63,17 +63,16 @@ int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const s
 
 /* A checkpoint held in host memory while no store is open (a libcrest
  * session that stepped aside for gc or another writer): every region and
- * blob copied into memory of its own, so the job goes on at once and the
- * snapshot is ingested once the store is back. */
+ * blob copied, so the job goes on at once and the snapshot is ingested
+ * once the store is back. */
 struct capture_held;
-/* Copies r[0..n) (after capture_sync) and b[0..nb) into new host memory,
- * with a few threads, device regions through pool (which no engine may be
- * using meanwhile: its slices are taken and given back here). -ENOMEM (with
- * a message) when the memory cannot be had. */
+/* Copies r[0..n) (after capture_sync) and b[0..nb), with a few threads,
+ * into pool's free slices while they last (no engine may use the pool
+ * until capture_held_ingest hands them over or capture_held_free gives them
+ * back), then into new memory. -ENOMEM (with a message) when the memory
+ * cannot be had. */
 int capture_hold(const struct cudrv *d, struct pool *pool, const struct capture_region *r, size_t n,
 		 const struct capture_blob *b, size_t nb, struct capture_held **out);
-/* Bytes a held checkpoint takes. */
-uint64_t capture_held_bytes(const struct capture_held *h);
 /* Its streams into snap, in the form capture_regions and capture_blobs give
  * them (so its chunks dedup against every other library snapshot), with its
  * directory entries; the memory goes to the engine, which frees it. Once

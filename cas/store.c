@@ -351,6 +351,16 @@ static int want_announce(const char *dir)
 	return -1;
 }
 
+/* Whether anyone holds lock.wants (fd) shared: it cannot be had exclusively. */
+static bool wants_probe(int fd)
+{
+	if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+		flock(fd, LOCK_UN);
+		return false;
+	}
+	return errno == EWOULDBLOCK;
+}
+
 bool cas_lock_wanted(struct cas_store *s)
 {
 	if (s->mode == CAS_READ || s->lock_fd < 0)
@@ -362,11 +372,7 @@ bool cas_lock_wanted(struct cas_store *s)
 		if (s->wants_fd < 0)
 			return false;
 	}
-	if (flock(s->wants_fd, LOCK_EX | LOCK_NB) == 0) {
-		flock(s->wants_fd, LOCK_UN);
-		return false;
-	}
-	return errno == EWOULDBLOCK;
+	return wants_probe(s->wants_fd);
 }
 
 bool cas_lock_wanted_dir(const char *dir)
@@ -376,11 +382,7 @@ bool cas_lock_wanted_dir(const char *dir)
 	const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
 		return false;
-	bool wanted = false;
-	if (flock(fd, LOCK_EX | LOCK_NB) == 0)
-		flock(fd, LOCK_UN);
-	else
-		wanted = errno == EWOULDBLOCK;
+	const bool wanted = wants_probe(fd);
 	close(fd);
 	return wanted;
 }

@@ -19,8 +19,9 @@
  * writer is done, without the caller's thread.
  *
  * A checkpoint that finds the store let go does not wait for it: the
- * regions are copied into host memory (capture_hold; pageable, so the
- * stall is a plain copy, not the pinned pool's) and the call returns; the
+ * regions are held in host memory (capture_hold: in the staging pool's
+ * free slices where they fit, no engine using them meanwhile; past them in
+ * new memory) and the call returns; the
  * keeper opens the store (waiting while gc holds it) and ingests the held
  * copies in order, as the checkpoints they would have been then (branch,
  * parent, labels, tag). crest_wait on one waits for that. Held copies take
@@ -736,7 +737,7 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 	if (rc == 0) {
 		rc = -pthread_create(&c->keeper, NULL, keeper_main, c);
 		if (rc < 0)
-			rc = crest_errx(rc, "starting the thread that lets the store go when idle: %s",
+			rc = crest_errx(rc, "starting the thread that keeps the store: %s",
 					strerror(-rc));
 		c->keeper_on = rc == 0;
 	}
@@ -1027,8 +1028,8 @@ static uint64_t held_limit(void)
 /* crest_checkpoint while the store is let go (another writer has it, or
  * the keeper is opening it again): the regions are copied into host memory
  * and the job goes on; the keeper ingests the copy once the store is back.
- * The stall is a copy into pageable memory, slower than into the pinned
- * pool, but it does not wait for gc. -EAGAIN (no message) when it should
+ * The stall is the copy (1.23x a kept checkpoint's at 8 GiB on the H100
+ * host, bench/RESULTS.md), not gc's run. -EAGAIN (no message) when it should
  * not hold: too much memory held, or none to be had; the caller then waits
  * for the store. Under mu. */
 static int checkpoint_held(crest_t *c, const struct crest_checkpoint_opts *o, const struct capture_region *regs,
