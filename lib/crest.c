@@ -614,7 +614,9 @@ static void keeper_open(crest_t *c, bool wait)
 		held_fail(c, rc, msg);
 	}
 	pthread_cond_broadcast(&c->cv);
-	if (rc == -EWOULDBLOCK && !c->quit)
+	/* Locked, or failing (a store gone or damaged: the caller's own calls
+	 * will say so): try again a poll later, not at once. */
+	if (rc < 0 && !c->quit)
 		cond_wait_ns(c, WANT_POLL_NS);
 }
 

@@ -105,8 +105,10 @@ static void run(const char *dir, int rounds, int period_ms, const char *log, uin
 		fprintf(f, "\n");
 		fflush(f);
 		const uint64_t spent = now_ns() - t0, period = (uint64_t)period_ms * 1000000u;
-		if (spent < period)
-			nanosleep(&(struct timespec){ 0, (long)(period - spent) }, NULL);
+		if (spent < period) {
+			const uint64_t left = period - spent;   /* tv_nsec must stay under 1 s */
+			nanosleep(&(struct timespec){ (time_t)(left / 1000000000u), (long)(left % 1000000000u) }, NULL);
+		}
 	}
 	OK(crest_close(c));
 	fclose(f);

@@ -65,5 +65,23 @@ python3 -c "import sys; sys.exit(0 if float('$max') < $HOLD * 1000 / 2 else 1)" 
 	fail "a checkpoint stalled $max ms while another writer held the store for $HOLD s: it waited for the store instead of being held (seed $SEED)"
 "$CASCTL" --store "$T/store" verify >/dev/null || fail "casctl verify after gc (seed $SEED)"
 "$PROG" check "$T/store" "$T/run.log" || fail "the kept snapshots do not restore (seed $SEED)"
+
+# A session that stepped aside and then cannot open its store again (here
+# its lock file became a directory) retries a poll later, not at once: it
+# burned 92% of a core doing that before.
+S2=$T/gone
+"$PROG" run "$S2" 2 6000 "$T/gone.log" "$SEED" >"$T/gone.out" 2>&1 &
+JOB=$!
+trap 'kill -9 $JOB 2>/dev/null || true' EXIT
+until [ -s "$T/gone.log" ]; do sleep 0.05; done
+flock -s "$S2/lock.wants" flock "$S2/lock" sh -c "rm '$S2/lock' && mkdir '$S2/lock'"
+sleep 0.3
+t0=$(awk '{ print $14 + $15 }' /proc/$JOB/stat)
+sleep 2
+t1=$(awk '{ print $14 + $15 }' /proc/$JOB/stat)
+kill -9 "$JOB" 2>/dev/null; wait "$JOB" 2>/dev/null || true
+trap - EXIT
+echo "store gone after stepping aside: $((t1 - t0)) CPU ticks in 2 s"
+[ $((t1 - t0)) -lt 20 ] || fail "the session spun ($((t1 - t0)) ticks in 2 s) while its store could not be opened again"
 rm -rf "$T"
 echo PASS
