@@ -120,7 +120,9 @@ hang_report() {
 		# Where in crest each thread waits (gdb: scripts/setup.sh installs it).
 		case $(cat /proc/"$p"/comm 2>/dev/null) in
 		crest|fault_lib) command -v gdb >/dev/null &&
-			timeout 30 gdb -p "$p" -batch -ex "thread apply all bt 12" 2>/dev/null |
+			# The main thread first: the report is cut at 80 lines, and
+			# gdb lists the newest threads first.
+			timeout 30 gdb -p "$p" -batch -ex "thread apply 1 bt 16" -ex "thread apply all bt 8" 2>/dev/null |
 			grep -E '^(Thread|#)' | cut -c1-160 | head -80 ;;
 		esac
 	done
