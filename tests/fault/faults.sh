@@ -129,24 +129,12 @@ hang_report() {
 }
 
 # Readers and checks too run under a limit: a hang is a failure named by
-# its point, not a test that never ends. timeout cannot end a process stuck
-# in the kernel (D state), and CI once stopped here for good right after a
-# casctl verify began (a fresh clone at d81c12d; never seen here): past the
-# limit a watchdog writes down what the processes were doing and kills
-# timeout itself, so that the test goes on and names the point.
-tmo() {
-	timeout -k 5 60 "$@" &
-	local pid=$! rc
-	(sleep 70 && env -u LD_PRELOAD bash -c "$(declare -f hang_report); hang_report $pid" >>"$T/hangs" 2>&1 &&
-		kill -9 "$pid") </dev/null >/dev/null 2>&1 &
-	local wd=$!
-	wait "$pid"
-	rc=$?
-	pkill -P "$wd" 2>/dev/null
-	kill "$wd" 2>/dev/null
-	wait "$wd" 2>/dev/null
-	return $rc
-}
+# its point, not a test that never ends. (Twice this script itself was
+# seen stuck in bash's wait4 for a child that was no longer there, once in
+# `wait` on an operation, once on a foreground timeout: bash 5.2.15, with
+# pid_max 32768 and thousands of children, so pids are reused. Every
+# background job here is one more pid for bash to keep track of.)
+tmo() { timeout -k 5 60 "$@"; }
 
 # check STORE TAG: the snapshot tagged TAG restores bit-exact. What it must
 # hold follows from the tag's first word.
@@ -278,10 +266,6 @@ try() {
 				report "$point" "the commit in doubt was neither recovered nor dropped with a message"
 			fi
 		fi
-	fi
-	if [ -s "$T/hangs" ]; then   # tmo's watchdog: a reader or check hung
-		report "$point" "a reader or check did not end within its limit"
-		sed 's/^/    /' "$T/hangs" | head -60
 	fi
 }
 
