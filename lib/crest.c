@@ -315,14 +315,15 @@ static size_t slice_size(size_t pool)
 	return s < SEGMENT ? SEGMENT : s;
 }
 
-/* The engine on c's store, with the handle's options. */
-static int engine_start(crest_t *c)
+/* An engine on store s, with the handle's options (read only: the keeper
+ * calls it without mu). */
+static int engine_start(const crest_t *c, struct cas_store *s, struct engine **out)
 {
 	struct engine_opts eo;
 	engine_opts_default(&eo);
 	if (c->o.workers)
 		eo.workers = c->o.workers;
-	return engine_open(c->store, &eo, &c->eng);
+	return engine_open(s, &eo, out);
 }
 
 /* Makes snapshot id the next checkpoint's parent. m, its manifest (taken),
@@ -404,6 +405,37 @@ static void held_fail(crest_t *c, int rc, const char *msg)
 	}
 }
 
+/* A library snapshot begun on the handle's branch, with its labels, tag,
+ * parent and expected bytes: what crest_checkpoint and held_ingest both
+ * start with. Checkpoints issued before the parent's successor is waited
+ * for all get the same parent; the manifest (hints) goes to the first.
+ * Under mu, the store up. On failure nothing is left begun. */
+static int snap_start(crest_t *c, const char *const *labels, size_t nlabels, const char *tag, uint64_t bytes,
+		      struct engine_snap **out)
+{
+	struct engine_snap *snap = NULL;
+	int rc = engine_snapshot_begin(c->eng, "library", &snap);
+	if (rc < 0)
+		return rc;
+	if (cas_manifest_set_branch(engine_snapshot_manifest(snap), c->branch) < 0)
+		rc = crest_errf(-ENOMEM, "putting the checkpoint on branch %s", c->branch);
+	if (rc == 0)
+		rc = capture_labels(snap, labels, nlabels);
+	if (rc == 0 && tag)
+		rc = engine_snapshot_set_tag(snap, tag);
+	if (rc < 0) {
+		engine_snapshot_abort(snap);
+		return rc;
+	}
+	if (c->has_parent) {
+		engine_snapshot_set_parent(snap, c->parent_id, c->parent);  /* takes it */
+		c->parent = NULL;
+	}
+	engine_snapshot_expect(snap, bytes);
+	*out = snap;
+	return 0;
+}
+
 /* Each held checkpoint, oldest first, into an engine snapshot on the store
  * just opened, as crest_checkpoint would have made it then: on the
  * handle's branch, with its parent. Under mu, the store up. Nothing here
@@ -416,19 +448,7 @@ static void held_ingest(crest_t *c)
 		if (!k)
 			continue;
 		struct engine_snap *snap = NULL;
-		int rc = engine_snapshot_begin(c->eng, "library", &snap);
-		if (rc == 0 && cas_manifest_set_branch(engine_snapshot_manifest(snap), c->branch) < 0)
-			rc = crest_errf(-ENOMEM, "putting the checkpoint on branch %s", c->branch);
-		if (rc == 0)
-			rc = capture_labels(snap, (const char *const *)k->labels, k->nlabels);
-		if (rc == 0 && k->tag)
-			rc = engine_snapshot_set_tag(snap, k->tag);
-		if (rc == 0 && c->has_parent) {
-			engine_snapshot_set_parent(snap, c->parent_id, c->parent);  /* takes it */
-			c->parent = NULL;
-		}
-		if (rc == 0)
-			engine_snapshot_expect(snap, k->bytes);
+		int rc = snap_start(c, (const char *const *)k->labels, k->nlabels, k->tag, k->bytes, &snap);
 		if (rc == 0)
 			rc = capture_held_ingest(k->h, snap);
 		if (rc == 0)
@@ -508,7 +528,7 @@ static int store_up(crest_t *c)
 	store_down(c);
 	int rc = cas_open(c->store_dir, CAS_WRITE, &c->store);
 	if (rc == 0)
-		rc = engine_start(c);
+		rc = engine_start(c, c->store, &c->eng);
 	if (rc == 0 && c->has_parent) {
 		char saved[1024];
 		crest_errcpy(saved, sizeof(saved));
@@ -577,13 +597,8 @@ static void keeper_open(crest_t *c, bool wait)
 	bool parent_gone = false;
 	char msg[1024] = "";
 	int rc = wait ? cas_open(c->store_dir, CAS_WRITE, &s) : cas_open_nowait(c->store_dir, &s);
-	if (rc == 0) {
-		struct engine_opts eo;
-		engine_opts_default(&eo);
-		if (c->o.workers)
-			eo.workers = c->o.workers;
-		rc = engine_open(s, &eo, &e);
-	}
+	if (rc == 0)
+		rc = engine_start(c, s, &e);
 	if (rc == 0 && had_parent && cas_manifest_load(s, pid, &m) < 0) {
 		m = NULL;
 		parent_gone = true;   /* gc expired it: the branch's head instead */
@@ -1152,30 +1167,16 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 		store_used(c);
 		return rc;
 	}
+	uint64_t total = 0;
+	for (size_t i = 0; i < c->nregions; i++)
+		total += c->regions[i].size;
 	rc = store_up(c);
 	if (rc == 0)
 		rc = sync_devices(c, regs, o->sync_streams, o->nsync_streams);
 	if (rc == 0)
-		rc = engine_snapshot_begin(c->eng, "library", &snap);
-	if (rc == 0 && cas_manifest_set_branch(engine_snapshot_manifest(snap), c->branch) < 0)
-		rc = crest_errf(-ENOMEM, "putting the checkpoint on branch %s", c->branch);
-	if (rc == 0)
-		rc = capture_labels(snap, o->labels, o->nlabels);
-	if (rc == 0 && o->tag)
-		rc = engine_snapshot_set_tag(snap, o->tag);
+		rc = snap_start(c, o->labels, o->nlabels, o->tag, total, &snap);
 	if (rc == 0)
 		rc = capture_dirs(snap, names, c->nregions + o->nblobs);
-	/* Checkpoints issued before the parent's successor is waited for all
-	 * get the same parent; the manifest (hints) goes to the first. */
-	if (rc == 0 && c->has_parent) {
-		engine_snapshot_set_parent(snap, c->parent_id, c->parent);  /* takes it */
-		c->parent = NULL;
-	}
-	uint64_t total = 0;
-	for (size_t i = 0; i < c->nregions; i++)
-		total += c->regions[i].size;
-	if (rc == 0)
-		engine_snapshot_expect(snap, total);
 	if (rc == 0)
 		rc = capture_regions(c->copier, snap, regs, c->nregions, &cs);
 	if (rc == 0)
