@@ -26,17 +26,22 @@ gone_error() {
 #    The job's parent is a sleep that never reaps it, so the killed job stays
 #    a zombie while crest looks: the state crest most often finds (a busy
 #    parent reaps late), and the one CI once caught it misnaming.
-hit=0
-for delay in 0.3 0.15 0.05; do
-	n0=$(nsnap)
+# start_orphan MIB: the sample job of MIB MiB under a parent (a sleep) that
+# never reaps it; sets JOB and PARENT.
+start_orphan() {
 	setsid sh -c '"$0" "$@" </dev/null >job.out 2>&1 & echo $! >job.pid; exec sleep 600' \
-		"$WORKLOAD" --mib $((MIB * 4)) --interval-ms 100 &
+		"$WORKLOAD" --mib "$1" --interval-ms 100 &
 	PARENT=$!
 	PIDS+=("$PARENT")
 	until [ -s job.pid ]; do sleep 0.01; done
 	JOB=$(cat job.pid); rm -f job.pid
 	PIDS+=("$JOB")
 	wait_lines job.out 1
+}
+hit=0
+for delay in 0.3 0.15 0.05; do
+	n0=$(nsnap)
+	start_orphan $((MIB * 4))
 	"$CREST" --store "$S" checkpoint --pid "$JOB" >ck.out 2>ck.err &
 	CK=$!
 	sleep "$delay"
@@ -121,18 +126,7 @@ pgrep -f "$PWD/fake-criu" >/dev/null && fail "the hung criu was left running"
 SEED=${SEED:-$(( $(date +%s) % 100000 ))}
 echo "case 4: seed $SEED (SEED=$SEED to replay)"
 RANDOM=$SEED
-# A job under a parent that never reaps it; sets JOB and PARENT.
-start_orphan() {
-	setsid sh -c '"$0" "$@" </dev/null >job.out 2>&1 & echo $! >job.pid; exec sleep 600' \
-		"$WORKLOAD" --mib $((MIB / 2)) --interval-ms 100 &
-	PARENT=$!
-	PIDS+=("$PARENT")
-	until [ -s job.pid ]; do sleep 0.01; done
-	JOB=$(cat job.pid); rm -f job.pid
-	PIDS+=("$JOB")
-	wait_lines job.out 1
-}
-start_orphan
+start_orphan $((MIB / 2))
 t0=$(date +%s%N)
 "$CREST" --store "$S" checkpoint --pid "$JOB" >ck.out 2>ck.err || { cat ck.err; fail "case 4: a checkpoint with no kill failed"; }
 span=$(( ($(date +%s%N) - t0) / 1000000 * 12 / 10 ))
@@ -140,7 +134,7 @@ kill_gone "$PARENT"; kill_gone "$JOB"
 named=0 whole=0
 for i in $(seq 1 ${KILLS:-12}); do
 	n0=$(nsnap)
-	start_orphan
+	start_orphan $((MIB / 2))
 	ms=$((RANDOM % span))
 	"$CREST" --store "$S" checkpoint --pid "$JOB" >ck.out 2>ck.err &
 	CK=$!
