@@ -41,8 +41,11 @@ void engine_opts_default(struct engine_opts *o)
 
 /* ---- producers ---- */
 
+/* Queues a segment of len bytes at the stream's end; how, unless NULL,
+ * gives its engine_stream_add_chunks fields (set before any worker can
+ * take it). */
 static int seg_submit(struct engine_stream *st, const uint8_t *data, size_t len, void *staging,
-		      struct release_ref *rel)
+		      struct release_ref *rel, const struct seg *how)
 {
 	struct engine *e = st->snap->e;
 	struct seg *sg = calloc(1, sizeof(*sg));
@@ -65,6 +68,13 @@ static int seg_submit(struct engine_stream *st, const uint8_t *data, size_t len,
 	sg->len = len;
 	sg->staging = staging;
 	sg->rel = rel;
+	if (how) {
+		sg->ids = how->ids;
+		sg->sparse = how->sparse;
+		sg->idx = how->idx;
+		sg->nidx = how->nidx;
+		sg->idx_base = how->idx_base;
+	}
 	st->size += len;
 	pthread_mutex_lock(&e->lock);
 	st->snap->segs_total++;
@@ -255,7 +265,7 @@ int engine_stream_add_fd(struct engine_stream *st, int fd, const char *what)
 		if (data < 0)
 			data = errno == ENXIO ? (off_t)size : (off_t)pos;  /* ENXIO: only a hole is left */
 		if ((uint64_t)data > pos) {
-			int rc = seg_submit(st, NULL, (uint64_t)data - pos, NULL, NULL);
+			int rc = seg_submit(st, NULL, (uint64_t)data - pos, NULL, NULL, NULL);
 			if (rc < 0)
 				return rc;
 			pos = (uint64_t)data;
@@ -275,7 +285,7 @@ int engine_stream_add_fd(struct engine_stream *st, int fd, const char *what)
 				return rc;
 			rc = read_full(fd, buf, len, pos, what);
 			if (rc == 0)
-				rc = seg_submit(st, buf, len, buf, NULL);
+				rc = seg_submit(st, buf, len, buf, NULL, NULL);
 			if (rc < 0) {
 				eng_worker_staging_put(e, buf);
 				return rc;
@@ -312,12 +322,85 @@ int engine_stream_add_memory(struct engine_stream *st, const void *p, size_t len
 		if (n > len - off)
 			n = len - off;
 		atomic_fetch_add(&rel->refs, 1);
-		rc = seg_submit(st, base + off, n, NULL, rel);
+		rc = seg_submit(st, base + off, n, NULL, rel, NULL);
 		if (rc < 0) {
 			atomic_fetch_sub(&rel->refs, 1);
 			break;
 		}
 		off += n;
+	}
+	if (atomic_fetch_sub(&rel->refs, 1) == 1) {
+		if (release)
+			release(arg);
+		free(rel);
+	}
+	return rc;
+}
+
+bool engine_stream_parent(const struct engine_stream *st, uint8_t id[32], uint64_t *size)
+{
+	const struct engine_snap *s = st->snap;
+	if (!st->hint || !s->m->has_parent)
+		return false;
+	memcpy(id, s->m->parent, 32);
+	*size = st->hint->size;
+	return true;
+}
+
+int engine_stream_add_chunks(struct engine_stream *st, uint64_t len, const uint32_t *idx, size_t n,
+			     const void *data, const uint8_t *ids, void (*release)(void *arg), void *arg)
+{
+	struct engine *e = st->snap->e;
+	const uint32_t c = st->dp->avg;
+	const uint64_t nch = (len + c - 1) / c;
+	int rc = 0;
+	if (st->dp->kind != DEDUP_FIXED || st->size % c || (idx && n && !data) || (!idx && len && !data))
+		rc = crest_errx(-EINVAL, "stream %s: chunks can be given only whole, in fixed-size chunking, "
+				"and with their data", st->meta.name);
+	for (size_t i = 0; rc == 0 && idx && i < n; i++)
+		if (idx[i] >= nch || (i && idx[i] <= idx[i - 1]))
+			rc = crest_errx(-EINVAL, "stream %s: changed chunk %zu (%u) is out of order or past "
+					"the %llu chunks given", st->meta.name, i, idx[i], (unsigned long long)nch);
+	if (rc == 0 && idx && !st->hint && n < nch)
+		rc = crest_errx(-EINVAL, "stream %s: chunks given as unchanged, but the parent has no "
+				"stream of that name", st->meta.name);
+	if (rc < 0 || len == 0) {
+		if (release)
+			release(arg);
+		return rc;
+	}
+	struct release_ref *rel = malloc(sizeof(*rel));
+	if (!rel) {
+		if (release)
+			release(arg);
+		return crest_errf(-ENOMEM, "adding memory to stream %s", st->meta.name);
+	}
+	rel->release = release;
+	rel->arg = arg;
+	atomic_init(&rel->refs, 1);   /* the producer's, as in engine_stream_add_memory */
+	const uint8_t *base = data;
+	const uint64_t seg = e->o.segment_bytes;
+	size_t j = 0;   /* the first chunk in data not yet in a segment */
+	for (uint64_t off = 0; off < len;) {
+		uint64_t sn = (st->size / seg + 1) * seg - st->size;
+		if (sn > len - off)
+			sn = len - off;
+		const uint64_t first = off / c, last = (off + sn + c - 1) / c;   /* chunks [first, last) */
+		size_t k = idx ? j : (size_t)first;
+		if (idx)
+			while (k < n && idx[k] < last)
+				k++;
+		const size_t j0 = idx ? j : (size_t)first;
+		const struct seg how = { .ids = ids ? ids + (uint64_t)j0 * 32 : NULL, .sparse = idx != NULL,
+					 .idx = idx ? idx + j : NULL, .nidx = k - j0, .idx_base = first };
+		atomic_fetch_add(&rel->refs, 1);
+		rc = seg_submit(st, base ? base + (uint64_t)j0 * c : NULL, (size_t)sn, NULL, rel, &how);
+		if (rc < 0) {
+			atomic_fetch_sub(&rel->refs, 1);
+			break;
+		}
+		j = k;
+		off += sn;
 	}
 	if (atomic_fetch_sub(&rel->refs, 1) == 1) {
 		if (release)

@@ -98,6 +98,27 @@ int engine_stream_add_fd(struct engine_stream *st, int fd, const char *what);
  * release(arg) once, when done with all of them (perhaps before this returns). */
 int engine_stream_add_memory(struct engine_stream *st, const void *p, size_t len,
 			     void (*release)(void *arg), void *arg);
+/* Appends len bytes of a memory stream chunk by chunk, for a caller that
+ * knows which chunks changed since the parent, or their ids (the GPU
+ * hashes device memory: capture/regions.c). The stream so far must be a
+ * whole number of memory_chunking's fixed chunks, and so must len unless
+ * this is the stream's end.
+ *  - idx NULL: every chunk of len is in data, in order.
+ *  - Otherwise only the n chunks idx[0..n) (ascending, numbered from this
+ *    append's first chunk) are in data, back to back, each a whole chunk
+ *    (the stream's short last chunk its own length). Every other chunk is
+ *    the parent's chunk at the same place (engine_stream_parent): the
+ *    manifest names it without reading it, and the snapshot fails if the
+ *    parent has no chunk of that length there.
+ *  - ids, unless NULL: the SHA-256 of each chunk in data, in order,
+ *    computed elsewhere and trusted (the workers do not hash them again).
+ * data, idx and ids are read until release(arg), as engine_stream_add_memory. */
+int engine_stream_add_chunks(struct engine_stream *st, uint64_t len, const uint32_t *idx, size_t n,
+			     const void *data, const uint8_t *ids, void (*release)(void *arg), void *arg);
+/* Whether the snapshot's parent manifest (engine_snapshot_set_parent) has
+ * a stream of st's name, whose chunks the workers then know: the parent's
+ * id, and that stream's size. */
+bool engine_stream_parent(const struct engine_stream *st, uint8_t id[32], uint64_t *size);
 int engine_stream_close(struct engine_stream *st);
 
 /* No more streams; commit happens once the workers are done. Returns at once. */

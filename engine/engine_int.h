@@ -86,6 +86,15 @@ struct seg {
 	size_t len;
 	struct release_ref *rel;     /* memory owned by the caller, or */
 	void *staging;               /* a staging buffer to give back */
+	/* engine_stream_add_chunks: ids, unless NULL, are the SHA-256 of the
+	 * chunks in data, in order. sparse: only chunks idx[0..nidx) (numbered
+	 * from the append's first chunk, of which this segment's first is
+	 * idx_base) are in data, back to back; the rest are the parent's. */
+	const uint8_t *ids;
+	bool sparse;
+	const uint32_t *idx;
+	size_t nidx;
+	uint64_t idx_base;
 	struct cas_extent *ext;
 	size_t next_ext, cap_ext;
 };

@@ -169,8 +169,10 @@ static int chunk_new(struct engine *e, struct worker_ctx *w, struct engine_snap 
 	return rc;
 }
 
+/* One chunk of data at stream offset off; id, unless NULL, its SHA-256
+ * computed elsewhere (engine_stream_add_chunks). */
 static int chunk_ingest(struct engine *e, struct worker_ctx *w, struct seg *sg, const uint8_t *p,
-			size_t n, uint64_t off)
+			size_t n, uint64_t off, const uint8_t *id)
 {
 	struct engine_snap *snap = sg->st->snap;
 	if (dedup_is_zero(p, n)) {
@@ -178,7 +180,11 @@ static int chunk_ingest(struct engine *e, struct worker_ctx *w, struct seg *sg, 
 		return seg_push_extent(sg, n, NULL);
 	}
 	uint8_t sha[32];
-	int rc = sha256_hash(w->h, p, n, sha);
+	int rc = 0;
+	if (id)
+		memcpy(sha, id, 32);
+	else
+		rc = sha256_hash(w->h, p, n, sha);
 	if (rc < 0)
 		return rc;
 	atomic_fetch_add(&snap->chunks, 1);
@@ -322,8 +328,71 @@ static int batch_flush(struct engine *e, struct worker_ctx *w, struct engine_sna
 	return 0;
 }
 
+/* The parent's chunk that covers [off, off + n) of the stream, into the
+ * segment's extents: a hole that covers it, or a chunk of exactly that
+ * place and length. *x is a cursor over the parent's extents, moved
+ * forward only. */
+static int chunk_from_parent(struct seg *sg, uint64_t off, size_t n, uint64_t *x)
+{
+	const struct engine_stream *st = sg->st;
+	const struct cas_stream *h = st->hint;
+	while (*x < h->nextents && st->hint_off[*x] + h->ext[*x].len <= off)
+		(*x)++;
+	const struct cas_extent *px = *x < h->nextents ? &h->ext[*x] : NULL;
+	if (px && px->hole && st->hint_off[*x] <= off && off + n <= st->hint_off[*x] + px->len) {
+		atomic_fetch_add(&st->snap->zero_bytes, n);
+		return seg_push_extent(sg, n, NULL);
+	}
+	if (px && !px->hole && st->hint_off[*x] == off && px->len == n) {
+		atomic_fetch_add(&st->snap->chunks, 1);
+		return seg_push_extent(sg, n, px->sha);
+	}
+	return crest_errx(-EINVAL, "stream %s: the %zu bytes at offset %llu were given as unchanged since "
+			  "the parent, but the parent has no chunk of that place and length", st->meta.name, n,
+			  (unsigned long long)off);
+}
+
+/* A segment of engine_stream_add_chunks with chunks left out: those in
+ * data are ingested as usual (without hashing when their ids came with
+ * them), the others are the parent's, named from its manifest. */
+static int seg_sparse(struct engine *e, struct worker_ctx *w, struct seg *sg)
+{
+	const struct engine_stream *st = sg->st;
+	const uint32_t c = st->dp->avg;
+	uint64_t x = 0, lo = 0, hi = st->hint ? st->hint->nextents : 0;
+	while (lo < hi) {   /* the last parent extent that starts at or before the segment */
+		const uint64_t mid = lo + (hi - lo) / 2;
+		if (st->hint_off[mid] <= sg->off)
+			x = mid, lo = mid + 1;
+		else
+			hi = mid;
+	}
+	size_t j = 0;
+	int rc = 0;
+	for (uint64_t pos = 0; rc == 0 && pos < sg->len; pos += c) {
+		const size_t n = sg->len - pos < c ? (size_t)(sg->len - pos) : c;
+		if (j < sg->nidx && sg->idx[j] == sg->idx_base + pos / c) {
+			rc = chunk_ingest(e, w, sg, sg->data + (uint64_t)j * c, n, sg->off + pos,
+					  sg->ids ? sg->ids + (uint64_t)j * 32 : NULL);
+			j++;
+		} else if (!st->hint) {
+			rc = crest_errx(-EINVAL, "stream %s: chunks given as unchanged, but the parent has none",
+					st->meta.name);
+		} else {
+			rc = chunk_from_parent(sg, sg->off + pos, n, &x);
+		}
+	}
+	if (rc < 0) {
+		batch_drop(e, &w->b, 0);
+		return rc;
+	}
+	return batch_flush(e, w, st->snap);
+}
+
 static int seg_process(struct engine *e, struct worker_ctx *w, struct seg *sg)
 {
+	if (sg->sparse)
+		return seg_sparse(e, w, sg);
 	if (!sg->data) {
 		/* A hole found with SEEK_HOLE: stored as a hole like a zero chunk,
 		 * so it counts in zero_bytes too. */
@@ -334,7 +403,10 @@ static int seg_process(struct engine *e, struct worker_ctx *w, struct seg *sg)
 	size_t off = 0;
 	while (off < sg->len) {
 		size_t n = dedup_next(dp, sg->data + off, sg->len - off);
-		int rc = chunk_ingest(e, w, sg, sg->data + off, n, sg->off + off);
+		/* Given ids are per chunk of fixed chunking, which cuts at
+		 * multiples of its size from the segment's start. */
+		int rc = chunk_ingest(e, w, sg, sg->data + off, n, sg->off + off,
+				      sg->ids ? sg->ids + (off / dp->avg) * 32 : NULL);
 		if (rc < 0) {
 			batch_drop(e, &w->b, 0);
 			return rc;

@@ -10,12 +10,24 @@
  *             store them themselves. No two of them may end up waiting for
  *             each other: each round must finish within a time bound.
  *
+ *   chunks    engine_stream_add_chunks against a model: a region of random
+ *             size is checkpointed round after round, some chunks changed
+ *             (new bytes, zeros, copies of other chunks) and given as the
+ *             only chunks in data, the rest named from the parent, in
+ *             appends of random sizes, with ids or without. Every round's
+ *             snapshot must restore to the model's bytes and name the same
+ *             chunks as the same bytes put whole with engine_stream_add_memory
+ *             (the path that hashes every chunk). Chunks given as unchanged
+ *             past the parent's end, or with no parent, must fail the
+ *             snapshot (or the call) and commit nothing.
+ *
  * Exits 0 on success, 1 on failure (a hang included: waits are bounded).
  * SEED (else $CREST_TEST_SEED, else the clock) is printed; pass it to replay.
  */
 #include "cas/cas.h"
 #include "engine/engine.h"
 #include "util/err.h"
+#include "util/sha256.h"
 #include "tests/check.h"
 
 #include <errno.h>
@@ -180,6 +192,243 @@ static void t_deadlock(const char *dir, uint64_t seed)
 	cas_close(store);
 }
 
+/* ---- chunks ---- */
+
+/* Reads stream name of snapshot id back from the store into out (len bytes):
+ * holes as zeros, every chunk through the index, checked. */
+static int read_stream(struct cas_store *s, const uint8_t id[32], const char *name, uint8_t *out, uint64_t len,
+		       struct cas_manifest **mout)
+{
+	struct cas_manifest *m;
+	int rc = cas_manifest_load(s, id, &m);
+	if (rc < 0)
+		return rc;
+	const struct cas_stream *st = cas_manifest_find(m, name);
+	if (!st || st->size != len) {
+		cas_manifest_free(m);
+		return crest_errx(-EINVAL, "stream %s missing or of the wrong size", name);
+	}
+	struct cas_reader *r;
+	rc = cas_reader_open(s, &r);
+	uint64_t off = 0;
+	for (uint64_t i = 0; rc == 0 && i < st->nextents; i++) {
+		const struct cas_extent *x = &st->ext[i];
+		if (x->hole)
+			memset(out + off, 0, x->len);
+		else
+			rc = cas_reader_get(r, x->sha, out + off, (uint32_t)x->len, NULL);
+		off += x->len;
+	}
+	if (rc == 0)
+		cas_reader_close(r);
+	if (rc == 0 && off != len)
+		rc = crest_errx(-EINVAL, "extents cover %" PRIu64 " of %" PRIu64 " bytes", off, len);
+	if (rc == 0 && mout)
+		*mout = m;
+	else
+		cas_manifest_free(m);
+	return rc;
+}
+
+static int same_extents(const struct cas_manifest *a, const struct cas_manifest *b, const char *name)
+{
+	const struct cas_stream *x = cas_manifest_find(a, name), *y = cas_manifest_find(b, name);
+	if (!x || !y || x->nextents != y->nextents)
+		return 0;
+	for (uint64_t i = 0; i < x->nextents; i++)
+		if (x->ext[i].len != y->ext[i].len || x->ext[i].hole != y->ext[i].hole ||
+		    (!x->ext[i].hole && memcmp(x->ext[i].sha, y->ext[i].sha, 32)))
+			return 0;
+	return 1;
+}
+
+static void free_cb(void *arg)
+{
+	free(arg);
+}
+
+struct three {
+	void *p[3];
+};
+
+static void free_three(void *arg)
+{
+	struct three *t = arg;
+	for (int i = 0; i < 3; i++)
+		free(t->p[i]);
+	free(t);
+}
+
+/* One snapshot of the region model[0..len) with parent (pid, pm: taken),
+ * given through engine_stream_add_chunks: changed[] marks the chunks put in
+ * data (the rest the parent's), ids with them when with_ids. Fills id. */
+static int snap_chunks(struct engine *e, const uint8_t *pid, struct cas_manifest *pm, const uint8_t *model,
+		       uint64_t len, const uint8_t *changed, bool sparse, bool with_ids, uint8_t id[32])
+{
+	const uint64_t nch = (len + CHUNK - 1) / CHUNK;
+	struct engine_snap *snap;
+	int rc = engine_snapshot_begin(e, "library", &snap);
+	if (rc < 0)
+		return rc;
+	if (pid)
+		engine_snapshot_set_parent(snap, pid, pm);
+	struct engine_stream *st;
+	rc = engine_stream_open(snap, "r", CAS_STREAM_REGION, true, &st);
+	uint64_t c0 = 0;
+	while (rc == 0 && c0 < nch) {
+		/* An append of 1 to nch chunks, cut anywhere. */
+		uint64_t c1 = c0 + 1 + rng() % (nch - c0);
+		const uint64_t blen = (c1 == nch ? len : c1 * CHUNK) - c0 * CHUNK;
+		uint32_t *idx = sparse ? malloc((c1 - c0) * sizeof(*idx)) : NULL;
+		uint8_t *data = malloc(blen + 1), *ids = with_ids ? malloc((c1 - c0) * 32 + 1) : NULL;
+		size_t k = 0;
+		uint64_t at = 0;
+		for (uint64_t c = c0; c < c1; c++) {
+			if (sparse && !changed[c])
+				continue;
+			const uint64_t n = c == nch - 1 ? len - c * CHUNK : CHUNK;
+			memcpy(data + at, model + c * CHUNK, n);
+			if (ids)
+				sha256_once(model + c * CHUNK, n, ids + k * 32);
+			if (idx)
+				idx[k] = (uint32_t)(c - c0);
+			k++;
+			at += n;
+		}
+		/* The engine reads them until it releases them. */
+		struct three *hold = malloc(sizeof(*hold));
+		hold->p[0] = data, hold->p[1] = idx, hold->p[2] = ids;
+		rc = engine_stream_add_chunks(st, blen, idx, k, data, ids, free_three, hold);
+		c0 = c1;
+	}
+	if (rc == 0)
+		rc = engine_stream_close(st);
+	if (rc < 0) {
+		engine_snapshot_abort(snap);
+		return rc;
+	}
+	engine_snapshot_seal(snap);
+	struct engine_result res;
+	rc = engine_snapshot_wait(snap, &res);
+	if (rc == 0)
+		memcpy(id, res.id, 32);
+	return rc;
+}
+
+/* The same bytes whole, hashed by the workers: the reference. */
+static int snap_whole(struct engine *e, const uint8_t *model, uint64_t len, uint8_t id[32])
+{
+	struct engine_snap *snap;
+	int rc = engine_snapshot_begin(e, "library", &snap);
+	if (rc < 0)
+		return rc;
+	struct engine_stream *st;
+	rc = engine_stream_open(snap, "r", CAS_STREAM_REGION, true, &st);
+	uint8_t *copy = malloc(len + 1);
+	memcpy(copy, model, len);
+	if (rc == 0)
+		rc = engine_stream_add_memory(st, copy, len, free_cb, copy);
+	else
+		free(copy);
+	if (rc == 0)
+		rc = engine_stream_close(st);
+	if (rc < 0) {
+		engine_snapshot_abort(snap);
+		return rc;
+	}
+	engine_snapshot_seal(snap);
+	struct engine_result res;
+	rc = engine_snapshot_wait(snap, &res);
+	if (rc == 0)
+		memcpy(id, res.id, 32);
+	return rc;
+}
+
+static void t_chunks(const char *dir, uint64_t seed)
+{
+	struct cas_store *store = fresh_store(dir);
+	struct engine_opts o;
+	opts(&o, 1 + (unsigned)(rng() % 4));
+	struct engine *e;
+	OK(engine_open(store, &o, &e));
+	const uint64_t nfull = 1 + rng() % 80, tail = rng() % 3 ? 0 : 1 + rng() % (CHUNK - 1);
+	const uint64_t len = nfull * CHUNK + tail, nch = (len + CHUNK - 1) / CHUNK;
+	uint8_t *model = malloc(len), *back = malloc(len), *changed = calloc(nch, 1);
+	fill(model, len);
+	for (uint64_t c = 0; c < nch; c += 1 + rng() % 5)   /* some zero chunks from the start */
+		memset(model + c * CHUNK, 0, c == nch - 1 ? len - c * CHUNK : CHUNK);
+	printf("chunks: %" PRIu64 " bytes (%" PRIu64 " chunks), %u workers\n", len, nch, o.workers);
+	uint8_t pid[32], ref[32];
+	OK(snap_whole(e, model, len, pid));
+	const int rounds = 12;
+	for (int r = 0; r < rounds; r++) {
+		memset(changed, 0, nch);
+		const uint64_t nchg = rng() % (nch + 1);
+		for (uint64_t i = 0; i < nchg; i++) {
+			const uint64_t c = rng() % nch, n = c == nch - 1 ? len - c * CHUNK : CHUNK;
+			uint8_t *p = model + c * CHUNK;
+			switch (rng() % 4) {
+			case 0: memset(p, 0, n); break;                            /* to zeros */
+			case 1: {                                                  /* a copy of another chunk */
+				const uint64_t d = rng() % nfull;
+				memmove(p, model + d * CHUNK, n);
+				break;
+			}
+			default: fill(p, n & ~(uint64_t)7); break;                 /* new bytes */
+			}
+			changed[c] = 1;
+		}
+		for (uint64_t i = rng() % 3; i; i--)   /* a chunk given that did not change */
+			changed[rng() % nch] = 1;
+		const bool sparse = rng() % 4 != 0, with_ids = rng() % 2;
+		struct cas_manifest *pm = NULL;
+		OK(cas_manifest_load(store, pid, &pm));
+		uint8_t id[32];
+		int rc = snap_chunks(e, pid, pm, model, len, changed, sparse, with_ids, id);
+		CHECK(rc == 0, "round %d (%s, %s ids): the snapshot failed: %s (seed %" PRIu64 ")", r,
+		      sparse ? "sparse" : "whole", with_ids ? "with" : "no", crest_errmsg(), seed);
+		if (rc < 0)
+			break;
+		struct cas_manifest *m = NULL, *mref = NULL;
+		rc = read_stream(store, id, "r", back, len, &m);
+		CHECK(rc == 0 && !memcmp(back, model, len), "round %d: the snapshot does not restore to the "
+		      "model's bytes (%s; seed %" PRIu64 ")", r, rc ? crest_errmsg() : "bytes differ", seed);
+		OK(snap_whole(e, model, len, ref));
+		OK(read_stream(store, ref, "r", back, len, &mref));
+		CHECK(m && same_extents(m, mref, "r"), "round %d: the chunks given differ from the same bytes "
+		      "hashed whole (seed %" PRIu64 ")", r, seed);
+		CHECK(m && m->has_parent && !memcmp(m->parent, pid, 32), "round %d: wrong parent", r);
+		cas_manifest_free(m);
+		cas_manifest_free(mref);
+		memcpy(pid, id, 32);
+	}
+	/* Unchanged chunks past the parent's end: the snapshot fails. */
+	uint8_t *big = calloc(len + 2 * CHUNK, 1);
+	memcpy(big, model, len);
+	fill(big + len, 2 * CHUNK);
+	uint8_t *none = calloc((len + 2 * CHUNK) / CHUNK + 1, 1);
+	struct cas_manifest *pm = NULL;
+	OK(cas_manifest_load(store, pid, &pm));
+	uint8_t id[32];
+	int rc = snap_chunks(e, pid, pm, big, len + 2 * CHUNK - (tail ? CHUNK - tail : 0), none, true, false, id);
+	CHECK(rc == -EINVAL, "chunks past the parent's end given as unchanged: rc %d, want -EINVAL (%s)", rc,
+	      rc ? crest_errmsg() : "it committed");
+	/* No parent at all: the call itself refuses. */
+	rc = snap_chunks(e, NULL, NULL, model, len, none, true, false, id);
+	CHECK(rc == -EINVAL, "chunks given as unchanged with no parent: rc %d, want -EINVAL", rc);
+	engine_close(e);
+	/* Only the snapshots that succeeded are in the store: 1 + 2 per round. */
+	struct cas_manifest *head = NULL;
+	OK(cas_manifest_load(store, pid, &head));
+	cas_manifest_free(head);
+	free(big);
+	free(none);
+	free(model);
+	free(back);
+	free(changed);
+	cas_close(store);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -196,6 +445,8 @@ int main(int argc, char **argv)
 		rng_state = 1;
 	if (!strcmp(argv[1], "deadlock"))
 		t_deadlock(argv[2], seed);
+	else if (!strcmp(argv[1], "chunks"))
+		t_chunks(argv[2], seed);
 	else {
 		fprintf(stderr, "unknown case %s\n", argv[1]);
 		return 2;
