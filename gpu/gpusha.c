@@ -10,6 +10,7 @@
 #define HASH_THREADS 128
 #define CMP_THREADS 256
 #define SCAN_THREADS 1024
+#define GATHER_THREADS 256
 
 #ifdef CREST_GPUSHA_PTX
 /* The PTX text of gpusha.cu, NUL-terminated (generated into the build
@@ -21,7 +22,7 @@ extern const char gpusha_ptx_nvcc[];   /* the nvcc version that made it */
 struct gpusha {
 	const struct cudrv *d;
 	CUmodule mod;
-	CUfunction hash, cmp, scan, emit;
+	CUfunction hash, cmp, scan, emit, gather;
 	CUdeviceptr scratch;   /* per-block counts of gpusha_changed */
 	size_t scratch_cap;    /* in uint32 */
 };
@@ -104,9 +105,10 @@ int gpusha_open(const struct cudrv *d, struct gpusha **out)
 		return crest_errf(-ENOMEM, "gpusha: allocating the handle");
 	g->d = d;
 	int rc = load_module(g);
-	static const char *const names[4] = { "gpusha_hash_k", "gpusha_cmp_k", "gpusha_scan_k", "gpusha_emit_k" };
-	CUfunction *fn[4] = { &g->hash, &g->cmp, &g->scan, &g->emit };
-	for (int i = 0; rc == 0 && i < 4; i++) {
+	static const char *const names[5] = { "gpusha_hash_k", "gpusha_cmp_k", "gpusha_scan_k", "gpusha_emit_k",
+					      "gpusha_gather_k" };
+	CUfunction *fn[5] = { &g->hash, &g->cmp, &g->scan, &g->emit, &g->gather };
+	for (int i = 0; rc == 0 && i < 5; i++) {
 		rc = cudrv_check(d, d->ModuleGetFunction(fn[i], g->mod, names[i]), "gpusha: cuModuleGetFunction");
 		if (rc < 0)
 			crest_errctx(rc, "gpusha: kernel %s", names[i]);
@@ -182,4 +184,16 @@ int gpusha_changed(struct gpusha *g, CUdeviceptr cur, CUdeviceptr prev, uint64_t
 	if (rc == 0)
 		rc = launch(g, g->emit, "gpusha: launching the list kernel", nblk, CMP_THREADS, s, a_emit);
 	return rc;
+}
+
+int gpusha_gather(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk, CUdeviceptr list,
+		  uint32_t count, CUdeviceptr digests, CUdeviceptr dst, CUdeviceptr dig_out, CUstream s)
+{
+	if (count == 0 || count > 0x7fffffffu || chunk == 0 || dst % 16 || dig_out % 16)
+		return crest_errx(-EINVAL, "gpusha: gathering %u chunks of %u bytes to 0x%llx: the count must be "
+				  "1 to 2^31-1 and the destinations 16-byte aligned", count, chunk,
+				  (unsigned long long)dst);
+	int vec = src % 16 == 0 && chunk % 16 == 0;
+	void *args[] = { &src, &len, &chunk, &list, &digests, &dst, &dig_out, &vec };
+	return launch(g, g->gather, "gpusha: launching the gather kernel", count, GATHER_THREADS, s, args);
 }

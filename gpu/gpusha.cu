@@ -16,6 +16,10 @@
  * Ordered, so the caller copies changed chunks front to back and can merge
  * neighbours into one copy.
  *
+ * The gather kernel packs the changed chunks (and their digests) back to
+ * back, so that one device-to-host copy moves them all: tens of thousands
+ * of 4 KiB copies would cost more in calls than in bytes.
+ *
  * Entry points are extern "C" so gpusha.c finds them by their plain names.
  */
 #include "gpu/gpusha_core.h"
@@ -24,6 +28,7 @@
 #define GS_HASH_THREADS 128
 #define GS_CMP_THREADS 256
 #define GS_SCAN_THREADS 1024
+#define GS_GATHER_THREADS 256
 
 extern "C" __global__ void __launch_bounds__(GS_HASH_THREADS)
 gpusha_hash_k(const gs_u8 *src, gs_u64 len, gs_u32 chunk, gs_u64 nchunks, int vec, gs_u8 *out)
@@ -106,4 +111,29 @@ gpusha_emit_k(const gs_u8 *cur, const gs_u8 *prev, gs_u64 n, const gs_u32 *blk, 
 		before += warp_cnt[k];
 	if (ch)
 		list[before + __popc(mask & ((1u << lane) - 1))] = (gs_u32)i;
+}
+
+/* Block j copies chunk list[j] of src[0..len) to dst + j * chunk (the last
+ * chunk of src may be short) and, unless dig_out is NULL, its digest from
+ * dig to dig_out + 32 * j. vec: src 16-byte aligned (dst always is). */
+extern "C" __global__ void __launch_bounds__(GS_GATHER_THREADS)
+gpusha_gather_k(const gs_u8 *src, gs_u64 len, gs_u32 chunk, const gs_u32 *list, const gs_u8 *dig, gs_u8 *dst,
+		gs_u8 *dig_out, int vec)
+{
+	const gs_u64 i = list[blockIdx.x];
+	const gs_u64 off = i * chunk;
+	const gs_u64 n = len - off < chunk ? len - off : chunk;
+	const gs_u8 *s = src + off;
+	gs_u8 *d = dst + (gs_u64)blockIdx.x * chunk;
+	gs_u64 k = 0;
+	if (vec) {
+		const gs_u64 nv = n / 16;
+		for (gs_u64 v = threadIdx.x; v < nv; v += blockDim.x)
+			((uint4 *)d)[v] = ((const uint4 *)s)[v];
+		k = nv * 16;
+	}
+	for (gs_u64 b = k + threadIdx.x; b < n; b += blockDim.x)
+		d[b] = s[b];
+	if (dig_out && threadIdx.x < 32)
+		dig_out[(gs_u64)blockIdx.x * 32 + threadIdx.x] = dig[i * 32 + threadIdx.x];
 }

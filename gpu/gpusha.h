@@ -69,4 +69,12 @@ int gpusha_hash(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk,
 int gpusha_changed(struct gpusha *g, CUdeviceptr cur, CUdeviceptr prev, uint64_t n, CUdeviceptr flags,
 		   CUdeviceptr list, CUdeviceptr count, CUstream s);
 
+/* Packs the chunks list[0..count) (device uint32 chunk numbers) of
+ * src[0..len) back to back at dst (count * chunk bytes; the last chunk of
+ * src may be short, and then so is its copy) and, unless dig_out is 0,
+ * their digests from digests to dig_out (count * 32 bytes). dst and dig_out
+ * 16-byte aligned. count >= 1, at most 2^31 - 1. */
+int gpusha_gather(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk, CUdeviceptr list,
+		  uint32_t count, CUdeviceptr digests, CUdeviceptr dst, CUdeviceptr dig_out, CUstream s);
+
 #endif

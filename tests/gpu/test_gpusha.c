@@ -14,7 +14,9 @@
  * with EVP SHA-256 of the same bytes. Then random bytes are flipped and
  * gpusha_changed must list exactly the chunks the model says changed, in
  * order, with the same flags; none after flipping them back; all against
- * a zeroed digest array. Last, the hash kernel's rate on 1 GiB.
+ * a zeroed digest array. The changed chunks listed are packed with
+ * gpusha_gather (from a random list entry on) and compared with the bytes
+ * and their digests. Last, the hash kernel's rate on 1 GiB.
  *
  * usage: test_gpusha [SEED]      the test
  *        test_gpusha --bench     GB/s for 4 KiB chunks over 1, 4 and 8 GiB
@@ -128,6 +130,41 @@ static void changed_check(uint64_t n, const uint8_t *want, const char *what)
 	free(flags);
 }
 
+/* gpusha_gather of the chunks that dlist names (count of them, from the
+ * last changed_check), from a random place in the list on: each packed
+ * chunk must equal its bytes in hbuf, each packed digest EVP's of them. */
+static void gather_check(CUdeviceptr dbuf, const uint8_t *hbuf, uint64_t len, uint32_t chunk, uint32_t count,
+			 uint64_t *st, const char *what)
+{
+	if (!count)
+		return;
+	const uint32_t first = (uint32_t)(check_rnd(st) % count), cnt = count - first;
+	uint32_t *list = malloc((size_t)count * 4);
+	uint8_t *packed = malloc((size_t)cnt * chunk), *dig = malloc((size_t)cnt * 32);
+	CUdeviceptr dpack, dpdig;
+	CU(d->MemAlloc(&dpack, (size_t)cnt * chunk));
+	CU(d->MemAlloc(&dpdig, (size_t)cnt * 32));
+	CU(d->MemcpyDtoHAsync(list, dlist, (size_t)count * 4, s));
+	OK(gpusha_gather(g, dbuf, len, chunk, dlist + (CUdeviceptr)first * 4, cnt, ddig, dpack, dpdig, s));
+	CU(d->MemcpyDtoHAsync(packed, dpack, (size_t)cnt * chunk, s));
+	CU(d->MemcpyDtoHAsync(dig, dpdig, (size_t)cnt * 32, s));
+	CU(d->StreamSynchronize(s));
+	int bad = 0;
+	for (uint32_t j = 0; j < cnt && !bad; j++) {
+		const uint64_t i = list[first + j], o = i * chunk, m = len - o < chunk ? len - o : chunk;
+		uint8_t want[32];
+		evp_sha256(hbuf + o, m, want);
+		bad = memcmp(packed + (uint64_t)j * chunk, hbuf + o, m) || memcmp(dig + (uint64_t)j * 32, want, 32);
+		CHECK(!bad, "%s: gathered chunk %u (chunk %" PRIu64 ") or its digest differs", what, first + j, i);
+	}
+	printf("%s: %u chunks gathered from list entry %u\n", what, cnt, first);
+	CU(d->MemFree(dpack));
+	CU(d->MemFree(dpdig));
+	free(list);
+	free(packed);
+	free(dig);
+}
+
 /* Flips k random bytes of dbuf/hbuf[0, len) (host and device alike) and
  * marks their chunks in want; flipping the same bytes again undoes it. */
 static void flip(CUdeviceptr dbuf, uint8_t *hbuf, uint64_t len, uint32_t chunk, uint64_t *pos, uint8_t *val,
@@ -168,6 +205,10 @@ static void changed_tests(CUdeviceptr dbuf, uint8_t *hbuf, uint64_t len, uint32_
 	}
 	OK(gpusha_hash(g, dbuf, len, chunk, ddig, s));   /* cur */
 	changed_check(n, want, what);
+	uint32_t count = 0;
+	CU(d->MemcpyDtoHAsync(&count, dcount, 4, s));
+	CU(d->StreamSynchronize(s));
+	gather_check(dbuf, hbuf, len, chunk, count, st, what);
 	flip(dbuf, hbuf, len, chunk, pos, val, k, want);
 	CHECK(memcmp(before, hbuf, len) == 0, "test bug: flipping back");
 	memset(want, 0, n);
