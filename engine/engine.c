@@ -193,18 +193,11 @@ static int stream_new(struct engine_snap *s, const char *name, uint8_t type, boo
 	 * pack the index names is there (cas_store_damaged). */
 	if (s->parent && !cas_store_damaged(s->e->store)) {
 		const struct cas_stream *h = cas_manifest_find(s->parent, name);
-		if (h && h->nextents) {
-			st->hint_off = malloc(h->nextents * sizeof(*st->hint_off));
-			if (st->hint_off) {
-				uint64_t o = 0;
-				for (uint64_t i = 0; i < h->nextents; i++) {
-					st->hint_off[i] = o;
-					o += h->ext[i].len;
-				}
-				st->hint = h;
-			}
-		}
+		if (h && h->nextents)
+			st->hint = h;
 	}
+	pthread_mutex_init(&st->hint_lock, NULL);
+	atomic_init(&st->hint_state, 0);
 	*out = st;
 	return 0;
 }
@@ -337,6 +330,32 @@ int engine_stream_add_memory(struct engine_stream *st, const void *p, size_t len
 	return rc;
 }
 
+bool eng_hint_offsets(struct engine_stream *st)
+{
+	if (!st->hint)
+		return false;
+	int state = atomic_load_explicit(&st->hint_state, memory_order_acquire);
+	if (state)
+		return state > 0;
+	pthread_mutex_lock(&st->hint_lock);
+	state = atomic_load_explicit(&st->hint_state, memory_order_relaxed);
+	if (!state) {
+		const struct cas_stream *h = st->hint;
+		st->hint_off = malloc(h->nextents * sizeof(*st->hint_off));
+		if (st->hint_off) {
+			uint64_t o = 0;
+			for (uint64_t i = 0; i < h->nextents; i++) {
+				st->hint_off[i] = o;
+				o += h->ext[i].len;
+			}
+		}
+		state = st->hint_off ? 1 : -1;
+		atomic_store_explicit(&st->hint_state, state, memory_order_release);
+	}
+	pthread_mutex_unlock(&st->hint_lock);
+	return state > 0;
+}
+
 bool engine_stream_parent(const struct engine_stream *st, uint8_t id[32], uint64_t *size)
 {
 	const struct engine_snap *s = st->snap;
@@ -345,6 +364,11 @@ bool engine_stream_parent(const struct engine_stream *st, uint8_t id[32], uint64
 	memcpy(id, s->m->parent, 32);
 	*size = st->hint->size;
 	return true;
+}
+
+uint32_t engine_stream_fixed_chunk(const struct engine_stream *st)
+{
+	return st->dp->kind == DEDUP_FIXED ? st->dp->avg : 0;
 }
 
 int engine_stream_add_chunks(struct engine_stream *st, uint64_t len, const uint32_t *idx, size_t n,
@@ -442,6 +466,7 @@ static void snap_free(struct engine_snap *s)
 		}
 		free(st->segs);
 		free(st->hint_off);
+		pthread_mutex_destroy(&st->hint_lock);
 		free(st->meta.name);
 		free(st->meta.target);
 		free(st->meta.meta);

@@ -57,10 +57,10 @@ static int seg_push_extent(struct seg *sg, uint64_t len, const uint8_t *sha)
 }
 
 /* True when the parent has this very chunk at this very place. */
-static bool hint_match(const struct engine_stream *st, uint64_t off, uint64_t len, const uint8_t sha[32])
+static bool hint_match(struct engine_stream *st, uint64_t off, uint64_t len, const uint8_t sha[32])
 {
 	const struct cas_stream *h = st->hint;
-	if (!h || !h->nextents)
+	if (!h || !h->nextents || !eng_hint_offsets(st))
 		return false;
 	uint64_t lo = 0, hi = h->nextents;
 	while (lo < hi) {  /* first extent starting at or after off */
@@ -357,8 +357,10 @@ static int chunk_from_parent(struct seg *sg, uint64_t off, size_t n, uint64_t *x
  * them), the others are the parent's, named from its manifest. */
 static int seg_sparse(struct engine *e, struct worker_ctx *w, struct seg *sg)
 {
-	const struct engine_stream *st = sg->st;
+	struct engine_stream *st = sg->st;
 	const uint32_t c = st->dp->avg;
+	if (st->hint && !eng_hint_offsets(st))
+		return crest_errf(-ENOMEM, "stream %s: listing the parent's chunks", st->meta.name);
 	uint64_t x = 0, lo = 0, hi = st->hint ? st->hint->nextents : 0;
 	while (lo < hi) {   /* the last parent extent that starts at or before the segment */
 		const uint64_t mid = lo + (hi - lo) / 2;
