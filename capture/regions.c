@@ -6,6 +6,7 @@
 
 #include "cas/cas.h"
 #include "cas/history.h"
+#include "gpu/gpusha.h"
 #include "util/err.h"
 #include "util/progress.h"
 
@@ -25,28 +26,68 @@
 
 #define MAX_CTX 16
 
-/* Streams and per-slice events of one CUDA context. */
+/* Streams and per-slice events of one CUDA context, and its GPU hashing:
+ * the kernels, the stream they run on, and the buffers the changed chunks
+ * are packed into (made on first use). */
 struct ctxset {
 	CUcontext ctx;
 	CUstream *s;
 	unsigned ns;
 	CUevent *ev;                  /* ev[slice index] */
+	struct gpusha *sha;           /* NULL: not loaded yet, or sha_off */
+	bool sha_off;                 /* the kernels cannot be had here */
+	CUstream hs;                  /* hashing, and the packed copies */
+	CUdeviceptr pack, pack_dig;   /* a slice of packed chunks, and their digests */
+	uint32_t *hcount;             /* pinned: the changed chunks' count */
+	bool hashing;                 /* a hash of this checkpoint may still run on hs */
 };
 
 struct capture_copier {
 	const struct cudrv *d;
 	struct pool *pool;
 	unsigned copy_streams;
+	bool gpu_hash;
 	struct ctxset ctxs[MAX_CTX];
 	unsigned nctx;
+	char sha_why[256];            /* why GPU hashing is off, once it is */
+};
+
+/* See regions.h. dig[newest] holds the digests last computed (for the
+ * checkpoint token); dig[1 - newest], when prev_ok, those of snapshot
+ * prev_id. A checkpoint hashes into the buffer that is not prev's, so the
+ * parent's digests survive any number of checkpoints that fail or are
+ * never committed as parent. */
+struct capture_digests {
+	CUcontext ctx;
+	const uint8_t *ptr;
+	size_t size;
+	uint32_t chunk;
+	uint64_t n;                   /* chunks */
+	CUdeviceptr dig[2];           /* n * 32 bytes each */
+	CUdeviceptr list;             /* n + 1 uint32: changed chunks, then their count */
+	int prev;                     /* dig[prev]: snapshot prev_id's, when prev_ok */
+	bool prev_ok;
+	uint8_t prev_id[32];
+	int newest;
+	uint64_t token;               /* 0: dig[newest] belongs to no checkpoint */
+};
+
+/* A region copied as changed chunks only: its appends so far. */
+struct sparse {
+	struct engine_stream *st;
+	uint64_t size, nch;
+	uint32_t chunk;
+	uint64_t done;                /* chunks appended */
 };
 
 /* A copied slice not yet with the engine. */
 struct copied {
-	struct pool_slice *sl;
+	struct pool_slice *sl;        /* NULL: a sparse region's last append */
 	struct engine_stream *st;
 	size_t len;
 	CUevent ev;                   /* NULL: a host copy, already done */
+	struct sparse *sp;            /* packed changed chunks of a sparse region */
+	uint32_t cnt;                 /* how many */
 };
 
 /* One capture_regions call: the FIFO of copied slices. */
@@ -54,11 +95,11 @@ struct fifo {
 	struct capture_copier *cp;
 	struct copied *q;
 	size_t head, n, cap;
-	uint64_t wait_ns;
-	unsigned rounds, next_stream;
+	uint64_t wait_ns, copied;
+	unsigned rounds, next_stream, hashed, sparse;
 };
 
-int capture_copier_open(const struct cudrv *d, struct pool *pool, unsigned copy_streams,
+int capture_copier_open(const struct cudrv *d, struct pool *pool, unsigned copy_streams, bool gpu_hash,
 			struct capture_copier **out)
 {
 	struct capture_copier *cp = calloc(1, sizeof(*cp));
@@ -67,6 +108,7 @@ int capture_copier_open(const struct cudrv *d, struct pool *pool, unsigned copy_
 	cp->d = d;
 	cp->pool = pool;
 	cp->copy_streams = copy_streams ? copy_streams : 1;
+	cp->gpu_hash = gpu_hash && d;
 	*out = cp;
 	return 0;
 }
@@ -107,6 +149,17 @@ static int ctxset_get(struct capture_copier *cp, CUcontext ctx, struct ctxset **
 static void ctxset_free(const struct cudrv *d, struct ctxset *cs, unsigned nev)
 {
 	if (d && d->CtxSetCurrent(cs->ctx) == CUDA_SUCCESS) {
+		if (cs->hs) {
+			d->StreamSynchronize(cs->hs);
+			d->StreamDestroy(cs->hs);
+		}
+		if (cs->pack)
+			d->MemFree(cs->pack);
+		if (cs->pack_dig)
+			d->MemFree(cs->pack_dig);
+		if (cs->hcount)
+			d->MemFreeHost(cs->hcount);
+		gpusha_close(cs->sha);
 		for (unsigned i = 0; i < cs->ns; i++)
 			if (cs->s[i]) {
 				d->StreamSynchronize(cs->s[i]);
@@ -129,6 +182,31 @@ void capture_copier_close(struct capture_copier *cp)
 	free(cp);
 }
 
+/* A slice of packed changed chunks of a sparse region, to the engine: the
+ * slice holds cnt chunks, then their ids, then their chunk numbers in the
+ * region. Its append runs from the end of the last one to just past its
+ * last chunk; unchanged chunks in between are the parent's. */
+static int sparse_flush(const struct copied *x)
+{
+	struct sparse *sp = x->sp;
+	static const uint32_t none[1];
+	if (!x->sl) {   /* the region's end: every chunk left is unchanged */
+		const uint64_t from = sp->done * sp->chunk;
+		sp->done = sp->nch;
+		return from < sp->size ? engine_stream_add_chunks(sp->st, sp->size - from, none, 0, NULL, NULL, NULL, NULL)
+				       : 0;
+	}
+	uint8_t *data = x->sl->p, *ids = data + (size_t)x->cnt * sp->chunk;
+	uint32_t *idx = (uint32_t *)(ids + (size_t)x->cnt * 32);
+	const uint64_t base = sp->done, end = (uint64_t)idx[x->cnt - 1] + 1;
+	for (uint32_t j = 0; j < x->cnt; j++)
+		idx[j] -= (uint32_t)base;
+	const uint64_t len = (end == sp->nch ? sp->size : end * sp->chunk) - base * sp->chunk;
+	sp->done = end;
+	/* The engine calls pool_release_cb once, even when this fails. */
+	return engine_stream_add_chunks(sp->st, len, idx, x->cnt, data, ids, pool_release_cb, x->sl);
+}
+
 /* Hands the oldest copied slice to the engine, once its copy is done. */
 static int fifo_flush_one(struct fifo *f)
 {
@@ -140,9 +218,12 @@ static int fifo_flush_one(struct fifo *f)
 		rc = cudrv_check(f->cp->d, f->cp->d->EventSynchronize(x.ev),
 				 "waiting for a device-to-host copy (cuEventSynchronize)");
 	if (rc < 0) {
-		pool_give(x.sl);
+		if (x.sl)
+			pool_give(x.sl);
 		return rc;
 	}
+	if (x.sp)
+		return sparse_flush(&x);
 	/* The engine calls pool_release_cb once, even when this fails. */
 	return engine_stream_add_memory(x.st, x.sl->p, x.len, pool_release_cb, x.sl);
 }
@@ -156,8 +237,15 @@ static void fifo_drain(struct fifo *f)
 		f->n--;
 		if (x.ev)
 			f->cp->d->EventSynchronize(x.ev);
-		pool_give(x.sl);
+		if (x.sl)
+			pool_give(x.sl);
 	}
+}
+
+static void fifo_push(struct fifo *f, const struct copied *x)
+{
+	f->q[(f->head + f->n) % f->cap] = *x;
+	f->n++;
 }
 
 static int fifo_slice(struct fifo *f, struct pool_slice **out)
@@ -214,7 +302,183 @@ static void copy_to_staging(uint8_t *dst, const uint8_t *src, size_t n)
 #endif
 }
 
-static int copy_region(struct fifo *f, const struct capture_region *r, struct engine_stream *st)
+/* The kernels, the hashing stream and the count's pinned word of cs,
+ * made once. false: no GPU hashing in this context (no kernels in the
+ * build, a driver that cannot take them, or no memory); the region is then
+ * copied whole and the CPU hashes it, and why is kept for CREST_TRACE. */
+static bool ctxset_sha(struct capture_copier *cp, struct ctxset *cs)
+{
+	if (cs->sha || cs->sha_off)
+		return !cs->sha_off;
+	const struct cudrv *d = cp->d;
+	int rc = gpusha_open(d, &cs->sha);
+	if (rc == 0)
+		rc = cudrv_check(d, d->StreamCreate(&cs->hs, CU_STREAM_NON_BLOCKING),
+				 "creating the hashing stream (cuStreamCreate)");
+	if (rc == 0)
+		rc = cudrv_check(d, d->MemHostAlloc((void **)&cs->hcount, 64, 0),
+				 "allocating the changed count (cuMemHostAlloc)");
+	if (rc < 0) {
+		crest_errcpy(cp->sha_why, sizeof(cp->sha_why));
+		cs->sha_off = true;
+	}
+	return !cs->sha_off;
+}
+
+/* r's digest slot, made (or made again, when the region moved or grew)
+ * with room for its digests and changed list. */
+static int digests_get(const struct cudrv *d, const struct capture_region *r, uint32_t chunk,
+		       struct capture_digests **out)
+{
+	struct capture_digests *g = *r->dig;
+	if (g && g->ctx == r->ctx && g->ptr == r->ptr && g->size == r->size && g->chunk == chunk) {
+		*out = g;
+		return 0;
+	}
+	capture_digests_free(d, g);
+	*r->dig = NULL;
+	g = calloc(1, sizeof(*g));
+	if (!g)
+		return crest_errf(-ENOMEM, "allocating a digest slot");
+	g->ctx = r->ctx;
+	g->ptr = r->ptr;
+	g->size = r->size;
+	g->chunk = chunk;
+	g->n = gpusha_nchunks(r->size, chunk);
+	int rc = g->n < UINT32_MAX ? 0 : crest_errx(-EFBIG, "region %s has too many chunks to hash", r->name);
+	for (int i = 0; rc == 0 && i < 2; i++)
+		rc = cudrv_check(d, d->MemAlloc(&g->dig[i], g->n * 32), "allocating digests (cuMemAlloc)");
+	if (rc == 0)
+		rc = cudrv_check(d, d->MemAlloc(&g->list, (g->n + 1) * 4), "allocating a chunk list (cuMemAlloc)");
+	if (rc < 0) {
+		capture_digests_free(d, g);
+		return rc;
+	}
+	*r->dig = g;
+	*out = g;
+	return 0;
+}
+
+void capture_digests_commit(struct capture_digests *g, uint64_t token, const uint8_t id[32])
+{
+	if (!g || !token || g->token != token)
+		return;
+	g->prev = g->newest;
+	g->prev_ok = true;
+	memcpy(g->prev_id, id, 32);
+	g->token = 0;
+}
+
+void capture_digests_free(const struct cudrv *d, struct capture_digests *g)
+{
+	if (!g)
+		return;
+	if (d && d->CtxSetCurrent(g->ctx) == CUDA_SUCCESS) {
+		for (int i = 0; i < 2; i++)
+			if (g->dig[i])
+				d->MemFree(g->dig[i]);
+		if (g->list)
+			d->MemFree(g->list);
+	}
+	free(g);
+}
+
+/* Hashes device region r on its GPU into its slot's free buffer, tagged
+ * with token. When the slot has the digests of the snapshot's parent, and
+ * the engine the parent's chunks of this stream, finds the chunks that
+ * changed: *nchanged, and *sparse when copying only those is worth it
+ * (less than half the region). The hash runs on cs->hs; without *sparse
+ * the caller copies the region whole meanwhile, and capture_regions waits
+ * for the hash before it returns. */
+static int region_hash(struct fifo *f, struct ctxset *cs, const struct capture_region *r, struct engine_stream *st,
+		       uint32_t chunk, uint64_t token, struct capture_digests **gout, bool *sparse, uint32_t *nchanged)
+{
+	const struct cudrv *d = f->cp->d;
+	struct capture_digests *g = NULL;
+	*sparse = false;
+	*gout = NULL;
+	int rc = digests_get(d, r, chunk, &g);
+	if (rc < 0)
+		return rc;
+	const int nw = g->prev_ok ? 1 - g->prev : g->newest;
+	g->token = 0;
+	rc = gpusha_hash(cs->sha, (CUdeviceptr)(uintptr_t)r->ptr, r->size, chunk, g->dig[nw], cs->hs);
+	if (rc < 0)
+		return rc;
+	g->newest = nw;
+	g->token = token;
+	*gout = g;
+	uint8_t pid[32];
+	uint64_t psize;
+	if (!g->prev_ok || !engine_stream_parent(st, pid, &psize) || psize != r->size || memcmp(pid, g->prev_id, 32))
+		return 0;
+	rc = gpusha_changed(cs->sha, g->dig[nw], g->dig[g->prev], g->n, 0, g->list, g->list + g->n * 4, cs->hs);
+	if (rc == 0)
+		rc = cudrv_check(d, d->MemcpyDtoHAsync(cs->hcount, g->list + g->n * 4, 4, cs->hs),
+				 "copying the changed count (cuMemcpyDtoHAsync)");
+	if (rc == 0)
+		rc = cudrv_check(d, d->StreamSynchronize(cs->hs), "hashing on the GPU (cuStreamSynchronize)");
+	if (rc < 0)
+		return rc;
+	*nchanged = *cs->hcount;
+	*sparse = (uint64_t)*nchanged * chunk * 2 < r->size;
+	return 0;
+}
+
+/* Copies the changed chunks of r, packed on the GPU a slice at a time:
+ * each slice gets cnt chunks, their ids and their chunk numbers (see
+ * sparse_flush), then one more entry ends the region. */
+static int copy_sparse(struct fifo *f, struct ctxset *cs, const struct capture_region *r, struct capture_digests *g,
+		       uint32_t k, struct sparse *sp)
+{
+	const struct cudrv *d = f->cp->d;
+	const size_t slice = pool_slice_bytes(f->cp->pool);
+	const uint32_t chunk = g->chunk, per = (uint32_t)(slice / ((size_t)chunk + 36));
+	int rc = 0;
+	if (!cs->pack) {
+		rc = cudrv_check(d, d->MemAlloc(&cs->pack, (size_t)per * chunk), "allocating a packing buffer (cuMemAlloc)");
+		if (rc == 0)
+			rc = cudrv_check(d, d->MemAlloc(&cs->pack_dig, (size_t)per * 32),
+					 "allocating a packing buffer (cuMemAlloc)");
+		if (rc < 0)
+			return rc;
+	}
+	for (uint32_t b0 = 0; b0 < k; b0 += per) {
+		const uint32_t cnt = k - b0 < per ? k - b0 : per;
+		struct pool_slice *sl;
+		rc = fifo_slice(f, &sl);
+		if (rc < 0)
+			return rc;
+		const CUdeviceptr list = g->list + (CUdeviceptr)b0 * 4;
+		uint8_t *p = sl->p;
+		/* One stream: each packing waits for the copies out of the last. */
+		rc = gpusha_gather(cs->sha, (CUdeviceptr)(uintptr_t)r->ptr, r->size, chunk, list, cnt, g->dig[g->newest],
+				   cs->pack, cs->pack_dig, cs->hs);
+		if (rc == 0)
+			rc = cudrv_check(d, d->MemcpyDtoHAsync(p, cs->pack, (size_t)cnt * chunk, cs->hs),
+					 "copying changed chunks to staging (cuMemcpyDtoHAsync)");
+		if (rc == 0)
+			rc = cudrv_check(d, d->MemcpyDtoHAsync(p + (size_t)cnt * chunk, cs->pack_dig, (size_t)cnt * 32,
+							       cs->hs), "copying digests to staging (cuMemcpyDtoHAsync)");
+		if (rc == 0)
+			rc = cudrv_check(d, d->MemcpyDtoHAsync(p + (size_t)cnt * (chunk + 32), list, (size_t)cnt * 4,
+							       cs->hs), "copying a chunk list to staging (cuMemcpyDtoHAsync)");
+		if (rc == 0)
+			rc = cudrv_check(d, d->EventRecord(cs->ev[sl->idx], cs->hs), "cuEventRecord");
+		if (rc < 0) {
+			d->StreamSynchronize(cs->hs);
+			pool_give(sl);
+			return crest_errctx(rc, "region %s, changed chunks from %u", r->name, b0);
+		}
+		fifo_push(f, &(struct copied){ .sl = sl, .st = sp->st, .ev = cs->ev[sl->idx], .sp = sp, .cnt = cnt });
+		f->copied += (uint64_t)cnt * chunk;
+	}
+	fifo_push(f, &(struct copied){ .st = sp->st, .sp = sp });
+	return 0;
+}
+
+static int copy_region(struct fifo *f, const struct capture_region *r, struct engine_stream *st, uint64_t token,
+		       struct sparse *sp)
 {
 	const struct cudrv *d = f->cp->d;
 	struct ctxset *cs = NULL;
@@ -225,6 +489,23 @@ static int copy_region(struct fifo *f, const struct capture_region *r, struct en
 			rc = cudrv_check(d, d->CtxSetCurrent(r->ctx), "entering the region's context");
 		if (rc < 0)
 			return crest_errctx(rc, "region %s", r->name);
+	}
+	const uint32_t chunk = engine_stream_fixed_chunk(st);
+	if (cs && r->dig && f->cp->gpu_hash && chunk && chunk % 64 == 0 && chunk <= GPUSHA_CHUNK_MAX &&
+	    ctxset_sha(f->cp, cs)) {
+		struct capture_digests *g = NULL;
+		bool sparse = false;
+		uint32_t k = 0;
+		rc = region_hash(f, cs, r, st, chunk, token, &g, &sparse, &k);
+		if (rc < 0)
+			return crest_errctx(rc, "region %s: hashing on the GPU", r->name);
+		f->hashed++;
+		cs->hashing = true;
+		if (sparse && g) {
+			f->sparse++;
+			*sp = (struct sparse){ .st = st, .size = r->size, .nch = g->n, .chunk = chunk };
+			return copy_sparse(f, cs, r, g, k, sp);
+		}
 	}
 	const size_t slice = pool_slice_bytes(f->cp->pool);
 	for (size_t off = 0; off < r->size; off += slice) {
@@ -249,19 +530,43 @@ static int copy_region(struct fifo *f, const struct capture_region *r, struct en
 		} else {
 			copy_to_staging(sl->p, r->ptr + off, n);
 		}
-		f->q[(f->head + f->n) % f->cap] = x;
-		f->n++;
+		fifo_push(f, &x);
+		f->copied += n;
 	}
 	return 0;
 }
 
-int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const struct capture_region *r,
-		    size_t n, struct capture_stats *stats)
+/* Waits for the hashing of every context (the digests must be of the
+ * bytes as they were at the sync: the job goes on once this returns). */
+static int hash_wait(struct capture_copier *cp)
 {
-	struct fifo f = { .cp = cp, .cap = pool_nslices(cp->pool) };
+	int rc = 0;
+	for (unsigned i = 0; i < cp->nctx; i++) {
+		struct ctxset *cs = &cp->ctxs[i];
+		if (!cs->hashing)
+			continue;
+		cs->hashing = false;
+		int r = cudrv_check(cp->d, cp->d->CtxSetCurrent(cs->ctx), "entering a region's context");
+		if (r == 0)
+			r = cudrv_check(cp->d, cp->d->StreamSynchronize(cs->hs), "hashing on the GPU (cuStreamSynchronize)");
+		if (rc == 0)
+			rc = r;
+	}
+	return rc;
+}
+
+int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const struct capture_region *r,
+		    size_t n, uint64_t token, struct capture_stats *stats)
+{
+	/* Room for every slice, and for each sparse region's last entry. */
+	struct fifo f = { .cp = cp, .cap = pool_nslices(cp->pool) + n };
 	f.q = calloc(f.cap, sizeof(*f.q));
-	if (!f.q)
+	struct sparse *sp = calloc(n + 1, sizeof(*sp));
+	if (!f.q || !sp) {
+		free(f.q);
+		free(sp);
 		return crest_errf(-ENOMEM, "starting a checkpoint");
+	}
 	int rc = 0;
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		struct engine_stream *st;
@@ -269,7 +574,7 @@ int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const s
 		if (rc == 0)
 			rc = cas_stream_set_str(&engine_stream_meta(st)->meta, r[i].device ? "mem=device" : "mem=host");
 		if (rc == 0)
-			rc = copy_region(&f, &r[i], st);
+			rc = copy_region(&f, &r[i], st, token, &sp[i]);
 		if (rc == 0)
 			engine_stream_close(st);
 	}
@@ -277,12 +582,24 @@ int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const s
 		rc = fifo_flush_one(&f);
 	if (rc < 0)
 		fifo_drain(&f);
+	const int hrc = cp->d ? hash_wait(cp) : 0;
+	if (rc == 0)
+		rc = hrc;
 	free(f.q);
+	free(sp);
 	if (stats) {
 		stats->wait_ns = f.wait_ns;
 		stats->rounds = f.rounds;
+		stats->copied = f.copied;
+		stats->hashed = f.hashed;
+		stats->sparse = f.sparse;
 	}
 	return rc;
+}
+
+const char *capture_gpu_hash_why(const struct capture_copier *cp)
+{
+	return cp->sha_why[0] ? cp->sha_why : NULL;
 }
 
 int capture_sync(const struct cudrv *d, const struct capture_region *r, size_t n)

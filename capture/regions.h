@@ -25,12 +25,21 @@
 #include "gpu/cudrv.h"
 #include "gpu/pool.h"
 
+/* The SHA-256 of every chunk of a device region, computed on its GPU at a
+ * checkpoint and kept there for the next one (issue 14). */
+struct capture_digests;
+
 struct capture_region {
 	const char *name;
 	const uint8_t *ptr;
 	size_t size;
 	bool device;                  /* device memory of context ctx */
 	CUcontext ctx;
+	/* Device regions: where the region's digests are kept from one
+	 * checkpoint to the next (the caller's, freed with
+	 * capture_digests_free); NULL: the region is copied whole and the
+	 * CPU hashes it, as when the build or the driver has no kernels. */
+	struct capture_digests **dig;
 };
 
 struct capture_blob {
@@ -42,8 +51,9 @@ struct capture_blob {
 struct capture_copier;
 
 /* d: the driver, or NULL when no region is on a device; copy_streams: the
- * CUDA streams per context that device copies spread over (at least 1). */
-int capture_copier_open(const struct cudrv *d, struct pool *pool, unsigned copy_streams,
+ * CUDA streams per context that device copies spread over (at least 1);
+ * gpu_hash: hash device regions that have a digest slot on their GPU. */
+int capture_copier_open(const struct cudrv *d, struct pool *pool, unsigned copy_streams, bool gpu_hash,
 			struct capture_copier **out);
 /* Waits for the copy streams and frees them; before the pool is closed. */
 void capture_copier_close(struct capture_copier *cp);
@@ -51,15 +61,37 @@ void capture_copier_close(struct capture_copier *cp);
 struct capture_stats {
 	uint64_t wait_ns;             /* waited for a free slice */
 	unsigned rounds;              /* times the pool ran dry */
+	uint64_t copied;              /* region bytes copied to staging */
+	unsigned hashed, sparse;      /* device regions hashed on the GPU; of them,
+				       * copied as changed chunks only */
 };
 
 /* One REGION stream per region in snap ("mem=host" or "mem=device"), its
  * bytes copied through the pool; returns once every copy is done and with
  * the engine. The current CUDA context is left changed: the caller saves
  * and restores it. On failure, copies in flight are waited for and their
- * slices given back; the caller aborts snap. */
+ * slices given back; the caller aborts snap.
+ *
+ * A device region with a digest slot is hashed on its GPU (gpu/gpusha.h)
+ * into digests tagged with token (the caller's number for this
+ * checkpoint, not 0). When the slot also holds digests of this snapshot's
+ * parent (capture_digests_commit) and the engine has the parent's chunks
+ * of the region, only the chunks whose digests differ are copied, with
+ * their ids (engine_stream_add_chunks); otherwise the region is copied
+ * whole while the GPU hashes it. Either way every digest is computed from
+ * the bytes as they were at the sync, before this returns. */
 int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const struct capture_region *r,
-		    size_t n, struct capture_stats *st);
+		    size_t n, uint64_t token, struct capture_stats *st);
+/* The checkpoint token committed as snapshot id, which becomes the next
+ * checkpoint's parent: the digests computed for it describe id from now
+ * on. A token that is not the slot's newest (another checkpoint hashed
+ * since) changes nothing. NULL is a no-op. */
+void capture_digests_commit(struct capture_digests *g, uint64_t token, const uint8_t id[32]);
+/* Frees the slot's device memory (its context must still exist). */
+void capture_digests_free(const struct cudrv *d, struct capture_digests *g);
+/* Why device regions are not hashed on the GPU (no kernels in this build,
+ * a driver that cannot take them, ...), once that was found; else NULL. */
+const char *capture_gpu_hash_why(const struct capture_copier *cp);
 
 /* A checkpoint held in host memory while no store is open (a libcrest
  * session that stepped aside for gc or another writer): every region and

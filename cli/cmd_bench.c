@@ -1017,7 +1017,7 @@ static int bench_checkpoint(struct cli *c, int argc, char **argv)
 	if (rc == 0)
 		rc = pool_open(NULL, staging, ckpt_slice(staging), &pool);
 	if (rc == 0)
-		rc = capture_copier_open(NULL, pool, 4, &cp);
+		rc = capture_copier_open(NULL, pool, 4, false, &cp);
 	uint8_t parent[32];
 	bool has_parent = false;
 	struct cas_manifest *pm = NULL;
@@ -1054,7 +1054,7 @@ static int bench_checkpoint(struct cli *c, int argc, char **argv)
 		if (rc == 0)
 			engine_snapshot_expect(snap, (uint64_t)per * nreg);
 		if (rc == 0)
-			rc = capture_regions(cp, snap, regs, nreg, &cs);
+			rc = capture_regions(cp, snap, regs, nreg, 1, &cs);
 		if (rc == 0)
 			rc = engine_snapshot_seal(snap);
 		const uint64_t t1 = time_now_ns();

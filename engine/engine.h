@@ -119,6 +119,8 @@ int engine_stream_add_chunks(struct engine_stream *st, uint64_t len, const uint3
  * a stream of st's name, whose chunks the workers then know: the parent's
  * id, and that stream's size. */
 bool engine_stream_parent(const struct engine_stream *st, uint8_t id[32], uint64_t *size);
+/* The chunk size of st's chunking when it is fixed-size; 0 when by content. */
+uint32_t engine_stream_fixed_chunk(const struct engine_stream *st);
 int engine_stream_close(struct engine_stream *st);
 
 /* No more streams; commit happens once the workers are done. Returns at once. */

@@ -88,6 +88,7 @@ struct region {
 	size_t size;
 	enum crest_mem mem;
 	CUcontext ctx;                /* device regions */
+	struct capture_digests *dig;  /* its chunks' digests on the GPU (capture/) */
 };
 
 /* A checkpoint taken while the store was let go: its copy, and what the
@@ -701,6 +702,26 @@ static uint64_t idle_from_env(void)
 
 static int crest_destroy(crest_t *c);
 
+/* CREST_GPU_HASH=0 turns GPU hashing of device regions off: every
+ * checkpoint copies them whole and the CPU hashes them (to compare). */
+static bool gpu_hash_from_env(void)
+{
+	const char *e = getenv("CREST_GPU_HASH");
+	return !e || strcmp(e, "0");
+}
+
+/* Frees a region's digests on its GPU; the thread's context is kept. */
+static void region_digests_free(crest_t *c, struct region *r)
+{
+	if (!r->dig)
+		return;
+	CUcontext saved = NULL;
+	c->d->CtxGetCurrent(&saved);
+	capture_digests_free(c->d, r->dig);
+	c->d->CtxSetCurrent(saved);
+	r->dig = NULL;
+}
+
 int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 {
 	if (!out)
@@ -750,7 +771,7 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 			c->d->CtxSetCurrent(saved);
 	}
 	if (rc == 0)
-		rc = capture_copier_open(c->d, c->pool, c->o.copy_streams, &c->copier);
+		rc = capture_copier_open(c->d, c->pool, c->o.copy_streams, gpu_hash_from_env(), &c->copier);
 	if (rc == 0) {
 		rc = -pthread_create(&c->keeper, NULL, keeper_main, c);
 		if (rc < 0)
@@ -829,6 +850,8 @@ static int crest_destroy(crest_t *c)
 	CUcontext saved = NULL;
 	if (d)
 		d->CtxGetCurrent(&saved);
+	for (size_t i = 0; i < c->nregions; i++)
+		region_digests_free(c, &c->regions[i]);
 	capture_copier_close(c->copier);   /* before the pool: its events are per slice */
 	if (d && c->pctx)
 		d->CtxSetCurrent(c->pctx);
@@ -973,6 +996,7 @@ int crest_unregister(crest_t *ch, crest_region_t id)
 		return crest_errx(-EBADF, "crest_unregister: region handle %llu is not registered "
 				  "(never was, or already unregistered)", (unsigned long long)id);
 	free(r->name);
+	region_digests_free(c, r);
 	size_t i = (size_t)(r - c->regions);
 	memmove(r, r + 1, (c->nregions - i - 1) * sizeof(*r));
 	c->nregions--;
@@ -990,7 +1014,7 @@ size_t crest_region_count(const crest_t *ch)
 /* The registered regions, as capture/ and restore/ take them (both are
  * views: the names stay the handle's). NULL with a message on ENOMEM; an
  * empty list is a valid 1-byte allocation. */
-static struct capture_region *capture_list(const crest_t *c)
+static struct capture_region *capture_list(crest_t *c)
 {
 	struct capture_region *v = calloc(c->nregions ? c->nregions : 1, sizeof(*v));
 	if (!v) {
@@ -1001,7 +1025,7 @@ static struct capture_region *capture_list(const crest_t *c)
 		v[i] = (struct capture_region){ .name = c->regions[i].name, .ptr = c->regions[i].ptr,
 						.size = c->regions[i].size,
 						.device = c->regions[i].mem == CREST_MEM_DEVICE,
-						.ctx = c->regions[i].ctx };
+						.ctx = c->regions[i].ctx, .dig = &c->regions[i].dig };
 	return v;
 }
 
@@ -1178,7 +1202,13 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 	if (rc == 0)
 		rc = capture_dirs(snap, names, c->nregions + o->nblobs);
 	if (rc == 0)
-		rc = capture_regions(c->copier, snap, regs, c->nregions, &cs);
+		rc = capture_regions(c->copier, snap, regs, c->nregions, c->next_ckpt, &cs);
+	if (getenv("CREST_TRACE") && c->copier) {
+		const char *why = capture_gpu_hash_why(c->copier);
+		fprintf(stderr, "crest trace: crest_checkpoint %llu: %.3f GB copied; %u device regions hashed on the "
+			"GPU, %u of them copied as changed chunks only%s%s\n", (unsigned long long)c->next_ckpt,
+			cs.copied / 1e9, cs.hashed, cs.sparse, why ? "; no GPU hashing: " : "", why ? why : "");
+	}
 	if (rc == 0)
 		rc = capture_blobs(snap, blobs, o->nblobs);
 	if (rc == 0)
@@ -1269,6 +1299,9 @@ int crest_wait(crest_t *ch, crest_ckpt_t h, struct crest_result *r)
 			m = NULL;   /* the parent still, without hints */
 		parent_set(c, er.id, m);
 		c->parent_from = me.id + 1;
+		/* The digests this checkpoint computed now describe the parent. */
+		for (size_t i = 0; i < c->nregions; i++)
+			capture_digests_commit(c->regions[i].dig, me.id, er.id);
 	}
 	pthread_mutex_unlock(&c->mu);
 	return 0;

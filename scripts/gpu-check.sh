@@ -12,6 +12,12 @@
 #   gpu_multi   tests/library/gpu_multi: five device regions and a host region,
 #               six checkpoints with random changes, every snapshot restored
 #               and compared by SHA-256; tiny extent-list pieces (CREST_PIECE_*)
+#   gpusha      tests/gpu/test_gpusha: the GPU SHA-256 kernels against OpenSSL,
+#               the changed-chunk list against a model, packing changed chunks
+#   gpu_multi's checkpoints hash device regions on the GPU and copy only the
+#               chunks that changed (CREST_TRACE must show it did, at least once)
+#   gpu_cpuhash gpu_multi with CREST_GPU_HASH=0: every region copied whole and
+#               hashed by the CPU, as in a build without the kernels
 #   gpu_held    gpu_multi with the store let go after every checkpoint
 #               (CREST_STORE_IDLE_MS=0): each checkpoint is held in host
 #               memory and ingested by the session's keeper, as while gc runs
@@ -63,7 +69,7 @@ if [ "${1:-}" = --bundle ]; then
 	fi
 	if [ -z "$tool" ] || [ ! -x "$tool" ]; then echo "gpu-check: no gpu-bundle tool found; set GPU_BUNDLE" >&2; exit 1; fi
 	files=(build/cli/crest build/cli/casctl build/cli/crest-workload-gpu build/tests/library/test_gpu
-	       build/tests/library/gpu_multi build/lib/libcrest.so)
+	       build/tests/library/gpu_multi build/tests/gpu/test_gpusha build/lib/libcrest.so)
 	for f in "${files[@]}"; do
 		[ -e "$f" ] || { echo "gpu-check: $f is missing: build first (crest-workload-gpu needs nvcc)" >&2; exit 1; }
 	done
@@ -102,7 +108,8 @@ else
 	FROM="build/"
 	declare -A where=([crest]=build/cli/crest [casctl]=build/cli/casctl
 		[crest-workload-gpu]=build/cli/crest-workload-gpu
-		[test_gpu]=build/tests/library/test_gpu [gpu_multi]=build/tests/library/gpu_multi)
+		[test_gpu]=build/tests/library/test_gpu [gpu_multi]=build/tests/library/gpu_multi
+		[test_gpusha]=build/tests/gpu/test_gpusha)
 	bin() { echo "$ROOT/${where[$1]}"; }
 	RUN=()
 	LIBCREST=$ROOT/build/lib/libcrest.so
@@ -166,7 +173,7 @@ lib_check() {  # lib_check NAME STORE LIMIT PROGRAM ARGS...
 	local log=$LOGS/$name.log more=""
 	case $RC in
 	0)
-		STORES+=("$name=$store")
+		[ -d "$store" ] && STORES+=("$name=$store")   # (test_gpusha makes none)
 		if [ -n "${EXTRA:-}" ] && ! more=$("$EXTRA" "$store" "$log"); then
 			fail "$name" "$more" "$log"
 			return
@@ -202,14 +209,37 @@ multi_extra() {  # multi_extra STORE LOG
 	echo "; seed $seed, $pieces extent-list pieces"
 }
 
+# gpu_multi with GPU hashing: its trace (CREST_TRACE) must show checkpoints
+# that copied only the changed chunks of device regions.
+hash_extra() {  # hash_extra STORE LOG
+	local more n sparse why
+	more=$(multi_extra "$@") || { echo "$more"; return 1; }
+	n=$(grep -c 'crest trace: crest_checkpoint' "$2")
+	sparse=$(grep 'crest trace: crest_checkpoint' "$2" | sed -n 's/.*, \([0-9]*\) of them copied as changed chunks only.*/\1/p' |
+		awk '$1 > 0' | wc -l)
+	why=$(grep -o 'no GPU hashing: .*' "$2" | head -1)
+	if [ "$sparse" -eq 0 ]; then
+		echo "none of $n checkpoints copied changed chunks only${why:+ ($why)}"
+		return 1
+	fi
+	echo "$more; $sparse of $n checkpoints copied changed chunks only"
+}
+
 STORES=()
 
 # 1. The GPU library test.
 DETAIL='^gpu: restored' CREST_TEST_KEEP_STORE=1 lib_check test_gpu "$WORK/test_gpu" 120 test_gpu "$WORK/test_gpu"
 
+# 1b. The GPU SHA-256 kernels against OpenSSL.
+DETAIL='GB/s' lib_check gpusha "$WORK/gpusha" 180 test_gpusha
+
 # 2. Six snapshots of several device regions, every one restored; tiny pieces.
-CREST_PIECE_MIN_EXTENTS=4 CREST_PIECE_SPAN=65536 DETAIL='^gpu_multi: ok' EXTRA=multi_extra \
+# Device regions are hashed on the GPU, and only changed chunks copied.
+CREST_TRACE=1 CREST_PIECE_MIN_EXTENTS=4 CREST_PIECE_SPAN=65536 DETAIL='^gpu_multi: ok' EXTRA=hash_extra \
 	lib_check gpu_multi "$WORK/multi" 180 gpu_multi "$WORK/multi" 256
+
+# 2a. The same copied whole and hashed by the CPU.
+CREST_GPU_HASH=0 DETAIL='^gpu_multi: ok' lib_check gpu_cpuhash "$WORK/cpuhash" 180 gpu_multi "$WORK/cpuhash" 256
 
 # 2b. The same with every checkpoint held in host memory first (the store let
 # go in between, as when gc or another writer waits for it).
