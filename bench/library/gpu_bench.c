@@ -7,9 +7,11 @@
  * GIB GiB (default 8) of device memory, filled with a deterministic pattern
  * that neither compresses nor dedups, is registered as one region and
  * checkpointed: the stall is the time in crest_checkpoint. A second,
- * unchanged checkpoint shows the incremental cost. Then the device memory is
- * wiped, restored from the store (page cache warm: just written) and checked
- * bit for bit. Last, a child process holding GIB GiB is checkpointed and
+ * unchanged checkpoint shows the incremental cost, and a third after
+ * $GPU_BENCH_CHANGE_PCT percent (2) of the 4 KiB chunks, picked at random,
+ * were rewritten. Then the device memory is wiped, restored from the store
+ * (page cache warm: just written) and checked bit for bit, from the first
+ * snapshot twice and from the third once. Last, a child process holding GIB GiB is checkpointed and
  * restored by the driver (cuCheckpointProcessLock/Checkpoint/Restore/Unlock)
  * and checks its memory afterwards. Lines starting with RESULT are the
  * figures for bench/RESULTS.md.
@@ -59,6 +61,13 @@ static void die(const char *what, int rc)
 			die(#call, rc_);  \
 	} while (0)
 
+/* Chunks changed for the third checkpoint (one byte per 4 KiB chunk), or
+ * NULL: their words follow the pattern from CHANGED_OFF on, so they neither
+ * dedup with anything nor compress. */
+static const uint8_t *changed;
+#define CHUNK_WORDS 512
+#define CHANGED_OFF (1ull << 40)
+
 static inline uint64_t pattern(uint64_t i)
 {
 	uint64_t z = i + 0x9e3779b97f4a7c15ull;   /* splitmix64 of the word's index */
@@ -80,10 +89,11 @@ static void *part_main(void *arg)
 	struct part *t = arg;
 	size_t bad = 0;
 	for (size_t i = 0; i < t->words; i++) {
+		const uint64_t w = t->first + i, want = pattern(w + (changed && changed[w / CHUNK_WORDS] ? CHANGED_OFF : 0));
 		if (t->check)
-			bad += t->p[i] != pattern(t->first + i);
+			bad += t->p[i] != want;
 		else
-			t->p[i] = pattern(t->first + i);
+			t->p[i] = want;
 	}
 	if (t->check)
 		atomic_fetch_add(t->bad, bad);
@@ -294,6 +304,51 @@ int main(int argc, char **argv)
 	       bytes / (double)r1.stall_ns, r1.ingest_ns / 1e9, r2.ingest_ns / 1e9, (unsigned long long)r2.new_bytes);
 	/* its own line: scripts that read the one above keep their fields */
 	printf("RESULT stall2_s=%.3f stall2_GBps=%.1f\n", r2.stall_ns / 1e9, bytes / (double)r2.stall_ns);
+
+	/* Checkpoint 3: pct% of the chunks rewritten, one at a time. */
+	const char *pe = getenv("GPU_BENCH_CHANGE_PCT");
+	const double pct = pe ? atof(pe) : 2.0;
+	const size_t nch = bytes / 4096;
+	uint8_t *chg = calloc(nch, 1);
+	uint64_t x = 0x243f6a8885a308d3ull;
+	size_t nchg = 0;
+	for (size_t i = 0; i < nch; i++) {
+		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+		if ((double)(x % 1000000) < pct * 10000.0)
+			chg[i] = 1, nchg++;
+	}
+	changed = chg;
+	for (size_t i = 0, j = 0; i < nch; i++) {
+		if (!chg[i])
+			continue;
+		uint64_t *w = pin + (j % (GiB / 4096)) * CHUNK_WORDS;
+		for (size_t k = 0; k < CHUNK_WORDS; k++)
+			w[k] = pattern(i * CHUNK_WORDS + k + CHANGED_OFF);
+		CU(d->MemcpyHtoDAsync(dp + i * 4096, w, 4096, NULL));
+		if (++j % (GiB / 4096) == 0)
+			CU(d->CtxSynchronize());
+	}
+	CU(d->CtxSynchronize());
+	struct crest_result r3;
+	OK(crest_checkpoint(c, &(struct crest_checkpoint_opts){ .tag = "bench-3" }, &ck));
+	OK(crest_wait(c, ck, &r3));
+	printf("checkpoint 3 (%zu of %zu chunks rewritten, %.2f%%): stall %.4f s = %.1f%% of the first's; "
+	       "ingest %.3f s; %llu new bytes\n", nchg, nch, 100.0 * nchg / nch, r3.stall_ns / 1e9,
+	       100.0 * r3.stall_ns / r1.stall_ns, r3.ingest_ns / 1e9, (unsigned long long)r3.new_bytes);
+	printf("RESULT stall3_s=%.4f stall3_over_stall=%.3f ingest3_s=%.3f new3_bytes=%llu changed3_pct=%.2f\n",
+	       r3.stall_ns / 1e9, (double)r3.stall_ns / r1.stall_ns, r3.ingest_ns / 1e9,
+	       (unsigned long long)r3.new_bytes, 100.0 * nchg / nch);
+	{
+		CU(d->MemsetD8(dp, 0, bytes));
+		CU(d->CtxSynchronize());
+		struct crest_restore_result rr;
+		OK(crest_restore(c, "bench-3", &rr));
+		const size_t bad = device_check(dp, bytes, pin);
+		printf("restore of checkpoint 3: %.3f s; %zu bad words\n", rr.ns / 1e9, bad);
+		printf("RESULT restore3_bitexact=%s\n", bad ? "NO" : "yes");
+	}
+	changed = NULL;
+	free(chg);
 
 	for (int rep = 1; rep <= 2; rep++) {
 		CU(d->MemsetD8(dp, 0, bytes));
