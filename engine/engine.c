@@ -524,13 +524,20 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 {
 	struct cas_index_entry *ie;
 	size_t n;
+	const uint64_t t0 = time_now_ns();
 	int rc = eng_writer_durable(e, atomic_load(&s->max_seq), &ie, &n);
 	if (rc < 0)
 		return rc;
 
+	const uint64_t t1 = time_now_ns();
 	rc = snap_build_manifest(s);
+	const uint64_t t2 = time_now_ns();
 	if (rc == 0)
 		rc = cas_commit(e->store, ie, n, s->m, s->tag, s->res.id);
+	if (e->trace)
+		fprintf(stderr, "crest trace: engine: snapshot's chunks done %.3f s after its begin; writes durable "
+			"%.3f s later; manifest %.3f s; commit of %zu index entries and the manifest %.3f s\n",
+			(t0 - s->begin_ns) / 1e9, (t1 - t0) / 1e9, (t2 - t1) / 1e9, n, (time_now_ns() - t2) / 1e9);
 	if (rc == 0 && n) {
 		/* n == 0 when the snapshot added no chunk: pend may then still be
 		 * NULL, and memmove(NULL, ...) is undefined even for 0 bytes. */
@@ -680,6 +687,7 @@ int engine_open(struct cas_store *store, const struct engine_opts *o, struct eng
 		e->o.segment_bytes = e->o.file_chunking.max > e->o.memory_chunking.max
 					     ? e->o.file_chunking.max : e->o.memory_chunking.max;
 	e->store = store;
+	e->trace = getenv("CREST_TRACE") != NULL;
 	const char *fault = getenv("CREST_FAULT_WRITE");
 	if (fault)
 		e->fault_write = strtoull(fault, NULL, 10);

@@ -223,6 +223,7 @@ struct engine {
 	pthread_t writer;
 	bool writer_started;
 	uint64_t writes, fault_write;  /* CREST_FAULT_WRITE: see writer_write (writer.c) */
+	bool trace;                    /* CREST_TRACE: each commit's phases on stderr */
 
 	struct stripe stripes[NSTRIPES];
 	/* seq_gen counts batches that left PENDING nodes (queued or dropped):
