@@ -597,6 +597,17 @@ int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const s
 	return rc;
 }
 
+void capture_prepare(struct capture_copier *cp, const struct capture_region *r, uint32_t chunk)
+{
+	struct ctxset *cs;
+	if (!cp->d || !r->device || !r->size || ctxset_get(cp, r->ctx, &cs) < 0 ||
+	    cudrv_check(cp->d, cp->d->CtxSetCurrent(r->ctx), "entering the region's context") < 0)
+		return;
+	struct capture_digests *g;
+	if (r->dig && cp->gpu_hash && chunk && chunk % 64 == 0 && chunk <= GPUSHA_CHUNK_MAX && ctxset_sha(cp, cs))
+		(void)digests_get(cp->d, r, chunk, &g);
+}
+
 const char *capture_gpu_hash_why(const struct capture_copier *cp)
 {
 	return cp->sha_why[0] ? cp->sha_why : NULL;

@@ -89,6 +89,12 @@ int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const s
 void capture_digests_commit(struct capture_digests *g, uint64_t token, const uint8_t id[32]);
 /* Frees the slot's device memory (its context must still exist). */
 void capture_digests_free(const struct cudrv *d, struct capture_digests *g);
+/* Makes ahead what checkpoints of device region r need (its context's
+ * copy streams, the kernels, its digests for chunks of chunk bytes; 0: no
+ * GPU hashing), so that the first checkpoint's stall has none of it.
+ * Changes the current context. Best effort: what fails here is tried again
+ * at the checkpoint (or the region is copied whole). */
+void capture_prepare(struct capture_copier *cp, const struct capture_region *r, uint32_t chunk);
 /* Why device regions are not hashed on the GPU (no kernels in this build,
  * a driver that cannot take them, ...), once that was found; else NULL. */
 const char *capture_gpu_hash_why(const struct capture_copier *cp);

@@ -123,7 +123,16 @@ struct crest_checkpoint_opts {
 /* Copies every region and returns once the copies are done; ingest goes on
  * in the background. o may be NULL. When the handle has let the store go
  * (crest_open), the copies go into host memory instead of the staging pool
- * and are ingested once the store is back; crest_wait waits for that. */
+ * and are ingested once the store is back; crest_wait waits for that.
+ *
+ * Device regions are hashed on their GPU (SHA-256 of each 4 KiB chunk,
+ * the ids the CPU would compute), and once the newest checkpoint was
+ * waited for, the next one copies only the chunks whose hashes changed:
+ * its stall is the hash (about 11 ms for 8 GiB on an H100) and those
+ * chunks' copy. The hashes take 68 bytes of device memory per 4 KiB of
+ * region, allocated at crest_register. Where the build has no kernels (no
+ * nvcc), or with $CREST_GPU_HASH=0, every checkpoint copies the regions
+ * whole and the CPU hashes them. */
 int crest_checkpoint(crest_t *c, const struct crest_checkpoint_opts *o, crest_ckpt_t *out);
 
 /* 1 when the checkpoint is committed or failed (crest_wait will not block),

@@ -982,6 +982,22 @@ int crest_register(crest_t *ch, const char *name, void *ptr, size_t size, enum c
 	r.id = c->next_region++;
 	c->regions[c->nregions++] = r;
 	*out = r.id;
+	if (mem == CREST_MEM_DEVICE && size && c->copier) {
+		/* What the first checkpoint would otherwise make in its stall:
+		 * copy streams, the kernels (the driver compiles them: a third
+		 * of a second on a fresh H100), the digests. Best effort: the
+		 * checkpoint tries again, or copies whole. */
+		struct engine_opts eo;
+		engine_opts_default(&eo);
+		struct region *nr = &c->regions[c->nregions - 1];
+		const struct capture_region cr = { .name = nr->name, .ptr = nr->ptr, .size = nr->size, .device = true,
+						   .ctx = nr->ctx, .dig = &nr->dig };
+		CUcontext saved = NULL;
+		c->d->CtxGetCurrent(&saved);
+		capture_prepare(c->copier, &cr,
+				eo.memory_chunking.kind == DEDUP_FIXED ? eo.memory_chunking.avg : 0);
+		c->d->CtxSetCurrent(saved);
+	}
 	return 0;
 }
 
