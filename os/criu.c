@@ -1,6 +1,7 @@
 /* criu.c - CRIU's command line; see criu.h. */
 #include "os/criu.h"
 #include "util/err.h"
+#include "util/progress.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -92,30 +93,51 @@ static int run_wait(char *const argv[], const char *out_path, pid_t watch, const
 		_exit(127);
 	}
 	const int cfd = wfd >= 0 ? pidfd_of(pid) : -1;
-	bool stopped = false;
+	bool stopped = false, reaped = false;
+	int st;
 	if (cfd >= 0) {
-		/* Both ends watched: criu finishing, or the process ending. */
+		/* Both ends watched: criu finishing, or the process ending.
+		 * criu is also asked after it every poll: once, under a fault
+		 * test with heavy forking, crest was seen in this poll for
+		 * good with criu gone, its pidfd never ready. Whatever the
+		 * cause, an exit waitpid can see is never missed. */
 		bool gone = false;
+		uint64_t grace_end = 0;
 		for (;;) {
 			struct pollfd p[2] = { { .fd = cfd, .events = POLLIN }, { .fd = wfd, .events = POLLIN } };
-			const int n = poll(p, gone ? 1 : 2, gone ? CRIU_GRACE_MS : -1);
+			const uint64_t now = time_now_ns();
+			int ms = 500;
+			if (gone && grace_end > now && (grace_end - now) / 1000000 < (uint64_t)ms)
+				ms = (int)((grace_end - now) / 1000000) + 1;
+			const int n = poll(p, gone ? 1 : 2, ms);
 			if (n < 0 && errno == EINTR)
 				continue;
 			if (n < 0 || p[0].revents)
 				break;   /* criu is done (or poll failed: wait below) */
 			if (n == 0) {
+				const pid_t w = waitpid(pid, &st, WNOHANG);
+				if (w == pid) {
+					reaped = true;
+					break;
+				}
+				if (w < 0 && errno != EINTR)
+					break;   /* no longer a child: the wait below says so */
+			}
+			if (gone && time_now_ns() >= grace_end) {
 				kill(pid, SIGKILL);
 				stopped = true;
 				break;
 			}
-			gone = true;
+			if (!gone && p[1].revents) {
+				gone = true;
+				grace_end = time_now_ns() + (uint64_t)CRIU_GRACE_MS * 1000000;
+			}
 		}
 		close(cfd);
 	}
 	if (wfd >= 0)
 		close(wfd);
-	int st;
-	while (waitpid(pid, &st, 0) < 0)
+	while (!reaped && waitpid(pid, &st, 0) < 0)
 		if (errno != EINTR)
 			return crest_errf(-errno, "waiting for %s", argv[0]);
 	if (stopped)
