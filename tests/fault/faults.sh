@@ -72,6 +72,11 @@ same_tree() {
 
 # ---- operations: run_op OP STORE TAG runs one, under a time limit (the
 # caller sets the fault in the environment) ----
+# Each operation's subshell writes "PID STATUS" to this FIFO as it ends. The
+# harness reads the status from there, not from bash's job table (see tmo
+# below), and a read with a time limit is the watchdog: no second process.
+mkfifo "$T/done"
+exec 9<>"$T/done"
 run_op() {
 	local op=$1 st=$2 tag=$3 cmd
 	case $op in
@@ -84,21 +89,28 @@ run_op() {
 	esac
 	# -k: crest checkpoint finishes the round in flight on SIGTERM, so a
 	# hung one would outlive a plain timeout and the whole test with it.
-	# A watchdog writes down what the processes were doing just before
-	# the limit (hang_report), since a hang has been seen once in CI and
-	# never here.
-	timeout -k 5 "$OP_LIMIT" "${cmd[@]}" &
-	local pid=$! rc
+	(timeout -k 5 "$OP_LIMIT" "${cmd[@]}" 9>&-; echo "$BASHPID $?" >&9) &
+	local pid=$! line=
+	# Just before the limit, what the processes are doing is written down
+	# (hang_report): a hang has been seen once in CI and never here. A line
+	# left by an earlier operation that outlived its limit is skipped.
 	local w=$((OP_LIMIT * 95 / 10))   # tenths of a second: 95% of the limit
-	(sleep "$((w / 10)).$((w % 10))" && env -u LD_PRELOAD bash -c "$(declare -f hang_report); hang_report $pid" >>"$T/hangs" 2>&1) \
-		</dev/null >/dev/null 2>&1 &
-	local wd=$!
-	wait "$pid"
-	rc=$?
-	pkill -P "$wd" 2>/dev/null
-	kill "$wd" 2>/dev/null
-	wait "$wd" 2>/dev/null
-	return $rc
+	until [ "${line%% *}" = "$pid" ]; do
+		read -r -t "$((w / 10)).$((w % 10))" -u 9 line || break
+	done
+	if [ "${line%% *}" != "$pid" ]; then
+		env -u LD_PRELOAD bash -c "$(declare -f hang_report); hang_report $pid" </dev/null >>"$T/hangs" 2>&1 9>&-
+		# timeout kills the operation 5% of the limit later, and 5 s later
+		# again with SIGKILL.
+		until [ "${line%% *}" = "$pid" ]; do
+			read -r -t $((OP_LIMIT / 20 + 15)) -u 9 line || break
+		done
+	fi
+	# No line: the subshell outlived timeout's SIGKILL (a process that
+	# cannot be killed). Waiting for it could last for ever: count it hung.
+	[ "${line%% *}" = "$pid" ] || return 124
+	wait "$pid" 2>/dev/null
+	return "${line#* }"
 }
 
 # hang_report PID: the processes under PID (timeout, crest, criu, ...),
@@ -129,11 +141,13 @@ hang_report() {
 }
 
 # Readers and checks too run under a limit: a hang is a failure named by
-# its point, not a test that never ends. (Twice this script itself was
-# seen stuck in bash's wait4 for a child that was no longer there, once in
-# `wait` on an operation, once on a foreground timeout: bash 5.2.15, with
-# pid_max 32768 and thousands of children, so pids are reused. Every
-# background job here is one more pid for bash to keep track of.)
+# its point, not a test that never ends. (This script was seen stuck in
+# bash's wait4, in `wait` on an operation and on a foreground timeout, for a
+# child that was no longer there: bash 5.2.15, pid_max 32768, thousands of
+# children, so pids are reused and bash can lose a child's exit. It then
+# blocks in waitpid(-1) until no child is left, which was never while the
+# sample job was one. So this shell keeps no long-lived child, and an
+# operation's status comes through a FIFO, not from wait.)
 tmo() { timeout -k 5 60 "$@"; }
 
 # check STORE TAG: the snapshot tagged TAG restores bit-exact. What it must
@@ -277,8 +291,9 @@ for op in $OPS; do
 			echo "ckpt: skipped (needs root and WORKLOAD)"
 			continue
 		fi
-		setsid "$WORKLOAD" --mib 16 --interval-ms 50 </dev/null >"$T/job.out" 2>&1 &
-		JOB=$!
+		# Started from a subshell that exits at once, so that the job is
+		# not a child of this shell (see tmo); cleanup kills it.
+		JOB=$(setsid "$WORKLOAD" --mib 16 --interval-ms 50 </dev/null >"$T/job.out" 2>&1 9>&- & echo $!)
 		sleep 0.3
 	fi
 	prep "$op" >"$T/prep.out" 2>&1 || { cat "$T/prep.out"; echo "cannot prepare $op"; [ "$op" = ckpt ] && continue; exit 1; }
@@ -375,7 +390,9 @@ for i in $(seq 1 9); do
 	case $((i % 3)) in
 	0) CREST_FAULT="fdatasync:path=$st/packs/:nth=1:errno=EIO" LD_PRELOAD=$FAULTSHIM grow_put "$i" >/dev/null 2>&1 ;;
 	1) CREST_FAULT="fdatasync:path=$st/packs/:nth=1:errno=kill" LD_PRELOAD=$FAULTSHIM grow_put "$i" >/dev/null 2>&1 ;;
-	2) grow_put "$i" >/dev/null 2>&1 &
+	# crest itself in the background, not grow_put: SIGKILL to a function's
+	# subshell would leave its crest running on into the next round.
+	2) "$CREST" --store "$st" --quiet put --tag "grow.$i" "$T/g$i" >/dev/null 2>&1 &
 		pid=$!
 		sleep "0.0$((RANDOM % 9 + 1))"
 		kill -9 "$pid" 2>/dev/null
