@@ -22,7 +22,7 @@ for mode in cpu gpu; do
 		CREST_TRACE=1 GPU_BENCH_CHANGE_PCT=$pct .gpu/run gpu_bench "$work-$mode" "$gib" >"$work-$mode.log" 2>&1
 	fi
 	echo "$mode: gpu_bench exit $?; $(.gpu/run casctl --store "$work-$mode" verify 2>&1 | tail -1)"
-	grep -E '^(RESULT (stall|restore)|checkpoint|crest trace: (crest_checkpoint|engine))' "$work-$mode.log" | sed "s/^/$mode: /"
+	grep -E '^(RESULT (stall|restore)|checkpoint|crest trace: (crest_checkpoint|engine|cas_commit))' "$work-$mode.log" | sed "s/^/$mode: /"
 	rm -rf "$work-$mode"
 done
 val() { sed -n "s/^RESULT .*$2=\([0-9.]*\).*/\1/p" "$work-$1.log" | head -1; }
