@@ -496,11 +496,18 @@ static int copy_region(struct fifo *f, const struct capture_region *r, struct en
 		struct capture_digests *g = NULL;
 		bool sparse = false;
 		uint32_t k = 0;
-		rc = region_hash(f, cs, r, st, chunk, token, &g, &sparse, &k);
-		if (rc < 0)
-			return crest_errctx(rc, "region %s: hashing on the GPU", r->name);
-		f->hashed++;
-		cs->hashing = true;
+		cs->hashing = true;   /* whatever was launched is waited for */
+		if (region_hash(f, cs, r, st, chunk, token, &g, &sparse, &k) < 0) {
+			/* No digests (no device memory for them, say): the
+			 * region is copied whole, as without kernels. */
+			(void)crest_errctx(-EIO, "region %s: hashing on the GPU", r->name);
+			crest_errcpy(f->cp->sha_why, sizeof(f->cp->sha_why));
+			if (*r->dig)
+				(*r->dig)->token = 0;
+			sparse = false;
+		} else {
+			f->hashed++;
+		}
 		if (sparse && g) {
 			f->sparse++;
 			*sp = (struct sparse){ .st = st, .size = r->size, .nch = g->n, .chunk = chunk };
