@@ -289,6 +289,34 @@ int engine_stream_add_fd(struct engine_stream *st, int fd, const char *what)
 	return 0;
 }
 
+/* The release of memory given to a stream, called once the last segment
+ * made of it is done: the producer holds one reference until every segment
+ * is queued, so it cannot run while segments are still being added. NULL
+ * (and release called at once) when there is no memory for it. */
+static struct release_ref *rel_new(struct engine_stream *st, void (*release)(void *arg), void *arg)
+{
+	struct release_ref *rel = malloc(sizeof(*rel));
+	if (!rel) {
+		if (release)
+			release(arg);
+		crest_errf(-ENOMEM, "adding memory to stream %s", st->meta.name);
+		return NULL;
+	}
+	rel->release = release;
+	rel->arg = arg;
+	atomic_init(&rel->refs, 1);
+	return rel;
+}
+
+static void rel_drop(struct release_ref *rel)
+{
+	if (atomic_fetch_sub(&rel->refs, 1) == 1) {
+		if (rel->release)
+			rel->release(rel->arg);
+		free(rel);
+	}
+}
+
 int engine_stream_add_memory(struct engine_stream *st, const void *p, size_t len,
 			     void (*release)(void *arg), void *arg)
 {
@@ -298,14 +326,9 @@ int engine_stream_add_memory(struct engine_stream *st, const void *p, size_t len
 			release(arg);
 		return 0;
 	}
-	struct release_ref *rel = malloc(sizeof(*rel));
+	struct release_ref *rel = rel_new(st, release, arg);
 	if (!rel)
-		return crest_errf(-ENOMEM, "adding memory to stream %s", st->meta.name);
-	rel->release = release;
-	rel->arg = arg;
-	/* The producer holds one reference until every segment is queued, so
-	 * the callback cannot run while segments are still being added. */
-	atomic_init(&rel->refs, 1);
+		return -ENOMEM;
 	const uint8_t *base = p;
 	const uint64_t seg = e->o.segment_bytes;
 	int rc = 0;
@@ -322,11 +345,7 @@ int engine_stream_add_memory(struct engine_stream *st, const void *p, size_t len
 		}
 		off += n;
 	}
-	if (atomic_fetch_sub(&rel->refs, 1) == 1) {
-		if (release)
-			release(arg);
-		free(rel);
-	}
+	rel_drop(rel);
 	return rc;
 }
 
@@ -393,15 +412,9 @@ int engine_stream_add_chunks(struct engine_stream *st, uint64_t len, const uint3
 			release(arg);
 		return rc;
 	}
-	struct release_ref *rel = malloc(sizeof(*rel));
-	if (!rel) {
-		if (release)
-			release(arg);
-		return crest_errf(-ENOMEM, "adding memory to stream %s", st->meta.name);
-	}
-	rel->release = release;
-	rel->arg = arg;
-	atomic_init(&rel->refs, 1);   /* the producer's, as in engine_stream_add_memory */
+	struct release_ref *rel = rel_new(st, release, arg);
+	if (!rel)
+		return -ENOMEM;
 	const uint8_t *base = data;
 	const uint64_t seg = e->o.segment_bytes;
 	size_t j = 0;   /* the first chunk in data not yet in a segment */
@@ -426,11 +439,7 @@ int engine_stream_add_chunks(struct engine_stream *st, uint64_t len, const uint3
 		j = k;
 		off += sn;
 	}
-	if (atomic_fetch_sub(&rel->refs, 1) == 1) {
-		if (release)
-			release(arg);
-		free(rel);
-	}
+	rel_drop(rel);
 	return rc;
 }
 

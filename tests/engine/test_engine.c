@@ -259,6 +259,24 @@ static void free_three(void *arg)
 	free(t);
 }
 
+/* Closes st and seals snap (aborts it when rc < 0), waits for its commit:
+ * its id in id. */
+static int snap_end(struct engine_snap *snap, struct engine_stream *st, int rc, uint8_t id[32])
+{
+	if (rc == 0)
+		rc = engine_stream_close(st);
+	if (rc < 0) {
+		engine_snapshot_abort(snap);
+		return rc;
+	}
+	engine_snapshot_seal(snap);
+	struct engine_result res;
+	rc = engine_snapshot_wait(snap, &res);
+	if (rc == 0)
+		memcpy(id, res.id, 32);
+	return rc;
+}
+
 /* One snapshot of the region model[0..len) with parent (pid, pm: taken),
  * given through engine_stream_add_chunks: changed[] marks the chunks put in
  * data (the rest the parent's), ids with them when with_ids. Fills id. */
@@ -301,18 +319,7 @@ static int snap_chunks(struct engine *e, const uint8_t *pid, struct cas_manifest
 		rc = engine_stream_add_chunks(st, blen, idx, k, data, ids, free_three, hold);
 		c0 = c1;
 	}
-	if (rc == 0)
-		rc = engine_stream_close(st);
-	if (rc < 0) {
-		engine_snapshot_abort(snap);
-		return rc;
-	}
-	engine_snapshot_seal(snap);
-	struct engine_result res;
-	rc = engine_snapshot_wait(snap, &res);
-	if (rc == 0)
-		memcpy(id, res.id, 32);
-	return rc;
+	return snap_end(snap, st, rc, id);
 }
 
 /* The same bytes whole, hashed by the workers: the reference. */
@@ -330,18 +337,7 @@ static int snap_whole(struct engine *e, const uint8_t *model, uint64_t len, uint
 		rc = engine_stream_add_memory(st, copy, len, free_cb, copy);
 	else
 		free(copy);
-	if (rc == 0)
-		rc = engine_stream_close(st);
-	if (rc < 0) {
-		engine_snapshot_abort(snap);
-		return rc;
-	}
-	engine_snapshot_seal(snap);
-	struct engine_result res;
-	rc = engine_snapshot_wait(snap, &res);
-	if (rc == 0)
-		memcpy(id, res.id, 32);
-	return rc;
+	return snap_end(snap, st, rc, id);
 }
 
 static void t_chunks(const char *dir, uint64_t seed)
