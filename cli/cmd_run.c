@@ -147,7 +147,7 @@ int cmd_run(struct cli *c, int argc, char **argv)
 		return 2;
 	}
 	/* Before any thread or store: the init is a fork of this process. */
-	int rc = pidns_spawn(argv + i, &run_job);
+	int rc = pidns_spawn(argv + i, c->umask, &run_job);
 	if (rc < 0) {
 		cli_metrics_close(mx);
 		return cli_fail(c, rc);

@@ -18,6 +18,7 @@ struct cli {
 	const char *store;     /* --store, $CREST_STORE, ./crest-store */
 	bool json, quiet;
 	unsigned workers;      /* --workers; 0: all cores */
+	mode_t umask;          /* the caller's, before crest's own 077: a job's */
 };
 
 /* Removes the global options (--store DIR, --json, --quiet, --workers N)

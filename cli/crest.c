@@ -17,7 +17,7 @@ int main(int argc, char **argv)
 	if (argc >= 3 && !strcmp(argv[1], "__pidns-init"))
 		return pidns_init_main(argv + 2);
 	struct cli c = { .prog = "crest" };
-	umask(077);  /* snapshots hold process memory: nothing for others */
+	c.umask = umask(077);  /* snapshots hold process memory: nothing for others */
 	argc = cli_parse_globals(&c, argc, argv);
 	if (argc < 0)
 		return 2;

@@ -112,7 +112,7 @@ static void init_exec(const char *self, char *const argv[])
 	_exit(126);
 }
 
-int pidns_spawn(char *const argv[], struct pidns_job *j)
+int pidns_spawn(char *const argv[], mode_t job_umask, struct pidns_job *j)
 {
 	j->init = j->helper = -1;
 	char self[PATH_MAX];
@@ -146,6 +146,7 @@ int pidns_spawn(char *const argv[], struct pidns_job *j)
 				/* Only the job's stdio goes into the namespace:
 				 * whatever else crest holds would be dumped too. */
 				close_range(3, ~0u, 0);
+				umask(job_umask);
 				init_exec(self, argv);
 			}
 			if (init < 0)

@@ -36,11 +36,12 @@ struct pidns_job {
 
 /* Starts argv (argv[0] looked up in PATH) in a new pid namespace under the
  * init; stdin, stdout and stderr are the caller's, every other descriptor
- * is closed. Call it before starting threads. A command that cannot be run
+ * is closed. The job gets job_umask (the user's, not the caller's own:
+ * crest keeps 077 for its snapshots). Call it before starting threads. A command that cannot be run
  * ends with status 127 (not found) or 126, after a line on stderr.
  * The init is the caller's own program run again, as PROGRAM __pidns-init
  * ARGV...: its main must hand such a call to pidns_init_main first thing. */
-int pidns_spawn(char *const argv[], struct pidns_job *j);
+int pidns_spawn(char *const argv[], mode_t job_umask, struct pidns_job *j);
 
 /* The init, in a program started as PROGRAM __pidns-init ARGV... by
  * pidns_spawn (argv here is ARGV): starts the job, forwards signals to it,

@@ -15,7 +15,12 @@ status() { local rc=0; "$@" 2>/dev/null || rc=$?; echo "$rc"; }
 # Its own /proc (CUDA needs one): the job's child sees itself as pid 3.
 own=$("$CREST" --quiet run -- sh -c 'readlink /proc/self; :')
 [ "$own" = 3 ] || fail "the job's /proc is not its namespace's: /proc/self of its child is '$own'"
-echo "ok: exit statuses 7, 143, 127 passed on; the job is pid 2 and has a /proc of its own"
+# The job gets the user's umask, not crest's own 077 for its snapshots.
+for m in 0022 0002; do
+	got=$(umask "$m" && "$CREST" --quiet run -- sh -c umask)
+	[ "$got" = "$m" ] || fail "under umask $m the job's umask is $got"
+done
+echo "ok: exit statuses 7, 143, 127 passed on; the job is pid 2, has a /proc of its own and the user's umask"
 
 : >run.err
 "$CREST" --store "$S" run --every 1s -- "$WORKLOAD" --mib 64 --interval-ms 100 --log "$T/job.log" \
