@@ -11,11 +11,16 @@
  * A window is copied to the device only once every chunk in it checked out:
  * a damaged chunk stops the restore with an error naming snapshot, stream and
  * offset, and no byte of its window reaches the device.
+ * File destinations (restore_stream_to_fd) take the same windows into each
+ * thread's own buffer, check every chunk's SHA-256 against the manifest as
+ * well, and write the window's data with one pwrite per stretch between
+ * holes only once all of it checked out: the promise of restore.h.
  * The driver comes from gpu/cudrv.h; restore/ still only reads the store.
  */
 #ifndef CREST_RESTORE_GPU_H
 #define CREST_RESTORE_GPU_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -27,6 +32,9 @@ struct restore_gpu_dst {
 	CUcontext ctx;                /* the context dst belongs to */
 	CUdeviceptr dst;
 	uint8_t *host;                /* non-NULL: a host region, filled in place */
+	bool file;                    /* fd, a regular file of st->size bytes (holes
+					 read as zeros), written with pwrite */
+	int fd;
 };
 
 struct restore_gpu_opts {

@@ -24,7 +24,9 @@
  * restore_ctx points at one. The streaming path (restore_stream) splits
  * lookup, read, check (header, CRC32C, SHA-256), decompress and copy (the
  * sink); the region path (restore_streams_to_device) reads, checks and
- * unpacks in one pass and counts it all as read, plus its device copies. */
+ * unpacks in one pass and counts it all as read, plus its device copies;
+ * files (restore_stream_to_fd) take the region path and add the SHA-256
+ * checks as check and their writes as copy. */
 enum restore_phase {
 	RESTORE_PH_LOOKUP, RESTORE_PH_READ, RESTORE_PH_CHECK, RESTORE_PH_DECOMP, RESTORE_PH_COPY,
 	RESTORE_PH_DEVICE, RESTORE_PH_N
@@ -66,7 +68,9 @@ struct restore_fd_sink {
 int restore_sink_fd(void *arg, uint64_t off, const void *data, uint32_t len);
 
 /* The stream into fd, a regular file: truncated to the stream's size first,
- * so holes stay holes. */
+ * so holes stay holes. Not through restore_stream: windows of consecutive
+ * chunks are read in long runs, each chunk's SHA-256 checked, and a window
+ * written only once all of it checked out (restore/gpu.h). */
 int restore_stream_to_fd(const struct restore_ctx *c, const struct cas_stream *st, int fd);
 
 /* The stream into dst, which holds cap >= st->size bytes; holes are zeroed. */
