@@ -10,6 +10,11 @@
  *                                             random bytes inserted at random
  *                                             places (a file edited by shifts)
  *   store_tool flip PATH OFFSET               invert one byte
+ *   store_tool forge PACK OFFSET              invert the middle byte of the
+ *                                             record at OFFSET's data and
+ *                                             write its CRC32C anew: damage
+ *                                             only the SHA-256 check sees
+ *                                             (twice undoes it)
  *   store_tool records PACK                   one line per chunk record:
  *                                             "offset codec stored sha"
  *   store_tool format NAME                    the value of a constant of
@@ -29,6 +34,7 @@
  * Sizes take K/M/G suffixes (powers of 1024).
  */
 #include "cas/format.h"
+#include "util/crc32c.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -271,6 +277,30 @@ static int flip(const char *path, uint64_t off)
 	return close(fd) < 0 ? die(path) : 0;
 }
 
+static int forge(const char *path, uint64_t off)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t h[CAS_REC_HEADER];
+	if (fd < 0 || pread(fd, h, sizeof(h), (off_t)off) != (ssize_t)sizeof(h))
+		return die(path);
+	const uint32_t stored = cas_le32_get(h + CAS_REC_STORED);
+	uint8_t *d = malloc(stored ? stored : 1);
+	if (memcmp(h, CAS_REC_MAGIC, 4) || !stored || !d) {
+		fprintf(stderr, "store_tool: %s: no chunk record with data at %llu\n", path,
+			(unsigned long long)off);
+		return 1;
+	}
+	if (pread(fd, d, stored, (off_t)(off + CAS_REC_HEADER)) != (ssize_t)stored)
+		return die(path);
+	d[stored / 2] ^= 0xff;
+	cas_le32_put(h + CAS_REC_CRC, crc32c(d, stored));
+	if (pwrite(fd, d, stored, (off_t)(off + CAS_REC_HEADER)) != (ssize_t)stored ||
+	    pwrite(fd, h, sizeof(h), (off_t)off) != (ssize_t)sizeof(h) || fsync(fd) < 0)
+		return die(path);
+	free(d);
+	return close(fd) < 0 ? die(path) : 0;
+}
+
 /* Walks a pack's records as cas/format.h lays them out: the file header,
  * then per record a header and the stored bytes. */
 static int records(const char *path)
@@ -388,6 +418,8 @@ int main(int argc, char **argv)
 		return insert(argv[2], argv[3], a, b);
 	if (!strcmp(cmd, "flip") && argc == 4 && !parse_size(argv[3], &a))
 		return flip(argv[2], a);
+	if (!strcmp(cmd, "forge") && argc == 4 && !parse_size(argv[3], &a))
+		return forge(argv[2], a);
 	if (!strcmp(cmd, "records") && argc == 3)
 		return records(argv[2]);
 	if (!strcmp(cmd, "format") && argc == 3)
@@ -398,7 +430,7 @@ int main(int argc, char **argv)
 		return damage_index(argv[2], 'l', "", !strcmp(argv[3], "drop"));
 	fprintf(stderr, "usage: store_tool random|memory PATH SIZE SEED | scatter PATH FRACTION SEED |\n"
 			"       insert SRC DST COUNT SEED |\n"
-			"       flip PATH OFFSET | records PACK | damage-manifest STORE IDPREFIX |\n"
+			"       flip PATH OFFSET | forge PACK OFFSET | records PACK | damage-manifest STORE IDPREFIX |\n"
 			"       damage-piece STORE flip|drop | format NAME\n");
 	return 2;
 }
