@@ -788,7 +788,8 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 		j.map[i] = p == MAP_FAILED ? NULL : p;
 	}
 	const uint64_t t_start = time_now_ns();
-	int rc = cas_reader_open(c->store, &j.rd);
+	j.rd = c->reader;
+	int rc = j.rd ? 0 : cas_reader_open(c->store, &j.rd);
 	if (rc < 0) {
 		unmap_files(&j);
 		return rc;
@@ -871,7 +872,8 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 	if (device)
 		o->d->CtxSetCurrent(saved);
 	unmap_files(&j);
-	cas_reader_close(j.rd);
+	if (j.rd != c->reader)
+		cas_reader_close(j.rd);
 	pthread_mutex_destroy(&j.lock);
 	if (j.err) {
 		crest_errset_str(j.msg);

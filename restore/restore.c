@@ -477,6 +477,18 @@ int restore_tree(const struct restore_ctx *c, const struct cas_manifest *m, cons
 		if (destfd < 0)
 			return crest_errf(-errno, "cannot open %s", dest);
 	}
+	/* One reader for every file: a tree of many small files would
+	 * otherwise list and open the packs once per file. */
+	struct restore_ctx tc = *c;
+	const bool own_reader = !tc.reader;
+	if (own_reader) {
+		rc = cas_reader_open(c->store, &tc.reader);
+		if (rc < 0) {
+			close(destfd);
+			return rc;
+		}
+	}
+	c = &tc;
 	/* Every entry is made relative to its parent's fd, resolved again
 	 * inside dest: whoever else can write in dest may rename things
 	 * meanwhile, but cannot make root write outside it. */
@@ -523,6 +535,8 @@ int restore_tree(const struct restore_ctx *c, const struct cas_manifest *m, cons
 		close(fd);
 	}
 	close(destfd);
+	if (own_reader)
+		cas_reader_close(tc.reader);
 	if (rc == 0 && bytes_out)
 		*bytes_out = done;
 	return rc;

@@ -53,6 +53,10 @@ struct restore_ctx {
 	struct progress *progress;   /* optional; driven by the calling thread */
 	uint64_t progress_base;      /* bytes already done before this stream */
 	struct restore_phases *phases;   /* optional: timers for benchmarks */
+	/* Optional: the reader restore_streams_to_device uses, shared by the
+	 * calls of one restore (restore_tree's files), so that each small file
+	 * does not list and open the packs again. */
+	struct cas_reader *reader;
 };
 
 /* Feeds every data chunk of st to sink (holes are skipped: the sink's
