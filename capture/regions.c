@@ -52,11 +52,11 @@ struct capture_copier {
 	char sha_why[256];            /* why GPU hashing is off, once it is */
 };
 
-/* See regions.h. dig[newest] holds the digests last computed (for the
- * checkpoint token); dig[1 - newest], when prev_ok, those of snapshot
- * prev_id. A checkpoint hashes into the buffer that is not prev's, so the
- * parent's digests survive any number of checkpoints that fail or are
- * never committed as parent. */
+/* See regions.h. dig[prev], when prev_ok, holds the digests of snapshot
+ * prev_id; a checkpoint always hashes into the other one, dig[1 - prev]
+ * (tagged token), so the parent's digests survive any number of
+ * checkpoints that fail or are never committed as parent. Committing the
+ * token makes that buffer prev. */
 struct capture_digests {
 	CUcontext ctx;
 	const uint8_t *ptr;
@@ -68,8 +68,7 @@ struct capture_digests {
 	int prev;                     /* dig[prev]: snapshot prev_id's, when prev_ok */
 	bool prev_ok;
 	uint8_t prev_id[32];
-	int newest;
-	uint64_t token;               /* 0: dig[newest] belongs to no checkpoint */
+	uint64_t token;               /* 0: dig[1 - prev] belongs to no checkpoint */
 };
 
 /* A region copied as changed chunks only: its appends so far. */
@@ -363,7 +362,7 @@ void capture_digests_commit(struct capture_digests *g, uint64_t token, const uin
 {
 	if (!g || !token || g->token != token)
 		return;
-	g->prev = g->newest;
+	g->prev = 1 - g->prev;
 	g->prev_ok = true;
 	memcpy(g->prev_id, id, 32);
 	g->token = 0;
@@ -400,12 +399,11 @@ static int region_hash(struct fifo *f, struct ctxset *cs, const struct capture_r
 	int rc = digests_get(d, r, chunk, &g);
 	if (rc < 0)
 		return rc;
-	const int nw = g->prev_ok ? 1 - g->prev : g->newest;
+	const int nw = 1 - g->prev;
 	g->token = 0;
 	rc = gpusha_hash(cs->sha, (CUdeviceptr)(uintptr_t)r->ptr, r->size, chunk, g->dig[nw], cs->hs);
 	if (rc < 0)
 		return rc;
-	g->newest = nw;
 	g->token = token;
 	*gout = g;
 	uint8_t pid[32];
@@ -452,7 +450,7 @@ static int copy_sparse(struct fifo *f, struct ctxset *cs, const struct capture_r
 		const CUdeviceptr list = g->list + (CUdeviceptr)b0 * 4;
 		uint8_t *p = sl->p;
 		/* One stream: each packing waits for the copies out of the last. */
-		rc = gpusha_gather(cs->sha, (CUdeviceptr)(uintptr_t)r->ptr, r->size, chunk, list, cnt, g->dig[g->newest],
+		rc = gpusha_gather(cs->sha, (CUdeviceptr)(uintptr_t)r->ptr, r->size, chunk, list, cnt, g->dig[1 - g->prev],
 				   cs->pack, cs->pack_dig, cs->hs);
 		if (rc == 0)
 			rc = cudrv_check(d, d->MemcpyDtoHAsync(p, cs->pack, (size_t)cnt * chunk, cs->hs),
