@@ -56,20 +56,28 @@ static int seg_push_extent(struct seg *sg, uint64_t len, const uint8_t *sha)
 	return 0;
 }
 
+/* The first of the parent's extents that starts at or after off (its
+ * offsets made: eng_hint_offsets). */
+static uint64_t hint_lower(const struct engine_stream *st, uint64_t off)
+{
+	uint64_t lo = 0, hi = st->hint->nextents;
+	while (lo < hi) {
+		const uint64_t mid = lo + (hi - lo) / 2;
+		if (st->hint_off[mid] < off)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
 /* True when the parent has this very chunk at this very place. */
 static bool hint_match(struct engine_stream *st, uint64_t off, uint64_t len, const uint8_t sha[32])
 {
 	const struct cas_stream *h = st->hint;
 	if (!h || !h->nextents || !eng_hint_offsets(st))
 		return false;
-	uint64_t lo = 0, hi = h->nextents;
-	while (lo < hi) {  /* first extent starting at or after off */
-		uint64_t mid = lo + (hi - lo) / 2;
-		if (st->hint_off[mid] < off)
-			lo = mid + 1;
-		else
-			hi = mid;
-	}
+	const uint64_t lo = hint_lower(st, off);
 	if (lo >= h->nextents || st->hint_off[lo] != off)
 		return false;
 	const struct cas_extent *x = &h->ext[lo];
@@ -361,14 +369,10 @@ static int seg_sparse(struct engine *e, struct worker_ctx *w, struct seg *sg)
 	const uint32_t c = st->dp->avg;
 	if (st->hint && !eng_hint_offsets(st))
 		return crest_errf(-ENOMEM, "stream %s: listing the parent's chunks", st->meta.name);
-	uint64_t x = 0, lo = 0, hi = st->hint ? st->hint->nextents : 0;
-	while (lo < hi) {   /* the last parent extent that starts at or before the segment */
-		const uint64_t mid = lo + (hi - lo) / 2;
-		if (st->hint_off[mid] <= sg->off)
-			x = mid, lo = mid + 1;
-		else
-			hi = mid;
-	}
+	/* The cursor starts at the last parent extent that starts at or
+	 * before the segment. */
+	uint64_t x = st->hint ? hint_lower(st, sg->off + 1) : 0;
+	x = x ? x - 1 : 0;
 	size_t j = 0;
 	int rc = 0;
 	for (uint64_t pos = 0; rc == 0 && pos < sg->len; pos += c) {
