@@ -241,6 +241,17 @@ static void fifo_drain(struct fifo *f)
 	}
 }
 
+/* A region's stream ("mem=device" or "mem=host" in its meta) or a blob's,
+ * opened alike by capture_regions, capture_blobs and capture_held_ingest:
+ * a held checkpoint's streams are those a direct one would have had. */
+static int stream_open(struct engine_snap *snap, const char *name, bool blob, bool device, struct engine_stream **st)
+{
+	int rc = engine_stream_open(snap, name, blob ? CAS_STREAM_BLOB : CAS_STREAM_REGION, true, st);
+	if (rc == 0 && !blob)
+		rc = cas_stream_set_str(&engine_stream_meta(*st)->meta, device ? "mem=device" : "mem=host");
+	return rc;
+}
+
 static void fifo_push(struct fifo *f, const struct copied *x)
 {
 	f->q[(f->head + f->n) % f->cap] = *x;
@@ -575,9 +586,7 @@ int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const s
 	int rc = 0;
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		struct engine_stream *st;
-		rc = engine_stream_open(snap, r[i].name, CAS_STREAM_REGION, true, &st);
-		if (rc == 0)
-			rc = cas_stream_set_str(&engine_stream_meta(st)->meta, r[i].device ? "mem=device" : "mem=host");
+		rc = stream_open(snap, r[i].name, false, r[i].device, &st);
 		if (rc == 0)
 			rc = copy_region(&f, &r[i], st, token, &sp[i]);
 		if (rc == 0)
@@ -697,7 +706,7 @@ int capture_blobs(struct engine_snap *s, const struct capture_blob *b, size_t n)
 		if (!b[i].name || !*b[i].name || (!b[i].data && b[i].len))
 			return crest_errx(-EINVAL, "blob %zu has no name or no data", i);
 		struct engine_stream *st;
-		int rc = engine_stream_open(s, b[i].name, CAS_STREAM_BLOB, true, &st);
+		int rc = stream_open(s, b[i].name, true, false, &st);
 		if (rc < 0)
 			return rc;
 		void *copy = malloc(b[i].len ? b[i].len : 1);
@@ -1003,9 +1012,7 @@ int capture_held_ingest(struct capture_held *h, struct engine_snap *snap)
 	for (size_t i = 0; rc == 0 && i < h->n; i++) {
 		struct held_stream *x = &h->s[i];
 		struct engine_stream *st;
-		rc = engine_stream_open(snap, x->name, x->blob ? CAS_STREAM_BLOB : CAS_STREAM_REGION, true, &st);
-		if (rc == 0 && !x->blob)
-			rc = cas_stream_set_str(&engine_stream_meta(st)->meta, x->device ? "mem=device" : "mem=host");
+		rc = stream_open(snap, x->name, x->blob, x->device, &st);
 		for (size_t k = 0; rc == 0 && k < x->npc; k++) {
 			/* The engine's now, whatever happens. */
 			struct held_piece pc = x->pc[k];
