@@ -335,6 +335,16 @@ static bool ctxset_sha(struct capture_copier *cp, struct ctxset *cs)
 	return !cs->sha_off;
 }
 
+/* Whether device region r, whose context's set is cs, is hashed on the
+ * GPU in chunks of chunk bytes (0: chunked by content, never): it has a
+ * digest slot, hashing is on, the kernels take that size and are loaded. */
+static bool gpu_hashed(struct capture_copier *cp, struct ctxset *cs, const struct capture_region *r,
+		       uint32_t chunk)
+{
+	return cs && r->dig && cp->gpu_hash && chunk && chunk % 64 == 0 && chunk <= GPUSHA_CHUNK_MAX &&
+	       ctxset_sha(cp, cs);
+}
+
 /* r's digest slot, made (or made again, when the region moved or grew)
  * with room for its digests and changed list. */
 static int digests_get(const struct cudrv *d, const struct capture_region *r, uint32_t chunk,
@@ -500,8 +510,7 @@ static int copy_region(struct fifo *f, const struct capture_region *r, struct en
 			return crest_errctx(rc, "region %s", r->name);
 	}
 	const uint32_t chunk = engine_stream_fixed_chunk(st);
-	if (cs && r->dig && f->cp->gpu_hash && chunk && chunk % 64 == 0 && chunk <= GPUSHA_CHUNK_MAX &&
-	    ctxset_sha(f->cp, cs)) {
+	if (gpu_hashed(f->cp, cs, r, chunk)) {
 		struct capture_digests *g = NULL;
 		bool sparse = false;
 		uint32_t k = 0;
@@ -618,7 +627,7 @@ void capture_prepare(struct capture_copier *cp, const struct capture_region *r, 
 	    cudrv_check(cp->d, cp->d->CtxSetCurrent(r->ctx), "entering the region's context") < 0)
 		return;
 	struct capture_digests *g;
-	if (r->dig && cp->gpu_hash && chunk && chunk % 64 == 0 && chunk <= GPUSHA_CHUNK_MAX && ctxset_sha(cp, cs))
+	if (gpu_hashed(cp, cs, r, chunk))
 		(void)digests_get(cp->d, r, chunk, &g);
 }
 
