@@ -646,14 +646,21 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 				"with crest clone", c->snapshot, (int)pids[0]);
 	if (rc == 0 && !pidns)
 		rc = pids_free(pids, npids, o->wait_pids_ms ? o->wait_pids_ms : 5000);
+	/* The images take as much RAM on tmpfs as the job has state, and a
+	 * crest killed with -9 removes nothing: the directory is held by an
+	 * flock while this crest lives, and every restore first removes those
+	 * of crests that are gone (the same protocol as a checkpoint's). */
 	char dir[PATH_MAX];
+	int dir_lock = -1;
 	dir[0] = 0;
 	if (rc == 0) {
-		snprintf(dir, sizeof(dir), "%s/crest-restore-XXXXXX", o->tmpdir ? o->tmpdir : "/dev/shm");
-		if (!mkdtemp(dir)) {
-			rc = crest_errf(-errno, "cannot create a directory under %s", o->tmpdir ? o->tmpdir : "/dev/shm");
+		const char *tmp = o->tmpdir ? o->tmpdir : "/dev/shm";
+		char prefix[64];
+		fs_workdir_sweep(tmp, "crest-restore-");
+		snprintf(prefix, sizeof(prefix), "crest-restore-%d-", (int)getpid());
+		rc = fs_workdir_make(tmp, prefix, dir, sizeof(dir), &dir_lock);
+		if (rc < 0)
 			dir[0] = 0;
-		}
 	}
 	/* Images out of the store: every byte verified before it is written. */
 	for (size_t i = 0; rc == 0 && i < m->nstreams; i++) {
@@ -781,7 +788,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	/* After a restore: the originals; after a failure: the staged files. */
 	staged_free(files, nfiles, rc < 0);
 	if (dir[0])
-		fs_rm_tree(dir);
+		fs_workdir_release(dir, dir_lock);
 	free(pids);
 	free(cuda);
 	free(cuda_in);

@@ -1,0 +1,70 @@
+#!/bin/bash
+# `crest restore` killed with -9 while it streams a snapshot's images onto
+# /dev/shm used to leave them there for good (as large as the job's state:
+# RAM nobody gets back). Now the images directory is held by an flock while
+# its crest lives, and the next restore removes those of crests that are
+# gone. After kills at random moments and one restore that finishes, none
+# of the killed restores' directories is left, and the job runs again.
+source "$(dirname "$0")/lib.sh"
+need_root
+cd "$T"
+seed=${CREST_LEAK_SEED:-$$}
+RANDOM=$seed
+echo "random seed $seed (CREST_LEAK_SEED=$seed reproduces the delays)"
+kills=${CREST_LEAK_KILLS:-8}
+mib=$(( ${MIB:-64} < 128 ? ${MIB:-64} : 128 ))
+
+start_job job.out --mib "$mib" --interval-ms 50
+wait_lines job.out 1
+"$CREST" --store "$S" --quiet checkpoint --pid "$JOB" --tag j >/dev/null || fail "the checkpoint failed"
+kill_gone "$JOB"
+
+# Entries on /dev/shm that were not there when the test began: tests of
+# this label run one at a time, so they are this test's restores'.
+before=$(ls /dev/shm | grep '^crest-restore-' || true)
+left() { ls /dev/shm | grep '^crest-restore-' | grep -vxF -e "$before" -e '' || true; }
+# restore_gone: no criu of a killed restore runs on, and the job a restore
+# brought back (or half brought back) is ended, so the next restore finds
+# the job's pid free.
+restore_gone() {
+	local deadline=$((SECONDS + 60))
+	while pgrep -f "criu.*/crest-restore-" >/dev/null; do
+		[ $SECONDS -lt $deadline ] || fail "criu of a killed restore still runs after 60 s"
+		sleep 0.05
+	done
+	kill_gone "$JOB"
+}
+
+t0=$(date +%s%N)
+"$CREST" --store "$S" --quiet restore j >/dev/null || fail "a first restore failed"
+full_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
+restore_gone
+echo "one restore of a $mib MiB job takes $full_ms ms; kills fall in 0 to $full_ms ms"
+
+most=0
+for i in $(seq 1 "$kills"); do
+	delay=$(( (RANDOM * 32768 + RANDOM) % (full_ms + 1) ))
+	"$CREST" --store "$S" --quiet restore j >/dev/null 2>&1 &
+	CK=$!
+	sleep "$(awk "BEGIN { print $delay / 1000 }")"
+	kill -9 $CK 2>/dev/null || true
+	wait $CK 2>/dev/null || true
+	restore_gone
+	n=$(left | grep -c -v '\.' || true)
+	echo "kill $i after $delay ms: $n image directories of killed restores on /dev/shm"
+	[ "$n" -gt "$most" ] && most=$n
+done
+
+"$CREST" --store "$S" --quiet restore j >/dev/null || fail "the restore after the kills failed"
+echo "after the next restore: $(left | wc -l) entries of killed restores on /dev/shm ($most directories before it)"
+if [ -n "$(left)" ]; then
+	left >&2
+	for e in $(left); do rm -rf "/dev/shm/$e"; done   # RAM back, whatever the outcome
+	fail "images of killed restores left on /dev/shm"
+fi
+[ "$most" -gt 0 ] || fail "no kill landed while images were on /dev/shm (seed $seed): nothing was shown"
+at=$(lines job.out)
+wait_lines job.out $((at + 3)) 30
+kill -0 "$JOB" || fail "the restored job is not running"
+"$CASCTL" --store "$S" --quiet verify || fail "casctl verify"
+echo PASS
