@@ -1,6 +1,7 @@
 #!/bin/sh
-# get_tmpfs.sh [GIB] - crest put and crest get of GIB GiB (8) of memory-like
-# data with the store and the files in tmpfs (/dev/shm), beside the ceiling
+# get_tmpfs.sh [GIB [DIR]] - crest put and crest get of GIB GiB (8) of
+# memory-like data with the store and the files in DIR (/dev/shm, a tmpfs:
+# give another to compare mount options, such as huge=), beside the ceiling
 # of the same run: cp of the same file between the same tmpfs folders.
 # Issue 14's rows "crest put into tmpfs" and "crest get into tmpfs
 # (>= 10 GB/s)". Every restored file is compared with its source.
@@ -9,6 +10,7 @@
 # build/ (here).
 set -u
 gib=${1:-8}
+dir=${2:-/dev/shm}
 if [ -x .gpu/run ] && [ -x .gpu/bin/store_tool ]; then
 	crest() { .gpu/run crest "$@"; }
 	store_tool() { .gpu/run store_tool "$@"; }
@@ -16,9 +18,9 @@ else
 	crest() { build/cli/crest "$@"; }
 	store_tool() { build/tests/store/store_tool "$@"; }
 fi
-w=/dev/shm/crest-get-bench
+w=$dir/crest-get-bench
 rm -rf "$w" && mkdir -p "$w/src" "$w/out" "$w/cp"
-echo "get_tmpfs: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cpus, $gib GiB, $(crest --version | head -1)"
+echo "get_tmpfs: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cpus, $gib GiB in $dir ($(findmnt -no FSTYPE,OPTIONS -T "$dir")), $(crest --version | head -1)"
 store_tool memory "$w/src/mem" "${gib}G" 7 >/dev/null
 now() { date +%s.%N; }
 rate() { awk -v b="$1" -v t0="$2" -v t1="$3" 'BEGIN { printf "%.2f", b / (t1 - t0) / 1e9 }'; }
