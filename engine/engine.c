@@ -15,6 +15,7 @@
 #include "util/progress.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -69,6 +70,8 @@ static int seg_submit(struct engine_stream *st, const uint8_t *data, size_t len,
 	sg->staging = staging;
 	sg->rel = rel;
 	if (how) {
+		sg->src = how->src;
+		sg->src_off = how->src_off;
 		sg->ids = how->ids;
 		sg->sparse = how->sparse;
 		sg->idx = how->idx;
@@ -229,66 +232,6 @@ struct cas_stream *engine_stream_meta(struct engine_stream *st)
 }
 
 /* Reads exactly len bytes at off, or fails naming what changed. */
-static int read_full(int fd, uint8_t *buf, size_t len, uint64_t off, const char *what)
-{
-	size_t got = 0;
-	while (got < len) {
-		ssize_t r = pread(fd, buf + got, len - got, (off_t)(off + got));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return crest_errf(-errno, "cannot read %s", what);
-		if (r == 0)
-			return crest_errx(-EIO, "%s shrank while crest read it", what);
-		got += (size_t)r;
-	}
-	return 0;
-}
-
-int engine_stream_add_fd(struct engine_stream *st, int fd, const char *what)
-{
-	struct engine *e = st->snap->e;
-	struct stat sb;
-	if (fstat(fd, &sb) < 0)
-		return crest_errf(-errno, "cannot stat %s", what);
-	const uint64_t size = (uint64_t)sb.st_size, seg = e->o.segment_bytes;
-	uint64_t pos = st->size;  /* a stream read from one fd starts at 0 */
-	while (pos < size) {
-		off_t data = lseek(fd, (off_t)pos, SEEK_DATA);
-		if (data < 0)
-			data = errno == ENXIO ? (off_t)size : (off_t)pos;  /* ENXIO: only a hole is left */
-		if ((uint64_t)data > pos) {
-			int rc = seg_submit(st, NULL, (uint64_t)data - pos, NULL, NULL, NULL);
-			if (rc < 0)
-				return rc;
-			pos = (uint64_t)data;
-		}
-		if (pos >= size)
-			break;
-		off_t hole = lseek(fd, (off_t)pos, SEEK_HOLE);
-		uint64_t end = hole < 0 || (uint64_t)hole > size ? size : (uint64_t)hole;
-		while (pos < end) {
-			/* Cut at multiples of the segment size: the same bytes give
-			 * the same segments, so CDC cuts stay put between snapshots. */
-			uint64_t next = (pos / seg + 1) * seg;
-			size_t len = (size_t)((next < end ? next : end) - pos);
-			void *buf;
-			int rc = eng_worker_staging_get(e, &buf);
-			if (rc < 0)
-				return rc;
-			rc = read_full(fd, buf, len, pos, what);
-			if (rc == 0)
-				rc = seg_submit(st, buf, len, buf, NULL, NULL);
-			if (rc < 0) {
-				eng_worker_staging_put(e, buf);
-				return rc;
-			}
-			pos += len;
-		}
-	}
-	return 0;
-}
-
 /* The release of memory given to a stream, called once the last segment
  * made of it is done: the producer holds one reference until every segment
  * is queued, so it cannot run while segments are still being added. NULL
@@ -315,6 +258,75 @@ static void rel_drop(struct release_ref *rel)
 			rel->release(rel->arg);
 		free(rel);
 	}
+}
+
+static void fd_source_close(void *arg)
+{
+	struct fd_source *f = arg;
+	close(f->fd);
+	free(f);
+}
+
+int engine_stream_add_fd(struct engine_stream *st, int fd, const char *what)
+{
+	struct engine *e = st->snap->e;
+	struct stat sb;
+	if (fstat(fd, &sb) < 0)
+		return crest_errf(-errno, "cannot stat %s", what);
+	const uint64_t size = (uint64_t)sb.st_size, seg = e->o.segment_bytes;
+	struct fd_source *src = malloc(sizeof(*src) + strlen(what) + 1);
+	if (!src)
+		return crest_errf(-ENOMEM, "reading %s", what);
+	strcpy(src->what, what);
+	/* The workers read after this returns, and the caller may close fd
+	 * then: they read a dup of it, closed when the last segment is done. */
+	src->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (src->fd < 0) {
+		const int rc = crest_errf(-errno, "cannot read %s", what);
+		free(src);
+		return rc;
+	}
+	struct release_ref *rel = rel_new(st, fd_source_close, src);
+	if (!rel)
+		return -ENOMEM;
+	int rc = 0;
+	uint64_t pos = st->size;  /* a stream read from one fd starts at 0 */
+	while (rc == 0 && pos < size) {
+		off_t data = lseek(fd, (off_t)pos, SEEK_DATA);
+		if (data < 0)
+			data = errno == ENXIO ? (off_t)size : (off_t)pos;  /* ENXIO: only a hole is left */
+		if ((uint64_t)data > pos) {
+			rc = seg_submit(st, NULL, (uint64_t)data - pos, NULL, NULL, NULL);
+			if (rc < 0)
+				break;
+			pos = (uint64_t)data;
+		}
+		if (pos >= size)
+			break;
+		off_t hole = lseek(fd, (off_t)pos, SEEK_HOLE);
+		uint64_t end = hole < 0 || (uint64_t)hole > size ? size : (uint64_t)hole;
+		while (pos < end) {
+			/* Cut at multiples of the segment size: the same bytes give
+			 * the same segments, so CDC cuts stay put between snapshots. */
+			uint64_t next = (pos / seg + 1) * seg;
+			size_t len = (size_t)((next < end ? next : end) - pos);
+			void *buf;
+			rc = eng_worker_staging_get(e, &buf);
+			if (rc < 0)
+				break;
+			const struct seg how = { .src = src, .src_off = pos };
+			atomic_fetch_add(&rel->refs, 1);
+			rc = seg_submit(st, NULL, len, buf, rel, &how);
+			if (rc < 0) {
+				atomic_fetch_sub(&rel->refs, 1);
+				eng_worker_staging_put(e, buf);
+				break;
+			}
+			pos += len;
+		}
+	}
+	rel_drop(rel);
+	return rc;
 }
 
 int engine_stream_add_memory(struct engine_stream *st, const void *p, size_t len,

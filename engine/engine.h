@@ -91,8 +91,10 @@ int engine_add_entry(struct engine_snap *s, const char *name, uint8_t type, uint
 int engine_stream_open(struct engine_snap *s, const char *name, uint8_t type, bool memory,
 		       struct engine_stream **out);
 struct cas_stream *engine_stream_meta(struct engine_stream *st);  /* mode, mtime, meta */
-/* Reads fd from its current offset to EOF through staging buffers, keeping
- * holes (SEEK_HOLE) as holes. Blocks for staging. `what` names it in errors. */
+/* Appends the file fd to its end, keeping holes (SEEK_HOLE) as holes. Blocks
+ * for staging buffers; the workers read the bytes into them, from a dup of
+ * fd, so the caller may close fd once this returns. A read that fails, or a
+ * file that shrinks meanwhile, fails the snapshot. `what` names it in errors. */
 int engine_stream_add_fd(struct engine_stream *st, int fd, const char *what);
 /* Appends len bytes at p. The engine reads them from worker threads and calls
  * release(arg) once, when done with all of them (perhaps before this returns). */

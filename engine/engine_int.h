@@ -78,14 +78,27 @@ struct release_ref {
 	atomic_size_t refs;
 };
 
+/* A file the workers read (engine_stream_add_fd): a dup of the caller's fd,
+ * closed with the last segment's release_ref, and its name for errors. */
+struct fd_source {
+	int fd;
+	char what[];
+};
+
 struct seg {
 	struct seg *next;
 	struct engine_stream *st;
 	uint64_t off;                /* where the segment starts in its stream */
-	const uint8_t *data;         /* NULL: a hole of len bytes */
+	const uint8_t *data;         /* NULL: a hole of len bytes, unless src */
 	size_t len;
 	struct release_ref *rel;     /* memory owned by the caller, or */
 	void *staging;               /* a staging buffer to give back */
+	/* src: the worker reads len bytes at src_off of src into staging (then
+	 * data points there). Reading on the workers, not on the producer,
+	 * makes the copy out of the page cache parallel: one producer thread
+	 * copying 8 GiB from tmpfs bounded a 16-worker put. */
+	const struct fd_source *src;
+	uint64_t src_off;
 	/* engine_stream_add_chunks: ids, unless NULL, are the SHA-256 of the
 	 * chunks in data, in order. sparse: only chunks idx[0..nidx) (numbered
 	 * from the append's first chunk, of which this segment's first is

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static void atomic_max(atomic_uint_fast64_t *a, uint64_t v)
 {
@@ -395,8 +396,32 @@ static int seg_sparse(struct engine *e, struct worker_ctx *w, struct seg *sg)
 	return batch_flush(e, w, st->snap);
 }
 
+/* A file segment's bytes into its staging buffer. */
+static int seg_read(struct seg *sg)
+{
+	uint8_t *buf = sg->staging;
+	size_t got = 0;
+	while (got < sg->len) {
+		const ssize_t r = pread(sg->src->fd, buf + got, sg->len - got, (off_t)(sg->src_off + got));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return crest_errf(-errno, "cannot read %s", sg->src->what);
+		if (r == 0)
+			return crest_errx(-EIO, "%s shrank while crest read it", sg->src->what);
+		got += (size_t)r;
+	}
+	sg->data = buf;
+	return 0;
+}
+
 static int seg_process(struct engine *e, struct worker_ctx *w, struct seg *sg)
 {
+	if (sg->src) {
+		const int rc = seg_read(sg);
+		if (rc < 0)
+			return rc;
+	}
 	if (sg->sparse)
 		return seg_sparse(e, w, sg);
 	if (!sg->data) {

@@ -95,4 +95,44 @@ grep -q "warning: skipping $T/dev/fifo: a FIFO" "$T/put.err" || fail "no warning
 if [ "$(id -u)" -eq 0 ]; then
 	grep -q "warning: skipping $T/dev/null: a character device" "$T/put.err" || fail "no warning for the character device"
 fi
+note "a file that shrinks while crest reads it (the workers read it after put has queued it)"
+# Random delays: the cut falls before, during or after the reads. Whatever
+# it meets, a put succeeds with the whole file or with the cut one, or fails
+# with one line; and the store stays sound.
+seed=${CREST_SHRINK_SEED:-$$}
+RANDOM=$seed
+echo "   random seed $seed (CREST_SHRINK_SEED=$seed reproduces the delays)"
+mkdir -p "$T/shrink"
+head -c "$(scaled $((256 << 20)))" /dev/urandom >"$T/shrink.orig"
+head -c 1M "$T/shrink.orig" >"$T/shrink.cut"
+failed=0
+for i in 1 2 3 4 5 6; do
+	cp "$T/shrink.orig" "$T/shrink/f"
+	"$CREST" --quiet --json put "$T/shrink" >"$T/shrink.out" 2>"$T/shrink.err" &
+	pid=$!
+	sleep "$(awk -v r=$((RANDOM % 400)) 'BEGIN { print r / 1000 }')"
+	truncate -s 1M "$T/shrink/f"
+	rc=0
+	wait "$pid" || rc=$?
+	if [ "$rc" -ne 0 ]; then
+		[ "$rc" -lt 128 ] || fail "shrink $i: crest put died of a signal (rc $rc): $(cat "$T/shrink.err")"
+		[ "$(wc -l <"$T/shrink.err")" -eq 1 ] || fail "shrink $i: expected one line on stderr: $(cat "$T/shrink.err")"
+		grep -q "shrank while crest read it\|cannot read" "$T/shrink.err" ||
+			fail "shrink $i: the message does not say the file changed: $(cat "$T/shrink.err")"
+		echo "   shrink $i -> rc $rc: $(cat "$T/shrink.err")"
+		failed=$((failed + 1))
+		continue
+	fi
+	id=$(sed -n 's/.*"snapshot": "\([0-9a-f]*\)".*/\1/p' "$T/shrink.out")
+	rm -rf "$T/shrink.get"
+	crest get "$id" "$T/shrink.get"
+	if cmp -s "$T/shrink.get/shrink/f" "$T/shrink.orig"; then
+		echo "   shrink $i -> the whole file"
+	elif cmp -s "$T/shrink.get/shrink/f" "$T/shrink.cut"; then
+		echo "   shrink $i -> the cut file"
+	else
+		fail "shrink $i: put succeeded with bytes that are neither the file nor its cut ($(stat -c %s "$T/shrink.get/shrink/f") bytes)"
+	fi
+done
+verify_store "after puts of a shrinking file"
 echo "inputs: all good"
