@@ -123,6 +123,8 @@ int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off,
  * byte); cb returns non-zero to stop (passed on). */
 int cas_db_scan(struct cas_store *s, char type,
 		int (*cb)(const char *k, size_t kl, const char *v, size_t vl, void *arg), void *arg);
+/* Sorts e by id (RocksDB inserts a batch's keys in order far faster). */
+void cas_entries_sort(struct cas_index_entry *e, size_t n);
 /* s->ends with the ends of e's records merged in (a new array). */
 int cas_ends_merge(const struct cas_store *s, const struct cas_index_entry *e, size_t n,
 		   struct cas_pack_end **out, size_t *nout);

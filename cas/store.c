@@ -813,6 +813,36 @@ static int entry_cmp(const void *a, const void *b)
 	return memcmp(((const struct cas_index_entry *)a)->sha, ((const struct cas_index_entry *)b)->sha, 32);
 }
 
+/* Sorts e by id. A first ingest of 8 GiB in 4 KiB chunks commits 2 M
+ * entries, and qsort's 40 M comparisons took most of a second of the
+ * commit: ids are SHA-256, so a counting pass on their first two bytes
+ * leaves buckets of a few entries each, which qsort finishes. Crafted ids
+ * sharing a prefix only make one bucket large: qsort, not worse. Without
+ * memory for the copy, qsort alone. */
+void cas_entries_sort(struct cas_index_entry *e, size_t n)
+{
+	struct cas_index_entry *t = n >= 4096 ? malloc(n * sizeof(*t)) : NULL;
+	size_t *start = t ? calloc(65536 + 1, sizeof(*start)) : NULL;
+	if (!start) {
+		free(t);
+		qsort(e, n, sizeof(*e), entry_cmp);
+		return;
+	}
+	for (size_t i = 0; i < n; i++)
+		start[((size_t)e[i].sha[0] << 8 | e[i].sha[1]) + 1]++;
+	for (size_t b = 0; b < 65536; b++)
+		start[b + 1] += start[b];
+	for (size_t i = 0; i < n; i++)
+		t[start[(size_t)e[i].sha[0] << 8 | e[i].sha[1]]++] = e[i];
+	/* start[b] is now where bucket b + 1 begins. */
+	memcpy(e, t, n * sizeof(*e));
+	for (size_t b = 0, from = 0; b < 65536; from = start[b++])
+		if (start[b] - from > 1)
+			qsort(e + from, start[b] - from, sizeof(*e), entry_cmp);
+	free(start);
+	free(t);
+}
+
 /* A value read pinned (no copy out of RocksDB): 0 with *out set, -ENOENT
  * (no message) when there is none, or -EIO with a message. */
 static int db_pin(struct cas_store *s, const rocksdb_readoptions_t *ro, const char *k, size_t kl,
@@ -1062,7 +1092,7 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	 * keys each from the top. Measured, 400K entries: 1.31 s unsorted,
 	 * 0.38 s sorted, sort included. */
 	tt[1] = time_now_ns();
-	qsort(e, n, sizeof(*e), entry_cmp);
+	cas_entries_sort(e, n);
 	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
 	size_t new_pieces = 0, new_piece_bytes = 0;
 	struct cas_meta_buf mb = { 0 };
