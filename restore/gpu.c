@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 struct window {
@@ -541,6 +543,14 @@ static int write_at(const struct restore_gpu_dst *t, uint8_t *map, const uint8_t
 		const uint64_t a = off - off % (uint64_t)sysconf(_SC_PAGESIZE);
 		if (madvise(map + a, len + off - a, MADV_POPULATE_WRITE) == 0) {
 			memcpy(map + off, data, len);
+			/* The whole pages written leave this mapping (the file keeps
+			 * them): so each thread takes down its own page table
+			 * entries, not one munmap at the end all of them (0.5 s of
+			 * 8 GiB into tmpfs on the GPU host: bench/store/tmpfs_fill). */
+			const uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE);
+			const uint64_t b = (off + ps - 1) / ps * ps, e = (off + len) / ps * ps;
+			if (e > b)
+				madvise(map + b, e - b, MADV_DONTNEED);
 			return 0;
 		}
 		if (errno != EINVAL)   /* EINVAL: a kernel before 5.14; pwrite does */
@@ -773,16 +783,21 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 	threads = threads ? threads : 1;
 	j.threads = threads;
 	const size_t wbuf = j.left < j.win ? (size_t)j.left : j.win;
-	/* Several threads write a file through a shared mapping: pwrite()s to
-	 * one file take its inode lock in turn (tmpfs, and most local file
-	 * systems), so they do not scale past about one thread's speed (on
-	 * tmpfs here, 2 GiB in 16 MiB pieces: pwrite 1.58 GB/s with one thread,
-	 * 1.64 with two; a mapping 1.29 and 2.08). One thread alone pwrites,
-	 * the faster then. Where a file cannot be mapped, pwrite does. */
+	/* Several threads write a tmpfs file through a shared mapping:
+	 * pwrite()s to one file take its inode lock in turn, so they do not
+	 * scale past about one thread's speed, where page faults do (8 GiB
+	 * into /dev/shm from 16 threads on the GPU host, bench/store/tmpfs_fill:
+	 * pwrite 0.83 GB/s, a mapping 3.6-4.9). On ext4 a mapping costs more
+	 * per page than pwrite (page_mkwrite's block reservations: a 1 GiB
+	 * crest get from 2 threads here took 1.2-1.7 s against 0.9-1.3), so
+	 * other file systems, one thread alone, and files that cannot be
+	 * mapped (opened write-only) take pwrite. */
 	if (file && threads > 1)
 		j.map = calloc(n, sizeof(*j.map));
 	for (size_t i = 0; j.map && i < n; i++) {
-		if (!dst[i].file || !dst[i].st->size || dst[i].st->size > SIZE_MAX)
+		struct statfs sf;
+		if (!dst[i].file || !dst[i].st->size || dst[i].st->size > SIZE_MAX || fstatfs(dst[i].fd, &sf) < 0 ||
+		    sf.f_type != TMPFS_MAGIC)
 			continue;
 		void *p = mmap(NULL, (size_t)dst[i].st->size, PROT_READ | PROT_WRITE, MAP_SHARED, dst[i].fd, 0);
 		j.map[i] = p == MAP_FAILED ? NULL : p;

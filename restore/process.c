@@ -675,7 +675,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		}
 		char path[PATH_MAX + 256];
 		snprintf(path, sizeof(path), "%s/%s", dir, base);
-		int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 		if (fd < 0) {
 			rc = crest_errf(-errno, "cannot create %s", path);
 			break;

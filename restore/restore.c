@@ -382,7 +382,7 @@ static int tree_file(const struct restore_ctx *c, const struct cas_stream *st, i
 		if (getrandom(&r, sizeof(r), GRND_NONBLOCK) != sizeof(r))
 			r = (unsigned)time_now_ns() ^ ((unsigned)getpid() << 16);
 		snprintf(tmp, sizeof(tmp), ".crest-%08x", r);
-		fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		fd = openat(dfd, tmp, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 		if (fd < 0 && errno != EEXIST)
 			break;
 	}

@@ -74,7 +74,9 @@ int restore_sink_fd(void *arg, uint64_t off, const void *data, uint32_t len);
 /* The stream into fd, a regular file: truncated to the stream's size first,
  * so holes stay holes. Not through restore_stream: windows of consecutive
  * chunks are read in long runs, each chunk's SHA-256 checked, and a window
- * written only once all of it checked out (restore/gpu.h). */
+ * written only once all of it checked out (restore/gpu.h). A file on tmpfs
+ * opened for reading and writing is written by several threads through a
+ * shared mapping; otherwise with pwrite. */
 int restore_stream_to_fd(const struct restore_ctx *c, const struct cas_stream *st, int fd);
 
 /* The stream into dst, which holds cap >= st->size bytes; holes are zeroed. */
