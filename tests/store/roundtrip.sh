@@ -78,4 +78,12 @@ same_tree "$tree" "$T/out-tree/tree"
 note "everything again from one listing: every snapshot verifies"
 [ "$("$CREST" ls --json | grep -c '"snapshot"')" -eq 5 ] || fail "expected 5 snapshots"
 verify_store
+
+note "a writer leaves no write-ahead log for the next open to replay"
+# Readers (get, ls, restore) replay whatever log a writer left, each time:
+# half a second per 2 GiB of 4 KiB chunks. A writer flushes at close when
+# its memtable holds 8 MiB or more; here (CREST_CLOSE_FLUSH_MIN) any.
+CREST_CLOSE_FLUSH_MIN=1 "$CREST" --quiet put --tag again "$tree" >/dev/null || fail "put with a flush at close"
+logs=$(find "$S/index" -name '*.log' -size +0 | head -3)
+[ -z "$logs" ] || fail "the index's write-ahead log is not empty after the writer closed: $logs"
 echo "PASS"
