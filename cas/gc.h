@@ -71,6 +71,8 @@ struct cas_gc_result {
 	uint64_t packs, packs_rewritten, bytes_moved;
 	uint64_t bytes_before, bytes_after;          /* pack files on disk */
 	uint64_t packs_retired;    /* rewritten but not yet unlinked (a reader was open) */
+	uint64_t meta_before, meta_after;   /* meta log files on disk */
+	uint32_t meta_logs_removed;         /* by the compaction (cas_meta_compact) */
 };
 
 /* -EINVAL with a message when the policy keeps nothing explicitly (every

@@ -206,3 +206,147 @@ int cas_meta_walk(const struct cas_store *s, uint32_t num, uint64_t from,
 		*end = off;
 	return rc;
 }
+
+/* ---- compaction (gc) ----
+ *
+ * Logs are append-only and gc removes snapshots from the index only, so
+ * without this they grow for good: a region of 8 GiB in 4 KiB chunks puts
+ * 86 MB of extent-list pieces in the log at every checkpoint that touches
+ * all of it. When the logs before this session's hold more than min_bytes
+ * and more than twice what the index still names, everything the index
+ * names (manifests, pieces, tags) is appended to this session's log and
+ * synced, its committed end recorded, and then the older logs are
+ * unlinked, oldest first, and their ends dropped.
+ *
+ * Why this is safe, at any crash:
+ *  - Before the copy's end is recorded, the copied records are a log tail
+ *    past its end: the next writer's open walks them and finds every
+ *    snapshot already in the index (pieces and tags put again, the same).
+ *  - Unlinking oldest first leaves, at any moment, a suffix of the old
+ *    logs. A snapshot's delete record is in a log at least as new as its
+ *    manifest's (gc's own log is made after every commit it deletes), so a
+ *    manifest left on disk always has its delete record beside it: neither
+ *    a reconcile nor `casctl repair` brings a deleted snapshot back. And
+ *    every live snapshot is whole in this session's log.
+ *  - An end ('q') kept for a log already unlinked is skipped by the
+ *    reconcile (a log not on disk has no tail).
+ * Readers read manifests and pieces from the index, never from the logs,
+ * but for revokes past a log's end, which a writer's open has resolved
+ * before gc runs. What a compaction drops: the records of expired and
+ * revoked snapshots, and of commits a reconcile found it could not
+ * recover (their chunks were gone). */
+struct compact {
+	struct cas_store *s;
+	struct cas_meta_buf mb;
+	uint8_t kind;
+	uint64_t copied;
+};
+
+#define COMPACT_BATCH ((size_t)16 << 20)   /* bytes of records per append */
+
+static int compact_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
+{
+	struct compact *c = arg;
+	if (c->kind == CAS_META_TAG) {
+		if (vl != 32 || kl == 0 || kl > 128)
+			return crest_errx(-EBADMSG, "store %s: a tag in the index is damaged", c->s->dir);
+		cas_meta_rec(&c->mb, CAS_META_TAG, (const uint8_t *)v, k, kl);
+	} else {
+		if (kl != 32)
+			return crest_errx(-EBADMSG, "store %s: an index key is damaged", c->s->dir);
+		cas_meta_rec(&c->mb, c->kind, (const uint8_t *)k, v, vl);
+	}
+	if (c->mb.len < COMPACT_BATCH)
+		return 0;
+	const int rc = cas_meta_append(c->s, &c->mb);
+	c->copied += c->mb.len;
+	c->mb.len = 0;
+	return rc;
+}
+
+/* Sizes of the logs on disk, all (*all) and those below num (*below). */
+static int logs_bytes(const struct cas_store *s, uint32_t num, uint64_t *all, uint64_t *below)
+{
+	uint32_t max;
+	int rc = cas_meta_max_on_disk(s, &max);
+	*all = *below = 0;
+	for (uint32_t i = 1; rc == 0 && i <= max; i++) {
+		char path[4096];
+		struct stat st;
+		cas_meta_path(s, i, path, sizeof(path));
+		if (stat(path, &st) < 0)
+			continue;
+		*all += (uint64_t)st.st_size;
+		if (i < num)
+			*below += (uint64_t)st.st_size;
+	}
+	return rc;
+}
+
+int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, struct cas_meta_compaction *r)
+{
+	memset(r, 0, sizeof(*r));
+	/* This session's log first (gc made it for its delete records, unless
+	 * nothing expired): the logs below it are the old ones. */
+	const struct cas_meta_buf none = { 0 };
+	int rc = s->meta_fd < 0 ? cas_meta_append(s, &none) : 0;
+	uint64_t old = 0;
+	if (rc == 0)
+		rc = logs_bytes(s, s->meta_num, &r->bytes_before, &old);
+	r->bytes_after = r->bytes_before;
+	if (rc < 0 || old <= min_bytes)
+		return rc;
+	struct cas_index_stats st;
+	rc = cas_index_stats(s, &st);
+	const uint64_t live = st.manifest_bytes + st.piece_bytes + (st.manifests + st.pieces) * CAS_REC_HEADER;
+	if (rc < 0 || old <= 2 * live)
+		return rc;
+	struct compact c = { .s = s };
+	static const struct { char type; uint8_t kind; } what[] = {
+		{ 'l', CAS_META_PIECE }, { 'm', CAS_META_MANIFEST }, { 't', CAS_META_TAG },
+	};
+	for (size_t i = 0; rc == 0 && i < sizeof(what) / sizeof(what[0]); i++) {
+		c.kind = what[i].kind;
+		rc = cas_db_scan(s, what[i].type, compact_cb, &c);
+	}
+	if (rc == 0 && c.mb.len) {
+		rc = cas_meta_append(s, &c.mb);
+		c.copied += c.mb.len;
+	}
+	free(c.mb.p);
+	/* The copy's end, recorded before any old log goes. */
+	rocksdb_writebatch_t *b = rc == 0 ? rocksdb_writebatch_create() : NULL;
+	if (b) {
+		cas_batch_end(b, 'q', s->meta_num, s->meta_end);
+		rc = cas_batch_write(s, b, "recording the compacted meta log");
+		rocksdb_writebatch_destroy(b);
+	}
+	if (rc < 0)
+		return rc;
+	/* Oldest first (see above). */
+	b = rocksdb_writebatch_create();
+	for (uint32_t i = 1; i < s->meta_num; i++) {
+		char path[4096];
+		cas_meta_path(s, i, path, sizeof(path));
+		if (unlink(path) < 0 && errno != ENOENT) {
+			rc = crest_errf(-errno, "cannot remove meta log %s", path);
+			break;
+		}
+		char k[5];
+		cas_key_num(k, 'q', i);
+		rocksdb_writebatch_delete(b, k, sizeof(k));
+		r->logs_removed++;
+	}
+	char dir[4096];
+	snprintf(dir, sizeof(dir), "%s/meta", s->dir);
+	if (rc == 0)
+		rc = cas_fsync_path(dir);
+	if (rc == 0)
+		rc = cas_batch_write(s, b, "dropping the ends of removed meta logs");
+	rocksdb_writebatch_destroy(b);
+	r->bytes_copied = c.copied;
+	uint64_t below;
+	if (rc == 0)
+		rc = logs_bytes(s, s->meta_num, &r->bytes_after, &below);
+	return rc;
+}

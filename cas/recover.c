@@ -110,6 +110,10 @@ static int meta_tails(struct cas_store *s, const struct cas_pack_end *q, size_t 
 		const uint64_t from = end_of(q, nq, num, &found);
 		uint64_t end;
 		rc = cas_meta_walk(s, num, found ? from : 0, item_cb, c, &end);
+		if (rc == -ENOENT) {   /* gc's compaction removed it meanwhile (a reader's open) */
+			rc = 0;
+			continue;
+		}
 		if (rc == 0 && (!found || end != from))
 			(*qn)[(*nqn)++] = (struct cas_pack_end){ num, end };
 	}

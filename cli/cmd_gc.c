@@ -108,13 +108,15 @@ int cmd_gc(struct cli *c, int argc, char **argv)
 		print_ids("expired", r.expired, r.nexpired);
 		printf(", \"chunks\": %llu, \"dead_chunks\": %llu, \"dead_bytes\": %llu, \"pieces\": %llu, "
 		       "\"dead_pieces\": %llu, \"packs\": %llu, \"packs_rewritten\": %llu, \"bytes_moved\": %llu, "
-		       "\"bytes_before\": %llu, \"bytes_after\": %llu, \"packs_retired\": %llu}\n",
+		       "\"bytes_before\": %llu, \"bytes_after\": %llu, \"packs_retired\": %llu, "
+		       "\"meta_bytes_before\": %llu, \"meta_bytes_after\": %llu, \"meta_logs_removed\": %u}\n",
 		       (unsigned long long)r.chunks, (unsigned long long)r.dead_chunks,
 		       (unsigned long long)r.dead_bytes, (unsigned long long)r.pieces,
 		       (unsigned long long)r.dead_pieces, (unsigned long long)r.packs,
 		       (unsigned long long)r.packs_rewritten, (unsigned long long)r.bytes_moved,
 		       (unsigned long long)r.bytes_before, (unsigned long long)r.bytes_after,
-		       (unsigned long long)r.packs_retired);
+		       (unsigned long long)r.packs_retired, (unsigned long long)r.meta_before,
+		       (unsigned long long)r.meta_after, (unsigned)r.meta_logs_removed);
 	} else if (!c->quiet) {
 		char b1[32], b2[32], b3[32], b4[32];
 		const char *w = p.dry_run ? "would " : "";
@@ -134,6 +136,10 @@ int cmd_gc(struct cli *c, int argc, char **argv)
 		       (unsigned long long)r.packs_rewritten, (unsigned long long)r.packs,
 		       fmt_bytes(r.bytes_moved, b2, sizeof(b2)), fmt_bytes(r.bytes_before, b3, sizeof(b3)),
 		       fmt_bytes(r.bytes_after, b4, sizeof(b4)), p.dry_run ? " (estimated)" : "");
+		if (r.meta_logs_removed)
+			printf("meta logs: what the index names copied into one, %u old ones removed; on disk %s -> %s\n",
+			       (unsigned)r.meta_logs_removed, fmt_bytes(r.meta_before, b1, sizeof(b1)),
+			       fmt_bytes(r.meta_after, b2, sizeof(b2)));
 		if (r.packs_retired)
 			printf("%llu rewritten packs wait for the store's readers to finish: the next gc removes them\n",
 			       (unsigned long long)r.packs_retired);
