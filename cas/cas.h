@@ -298,4 +298,10 @@ struct cas_pack_stats {
 };
 int cas_pack_stats(struct cas_store *s, struct cas_pack_stats *st);
 
+/* The meta logs on disk (gc compacts them: cas/gc.h). */
+struct cas_meta_stats {
+	uint64_t logs, log_bytes;
+};
+int cas_meta_stats(struct cas_store *s, struct cas_meta_stats *st);
+
 #endif

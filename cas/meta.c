@@ -283,6 +283,23 @@ static int logs_bytes(const struct cas_store *s, uint32_t num, uint64_t *all, ui
 	return rc;
 }
 
+int cas_meta_stats(struct cas_store *s, struct cas_meta_stats *st)
+{
+	uint32_t max;
+	int rc = cas_meta_max_on_disk(s, &max);
+	memset(st, 0, sizeof(*st));
+	for (uint32_t i = 1; rc == 0 && i <= max; i++) {
+		char path[4096];
+		struct stat sb;
+		cas_meta_path(s, i, path, sizeof(path));
+		if (stat(path, &sb) == 0) {
+			st->logs++;
+			st->log_bytes += (uint64_t)sb.st_size;
+		}
+	}
+	return rc;
+}
+
 int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, struct cas_meta_compaction *r)
 {
 	memset(r, 0, sizeof(*r));

@@ -49,6 +49,9 @@ int cmd_stats(struct cli *c, int argc, char **argv)
 		rc = cas_pack_stats(store, &ps);
 	if (rc == 0)
 		rc = cas_index_stats(store, &is);
+	struct cas_meta_stats ms = { 0 };
+	if (rc == 0)
+		rc = cas_meta_stats(store, &ms);
 	cas_close(store);
 	if (rc < 0) {
 		cas_snapshot_list_free(v, n);
@@ -66,11 +69,12 @@ int cmd_stats(struct cli *c, int argc, char **argv)
 		printf("{\"snapshots\": %zu, \"logical_bytes\": %llu, \"unique_bytes\": %llu, "
 		       "\"stored_bytes\": %llu, \"dedup_ratio\": %.4f, \"compression_ratio\": %.4f, "
 		       "\"chunks\": %llu, \"packs\": %llu, \"pack_bytes\": %llu, \"manifest_bytes\": %llu, "
-		       "\"pieces\": %llu, \"piece_bytes\": %llu}\n",
+		       "\"pieces\": %llu, \"piece_bytes\": %llu, \"meta_logs\": %llu, \"meta_log_bytes\": %llu}\n",
 		       n, (unsigned long long)logical, (unsigned long long)a.raw, (unsigned long long)a.stored,
 		       dedup, comp, (unsigned long long)a.chunks, (unsigned long long)ps.packs,
 		       (unsigned long long)ps.pack_bytes, (unsigned long long)is.manifest_bytes,
-		       (unsigned long long)is.pieces, (unsigned long long)is.piece_bytes);
+		       (unsigned long long)is.pieces, (unsigned long long)is.piece_bytes, (unsigned long long)ms.logs,
+		       (unsigned long long)ms.log_bytes);
 	} else {
 		char b[6][32];
 		printf("store        %s\n", c->store);
@@ -85,6 +89,7 @@ int cmd_stats(struct cli *c, int argc, char **argv)
 		       fmt_bytes(ps.pack_bytes, b[3], 32));
 		printf("manifests    %s, and %llu extent-list pieces (%s)\n", fmt_bytes(is.manifest_bytes, b[4], 32),
 		       (unsigned long long)is.pieces, fmt_bytes(is.piece_bytes, b[5], 32));
+		printf("meta logs    %llu (%s on disk)\n", (unsigned long long)ms.logs, fmt_bytes(ms.log_bytes, b[0], 32));
 	}
 	return 0;
 }
