@@ -264,18 +264,20 @@ static int compact_cb(const char *k, size_t kl, const char *v, size_t vl, void *
 	return rc;
 }
 
-/* Sizes of the logs on disk, all (*all) and those below num (*below). */
-static int logs_bytes(const struct cas_store *s, uint32_t num, uint64_t *all, uint64_t *below)
+/* The logs on disk: how many (*count), their bytes (*all) and the bytes of
+ * those numbered below num (*below). */
+static int logs_bytes(const struct cas_store *s, uint32_t num, uint64_t *count, uint64_t *all, uint64_t *below)
 {
 	uint32_t max;
 	int rc = cas_meta_max_on_disk(s, &max);
-	*all = *below = 0;
+	*count = *all = *below = 0;
 	for (uint32_t i = 1; rc == 0 && i <= max; i++) {
 		char path[4096];
 		struct stat st;
 		cas_meta_path(s, i, path, sizeof(path));
 		if (stat(path, &st) < 0)
 			continue;
+		(*count)++;
 		*all += (uint64_t)st.st_size;
 		if (i < num)
 			*below += (uint64_t)st.st_size;
@@ -285,19 +287,8 @@ static int logs_bytes(const struct cas_store *s, uint32_t num, uint64_t *all, ui
 
 int cas_meta_stats(struct cas_store *s, struct cas_meta_stats *st)
 {
-	uint32_t max;
-	int rc = cas_meta_max_on_disk(s, &max);
-	memset(st, 0, sizeof(*st));
-	for (uint32_t i = 1; rc == 0 && i <= max; i++) {
-		char path[4096];
-		struct stat sb;
-		cas_meta_path(s, i, path, sizeof(path));
-		if (stat(path, &sb) == 0) {
-			st->logs++;
-			st->log_bytes += (uint64_t)sb.st_size;
-		}
-	}
-	return rc;
+	uint64_t below;
+	return logs_bytes(s, 0, &st->logs, &st->log_bytes, &below);
 }
 
 int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, struct cas_meta_compaction *r)
@@ -307,9 +298,9 @@ int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, struct cas_meta_co
 	 * nothing expired): the logs below it are the old ones. */
 	const struct cas_meta_buf none = { 0 };
 	int rc = s->meta_fd < 0 ? cas_meta_append(s, &none) : 0;
-	uint64_t old = 0;
+	uint64_t old = 0, count;
 	if (rc == 0)
-		rc = logs_bytes(s, s->meta_num, &r->bytes_before, &old);
+		rc = logs_bytes(s, s->meta_num, &count, &r->bytes_before, &old);
 	r->bytes_after = r->bytes_before;
 	if (rc < 0 || old <= min_bytes)
 		return rc;
@@ -364,6 +355,6 @@ int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, struct cas_meta_co
 	r->bytes_copied = c.copied;
 	uint64_t below;
 	if (rc == 0)
-		rc = logs_bytes(s, s->meta_num, &r->bytes_after, &below);
+		rc = logs_bytes(s, s->meta_num, &count, &r->bytes_after, &below);
 	return rc;
 }
