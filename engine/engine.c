@@ -231,7 +231,6 @@ struct cas_stream *engine_stream_meta(struct engine_stream *st)
 	return &st->meta;
 }
 
-/* Reads exactly len bytes at off, or fails naming what changed. */
 /* The release of memory given to a stream, called once the last segment
  * made of it is done: the producer holds one reference until every segment
  * is queued, so it cannot run while segments are still being added. NULL
