@@ -180,14 +180,15 @@ int cas_meta_cut(struct cas_store *s, uint64_t end);
 void cas_meta_close(struct cas_store *s);
 /* The records of log num from offset from on, until one does not check out. */
 /* gc: when the logs before this session's hold more than min_bytes and
- * more than twice what the index names, copies all the index names into
+ * more than twice live (the bytes of the records of what the index names,
+ * which gc has counted while marking), copies all the index names into
  * this session's log and removes the older logs (meta.c says why that is
  * safe at any crash). r says what it found and did. */
 struct cas_meta_compaction {
 	uint64_t bytes_before, bytes_after, bytes_copied;
 	uint32_t logs_removed;
 };
-int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, struct cas_meta_compaction *r);
+int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, uint64_t live, struct cas_meta_compaction *r);
 int cas_meta_walk(const struct cas_store *s, uint32_t num, uint64_t from,
 		  int (*cb)(const struct cas_meta_item *it, void *arg), void *arg, uint64_t *end);
 

@@ -465,13 +465,15 @@ static int mark_extents(struct runs *chunks, const struct cas_extent *e, uint64_
 	return rc;
 }
 
-/* Marks the chunks and pieces of one kept manifest. A piece an earlier
+/* Marks the chunks and pieces of one kept manifest, and adds what its
+ * meta log record takes to *meta_bytes. A piece an earlier
  * manifest of this run named is not fetched again: a piece is named by
  * the SHA-256 of its encoding, so the same id is the same extents, whose
  * chunks are marked already (successive snapshots of a region share most
  * of their pieces). Every piece that is fetched is checked as
  * cas_manifest_load checks it, and the manifest itself against its id. */
-static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct runs *chunks, struct pieceset *pieces)
+static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct runs *chunks, struct pieceset *pieces,
+			 uint64_t *meta_bytes)
 {
 	char hex[65];
 	hex_encode(id, 32, hex);
@@ -487,6 +489,7 @@ static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct runs 
 	rocksdb_free(v);
 	if (rc < 0)
 		return rc;
+	*meta_bytes += CAS_REC_HEADER + n;
 	size_t *idx = calloc(m->npieces ? m->npieces : 1, sizeof(*idx));
 	bool *pieced = calloc(m->nstreams ? m->nstreams : 1, sizeof(*pieced));
 	size_t nidx = 0;
@@ -766,9 +769,13 @@ static int chunk_cb(const char *k, size_t kl, const char *v, size_t vl, void *ar
  * runs: the 'l' values are the extent lists themselves (368 MB for 101
  * snapshots of 512 MiB in 4 KiB chunks), so reading past them costs about
  * half what the chunk scan does, and the two overlap on two cores. Only
- * the keys are kept: one id per piece, as for the live pieces. */
+ * the keys are kept: one id per piece, as for the live pieces; of the live
+ * ones (live, sealed before the listing starts) the meta log records'
+ * bytes are added up for the compaction, which need not read them again. */
 struct piece_lister {
 	struct cas_store *s;
+	const struct idset *live;
+	uint64_t live_bytes;
 	struct idset all;
 	pthread_t t;
 	bool started;
@@ -779,8 +786,9 @@ struct piece_lister {
 static int piece_key_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
 {
 	(void)v;
-	(void)vl;
 	struct piece_lister *l = arg;
+	if (kl == 32 && idset_has(l->live, (const uint8_t *)k))
+		l->live_bytes += CAS_REC_HEADER + vl;
 	if (kl == 32 && idset_add(&l->all, (const uint8_t *)k) < 0) {
 		l->rc = crest_errf(-ENOMEM, "gc: listing the pieces");
 		return 1;
@@ -1311,7 +1319,8 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	bool merging = false;
 	runs_dir(s, live.dir, sizeof(live.dir));
 	struct scan sc = { .s = s, .live = &mg, .r = r, .dry = pol->dry_run };
-	struct piece_lister pl = { .s = s };
+	struct piece_lister pl = { .s = s, .live = &pieces.set };
+	uint64_t meta_live = 0;   /* the kept manifests' meta log records, bytes */
 	struct idset dead_pieces = { 0 };
 	bool *want = NULL;
 	uint64_t *pend = NULL;
@@ -1343,7 +1352,7 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		if (sv[i].keep) {
 			memcpy(r->kept[r->nkept++], sv[i].id, 32);
-			rc = mark_manifest(s, sv[i].id, &live, &pieces);
+			rc = mark_manifest(s, sv[i].id, &live, &pieces, &meta_live);
 		} else {
 			memcpy(r->expired[r->nexpired++], sv[i].id, 32);
 			if (idset_add(&expired, sv[i].id) < 0)
@@ -1482,7 +1491,7 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 		/* Last: the meta logs still hold what this run expired. */
 		struct cas_meta_compaction mc = { 0 };
 		if (rc == 0)
-			rc = cas_meta_compact(s, meta_compact_min(), &mc);
+			rc = cas_meta_compact(s, meta_compact_min(), meta_live + pl.live_bytes, &mc);
 		r->meta_before = mc.bytes_before;
 		r->meta_after = mc.bytes_after;
 		r->meta_logs_removed = mc.logs_removed;

@@ -291,7 +291,7 @@ int cas_meta_stats(struct cas_store *s, struct cas_meta_stats *st)
 	return logs_bytes(s, 0, &st->logs, &st->log_bytes, &below);
 }
 
-int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, struct cas_meta_compaction *r)
+int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, uint64_t live, struct cas_meta_compaction *r)
 {
 	memset(r, 0, sizeof(*r));
 	/* This session's log first (gc made it for its delete records, unless
@@ -302,12 +302,7 @@ int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, struct cas_meta_co
 	if (rc == 0)
 		rc = logs_bytes(s, s->meta_num, &count, &r->bytes_before, &old);
 	r->bytes_after = r->bytes_before;
-	if (rc < 0 || old <= min_bytes)
-		return rc;
-	struct cas_index_stats st;
-	rc = cas_index_stats(s, &st);
-	const uint64_t live = st.manifest_bytes + st.piece_bytes + (st.manifests + st.pieces) * CAS_REC_HEADER;
-	if (rc < 0 || old <= 2 * live)
+	if (rc < 0 || old <= min_bytes || old <= 2 * live)
 		return rc;
 	struct compact c = { .s = s };
 	static const struct { char type; uint8_t kind; } what[] = {
