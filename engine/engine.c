@@ -43,8 +43,9 @@ void engine_opts_default(struct engine_opts *o)
 /* ---- producers ---- */
 
 /* Queues a segment of len bytes at the stream's end; how, unless NULL,
- * gives its engine_stream_add_chunks fields (set before any worker can
- * take it). */
+ * gives its other fields (a file's source, engine_stream_add_chunks'
+ * ids): it is copied whole, then the fields above are set, all before
+ * any worker can take it. */
 static int seg_submit(struct engine_stream *st, const uint8_t *data, size_t len, void *staging,
 		      struct release_ref *rel, const struct seg *how)
 {
@@ -63,21 +64,14 @@ static int seg_submit(struct engine_stream *st, const uint8_t *data, size_t len,
 		st->cap = cap;
 	}
 	st->segs[st->nsegs++] = sg;
+	if (how)
+		*sg = *how;
 	sg->st = st;
 	sg->off = st->size;
 	sg->data = data;
 	sg->len = len;
 	sg->staging = staging;
 	sg->rel = rel;
-	if (how) {
-		sg->src = how->src;
-		sg->src_off = how->src_off;
-		sg->ids = how->ids;
-		sg->sparse = how->sparse;
-		sg->idx = how->idx;
-		sg->nidx = how->nidx;
-		sg->idx_base = how->idx_base;
-	}
 	st->size += len;
 	pthread_mutex_lock(&e->lock);
 	st->snap->segs_total++;
