@@ -7,11 +7,7 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
-seed=${CREST_LEAK_SEED:-$$}
-RANDOM=$seed
-echo "random seed $seed (CREST_LEAK_SEED=$seed reproduces the delays)"
-kills=${CREST_LEAK_KILLS:-8}
-mib=$(( MIB < 128 ? MIB : 128 ))
+leak_setup
 
 start_job job.out --mib "$mib" --interval-ms 50
 wait_lines job.out 1
@@ -34,12 +30,7 @@ criu_gone() {
 }
 most=0
 for i in $(seq 1 "$kills"); do
-	delay=$(( (RANDOM * 32768 + RANDOM) % (full_ms + 1) ))
-	"$CREST" --store "$S" --quiet checkpoint --pid "$JOB" >/dev/null 2>&1 &
-	CK=$!
-	sleep "$(awk "BEGIN { print $delay / 1000 }")"
-	kill -9 $CK 2>/dev/null || true
-	wait $CK 2>/dev/null || true
+	kill_at_random "$full_ms" "$CREST" --store "$S" --quiet checkpoint --pid "$JOB"
 	criu_gone
 	left=$(shm | grep -vc '\.' || true)
 	echo "kill $i after $delay ms: $left image directories of pid $JOB on /dev/shm"

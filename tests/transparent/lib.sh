@@ -47,3 +47,25 @@ expect_error() {
 	grep -q -- "$want" "$err" || { cat "$err" >&2; fail "'$*': error does not mention '$want'"; }
 	echo "ok: $(cat "$err")"
 }
+# For the tests that kill a crest at random moments: the seed (printed;
+# CREST_LEAK_SEED replays it), how many kills (CREST_LEAK_KILLS, 8) and the
+# job's size in MiB (MIB, at most 128).
+leak_setup() {
+	seed=${CREST_LEAK_SEED:-$$}
+	RANDOM=$seed
+	echo "random seed $seed (CREST_LEAK_SEED=$seed reproduces the delays)"
+	kills=${CREST_LEAK_KILLS:-8}
+	mib=$(( ${MIB:-64} < 128 ? ${MIB:-64} : 128 ))
+}
+# kill_at_random MAX_MS CMD...: runs CMD in the background and kills it with
+# -9 after a random delay from 0 to MAX_MS ms (left in $delay).
+kill_at_random() {
+	local max=$1 pid
+	shift
+	delay=$(( (RANDOM * 32768 + RANDOM) % (max + 1) ))
+	"$@" >/dev/null 2>&1 &
+	pid=$!
+	sleep "$(awk "BEGIN { print $delay / 1000 }")"
+	kill -9 "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+}

@@ -8,11 +8,7 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
-seed=${CREST_LEAK_SEED:-$$}
-RANDOM=$seed
-echo "random seed $seed (CREST_LEAK_SEED=$seed reproduces the delays)"
-kills=${CREST_LEAK_KILLS:-8}
-mib=$(( ${MIB:-64} < 128 ? ${MIB:-64} : 128 ))
+leak_setup
 
 start_job job.out --mib "$mib" --interval-ms 50
 wait_lines job.out 1
@@ -43,12 +39,7 @@ echo "one restore of a $mib MiB job takes $full_ms ms; kills fall in 0 to $full_
 
 most=0
 for i in $(seq 1 "$kills"); do
-	delay=$(( (RANDOM * 32768 + RANDOM) % (full_ms + 1) ))
-	"$CREST" --store "$S" --quiet restore j >/dev/null 2>&1 &
-	CK=$!
-	sleep "$(awk "BEGIN { print $delay / 1000 }")"
-	kill -9 $CK 2>/dev/null || true
-	wait $CK 2>/dev/null || true
+	kill_at_random "$full_ms" "$CREST" --store "$S" --quiet restore j
 	restore_gone
 	n=$(left | grep -c -v '\.' || true)
 	echo "kill $i after $delay ms: $n image directories of killed restores on /dev/shm"
