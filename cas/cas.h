@@ -253,9 +253,12 @@ struct cas_index_entry {
 };
 
 /* Encodes m, commits entries + manifest + summary (+ tag when non-NULL) in
- * one synced batch, and returns the new id. Sorts e by id on the way. */
+ * one synced batch, and returns the new id. Sorts e by id on the way.
+ * base (or NULL), a manifest loaded whole from this store, usually m's
+ * parent, lets long extent lists be stored as deltas against its pieces
+ * (manifest.h); a delta whose base the index no longer has is not written. */
 int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
-	       const struct cas_manifest *m, const char *tag, uint8_t id[32]);
+	       const struct cas_manifest *m, const struct cas_manifest *base, const char *tag, uint8_t id[32]);
 
 /* Snapshot names: a full id, a tag, or a unique id prefix of >= 4 hex digits. */
 int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32]);

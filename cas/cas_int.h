@@ -105,6 +105,10 @@ char *cas_db_get(struct cas_store *s, char type, const void *key, size_t klen, s
  * decoded (pieces not fetched); -EBADMSG with a message when damaged. */
 int cas_manifest_check(const struct cas_store *s, const uint8_t id[32], const void *v, size_t n,
 		       struct cas_manifest **out);
+/* Fetches piece i of m from the index, with its base when it is a delta,
+ * checks both against their ids and decodes it into place; hex names the
+ * snapshot in messages. Threads may load different pieces at once. */
+int cas_piece_load(struct cas_store *s, struct cas_manifest *m, size_t i, const char *hex);
 /* Opens pack read-only and checks its header (magic, version, number):
  * the descriptor, or a negative code with a message. */
 int cas_pack_open_read(const struct cas_store *s, uint32_t pack);

@@ -12,8 +12,11 @@
 
 /* STORE/FORMAT holds "crest-store N\n". Version 1: packs and the index.
  * Version 2 adds the meta log and the 'p' and 'q' index keys; a writer
- * upgrades a version 1 store when it opens it, and reads it as it was. */
-#define CAS_FORMAT_VERSION 2
+ * upgrades a version 1 store when it opens it, and reads it as it was.
+ * Version 3 lets extent-list pieces be deltas (manifests of version 3,
+ * manifest.h), which an older crest would take for damage; a writer
+ * rewrites a version 2 store's FORMAT, and nothing else changes. */
+#define CAS_FORMAT_VERSION 3
 #define CAS_FORMAT_OLDEST 1
 
 /* Packs (STORE/packs/NNNNNNNN.pack) and meta logs (STORE/meta/NNNNNNNN.log)

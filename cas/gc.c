@@ -422,7 +422,8 @@ struct mark_job {
 	const size_t *idx;           /* pieces to fetch: indices into m->pieces */
 	const char *hex;             /* the snapshot, for messages */
 	struct runs *chunks;
-	pthread_mutex_t *lock;       /* over chunks */
+	struct idset *bases;         /* the delta pieces' bases, kept */
+	pthread_mutex_t *lock;       /* over chunks and bases */
 };
 
 static int mark_extents(struct runs *chunks, const struct cas_extent *e, uint64_t n);
@@ -432,26 +433,16 @@ static int mark_fetch(struct par *p, void *tls, size_t i)
 	(void)tls;
 	const struct mark_job *j = p->arg;
 	const struct cas_piece *pc = &j->m->pieces[j->idx[i]];
-	const char *name = j->m->streams[pc->stream].name;
-	char ph[65];
-	hex_encode(pc->sha, 32, ph);
-	size_t n;
-	int rc;
-	char *v = cas_db_get(j->s, 'l', pc->sha, 32, &n, &rc);
-	if (rc == -ENOENT)
-		return crest_errx(-EBADMSG, "snapshot %.12s in %s is damaged: piece %.12s of the extent list "
-				  "of %s is missing from the index", j->hex, j->s->dir, ph, name);
-	if (!v)
-		return rc;
-	rc = cas_manifest_piece_decode(j->m, j->idx[i], (const uint8_t *)v, n);
-	rocksdb_free(v);
-	if (rc == -EBADMSG)
-		return crest_errx(rc, "snapshot %.12s in %s is damaged: piece %.12s of the extent list of %s "
-				  "does not match its SHA-256 or does not decode", j->hex, j->s->dir, ph, name);
+	int rc = cas_piece_load(j->s, j->m, j->idx[i], j->hex);
 	if (rc < 0)
-		return crest_errf(rc, "checking the extent list of %s in snapshot %.12s", name, j->hex);
+		return rc;
+	/* A delta's chunks are its expansion's; its base stays as a record
+	 * (a delta is nothing without it), but the base's own chunks that the
+	 * delta replaced are not marked for it. */
 	pthread_mutex_lock(j->lock);
 	rc = mark_extents(j->chunks, j->m->streams[pc->stream].ext + pc->first, pc->n);
+	if (rc == 0 && pc->delta && idset_add(j->bases, pc->base) < 0)
+		rc = crest_errf(-ENOMEM, "gc: marking");
 	pthread_mutex_unlock(j->lock);
 	return rc;
 }
@@ -473,7 +464,7 @@ static int mark_extents(struct runs *chunks, const struct cas_extent *e, uint64_
  * of their pieces). Every piece that is fetched is checked as
  * cas_manifest_load checks it, and the manifest itself against its id. */
 static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct runs *chunks, struct pieceset *pieces,
-			 uint64_t *meta_bytes)
+			 struct idset *bases, uint64_t *meta_bytes)
 {
 	char hex[65];
 	hex_encode(id, 32, hex);
@@ -509,7 +500,8 @@ static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct runs 
 			rc = mark_extents(chunks, m->streams[i].ext, m->streams[i].nextents);
 	if (rc == 0 && nidx) {
 		pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-		struct mark_job j = { .s = s, .m = m, .idx = idx, .hex = hex, .chunks = chunks, .lock = &lock };
+		struct mark_job j = { .s = s, .m = m, .idx = idx, .hex = hex, .chunks = chunks, .bases = bases,
+				      .lock = &lock };
 		struct par p = { .n = nidx, .fn = mark_fetch, .arg = &j };
 		rc = par_run(&p, MARK_THREADS, NULL, 0);
 	}
@@ -1314,6 +1306,7 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	struct snap *sv = calloc(n ? n : 1, sizeof(*sv));
 	struct runs live = { .cap = run_ids() };
 	struct pieceset pieces = { 0 };
+	struct idset bases = { 0 };      /* kept for the deltas that name them */
 	struct idset expired = { 0 };
 	struct merge mg;
 	bool merging = false;
@@ -1352,7 +1345,7 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		if (sv[i].keep) {
 			memcpy(r->kept[r->nkept++], sv[i].id, 32);
-			rc = mark_manifest(s, sv[i].id, &live, &pieces, &meta_live);
+			rc = mark_manifest(s, sv[i].id, &live, &pieces, &bases, &meta_live);
 		} else {
 			memcpy(r->expired[r->nexpired++], sv[i].id, 32);
 			if (idset_add(&expired, sv[i].id) < 0)
@@ -1364,6 +1357,13 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	}
 	if (prog)
 		progress_end(prog);
+	/* The bases join the live pieces only now: a piece in pieces.set has
+	 * had its chunks marked, and a base's were not (the mark skips a
+	 * piece it finds there). */
+	for (size_t i = 0; rc == 0 && i < bases.n; i++)
+		if (idset_add(&pieces.set, bases.v[i]) < 0)
+			rc = crest_errf(-ENOMEM, "gc: marking");
+	free(bases.v);
 	idset_seal(&pieces.set);
 	idset_seal(&expired);
 	if (rc == 0) {

@@ -150,10 +150,11 @@ int cas_branch_fork(struct cas_store *s, const uint8_t from[32], const char *nam
 	if (rc < 0)
 		rc = crest_errf(rc, "starting branch %s", name);
 	/* Every chunk and piece is the parent's, already in the store: the
-	 * commit adds the manifest alone (cas_commit skips pieces it has). */
+	 * commit adds the manifest alone (cas_commit skips pieces it has).
+	 * With m as its own base, its deltas encode as they were. */
 	struct cas_index_entry none[1];
 	if (rc == 0)
-		rc = cas_commit(s, none, 0, m, NULL, id);
+		rc = cas_commit(s, none, 0, m, m, NULL, id);
 	cas_manifest_free(m);
 	return rc;
 }

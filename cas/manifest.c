@@ -10,8 +10,12 @@
  *               then either (npieces 0) the extents inline, or per piece:
  *               u64 n, u64 bytes, sha[32]
  *   extent: u8 hole, u64 len, [32 sha unless hole]
- * A piece's encoding is its n extents back to back. Version 1 (no npieces,
- * every list inline) is still read.
+ * A piece's encoding is its n extents back to back, or (version 3) a delta:
+ *   u8 2 | base sha[32] | u32 k | k times: u32 index, extent
+ * with indices ascending and below n: the full piece base, with those of
+ * its extents replaced. Version 3 is written only by a manifest that names
+ * a delta, so every other manifest keeps the bytes (and id) of version 2.
+ * Version 1 (no npieces, every list inline) is still read.
  * The decoder checks every length against what is left: a manifest comes off
  * a disk and is not trusted until it decodes.
  */
@@ -24,7 +28,9 @@
 #include <string.h>
 
 #define MF_MAGIC "CRMF"
-#define MF_VERSION 2
+#define MF_VERSION 3         /* the newest read */
+#define MF_VERSION_PLAIN 2   /* written when no piece is a delta */
+#define MF_VERSION_DELTA 3   /* the first whose pieces may be deltas */
 
 /* Pieces. A stream of PIECE_MIN_EXTENTS extents or more is cut where its
  * offset enters the next PIECE_SPAN bytes, so an unchanged stretch of a
@@ -36,6 +42,19 @@
 #define PIECE_SPAN ((uint64_t)64 << 20)
 #define PIECE_MAX_EXTENTS ((uint64_t)1 << 20)
 #define PIECE_REF_BYTES 48
+
+/* Extents as encoded: a hole, or data with its SHA-256. */
+#define EXT_HOLE_BYTES 9
+#define EXT_DATA_BYTES 41
+
+/* Deltas (manifest.h). The first byte tells them from a full piece, whose
+ * first byte is a hole flag, 0 or 1. A delta is written only while it
+ * replaces at most a quarter of its base's extents: past that, a full piece
+ * costs little more, and a reader's work for a place stays within 1.25
+ * pieces' worth. */
+#define PIECE_DELTA 2
+#define DELTA_HEAD (1 + 32 + 4)
+#define DELTA_MAX_SHARE 4     /* at most n / DELTA_MAX_SHARE changes */
 
 struct wbuf {
 	uint8_t *p;
@@ -118,37 +137,131 @@ static uint64_t knob(const char *name, uint64_t dflt)
 	return n ? (uint64_t)n : dflt;
 }
 
+static bool ext_eq(const struct cas_extent *a, const struct cas_extent *b)
+{
+	return a->len == b->len && a->hole == b->hole && (a->hole || !memcmp(a->sha, b->sha, 32));
+}
+
+/* What a delta at piece p's place can start from: the base manifest's
+ * stream of the same name, and its pieces (a range of base->pieces). */
+struct delta_src {
+	const struct cas_stream *bs;
+	const struct cas_piece *bp;
+	size_t nbp, at;               /* at: a cursor, pieces come in order */
+	uint32_t *idx;                /* scratch: the changed indices */
+};
+
+static void delta_src_find(const struct cas_manifest *base, const struct cas_stream *s, struct delta_src *d)
+{
+	d->bs = NULL;
+	d->nbp = d->at = 0;
+	if (!base || base->header_only)
+		return;
+	const struct cas_stream *bs = cas_manifest_find(base, s->name);
+	if (!bs || !bs->ext)
+		return;
+	const size_t bsi = (size_t)(bs - base->streams);
+	size_t lo = 0, hi = base->npieces;   /* pieces are in stream order */
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+		if (base->pieces[mid].stream < bsi)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	size_t e = lo;
+	while (e < base->npieces && base->pieces[e].stream == bsi)
+		e++;
+	d->bs = bs;
+	d->bp = base->pieces + lo;
+	d->nbp = e - lo;
+}
+
+/* Writes piece p of stream s into pw: as a delta against the base's piece
+ * at the same place when there is one and the delta is small enough
+ * (manifest.h), else whole. The delta names the base's own base when that
+ * is a delta, with the base's changes and this piece's together: an index
+ * changed in neither holds the same extent in all three. */
+static void piece_write(struct wbuf *pw, const struct cas_stream *s, struct cas_piece *p, struct delta_src *d)
+{
+	const struct cas_extent *e = s->ext + p->first;
+	p->off = pw->len;
+	while (d->at < d->nbp && d->bp[d->at].first < p->first)
+		d->at++;
+	const struct cas_piece *bp = d->at < d->nbp ? &d->bp[d->at] : NULL;
+	if (bp && bp->first == p->first && bp->n == p->n && d->bs->nextents >= p->first + p->n &&
+	    (!bp->delta || bp->chg || !bp->nchg)) {
+		const struct cas_extent *be = d->bs->ext + p->first;
+		const uint64_t limit = p->n / DELTA_MAX_SHARE;
+		uint64_t cnt = 0, k = 0;
+		bool fits = true;
+		for (uint64_t j = 0; fits && j < p->n; j++) {
+			const bool was = bp->delta && k < bp->nchg && bp->chg[k] == j;
+			k += was;
+			if (was || !ext_eq(&e[j], &be[j])) {
+				if (cnt == limit)
+					fits = false;
+				else
+					d->idx[cnt++] = (uint32_t)j;
+			}
+		}
+		if (fits && (bp->delta || cnt)) {
+			w_u8(pw, PIECE_DELTA);
+			w_bytes(pw, bp->delta ? bp->base : bp->sha, 32);
+			w_u32(pw, (uint32_t)cnt);
+			for (uint64_t c = 0; c < cnt; c++) {
+				w_u32(pw, d->idx[c]);
+				w_extent(pw, &e[d->idx[c]]);
+			}
+			p->delta = true;
+			memcpy(p->base, bp->delta ? bp->base : bp->sha, 32);
+			p->len = pw->len - p->off;
+			return;
+		}
+	}
+	for (uint64_t j = 0; j < p->n; j++)
+		w_extent(pw, &e[j]);
+	p->len = pw->len - p->off;
+}
+
 /* Cuts the long extent lists into pieces, encoded into pbuf. */
-static int pieces_cut(const struct cas_manifest *m, struct cas_encoded *out)
+static int pieces_cut(const struct cas_manifest *m, const struct cas_manifest *base, struct cas_encoded *out)
 {
 	const uint64_t min_extents = knob("CREST_PIECE_MIN_EXTENTS", PIECE_MIN_EXTENTS);
 	const uint64_t piece_span = knob("CREST_PIECE_SPAN", PIECE_SPAN);
 	struct wbuf pw = { 0 };
 	size_t cap = 0;
+	struct delta_src d = { 0 };
 	int rc = 0;
+	if (base && !(d.idx = malloc(PIECE_MAX_EXTENTS / DELTA_MAX_SHARE * sizeof(*d.idx))))
+		rc = -ENOMEM;
 	for (size_t i = 0; rc == 0 && i < m->nstreams; i++) {
 		const struct cas_stream *s = &m->streams[i];
 		if (s->nextents < min_extents)
 			continue;
+		const size_t p0 = out->npieces;
 		uint64_t o = 0, span = 0;
 		struct cas_piece *cur = NULL;
 		for (uint64_t j = 0; rc == 0 && j < s->nextents; j++) {
 			const struct cas_extent *e = &s->ext[j];
 			if (!cur || o / piece_span != span || cur->n == PIECE_MAX_EXTENTS) {
-				const struct cas_piece p = { .stream = i, .first = j, .off = pw.len };
+				const struct cas_piece p = { .stream = i, .first = j };
 				rc = piece_push(out, &cap, &p);
 				cur = rc == 0 ? &out->pieces[out->npieces - 1] : NULL;
 				span = o / piece_span;
 			}
 			if (rc == 0) {
-				w_extent(&pw, e);
 				cur->n++;
 				cur->bytes += e->len;
-				cur->len = pw.len - cur->off;
 				o += e->len;
 			}
 		}
+		if (base)
+			delta_src_find(base, s, &d);
+		for (size_t k = p0; rc == 0 && k < out->npieces; k++)
+			piece_write(&pw, s, &out->pieces[k], &d);
 	}
+	free(d.idx);
 	out->pbuf = pw.p;
 	return rc < 0 ? rc : pw.err;
 }
@@ -161,10 +274,10 @@ static int piece_hash(struct par *p, void *tls, size_t i)
 	return sha256_once(out->pbuf + pc->off, pc->len, pc->sha);
 }
 
-int cas_manifest_encode(const struct cas_manifest *m, struct cas_encoded *out)
+int cas_manifest_encode(const struct cas_manifest *m, const struct cas_manifest *base, struct cas_encoded *out)
 {
 	memset(out, 0, sizeof(*out));
-	int rc = pieces_cut(m, out);
+	int rc = pieces_cut(m, base, out);
 	if (rc == 0) {
 		/* 86 MB of pieces for 8 GiB of 4 KiB chunks: 60 ms on one core. */
 		struct par p = { .n = out->npieces, .fn = piece_hash, .arg = out };
@@ -174,9 +287,12 @@ int cas_manifest_encode(const struct cas_manifest *m, struct cas_encoded *out)
 		cas_encoded_free(out);
 		return rc;
 	}
+	bool delta = false;
+	for (size_t i = 0; i < out->npieces; i++)
+		delta |= out->pieces[i].delta;
 	struct wbuf w = { 0 };
 	w_bytes(&w, MF_MAGIC, 4);
-	w_u16(&w, MF_VERSION);
+	w_u16(&w, delta ? MF_VERSION_DELTA : MF_VERSION_PLAIN);
 	w_u16(&w, 0);
 	w_u64(&w, m->time_ns);
 	w_str(&w, m->kind);
@@ -288,9 +404,6 @@ static char *r_str(struct rbuf *r)
  * last 0.4 s. Such lists are pieces (see the top), each decoded and checked
  * on a thread of its own by cas_manifest_piece_decode; what is inline is
  * short (under PIECE_MIN_EXTENTS), or comes from a version 1 manifest. */
-#define EXT_HOLE_BYTES 9
-#define EXT_DATA_BYTES 41
-
 static uint64_t le64(const uint8_t *p)
 {
 	uint64_t v = 0;
@@ -310,6 +423,8 @@ static int ext_run_decode(const uint8_t *p, size_t len, struct cas_extent *ext, 
 		struct cas_extent *e = &ext[i];
 		const size_t left = len - (size_t)(p - start);
 		if (left < EXT_HOLE_BYTES)
+			return -EBADMSG;
+		if (p[0] > 1)
 			return -EBADMSG;
 		e->hole = p[0] != 0;
 		e->len = le64(p + 1);
@@ -373,20 +488,104 @@ static int pieces_read(struct rbuf *r, struct cas_manifest *m, size_t si, uint64
 	return 0;
 }
 
-int cas_manifest_piece_decode(struct cas_manifest *m, size_t i, const uint8_t *buf, size_t len)
+int cas_piece_base(const uint8_t *buf, size_t len, uint8_t base[32])
 {
-	const struct cas_piece *p = &m->pieces[i];
+	if (len == 0)
+		return -EBADMSG;
+	if (buf[0] != PIECE_DELTA)
+		return 0;
+	if (len < DELTA_HEAD)
+		return -EBADMSG;
+	if (base)
+		memcpy(base, buf + 1, 32);
+	return 1;
+}
+
+static int sha_check(const uint8_t *buf, size_t len, const uint8_t want[32])
+{
 	uint8_t sum[32];
-	int rc = sha256_once(buf, len, sum);
+	const int rc = sha256_once(buf, len, sum);
 	if (rc < 0)
 		return rc;
-	if (memcmp(sum, p->sha, 32))
-		return -EBADMSG;
+	return memcmp(sum, want, 32) ? -EBADMSG : 0;
+}
+
+/* The changes of a delta (after its head) over the n extents at ext, which
+ * hold its base already; their indices into chg. */
+static int delta_apply(const uint8_t *p, size_t len, struct cas_extent *ext, uint64_t n, uint64_t limit,
+		       uint32_t k, uint32_t *chg)
+{
+	size_t pos = 0;
+	for (uint32_t c = 0; c < k; c++) {
+		if (len - pos < 4)
+			return -EBADMSG;
+		const uint32_t idx = (uint32_t)p[pos] | (uint32_t)p[pos + 1] << 8 | (uint32_t)p[pos + 2] << 16 |
+				     (uint32_t)p[pos + 3] << 24;
+		pos += 4;
+		if (idx >= n || (c && idx <= chg[c - 1]))
+			return -EBADMSG;
+		size_t used;
+		uint64_t sum;
+		if (ext_run_decode(p + pos, len - pos, &ext[idx], 1, limit, &used, &sum) < 0)
+			return -EBADMSG;
+		pos += used;
+		chg[c] = idx;
+	}
+	return pos == len ? 0 : -EBADMSG;
+}
+
+int cas_manifest_piece_decode(struct cas_manifest *m, size_t i, const uint8_t *buf, size_t len,
+			      const uint8_t *bbuf, size_t blen)
+{
+	struct cas_piece *p = &m->pieces[i];
+	int rc = sha_check(buf, len, p->sha);
+	if (rc < 0)
+		return rc;
 	const struct cas_stream *s = &m->streams[p->stream];
+	struct cas_extent *ext = s->ext + p->first;
+	uint8_t base[32];
+	const int delta = cas_piece_base(buf, len, base);
+	if (delta < 0)
+		return delta;
 	size_t used;
 	uint64_t bytes;
-	rc = ext_run_decode(buf, len, s->ext + p->first, p->n, s->size, &used, &bytes);
-	return rc < 0 || used != len || bytes != p->bytes ? -EBADMSG : 0;
+	if (!delta) {
+		rc = ext_run_decode(buf, len, ext, p->n, s->size, &used, &bytes);
+		p->delta = false;
+		return rc < 0 || used != len || bytes != p->bytes ? -EBADMSG : 0;
+	}
+	/* A delta: its base first, whole and checked, then the changes. */
+	if (m->version < MF_VERSION_DELTA || !bbuf || cas_piece_base(bbuf, blen, NULL) != 0)
+		return -EBADMSG;
+	if ((rc = sha_check(bbuf, blen, base)) < 0)
+		return rc;
+	rc = ext_run_decode(bbuf, blen, ext, p->n, s->size, &used, &bytes);
+	if (rc < 0 || used != blen)
+		return -EBADMSG;
+	const uint32_t k = (uint32_t)buf[33] | (uint32_t)buf[34] << 8 | (uint32_t)buf[35] << 16 |
+			   (uint32_t)buf[36] << 24;
+	if (k > p->n || k > (len - DELTA_HEAD) / (4 + EXT_HOLE_BYTES))
+		return -EBADMSG;   /* before the allocation a bad count would size */
+	uint32_t *chg = malloc((k ? k : 1) * sizeof(*chg));
+	if (!chg)
+		return -ENOMEM;
+	rc = delta_apply(buf + DELTA_HEAD, len - DELTA_HEAD, ext, p->n, s->size, k, chg);
+	bytes = 0;
+	for (uint64_t j = 0; rc == 0 && j < p->n; j++)
+		if (__builtin_add_overflow(bytes, ext[j].len, &bytes))
+			rc = -EBADMSG;
+	if (rc == 0 && bytes != p->bytes)
+		rc = -EBADMSG;
+	if (rc < 0) {
+		free(chg);
+		return rc;
+	}
+	free(p->chg);   /* a piece decoded twice (recover tries two sources) */
+	p->chg = chg;
+	p->nchg = k;
+	p->delta = true;
+	memcpy(p->base, base, 32);
+	return 0;
 }
 
 int cas_manifest_decode(const uint8_t *buf, size_t len, bool header_only, struct cas_manifest **out)
@@ -399,6 +598,7 @@ int cas_manifest_decode(const uint8_t *buf, size_t len, bool header_only, struct
 	const unsigned version = (unsigned)r_uint(&r, 2);
 	if (!magic || memcmp(magic, MF_MAGIC, 4) || version < 1 || version > MF_VERSION)
 		goto bad;
+	m->version = version;
 	r_uint(&r, 2);
 	m->time_ns = r_uint(&r, 8);
 	m->kind = r_str(&r);
@@ -484,6 +684,8 @@ void cas_manifest_free(struct cas_manifest *m)
 		}
 	}
 	free(m->streams);
+	for (size_t i = 0; i < m->npieces; i++)
+		free(m->pieces[i].chg);
 	free(m->pieces);
 	free(m);
 }

@@ -11,6 +11,15 @@
  * which the manifest names. The id still covers every byte (a hash tree of
  * depth two); pieces are fetched, checked and decoded in parallel, and an
  * unchanged part of a region costs a later snapshot 48 bytes, not 2.6 MB.
+ *
+ * A piece that differs from the parent's piece at the same place in a few
+ * extents is stored as a delta (manifest version 3): the id of a full piece,
+ * its base, and the extents that replace some of the base's. A delta's base
+ * is always a full piece (never a chain), and a later delta at that place
+ * names the same base with every change since, until the changes pass a
+ * quarter of the piece and a full piece starts again. So a checkpoint that
+ * rewrote 2% of a region's chunks at random stores ~2% of its extent list,
+ * not all of it, and a reader needs at most two pieces for any place.
  */
 #ifndef CREST_CAS_MANIFEST_H
 #define CREST_CAS_MANIFEST_H
@@ -58,6 +67,14 @@ struct cas_piece {
 	uint64_t first, n;       /* extents [first, first + n) of that stream */
 	uint64_t bytes;          /* their lengths added up */
 	size_t off, len;         /* encoding only: where it lies in cas_encoded.pbuf */
+	/* A delta (see the top), as decoded or encoded: base is the full
+	 * piece it changes; chg (decoded only, owned by the manifest) the
+	 * nchg ascending indices, within the piece, of the extents it
+	 * replaces. */
+	bool delta;
+	uint8_t base[32];
+	uint32_t nchg;
+	uint32_t *chg;
 };
 
 struct cas_manifest {
@@ -71,6 +88,7 @@ struct cas_manifest {
 	size_t nstreams;
 	struct cas_stream *streams;
 	bool header_only;          /* decoded from a summary */
+	unsigned version;          /* decoded only: the encoding's version */
 	size_t npieces;            /* extent-list pieces named, in stream order */
 	struct cas_piece *pieces;
 };
@@ -85,18 +103,31 @@ struct cas_encoded {
 	size_t npieces;
 };
 
-/* Encodes m, hashing the pieces (in parallel); -ENOMEM or -EIO (hashing). */
-int cas_manifest_encode(const struct cas_manifest *m, struct cas_encoded *out);
+/* Encodes m, hashing the pieces (in parallel); -ENOMEM or -EIO (hashing).
+ * base, when not NULL, is a fully loaded manifest (cas_manifest_load),
+ * usually the parent: a piece of m that has a piece of base at the same
+ * place (same stream name, same first extent and count) becomes a delta
+ * against it where that is small enough (see the top). The caller makes
+ * sure each delta's base is stored (cas_commit does, under the writer
+ * lock, and encodes again without base if one is not). */
+int cas_manifest_encode(const struct cas_manifest *m, const struct cas_manifest *base, struct cas_encoded *out);
 void cas_encoded_free(struct cas_encoded *e);
 /* Decodes buf; -EBADMSG (no message set) when it is malformed. A full decode
  * leaves the extents of pieced streams unset: the manifest is complete only
  * once cas_manifest_piece_decode has filled every piece in m->pieces
  * (cas_manifest_load in store.c does that). */
 int cas_manifest_decode(const uint8_t *buf, size_t len, bool header_only, struct cas_manifest **out);
-/* Checks piece i's encoding against its SHA-256 and decodes it into place:
- * -EBADMSG (no message) when it does not match or is malformed. Safe to
- * call concurrently for different pieces. */
-int cas_manifest_piece_decode(struct cas_manifest *m, size_t i, const uint8_t *buf, size_t len);
+/* 1 when the piece encoding buf is a delta, with the id of its base in
+ * base (unless NULL); 0 when it is a full piece; -EBADMSG when too short to tell. */
+int cas_piece_base(const uint8_t *buf, size_t len, uint8_t base[32]);
+/* Checks piece i's encoding against its SHA-256 and decodes it into place;
+ * a delta also needs its base's encoding (bbuf, blen), which is checked
+ * against the id the delta names (NULL for a full piece). -EBADMSG (no
+ * message) when either does not match or is malformed, or a delta comes
+ * without its base or in a manifest older than version 3. Safe to call
+ * concurrently for different pieces. */
+int cas_manifest_piece_decode(struct cas_manifest *m, size_t i, const uint8_t *buf, size_t len,
+			      const uint8_t *bbuf, size_t blen);
 void cas_manifest_free(struct cas_manifest *m);
 
 /* Builders; they copy their strings. -ENOMEM on allocation failure. */

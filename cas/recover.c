@@ -276,8 +276,6 @@ static int packs_index(struct cas_store *s, const struct cas_pack_end *p, size_t
 }
 
 
-/* Whether every piece and chunk manifest x needs is there; its pieces and
- * manifest keys go into b if so. *missing counts what is not. */
 /* Appends to what (cap bytes) as far as it fits. */
 static void say(char *what, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static void say(char *what, size_t cap, const char *fmt, ...)
@@ -290,6 +288,34 @@ static void say(char *what, size_t cap, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* The encoding of piece sha: from the logs (*logged) when a record there
+ * checks out against sha, else from the index (*dbv, to rocksdb_free).
+ * NULL when neither has it; *rc an error of the index. */
+static const uint8_t *piece_bytes(struct cas_store *s, const struct rec_ctx *c, const uint8_t sha[32], size_t *len,
+				  char **dbv, bool *logged, int *rc)
+{
+	const struct item *it = item_find(c, CAS_META_PIECE, sha);
+	uint8_t sum[32];
+	*dbv = NULL;
+	*logged = it && sha256_once(it->p, it->len, sum) == 0 && !memcmp(sum, sha, 32);
+	if (*logged) {
+		*len = it->len;
+		return it->p;
+	}
+	*dbv = db_value(s, 'l', sha, 32, len, rc);
+	return (const uint8_t *)*dbv;
+}
+
+static void piece_put(rocksdb_writebatch_t *b, const uint8_t sha[32], const uint8_t *v, size_t len)
+{
+	char k[33];
+	k[0] = 'l';
+	memcpy(k + 1, sha, 32);
+	rocksdb_writebatch_put(b, k, 33, (const char *)v, len);
+}
+
+/* Whether every piece and chunk manifest x needs is there; its pieces and
+ * manifest keys go into b if so. *missing counts what is not. */
 static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const struct item *x,
 			  rocksdb_writebatch_t *b, uint64_t *missing, char *what, size_t cap)
 {
@@ -305,25 +331,26 @@ static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const st
 		say(what, cap, "its manifest does not check out");
 		return 0;
 	}
+	/* Each piece, and a delta's base, from the logs or the index; what
+	 * came from the logs goes into the index with the manifest. */
 	for (size_t i = 0; rc == 0 && i < m->npieces; i++) {
-		const struct item *pc = item_find(c, CAS_META_PIECE, m->pieces[i].sha);
-		size_t vl;
-		char *v = NULL;
-		if (pc) {
-			if (cas_manifest_piece_decode(m, i, pc->p, pc->len) < 0)
-				pc = NULL;
+		char *dv = NULL, *bdv = NULL;
+		size_t len = 0, blen = 0;
+		bool logged = false, blogged = false;
+		const uint8_t *v = piece_bytes(s, c, m->pieces[i].sha, &len, &dv, &logged, &rc), *bv = NULL;
+		uint8_t base[32];
+		if (v && cas_piece_base(v, len, base) == 1)
+			bv = piece_bytes(s, c, base, &blen, &bdv, &blogged, &rc);
+		if (rc == 0 && (!v || cas_manifest_piece_decode(m, i, v, len, bv, blen) < 0)) {
+			(*missing)++;
+		} else if (rc == 0) {
+			if (logged)
+				piece_put(b, m->pieces[i].sha, v, len);
+			if (bv && blogged)
+				piece_put(b, base, bv, blen);
 		}
-		if (!pc) {
-			v = db_value(s, 'l', m->pieces[i].sha, 32, &vl, &rc);
-			if (rc == 0 && (!v || cas_manifest_piece_decode(m, i, (const uint8_t *)v, vl) < 0))
-				(*missing)++;
-			rocksdb_free(v);
-		} else {
-			char k[33];
-			k[0] = 'l';
-			memcpy(k + 1, pc->sha, 32);
-			rocksdb_writebatch_put(b, k, 33, (const char *)pc->p, pc->len);
-		}
+		rocksdb_free(dv);
+		rocksdb_free(bdv);
 	}
 	if (*missing)
 		say(what, cap, "%llu extent-list piece%s", (unsigned long long)*missing, *missing == 1 ? "" : "s");
@@ -365,7 +392,7 @@ static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const st
 		/* The summary is the manifest's head: encode what was decoded
 		 * and cut it, as cas_commit does. */
 		struct cas_encoded enc;
-		rc = cas_manifest_encode(m, &enc);
+		rc = cas_manifest_encode(m, m, &enc);
 		if (rc == 0) {
 			k[0] = 'i';
 			rocksdb_writebatch_put(b, k, 33, (const char *)enc.buf, enc.head_len);

@@ -702,7 +702,8 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	if (rc == 0 && mode != CAS_READ)
 		rc = cas_recover(s, mode == CAS_REPAIR, &floor);
 	if (rc == 0 && mode != CAS_READ && s->format < CAS_FORMAT_VERSION) {
-		rc = cas_upgrade_from_1(s);
+		if (s->format < 2)
+			rc = cas_upgrade_from_1(s);
 		if (rc == 0)
 			rc = format_write(dir);
 		s->format = CAS_FORMAT_VERSION;
@@ -1099,8 +1100,29 @@ static void commit_revoke(struct cas_store *s, const uint8_t id[32], const char 
 	s->broken = rc < 0 ? rc : -EIO;
 }
 
+/* 1 when every delta of enc has its base in the index, 0 when one has not
+ * (gc took it, with the snapshot that named it), or an error. Under the
+ * writer lock no gc runs, so what is there stays until the batch. A delta
+ * already stored is checked too: a killed gc may have left it without its
+ * base, both dead. */
+static int bases_present(struct cas_store *s, const struct cas_encoded *enc)
+{
+	char k[33];
+	k[0] = 'l';
+	for (size_t i = 0; i < enc->npieces; i++) {
+		const struct cas_piece *p = &enc->pieces[i];
+		if (!p->delta || (i && enc->pieces[i - 1].delta && !memcmp(enc->pieces[i - 1].base, p->base, 32)))
+			continue;
+		memcpy(k + 1, p->base, 32);
+		const int has = db_has(s, k, 33);
+		if (has <= 0)
+			return has;
+	}
+	return 1;
+}
+
 int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
-	       const struct cas_manifest *m, const char *tag, uint8_t id[32])
+	       const struct cas_manifest *m, const struct cas_manifest *base, const char *tag, uint8_t id[32])
 {
 	if (s->broken)
 		return crest_errx(-EIO, "store %s: a commit failed earlier and could not be undone in this "
@@ -1108,7 +1130,14 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	uint64_t tt[6];   /* CREST_TRACE: the phases below */
 	tt[0] = time_now_ns();
 	struct cas_encoded enc;
-	int rc = cas_manifest_encode(m, &enc);
+	int rc = cas_manifest_encode(m, base, &enc);
+	if (rc == 0 && base) {
+		const int has = bases_present(s, &enc);
+		if (has <= 0) {
+			cas_encoded_free(&enc);
+			rc = has < 0 ? has : cas_manifest_encode(m, NULL, &enc);
+		}
+	}
 	if (rc < 0)
 		return crest_errf(rc, "encoding a manifest");
 	rc = sha256_once(enc.buf, enc.len, id);
@@ -1402,6 +1431,53 @@ int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
 	return 0;
 }
 
+int cas_piece_load(struct cas_store *s, struct cas_manifest *m, size_t i, const char *hex)
+{
+	const struct cas_piece *pc = &m->pieces[i];
+	const char *name = m->streams[pc->stream].name;
+	char k[33], ph[65];
+	k[0] = 'l';
+	memcpy(k + 1, pc->sha, 32);
+	hex_encode(pc->sha, 32, ph);
+	rocksdb_pinnableslice_t *ps, *bps = NULL;
+	int rc = db_pin(s, s->ropts, k, sizeof(k), &ps);
+	if (rc == -ENOENT)
+		return crest_errx(-EBADMSG, "snapshot %.12s in %s is damaged: piece %.12s of the extent list "
+				  "of %s is missing from the index", hex, s->dir, ph, name);
+	if (rc < 0)
+		return rc;
+	size_t n, bn = 0;
+	const char *v = rocksdb_pinnableslice_value(ps, &n), *bv = NULL;
+	const int delta = cas_piece_base((const uint8_t *)v, n, (uint8_t *)k + 1);
+	if (delta == 1) {
+		rc = db_pin(s, s->ropts, k, sizeof(k), &bps);
+		if (rc == -ENOENT) {
+			char bh[65];
+			hex_encode((const uint8_t *)k + 1, 32, bh);
+			rc = crest_errx(-EBADMSG, "snapshot %.12s in %s is damaged: piece %.12s of the extent list "
+					"of %s is a delta whose base %.12s is missing from the index", hex, s->dir, ph,
+					name, bh);
+		}
+		if (rc == 0)
+			bv = rocksdb_pinnableslice_value(bps, &bn);
+	}
+	if (rc < 0) {   /* its message is said */
+		rocksdb_pinnableslice_destroy(ps);
+		return rc;
+	}
+	rc = cas_manifest_piece_decode(m, i, (const uint8_t *)v, n, (const uint8_t *)bv, bn);
+	rocksdb_pinnableslice_destroy(ps);
+	if (bps)
+		rocksdb_pinnableslice_destroy(bps);
+	if (rc == -EBADMSG)
+		return crest_errx(rc, "snapshot %.12s in %s is damaged: piece %.12s of the extent list of %s "
+				  "%s", hex, s->dir, ph, name, delta == 1 ? "or its base does not match its SHA-256 "
+				  "or does not decode" : "does not match its SHA-256 or does not decode");
+	if (rc < 0)
+		return crest_errf(rc, "checking the extent list of %s in snapshot %.12s", name, hex);
+	return 0;
+}
+
 /* A manifest's pieces are fetched, checked and decoded one to a thread. */
 struct fetch_job {
 	struct cas_store *s;
@@ -1413,29 +1489,7 @@ static int piece_fetch(struct par *p, void *tls, size_t i)
 {
 	(void)tls;
 	const struct fetch_job *f = p->arg;
-	const struct cas_piece *pc = &f->m->pieces[i];
-	char k[33], ph[65];
-	k[0] = 'l';
-	memcpy(k + 1, pc->sha, 32);
-	hex_encode(pc->sha, 32, ph);
-	const char *name = f->m->streams[pc->stream].name;
-	rocksdb_pinnableslice_t *ps;
-	int rc = db_pin(f->s, f->s->ropts, k, sizeof(k), &ps);
-	if (rc == -ENOENT)
-		return crest_errx(-EBADMSG, "snapshot %.12s in %s is damaged: piece %.12s of the extent list "
-				  "of %s is missing from the index", f->hex, f->s->dir, ph, name);
-	if (rc < 0)
-		return rc;
-	size_t n;
-	const char *v = rocksdb_pinnableslice_value(ps, &n);
-	rc = cas_manifest_piece_decode(f->m, i, (const uint8_t *)v, n);
-	rocksdb_pinnableslice_destroy(ps);
-	if (rc == -EBADMSG)
-		return crest_errx(rc, "snapshot %.12s in %s is damaged: piece %.12s of the extent list of %s "
-				  "does not match its SHA-256 or does not decode", f->hex, f->s->dir, ph, name);
-	if (rc < 0)
-		return crest_errf(rc, "checking the extent list of %s in snapshot %.12s", name, f->hex);
-	return 0;
+	return cas_piece_load(f->s, f->m, i, f->hex);
 }
 
 int cas_manifest_check(const struct cas_store *s, const uint8_t id[32], const void *v, size_t n,

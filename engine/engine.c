@@ -547,7 +547,7 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 	rc = snap_build_manifest(s);
 	const uint64_t t2 = time_now_ns();
 	if (rc == 0)
-		rc = cas_commit(e->store, ie, n, s->m, s->tag, s->res.id);
+		rc = cas_commit(e->store, ie, n, s->m, s->parent, s->tag, s->res.id);
 	if (e->trace)
 		fprintf(stderr, "crest trace: engine: snapshot's chunks done %.3f s after its begin; writes durable "
 			"%.3f s later; manifest %.3f s; commit of %zu index entries and the manifest %.3f s\n",

@@ -9,9 +9,12 @@
  * as it would get a forged or unluckily damaged piece.
  *
  * Input:  u8 np (1 + np % 4 pieces), u64 stream size, u64 extent count,
- *         then per piece: u32 n, u64 bytes, u16 len, len bytes of encoding
- *         (little-endian; a short input ends the list).
- * The manifest around them is built here, one stream, version 2.
+ *         then per piece: u32 n, u64 bytes, u16 len, len bytes of encoding;
+ *         then u16 blen, blen bytes: the base that every delta among them
+ *         is given (little-endian; a short input ends the list).
+ * The manifest around them is built here, one stream, version 3. A delta's
+ * base id is overwritten with the SHA-256 of the base bytes given, so that
+ * the decoder goes past that check too.
  */
 #include "cas/manifest.h"
 #include "util/sha256.h"
@@ -49,24 +52,35 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct in in = { data, size };
 	const unsigned np = 1 + (unsigned)(take(&in, 1) % NP_MAX);
 	const uint64_t ssize = take(&in, 8), ne = take(&in, 8);
-	struct { uint32_t n; uint64_t bytes; const uint8_t *enc; size_t len; } pc[NP_MAX];
+	struct { uint32_t n; uint64_t bytes; uint8_t *enc; size_t len; } pc[NP_MAX];
 	for (unsigned i = 0; i < np; i++) {
 		pc[i].n = (uint32_t)take(&in, 4);
 		pc[i].bytes = take(&in, 8);
 		size_t len = (size_t)take(&in, 2);
 		if (len > in.left)
 			len = in.left;
-		pc[i].enc = in.p;
+		pc[i].enc = malloc(len ? len : 1);
+		CHECK(pc[i].enc);
+		memcpy(pc[i].enc, in.p, len);
 		pc[i].len = len;
 		in.p += len;
 		in.left -= len;
 	}
+	size_t blen = (size_t)take(&in, 2);
+	if (blen > in.left)
+		blen = in.left;
+	const uint8_t *base = in.p;
+	uint8_t bsha[32];
+	CHECK(sha256_once(base, blen, bsha) == 0);
+	for (unsigned i = 0; i < np; i++)
+		if (pc[i].len >= 33 && pc[i].enc[0] == 2)
+			memcpy(pc[i].enc + 1, bsha, 32);
 
 	/* The manifest: header, one stream named "s", its piece references. */
 	uint8_t buf[128 + NP_MAX * 48], *w = buf;
 	memcpy(w, "CRMF", 4);
 	w += 4;
-	put(&w, 2, 2);
+	put(&w, 3, 2);
 	put(&w, 0, 2);
 	put(&w, 1, 8);           /* time */
 	put(&w, 5, 4);
@@ -97,11 +111,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	int rc = cas_manifest_decode(buf, (size_t)(w - buf), false, &m);
 	CHECK(rc == 0 || rc == -EBADMSG);
 	if (rc < 0)
-		return 0;
+		goto out;
 	CHECK(m->nstreams == 1 && m->npieces == np && m->streams[0].nextents == ne);
 	bool all = true;
 	for (unsigned i = 0; i < np; i++) {
-		rc = cas_manifest_piece_decode(m, i, pc[i].enc, pc[i].len);
+		rc = cas_manifest_piece_decode(m, i, pc[i].enc, pc[i].len, base, blen);
 		CHECK(rc == 0 || rc == -EBADMSG);
 		all = all && rc == 0;
 	}
@@ -119,9 +133,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(copy);
 		memcpy(copy, pc[0].enc, pc[0].len);
 		copy[0] ^= 1;
-		CHECK(cas_manifest_piece_decode(m, 0, copy, pc[0].len) == -EBADMSG);
+		CHECK(cas_manifest_piece_decode(m, 0, copy, pc[0].len, base, blen) == -EBADMSG);
 		free(copy);
 	}
 	cas_manifest_free(m);
+out:
+	for (unsigned i = 0; i < np; i++)
+		free(pc[i].enc);
 	return 0;
 }

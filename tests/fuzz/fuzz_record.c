@@ -71,7 +71,7 @@ static void setup(void)
 	memcpy(e.sha, anchor, 32);
 	struct cas_manifest *m = cas_manifest_new("files");
 	uint8_t id[32];
-	CHECK(m && cas_commit(w, &e, 1, m, NULL, id) == 0);
+	CHECK(m && cas_commit(w, &e, 1, m, NULL, NULL, id) == 0);
 	cas_manifest_free(m);
 	cas_close(w);
 	CHECK(cas_open(dir, CAS_READ, &st) == 0);
