@@ -23,6 +23,7 @@
 #include "util/par.h"
 #include "util/sha256.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -142,19 +143,50 @@ static bool ext_eq(const struct cas_extent *a, const struct cas_extent *b)
 	return a->len == b->len && a->hole == b->hole && (a->hole || !memcmp(a->sha, b->sha, 32));
 }
 
-/* What a delta at piece p's place can start from: the base manifest's
- * stream of the same name, and its pieces (a range of base->pieces). */
-struct delta_src {
-	const struct cas_stream *bs;
-	const struct cas_piece *bp;
-	size_t nbp, at;               /* at: a cursor, pieces come in order */
-	uint32_t *idx;                /* scratch: the changed indices */
+static size_t ext_size(const struct cas_extent *e)
+{
+	return e->hole ? EXT_HOLE_BYTES : EXT_DATA_BYTES;
+}
+
+static uint8_t *put_le(uint8_t *p, uint64_t v, int n)
+{
+	for (int i = 0; i < n; i++)
+		*p++ = (uint8_t)(v >> (8 * i));
+	return p;
+}
+
+static uint8_t *put_extent(uint8_t *p, const struct cas_extent *e)
+{
+	*p++ = e->hole;
+	p = put_le(p, e->len, 8);
+	if (!e->hole) {
+		memcpy(p, e->sha, 32);
+		p += 32;
+	}
+	return p;
+}
+
+/* How each piece is encoded. The pieces are planned (delta or whole, and
+ * the size) and then written and hashed on one thread each: 2M extents
+ * compared with the base's and 86 MB written took 65 ms on one core. */
+struct plan {
+	const struct cas_stream *bs;   /* the base's stream of the same name */
+	const struct cas_piece *bp;    /* its pieces, nbp of them */
+	size_t nbp;
+	uint32_t *idx;                 /* a delta's changed indices, cnt */
+	uint64_t cnt;
 };
 
-static void delta_src_find(const struct cas_manifest *base, const struct cas_stream *s, struct delta_src *d)
+struct cut_job {
+	const struct cas_manifest *m;
+	struct cas_encoded *out;
+	struct plan *plan;
+};
+
+/* Where stream s's pieces can find a base: the base manifest's stream of
+ * the same name, and its pieces (a range of base->pieces). */
+static void plan_base(const struct cas_manifest *base, const struct cas_stream *s, struct plan *pl)
 {
-	d->bs = NULL;
-	d->nbp = d->at = 0;
 	if (!base || base->header_only)
 		return;
 	const struct cas_stream *bs = cas_manifest_find(base, s->name);
@@ -172,78 +204,113 @@ static void delta_src_find(const struct cas_manifest *base, const struct cas_str
 	size_t e = lo;
 	while (e < base->npieces && base->pieces[e].stream == bsi)
 		e++;
-	d->bs = bs;
-	d->bp = base->pieces + lo;
-	d->nbp = e - lo;
+	pl->bs = bs;
+	pl->bp = base->pieces + lo;
+	pl->nbp = e - lo;
 }
 
-/* Writes piece p of stream s into pw: as a delta against the base's piece
- * at the same place when there is one and the delta is small enough
- * (manifest.h), else whole. The delta names the base's own base when that
- * is a delta, with the base's changes and this piece's together: an index
- * changed in neither holds the same extent in all three. */
-static void piece_write(struct wbuf *pw, const struct cas_stream *s, struct cas_piece *p, struct delta_src *d)
+/* The base's piece at p's place (same first extent and count), or NULL. */
+static const struct cas_piece *plan_match(const struct plan *pl, const struct cas_piece *p)
 {
-	const struct cas_extent *e = s->ext + p->first;
-	p->off = pw->len;
-	while (d->at < d->nbp && d->bp[d->at].first < p->first)
-		d->at++;
-	const struct cas_piece *bp = d->at < d->nbp ? &d->bp[d->at] : NULL;
-	if (bp && bp->first == p->first && bp->n == p->n && d->bs->nextents >= p->first + p->n &&
-	    (!bp->delta || bp->chg || !bp->nchg)) {
-		const struct cas_extent *be = d->bs->ext + p->first;
+	size_t lo = 0, hi = pl->nbp;   /* a stream's pieces are in order */
+	while (lo < hi) {
+		const size_t mid = lo + (hi - lo) / 2;
+		if (pl->bp[mid].first < p->first)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	const struct cas_piece *bp = lo < pl->nbp ? &pl->bp[lo] : NULL;
+	if (!bp || bp->first != p->first || bp->n != p->n || pl->bs->nextents < p->first + p->n ||
+	    (bp->delta && bp->nchg && !bp->chg))
+		return NULL;
+	return bp;
+}
+
+/* Plans piece i: a delta against the base's piece at the same place when
+ * there is one and the delta is small enough (manifest.h), else whole; and
+ * its size. The delta names the base's own base when that is a delta, with
+ * the base's changes and this piece's together: an index changed in
+ * neither holds the same extent in all three. */
+static int piece_plan(struct par *par, void *tls, size_t i)
+{
+	(void)tls;
+	const struct cut_job *j = par->arg;
+	struct cas_piece *p = &j->out->pieces[i];
+	struct plan *pl = &j->plan[i];
+	const struct cas_extent *e = j->m->streams[p->stream].ext + p->first;
+	const struct cas_piece *bp = pl->bs ? plan_match(pl, p) : NULL;
+	pl->cnt = 0;
+	if (bp) {
+		const struct cas_extent *be = pl->bs->ext + p->first;
 		const uint64_t limit = p->n / DELTA_MAX_SHARE;
-		uint64_t cnt = 0, k = 0;
+		uint64_t k = 0;
 		bool fits = true;
-		for (uint64_t j = 0; fits && j < p->n; j++) {
-			const bool was = bp->delta && k < bp->nchg && bp->chg[k] == j;
+		if (limit && !(pl->idx = malloc(limit * sizeof(*pl->idx))))
+			return -ENOMEM;
+		for (uint64_t x = 0; fits && x < p->n; x++) {
+			const bool was = bp->delta && k < bp->nchg && bp->chg[k] == x;
 			k += was;
-			if (was || !ext_eq(&e[j], &be[j])) {
-				if (cnt == limit)
+			if (was || !ext_eq(&e[x], &be[x])) {
+				if (pl->cnt == limit)
 					fits = false;
 				else
-					d->idx[cnt++] = (uint32_t)j;
+					pl->idx[pl->cnt++] = (uint32_t)x;
 			}
 		}
-		if (fits && (bp->delta || cnt)) {
-			w_u8(pw, PIECE_DELTA);
-			w_bytes(pw, bp->delta ? bp->base : bp->sha, 32);
-			w_u32(pw, (uint32_t)cnt);
-			for (uint64_t c = 0; c < cnt; c++) {
-				w_u32(pw, d->idx[c]);
-				w_extent(pw, &e[d->idx[c]]);
-			}
+		if (fits && (bp->delta || pl->cnt)) {
 			p->delta = true;
 			memcpy(p->base, bp->delta ? bp->base : bp->sha, 32);
-			p->len = pw->len - p->off;
-			return;
+			p->len = DELTA_HEAD;
+			for (uint64_t c = 0; c < pl->cnt; c++)
+				p->len += 4 + ext_size(&e[pl->idx[c]]);
+			return 0;
 		}
 	}
-	for (uint64_t j = 0; j < p->n; j++)
-		w_extent(pw, &e[j]);
-	p->len = pw->len - p->off;
+	p->len = 0;
+	for (uint64_t x = 0; x < p->n; x++)
+		p->len += ext_size(&e[x]);
+	return 0;
 }
 
-/* Cuts the long extent lists into pieces, encoded into pbuf. */
+/* Writes piece i at its place in pbuf, and hashes it. */
+static int piece_put(struct par *par, void *tls, size_t i)
+{
+	(void)tls;
+	const struct cut_job *j = par->arg;
+	struct cas_piece *p = &j->out->pieces[i];
+	const struct plan *pl = &j->plan[i];
+	const struct cas_extent *e = j->m->streams[p->stream].ext + p->first;
+	uint8_t *w = j->out->pbuf + p->off;
+	if (p->delta) {
+		*w++ = PIECE_DELTA;
+		memcpy(w, p->base, 32);
+		w = put_le(w + 32, pl->cnt, 4);
+		for (uint64_t c = 0; c < pl->cnt; c++)
+			w = put_extent(put_le(w, pl->idx[c], 4), &e[pl->idx[c]]);
+	} else {
+		for (uint64_t x = 0; x < p->n; x++)
+			w = put_extent(w, &e[x]);
+	}
+	assert((size_t)(w - (j->out->pbuf + p->off)) == p->len);
+	return sha256_once(j->out->pbuf + p->off, p->len, p->sha);
+}
+
+/* Cuts the long extent lists into pieces, and encodes and hashes them
+ * into pbuf. */
 static int pieces_cut(const struct cas_manifest *m, const struct cas_manifest *base, struct cas_encoded *out)
 {
 	const uint64_t min_extents = knob("CREST_PIECE_MIN_EXTENTS", PIECE_MIN_EXTENTS);
 	const uint64_t piece_span = knob("CREST_PIECE_SPAN", PIECE_SPAN);
-	struct wbuf pw = { 0 };
 	size_t cap = 0;
-	struct delta_src d = { 0 };
 	int rc = 0;
-	if (base && !(d.idx = malloc(PIECE_MAX_EXTENTS / DELTA_MAX_SHARE * sizeof(*d.idx))))
-		rc = -ENOMEM;
 	for (size_t i = 0; rc == 0 && i < m->nstreams; i++) {
 		const struct cas_stream *s = &m->streams[i];
 		if (s->nextents < min_extents)
 			continue;
-		const size_t p0 = out->npieces;
 		uint64_t o = 0, span = 0;
 		struct cas_piece *cur = NULL;
 		for (uint64_t j = 0; rc == 0 && j < s->nextents; j++) {
-			const struct cas_extent *e = &s->ext[j];
 			if (!cur || o / piece_span != span || cur->n == PIECE_MAX_EXTENTS) {
 				const struct cas_piece p = { .stream = i, .first = j };
 				rc = piece_push(out, &cap, &p);
@@ -252,37 +319,45 @@ static int pieces_cut(const struct cas_manifest *m, const struct cas_manifest *b
 			}
 			if (rc == 0) {
 				cur->n++;
-				cur->bytes += e->len;
-				o += e->len;
+				cur->bytes += s->ext[j].len;
+				o += s->ext[j].len;
 			}
 		}
-		if (base)
-			delta_src_find(base, s, &d);
-		for (size_t k = p0; rc == 0 && k < out->npieces; k++)
-			piece_write(&pw, s, &out->pieces[k], &d);
 	}
-	free(d.idx);
-	out->pbuf = pw.p;
-	return rc < 0 ? rc : pw.err;
-}
-
-static int piece_hash(struct par *p, void *tls, size_t i)
-{
-	(void)tls;
-	struct cas_encoded *out = p->arg;
-	struct cas_piece *pc = &out->pieces[i];
-	return sha256_once(out->pbuf + pc->off, pc->len, pc->sha);
+	if (rc < 0 || out->npieces == 0)
+		return rc;
+	struct plan *plan = calloc(out->npieces, sizeof(*plan));
+	if (!plan)
+		return -ENOMEM;
+	for (size_t k = 0; k < out->npieces; k++)
+		if (k == 0 || out->pieces[k].stream != out->pieces[k - 1].stream)
+			plan_base(base, &m->streams[out->pieces[k].stream], &plan[k]);
+		else
+			plan[k] = plan[k - 1];
+	struct cut_job j = { .m = m, .out = out, .plan = plan };
+	struct par p1 = { .n = out->npieces, .fn = piece_plan, .arg = &j };
+	rc = par_run(&p1, 0, NULL, 0);
+	size_t total = 0;
+	for (size_t k = 0; rc == 0 && k < out->npieces; k++) {
+		out->pieces[k].off = total;
+		total += out->pieces[k].len;
+	}
+	if (rc == 0 && !(out->pbuf = malloc(total ? total : 1)))
+		rc = -ENOMEM;
+	if (rc == 0) {
+		struct par p2 = { .n = out->npieces, .fn = piece_put, .arg = &j };
+		rc = par_run(&p2, 0, NULL, 0);
+	}
+	for (size_t k = 0; k < out->npieces; k++)
+		free(plan[k].idx);
+	free(plan);
+	return rc;
 }
 
 int cas_manifest_encode(const struct cas_manifest *m, const struct cas_manifest *base, struct cas_encoded *out)
 {
 	memset(out, 0, sizeof(*out));
 	int rc = pieces_cut(m, base, out);
-	if (rc == 0) {
-		/* 86 MB of pieces for 8 GiB of 4 KiB chunks: 60 ms on one core. */
-		struct par p = { .n = out->npieces, .fn = piece_hash, .arg = out };
-		rc = par_run(&p, 0, NULL, 0);
-	}
 	if (rc < 0) {
 		cas_encoded_free(out);
 		return rc;
