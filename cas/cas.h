@@ -259,6 +259,15 @@ struct cas_index_entry {
  * (manifest.h); a delta whose base the index no longer has is not written. */
 int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	       const struct cas_manifest *m, const struct cas_manifest *base, const char *tag, uint8_t id[32]);
+/* cas_commit in two halves, for a writer that encodes while its chunks
+ * are still being made durable: the encoding (which reads the index, and
+ * needs no chunk of the snapshot), then the commit, which takes enc (freed
+ * on every path). The caller keeps the store open for writing between the
+ * two, so that no gc takes a delta's base meanwhile. */
+int cas_commit_encode(struct cas_store *s, const struct cas_manifest *m, const struct cas_manifest *base,
+		      struct cas_encoded *enc, uint8_t id[32]);
+int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n, struct cas_encoded *enc,
+		       const char *tag, const uint8_t id[32]);
 
 /* Snapshot names: a full id, a tag, or a unique id prefix of >= 4 hex digits. */
 int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32]);

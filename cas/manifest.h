@@ -101,6 +101,7 @@ struct cas_encoded {
 	uint8_t *pbuf;
 	struct cas_piece *pieces;
 	size_t npieces;
+	uint64_t encode_ns;        /* cas_commit_encode: what it took, for CREST_TRACE */
 };
 
 /* Encodes m, hashing the pieces (in parallel); -ENOMEM or -EIO (hashing).

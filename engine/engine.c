@@ -622,20 +622,30 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 {
 	struct cas_index_entry *ie;
 	size_t n;
+	/* Every chunk is named (the workers are done with the snapshot), so
+	 * the manifest is built and encoded while the writer's last writes
+	 * become durable, not after. */
 	const uint64_t t0 = time_now_ns();
-	int rc = eng_writer_durable(e, atomic_load(&s->max_seq), &ie, &n);
-	if (rc < 0)
-		return rc;
-
+	int rc = snap_build_manifest(s);
+	struct cas_encoded enc;
+	if (rc == 0)
+		rc = cas_commit_encode(e->store, s->m, s->parent, &enc, s->res.id);
+	const bool encoded = rc == 0;
 	const uint64_t t1 = time_now_ns();
-	rc = snap_build_manifest(s);
+	const int wrc = eng_writer_durable(e, atomic_load(&s->max_seq), &ie, &n);
+	if (wrc < 0) {
+		if (encoded)
+			cas_encoded_free(&enc);
+		return wrc;
+	}
 	const uint64_t t2 = time_now_ns();
 	if (rc == 0)
-		rc = cas_commit(e->store, ie, n, s->m, s->parent, s->tag, s->res.id);
+		rc = cas_commit_encoded(e->store, ie, n, &enc, s->tag, s->res.id);
 	if (e->trace)
-		fprintf(stderr, "crest trace: engine: snapshot's chunks done %.3f s after its begin; writes durable "
-			"%.3f s later; manifest %.3f s; commit of %zu index entries and the manifest %.3f s\n",
-			(t0 - s->begin_ns) / 1e9, (t1 - t0) / 1e9, (t2 - t1) / 1e9, n, (time_now_ns() - t2) / 1e9);
+		fprintf(stderr, "crest trace: engine: snapshot's chunks done %.3f s after its begin; manifest built "
+			"and encoded %.3f s; writes durable %.3f s later; commit of %zu index entries and the "
+			"manifest %.3f s\n", (t0 - s->begin_ns) / 1e9, (t1 - t0) / 1e9, (t2 - t1) / 1e9, n,
+			(time_now_ns() - t2) / 1e9);
 	if (rc == 0 && n) {
 		/* n == 0 when the snapshot added no chunk: pend may then still be
 		 * NULL, and memmove(NULL, ...) is undefined even for 0 bytes. */
