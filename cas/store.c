@@ -598,18 +598,29 @@ static int db_open(struct cas_store *s)
 	return 0;
 }
 
-/* For repair: the index moves to index.damaged-TIME, kept for whoever
- * wants to look at it; repair never deletes. */
+/* For repair: the index moves to index.damaged-TIME (-TIME.N when a repair
+ * of the same second took that), kept for whoever wants to look at it;
+ * repair never deletes. */
 static int index_set_aside(struct cas_store *s)
 {
-	char from[4096], to[4096];
+	char from[4096], to[4096 + 64];
 	snprintf(from, sizeof(from), "%s/index", s->dir);
-	snprintf(to, sizeof(to), "%s/index.damaged-%lld", s->dir, (long long)time(NULL));
-	if (rename(from, to) < 0 && errno != ENOENT)
-		return crest_errf(-errno, "cannot move %s aside to %s", from, to);
-	if (errno != ENOENT)
-		fprintf(stderr, "crest: repair: the old index of %s is kept as %s\n", s->dir, to);
-	return 0;
+	const long long t = (long long)time(NULL);
+	for (unsigned k = 0; k < 1000; k++) {
+		if (k)
+			snprintf(to, sizeof(to), "%s/index.damaged-%lld.%u", s->dir, t, k);
+		else
+			snprintf(to, sizeof(to), "%s/index.damaged-%lld", s->dir, t);
+		if (rename(from, to) == 0) {
+			fprintf(stderr, "crest: repair: the old index of %s is kept as %s\n", s->dir, to);
+			return 0;
+		}
+		if (errno == ENOENT)
+			return 0;   /* no index to keep */
+		if (errno != EEXIST && errno != ENOTEMPTY)
+			break;
+	}
+	return crest_errf(-errno, "cannot move %s aside to %s", from, to);
 }
 
 bool cas_store_damaged(const struct cas_store *s)

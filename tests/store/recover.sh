@@ -56,6 +56,14 @@ verify_store "after repair"
 summary=$("$CASCTL" verify | tail -n1)
 grep -qE "^ok: 7 snapshots, [1-9][0-9]* chunks" <<<"$summary" || fail "verify's summary: $summary"
 
+note "repairs one after another, in the same second: each keeps its old index"
+before=$(find "$S" -maxdepth 1 -name "index.damaged-*" | wc -l)
+for i in 1 2 3; do
+	"$CASCTL" repair >"$T/repair.out" 2>&1 || { cat "$T/repair.out"; fail "repair $i of 3 in a row"; }
+done
+[ "$(find "$S" -maxdepth 1 -name "index.damaged-*" | wc -l)" -eq $((before + 3)) ] || fail "three repairs did not keep three indexes"
+check_all 7 "after three repairs"
+
 note "a pack lost"
 pack=$(ls "$S"/packs/*.pack | head -n1)
 rm "$pack"
