@@ -43,6 +43,27 @@ CREST_PIECE_MIN_EXTENTS=4 CREST_PIECE_SPAN=65536 \
 mkdir dump
 "$DUMP" st/index dump >/dev/null
 
+# Store c: a 256 KiB file put three times on one branch, in 4 KiB chunks
+# with tiny pieces: before the second put one chunk is rewritten, before the
+# third another is and a third punched to a hole, all in the first piece.
+# So the later snapshots name deltas against the first's piece (manifests
+# of version 3), the third's with every change since.
+mkdir -p "$work/c"
+cd "$work/c"
+head -c 262144 /dev/urandom >big
+cput() {
+	CREST_PIECE_MIN_EXTENTS=4 CREST_PIECE_SPAN=65536 \
+		"$CREST" --store st put --chunker fixed --chunk-size 4K big >/dev/null
+}
+cput
+head -c 4096 /dev/urandom | dd of=big bs=4096 seek=2 conv=notrunc status=none
+cput
+head -c 4096 /dev/urandom | dd of=big bs=4096 seek=5 conv=notrunc status=none
+fallocate -p -o 36864 -l 4096 big
+cput
+mkdir dump
+"$DUMP" st/index dump >/dev/null
+
 for t in fuzz_manifest fuzz_piece fuzz_loc fuzz_record fuzz_names fuzz_cli_parse; do
 	mkdir -p "$corpus/$t"
 	rm -f "$corpus/$t"/seed-*
@@ -62,8 +83,8 @@ def read(p):
     with open(p, "rb") as f:
         return f.read()
 
-# Manifests and summaries of both stores.
-for s in "ab":
+# Manifests and summaries of every store.
+for s in "abc":
     for t in "mi":
         for p in values(s, t):
             put("fuzz_manifest", s + "-" + os.path.basename(p), read(p))
@@ -77,7 +98,8 @@ for p in values("a", "c"):
     put("fuzz_record", "a-" + os.path.basename(p), read(p) + pack)
 
 # Pieces, in fuzz_piece's frame: u8 np-1, u64 size, u64 extents, then per
-# piece u32 n, u64 bytes, u16 len, the encoding.
+# piece u32 n, u64 bytes, u16 len, the encoding; full pieces need no base,
+# so these frames end there (the target reads a missing u16 blen as 0).
 def extents(enc):
     n = total = i = 0
     while i < len(enc):
@@ -100,6 +122,67 @@ if len(pieces) >= 2:
     put("fuzz_piece", "two", frame(pieces[:2]))
 if len(pieces) >= 4:
     put("fuzz_piece", "four", frame(pieces[:4]))
+
+# Deltas, in the same frame with their base after the pieces (u16 blen,
+# the base's encoding). n and bytes come from the references of store c's
+# manifests, which are parsed here; each manifest's pieces in its order.
+import hashlib
+def manifest_refs(m):
+    at = [0]
+    def take(n):
+        v = m[at[0]:at[0] + n]
+        at[0] += n
+        return v
+    def uint(n):
+        return int.from_bytes(take(n), "little")
+    def skip_str():
+        take(uint(4))
+    assert take(4) == b"CRMF"
+    version = uint(2)
+    uint(2); uint(8); skip_str()
+    if uint(1):
+        take(32)
+    uint(8)
+    for _ in range(uint(4)):
+        skip_str(); skip_str()
+    lists = []
+    for _ in range(uint(4)):
+        skip_str(); uint(1); uint(4); uint(8); uint(8); skip_str(); skip_str()
+        ne = uint(8)
+        np_ = uint(4) if version >= 2 else 0
+        if np_ == 0:
+            for _ in range(ne):   # inline extents: u8 hole, u64 len, sha
+                hole = uint(1)
+                uint(8)
+                if not hole:
+                    take(32)
+            continue
+        lists.append([(uint(8), uint(8), take(32)) for _ in range(np_)])
+    return version, lists
+
+cpieces = {hashlib.sha256(read(p)).digest(): read(p) for p in values("c", "l")}
+def dframe(refs, base):
+    out = struct.pack("<BQQ", len(refs) - 1, sum(b for _, b, _ in refs), sum(n for n, _, _ in refs))
+    for n, b, sha in refs:
+        e = cpieces[sha]
+        out += struct.pack("<IQH", n, b, len(e)) + e
+    return out + (struct.pack("<H", len(base)) + base if base is not None else b"")
+k = 0
+for p in values("c", "m"):
+    version, lists = manifest_refs(read(p))
+    for refs in lists:
+        deltas = [cpieces[sha] for _, _, sha in refs if cpieces[sha][0] == 2]
+        if not deltas:
+            continue
+        base = cpieces[deltas[0][1:33]]
+        put("fuzz_piece", "delta-all-%d" % k, dframe(refs[:4], base))
+        for r in refs:
+            if cpieces[r[2]][0] == 2:
+                put("fuzz_piece", "delta-%d" % k, dframe([r], base))
+                put("fuzz_piece", "delta-nobase-%d" % k, dframe([r], None))
+                break
+        k += 1
+assert k == 2, "store c should hold two snapshots with deltas, not %d" % k
 
 # Names and CLI arguments, as users type them.
 for k, n in enumerate([b"seed-a", b"v1.0/run@3+x_y-z", b"deadbeef", b"DEADBEEF0123",
