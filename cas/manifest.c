@@ -190,8 +190,8 @@ static void plan_base(const struct cas_manifest *base, const struct cas_stream *
 	if (!base || base->header_only)
 		return;
 	const struct cas_stream *bs = cas_manifest_find(base, s->name);
-	if (!bs || !bs->ext)
-		return;
+	if (!bs || !bs->ext || !base->npieces)
+		return;   /* pieces NULL: no offset from it, not even 0 */
 	const size_t bsi = (size_t)(bs - base->streams);
 	size_t lo = 0, hi = base->npieces;   /* pieces are in stream order */
 	while (lo < hi) {
@@ -221,8 +221,10 @@ static const struct cas_piece *plan_match(const struct plan *pl, const struct ca
 			hi = mid;
 	}
 	const struct cas_piece *bp = lo < pl->nbp ? &pl->bp[lo] : NULL;
+	/* A delta's changes come with it only when it was decoded (an encoded
+	 * piece has none listed, whatever it changes). */
 	if (!bp || bp->first != p->first || bp->n != p->n || pl->bs->nextents < p->first + p->n ||
-	    (bp->delta && bp->nchg && !bp->chg))
+	    (bp->delta && !bp->chg))
 		return NULL;
 	return bp;
 }
