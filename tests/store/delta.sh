@@ -39,7 +39,7 @@ export CREST_GC_RUN_IDS=${CREST_GC_RUN_IDS:-1024}
 SEED=${CREST_TEST_SEED:-$(( $(date +%s%N) % 1000000 ))}
 echo "seed $SEED (CREST_TEST_SEED=$SEED replays it)"
 mkdir -p "$T/w"
-CREST_BIN=$CREST CASCTL_BIN=$CASCTL W=$T/w SEED=$SEED SCALE=$SCALE STEPS=${DELTA_STEPS:-50} python3 - <<'PY'
+CREST_BIN=$CREST CASCTL_BIN=$CASCTL W=$T/w SEED=$SEED SCALE=$SCALE STEPS=${DELTA_STEPS:-$([ "${SCALE}" -ge 4 ] && echo 35 || echo 50)} python3 - <<'PY'
 import hashlib, json, os, random, shutil, signal, struct, subprocess, sys, time
 
 crest, casctl = os.environ["CREST_BIN"], os.environ["CASCTL_BIN"]
