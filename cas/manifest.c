@@ -20,6 +20,7 @@
  * a disk and is not trusted until it decodes.
  */
 #include "cas/manifest.h"
+#include "cas/format.h"
 #include "util/par.h"
 #include "util/sha256.h"
 
@@ -148,17 +149,11 @@ static size_t ext_size(const struct cas_extent *e)
 	return e->hole ? EXT_HOLE_BYTES : EXT_DATA_BYTES;
 }
 
-static uint8_t *put_le(uint8_t *p, uint64_t v, int n)
-{
-	for (int i = 0; i < n; i++)
-		*p++ = (uint8_t)(v >> (8 * i));
-	return p;
-}
-
 static uint8_t *put_extent(uint8_t *p, const struct cas_extent *e)
 {
 	*p++ = e->hole;
-	p = put_le(p, e->len, 8);
+	cas_le64_put(p, e->len);
+	p += 8;
 	if (!e->hole) {
 		memcpy(p, e->sha, 32);
 		p += 32;
@@ -287,9 +282,12 @@ static int piece_put(struct par *par, void *tls, size_t i)
 	if (p->delta) {
 		*w++ = PIECE_DELTA;
 		memcpy(w, p->base, 32);
-		w = put_le(w + 32, pl->cnt, 4);
-		for (uint64_t c = 0; c < pl->cnt; c++)
-			w = put_extent(put_le(w, pl->idx[c], 4), &e[pl->idx[c]]);
+		cas_le32_put(w + 32, (uint32_t)pl->cnt);
+		w += 36;
+		for (uint64_t c = 0; c < pl->cnt; c++) {
+			cas_le32_put(w, pl->idx[c]);
+			w = put_extent(w + 4, &e[pl->idx[c]]);
+		}
 	} else {
 		for (uint64_t x = 0; x < p->n; x++)
 			w = put_extent(w, &e[x]);
@@ -481,14 +479,6 @@ static char *r_str(struct rbuf *r)
  * last 0.4 s. Such lists are pieces (see the top), each decoded and checked
  * on a thread of its own by cas_manifest_piece_decode; what is inline is
  * short (under PIECE_MIN_EXTENTS), or comes from a version 1 manifest. */
-static uint64_t le64(const uint8_t *p)
-{
-	uint64_t v = 0;
-	for (int i = 7; i >= 0; i--)
-		v = v << 8 | p[i];
-	return v;
-}
-
 /* Decodes n extents from the len bytes at p into ext; *used is what they
  * took, *sum their lengths. No extent may be longer than limit. */
 static int ext_run_decode(const uint8_t *p, size_t len, struct cas_extent *ext, uint64_t n, uint64_t limit,
@@ -504,7 +494,7 @@ static int ext_run_decode(const uint8_t *p, size_t len, struct cas_extent *ext, 
 		if (p[0] > 1)
 			return -EBADMSG;
 		e->hole = p[0] != 0;
-		e->len = le64(p + 1);
+		e->len = cas_le64_get(p + 1);
 		if (e->hole) {
 			memset(e->sha, 0, 32);
 			p += EXT_HOLE_BYTES;
@@ -596,8 +586,7 @@ static int delta_apply(const uint8_t *p, size_t len, struct cas_extent *ext, uin
 	for (uint32_t c = 0; c < k; c++) {
 		if (len - pos < 4)
 			return -EBADMSG;
-		const uint32_t idx = (uint32_t)p[pos] | (uint32_t)p[pos + 1] << 8 | (uint32_t)p[pos + 2] << 16 |
-				     (uint32_t)p[pos + 3] << 24;
+		const uint32_t idx = cas_le32_get(p + pos);
 		pos += 4;
 		if (idx >= n || (c && idx <= chg[c - 1]))
 			return -EBADMSG;
@@ -639,8 +628,7 @@ int cas_manifest_piece_decode(struct cas_manifest *m, size_t i, const uint8_t *b
 	rc = ext_run_decode(bbuf, blen, ext, p->n, s->size, &used, &bytes);
 	if (rc < 0 || used != blen)
 		return -EBADMSG;
-	const uint32_t k = (uint32_t)buf[33] | (uint32_t)buf[34] << 8 | (uint32_t)buf[35] << 16 |
-			   (uint32_t)buf[36] << 24;
+	const uint32_t k = cas_le32_get(buf + 33);
 	if (k > p->n || k > (len - DELTA_HEAD) / (4 + EXT_HOLE_BYTES))
 		return -EBADMSG;   /* before the allocation a bad count would size */
 	uint32_t *chg = malloc((k ? k : 1) * sizeof(*chg));
