@@ -289,15 +289,16 @@ static void say(char *what, size_t cap, const char *fmt, ...)
 }
 
 /* The encoding of piece sha: from the logs (*logged) when a record there
- * checks out against sha, else from the index (*dbv, to rocksdb_free).
- * NULL when neither has it; *rc an error of the index. */
-static const uint8_t *piece_bytes(struct cas_store *s, const struct rec_ctx *c, const uint8_t sha[32], size_t *len,
-				  char **dbv, bool *logged, int *rc)
+ * has it, else from the index (*dbv, to rocksdb_free). With check, a log
+ * record is taken only if it checks out against sha. NULL when neither has
+ * it; *rc an error of the index. */
+static const uint8_t *piece_bytes(struct cas_store *s, const struct rec_ctx *c, const uint8_t sha[32], bool check,
+				  size_t *len, char **dbv, bool *logged, int *rc)
 {
 	const struct item *it = item_find(c, CAS_META_PIECE, sha);
 	uint8_t sum[32];
 	*dbv = NULL;
-	*logged = it && sha256_once(it->p, it->len, sum) == 0 && !memcmp(sum, sha, 32);
+	*logged = it && (!check || (sha256_once(it->p, it->len, sum) == 0 && !memcmp(sum, sha, 32)));
 	if (*logged) {
 		*len = it->len;
 		return it->p;
@@ -312,6 +313,34 @@ static void piece_put(rocksdb_writebatch_t *b, const uint8_t sha[32], const uint
 	k[0] = 'l';
 	memcpy(k + 1, sha, 32);
 	rocksdb_writebatch_put(b, k, 33, (const char *)v, len);
+}
+
+/* Piece i of m, with a delta's base, decoded and checked from the logs or
+ * the index (piece_bytes); what came from the logs goes into b. 1 when it
+ * checks out, 0 when not (*logged: a log record was used), or an index
+ * error. The caller tries again with check only when a log record was
+ * used and it failed: the decode hashes each piece, so a first try without
+ * check hashes every record once, not twice. */
+static int piece_try(struct cas_store *s, const struct rec_ctx *c, struct cas_manifest *m, size_t i, bool check,
+		     rocksdb_writebatch_t *b, bool *logged)
+{
+	char *dv = NULL, *bdv = NULL;
+	size_t len = 0, blen = 0;
+	bool pl = false, bl = false;
+	int rc = 0;
+	const uint8_t *v = piece_bytes(s, c, m->pieces[i].sha, check, &len, &dv, &pl, &rc), *bv = NULL;
+	uint8_t base[32];
+	if (v && cas_piece_base(v, len, base) == 1)
+		bv = piece_bytes(s, c, base, check, &blen, &bdv, &bl, &rc);
+	const bool ok = rc == 0 && v && cas_manifest_piece_decode(m, i, v, len, bv, blen) == 0;
+	if (ok && pl)
+		piece_put(b, m->pieces[i].sha, v, len);
+	if (ok && bv && bl)
+		piece_put(b, base, bv, blen);
+	rocksdb_free(dv);
+	rocksdb_free(bdv);
+	*logged = pl || bl;
+	return rc < 0 ? rc : ok;
 }
 
 /* Whether every piece and chunk manifest x needs is there; its pieces and
@@ -334,23 +363,14 @@ static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const st
 	/* Each piece, and a delta's base, from the logs or the index; what
 	 * came from the logs goes into the index with the manifest. */
 	for (size_t i = 0; rc == 0 && i < m->npieces; i++) {
-		char *dv = NULL, *bdv = NULL;
-		size_t len = 0, blen = 0;
-		bool logged = false, blogged = false;
-		const uint8_t *v = piece_bytes(s, c, m->pieces[i].sha, &len, &dv, &logged, &rc), *bv = NULL;
-		uint8_t base[32];
-		if (v && cas_piece_base(v, len, base) == 1)
-			bv = piece_bytes(s, c, base, &blen, &bdv, &blogged, &rc);
-		if (rc == 0 && (!v || cas_manifest_piece_decode(m, i, v, len, bv, blen) < 0)) {
+		bool logged;
+		int ok = piece_try(s, c, m, i, false, b, &logged);
+		if (ok == 0 && logged)
+			ok = piece_try(s, c, m, i, true, b, &logged);
+		if (ok < 0)
+			rc = ok;
+		else if (!ok)
 			(*missing)++;
-		} else if (rc == 0) {
-			if (logged)
-				piece_put(b, m->pieces[i].sha, v, len);
-			if (bv && blogged)
-				piece_put(b, base, bv, blen);
-		}
-		rocksdb_free(dv);
-		rocksdb_free(bdv);
 	}
 	if (*missing)
 		say(what, cap, "%llu extent-list piece%s", (unsigned long long)*missing, *missing == 1 ? "" : "s");
