@@ -331,14 +331,15 @@ int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, uint64_t live, str
 	for (uint32_t i = 1; i < s->meta_num; i++) {
 		char path[4096];
 		cas_meta_path(s, i, path, sizeof(path));
-		if (unlink(path) < 0 && errno != ENOENT) {
+		if (unlink(path) == 0) {
+			r->logs_removed++;
+		} else if (errno != ENOENT) {   /* ENOENT: an earlier compaction's */
 			rc = crest_errf(-errno, "cannot remove meta log %s", path);
 			break;
 		}
 		char k[5];
 		cas_key_num(k, 'q', i);
 		rocksdb_writebatch_delete(b, k, sizeof(k));
-		r->logs_removed++;
 	}
 	char dir[4096];
 	snprintf(dir, sizeof(dir), "%s/meta", s->dir);
