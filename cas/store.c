@@ -1132,12 +1132,18 @@ static int bases_present(struct cas_store *s, const struct cas_encoded *enc)
 	return 1;
 }
 
+/* What a handle whose commit could not be undone says to the next one. */
+static int broken_refusal(const struct cas_store *s)
+{
+	return crest_errx(-EIO, "store %s: a commit failed earlier and could not be undone in this "
+			  "process; open the store again (its next writer puts it right)", s->dir);
+}
+
 int cas_commit_encode(struct cas_store *s, const struct cas_manifest *m, const struct cas_manifest *base,
 		      struct cas_encoded *enc, uint8_t id[32])
 {
 	if (s->broken)
-		return crest_errx(-EIO, "store %s: a commit failed earlier and could not be undone in this "
-				  "process; open the store again (its next writer puts it right)", s->dir);
+		return broken_refusal(s);
 	const uint64_t t0 = time_now_ns();
 	int rc = cas_manifest_encode(m, base, enc);
 	if (rc == 0 && base) {
@@ -1173,8 +1179,7 @@ int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	memset(encp, 0, sizeof(*encp));
 	if (s->broken) {
 		cas_encoded_free(&enc);
-		return crest_errx(-EIO, "store %s: a commit failed earlier and could not be undone in this "
-				  "process; open the store again (its next writer puts it right)", s->dir);
+		return broken_refusal(s);
 	}
 	uint64_t tt[6];   /* CREST_TRACE: the phases below */
 	tt[1] = time_now_ns();

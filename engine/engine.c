@@ -495,7 +495,6 @@ static void snap_free(struct engine_snap *s)
 	free(s);
 }
 
-/* Moves each stream's extents, segment by segment, into the manifest. */
 /* A stream's extents, segment after segment, with neighbouring holes made
  * one. Each segment is merged on its own first (count, and whether it
  * starts and ends with a hole); then where each lands is known, and the
@@ -591,6 +590,7 @@ static int stream_extents(struct engine_stream *st, struct cas_extent **out, uin
 	return 0;
 }
 
+/* Moves each stream's extents, segment by segment, into the manifest. */
 static int snap_build_manifest(struct engine_snap *s)
 {
 	for (size_t i = 0; i < s->nstreams; i++) {
