@@ -42,6 +42,10 @@ struct job {
 	uint64_t cur_ext, cur_in, cur_off;
 	uint64_t left;               /* bytes not yet handed out */
 	atomic_uint_fast64_t done;   /* bytes restored, for the progress line */
+	/* a pipe destination: the next offset to write, under lock; a thread
+	 * waits on turn for its window's */
+	uint64_t emit_off;
+	pthread_cond_t turn;
 	/* first error wins */
 	atomic_bool stop;
 	int err;
@@ -98,8 +102,9 @@ static void job_fail(struct job *j, int err)
 		j->err = err;
 		crest_errcpy(j->msg, sizeof(j->msg));
 	}
-	pthread_mutex_unlock(&j->lock);
 	atomic_store(&j->stop, true);
+	pthread_cond_broadcast(&j->turn);
+	pthread_mutex_unlock(&j->lock);
 }
 
 /* The next window, or false when all are handed out. Data extents are
@@ -336,7 +341,7 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 		const struct cas_extent *x = &st->ext[e];
 		if (x->hole) {
 			const uint64_t k = x->len - in < w->len - o ? x->len - in : w->len - o;
-			if (!j->dst[w->dst].file)   /* a file's holes are never written */
+			if (!j->dst[w->dst].file || j->dst[w->dst].pipe)   /* a file's holes are never written */
 				memset(buf + o, 0, k);
 			o += k;
 			continue;
@@ -569,11 +574,49 @@ static int write_at(const struct restore_gpu_dst *t, uint8_t *map, const uint8_t
 	return 0;
 }
 
+/* A checked window into a pipe, once every window before it is written:
+ * the whole window, holes as the zeros window_fill left there. A reader
+ * gone (EPIPE: the calling thread keeps SIGPIPE blocked) is an error like
+ * any other; it stops the other threads. */
+static int window_emit(struct job *j, const struct window *w, const uint8_t *buf)
+{
+	const struct restore_gpu_dst *t = &j->dst[w->dst];
+	pthread_mutex_lock(&j->lock);
+	while (j->emit_off != w->off && !atomic_load(&j->stop))
+		pthread_cond_wait(&j->turn, &j->lock);
+	pthread_mutex_unlock(&j->lock);
+	if (atomic_load(&j->stop))
+		return 0;   /* another thread failed: its error is the job's */
+	int rc = 0;
+	for (uint64_t done = 0; done < w->len;) {
+		const ssize_t n = write(t->fd, buf + done, w->len - done);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			rc = errno == EPIPE ? crest_errx(-EPIPE, "cannot send %s: its reader stopped reading at offset %llu",
+							 t->st->name, (unsigned long long)(w->off + done))
+					    : crest_errf(n < 0 ? -errno : -EIO, "cannot send %s at offset %llu",
+							 t->st->name, (unsigned long long)(w->off + done));
+			break;
+		}
+		done += (uint64_t)n;
+	}
+	pthread_mutex_lock(&j->lock);
+	if (rc == 0) {
+		j->emit_off += w->len;
+		pthread_cond_broadcast(&j->turn);
+	}
+	pthread_mutex_unlock(&j->lock);
+	return rc;
+}
+
 /* A checked window into its file: one write per stretch of data between
  * holes, which are left as the file's truncation made them. */
 static int window_write(const struct worker *wk, const struct window *w, const uint8_t *buf)
 {
 	const struct restore_gpu_dst *t = &wk->j->dst[w->dst];
+	if (t->pipe)
+		return window_emit(wk->j, w, buf);
 	uint8_t *map = wk->j->map ? wk->j->map[w->dst] : NULL;
 	uint64_t o = 0, in = w->in, run = 0;   /* run: data bytes before o not yet written */
 	int rc = 0;
@@ -757,6 +800,9 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 		device |= !dst[i].host && !dst[i].file;
 		file |= dst[i].file;
 	}
+	for (size_t i = 0; i < n; i++)
+		if (dst[i].pipe && (n != 1 || !dst[i].file))
+			return crest_errx(-EINVAL, "a pipe is restored alone, as a file");
 	if (device && (o->nbufs < 2 || !o->d))
 		return crest_errx(-EINVAL, "restoring to the device needs the driver and two staging buffers");
 	struct job j = { .c = c, .dst = dst, .n = n, .o = o, .win = o->buf_bytes ? o->buf_bytes : 8u << 20 };
@@ -810,6 +856,7 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 		return rc;
 	}
 	pthread_mutex_init(&j.lock, NULL);
+	pthread_cond_init(&j.turn, NULL);
 	CUcontext saved = NULL;
 	if (device)
 		o->d->CtxGetCurrent(&saved);
@@ -890,6 +937,7 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 	if (j.rd != c->reader)
 		cas_reader_close(j.rd);
 	pthread_mutex_destroy(&j.lock);
+	pthread_cond_destroy(&j.turn);
 	if (j.err) {
 		crest_errset_str(j.msg);
 		return j.err;

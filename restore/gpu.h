@@ -15,6 +15,9 @@
  * thread's own buffer, check every chunk's SHA-256 against the manifest as
  * well, and write the window's data with one pwrite per stretch between
  * holes only once all of it checked out: the promise of restore.h.
+ * A pipe takes the same checked windows in stream order: each thread waits
+ * for the window before its own to be written, so the threads read and
+ * check ahead of the reader by at most one window each.
  * The driver comes from gpu/cudrv.h; restore/ still only reads the store.
  */
 #ifndef CREST_RESTORE_GPU_H
@@ -34,6 +37,9 @@ struct restore_gpu_dst {
 	uint8_t *host;                /* non-NULL: a host region, filled in place */
 	bool file;                    /* fd, a regular file of st->size bytes (holes
 					 read as zeros), written with pwrite */
+	bool pipe;                    /* with file: fd is a pipe (or socket), written
+					 from offset 0 to the end in order, holes as
+					 zeros; the only destination of its call */
 	int fd;
 };
 

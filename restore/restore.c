@@ -215,6 +215,18 @@ int restore_stream_to_fd(const struct restore_ctx *c, const struct cas_stream *s
 	return restore_streams_to_device(c, &d, 1, &o);
 }
 
+int restore_stream_to_pipe(const struct restore_ctx *c, const struct cas_stream *st, int fd)
+{
+	/* As for a file, with the windows sent in order. A bigger pipe means
+	 * fewer turns between this side and the reader; where the limit
+	 * (/proc/sys/fs/pipe-max-size, unless root) refuses, the default does. */
+	if (fcntl(fd, F_SETPIPE_SZ, 4 << 20) < 0)
+		(void)fcntl(fd, F_SETPIPE_SZ, 1 << 20);
+	const struct restore_gpu_dst d = { .st = st, .file = true, .pipe = true, .fd = fd };
+	const struct restore_gpu_opts o = { .buf_bytes = FILE_WINDOW, .win_step = ENGINE_SEGMENT_BYTES };
+	return restore_streams_to_device(c, &d, 1, &o);
+}
+
 struct mem_sink {
 	uint8_t *dst;
 };

@@ -79,6 +79,11 @@ int restore_sink_fd(void *arg, uint64_t off, const void *data, uint32_t len);
  * shared mapping; otherwise with pwrite. */
 int restore_stream_to_fd(const struct restore_ctx *c, const struct cas_stream *st, int fd);
 
+/* The stream into fd, a pipe: every byte from the first to the last, holes
+ * as zeros, in order, each window checked as for a file before it is
+ * written. The caller keeps SIGPIPE blocked or ignored in the calling thread
+ * (the threads it starts inherit that): a reader that goes away is -EPIPE. */
+int restore_stream_to_pipe(const struct restore_ctx *c, const struct cas_stream *st, int fd);
 /* The stream into dst, which holds cap >= st->size bytes; holes are zeroed. */
 int restore_stream_to_memory(const struct restore_ctx *c, const struct cas_stream *st, void *dst,
 			     uint64_t cap);
