@@ -355,6 +355,8 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 	argv[n++] = pidfile;
 	if (o->shell_job)
 		argv[n++] = "--shell-job";
+	if (o->stream)
+		argv[n++] = "--stream";
 	if (o->mntns) {
 		/* The mounts dumped as external are the host's own: bound back
 		 * from where they are, under the host's root. */

@@ -64,6 +64,9 @@ struct criu_restore_opts {
 	 * and always a tree dumped with criu_dump_opts.netns (net_external). */
 	bool new_net;
 	bool net_external;
+	/* The images come from an image streamer on dir's streamer-serve.sock
+	 * (restore/imgsrv.h), not from files in dir. */
+	bool stream;
 	const struct criu_inherit *inherit;
 	size_t ninherit;
 	pid_t *pid_out;            /* the restored root */

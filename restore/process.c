@@ -1,5 +1,6 @@
 /* process.c - restore of a checkpointed process tree; see process.h. */
 #include "restore/process.h"
+#include "restore/imgsrv.h"
 #include "gpu/gpumap.h"
 #include "os/pidns.h"
 #include "os/proc.h"
@@ -15,7 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -594,6 +597,33 @@ static void extfds_free(struct extfd *v, size_t n)
 	free(v);
 }
 
+/* Reaps what a failed restore left: CRIU kills a tree it gives up on, and
+ * crest kills one whose GPU state or images failed, but nothing waits for
+ * them; their zombies go to the nearest subreaper, which restore_process
+ * makes crest (where init never reaps, in some containers, they would hold
+ * the job's pids for good, and the next restore would find them in use).
+ * The job's own pids; in a namespace of its own, whose host pids are not
+ * known, any child of crest's that has died. At most about a second. */
+static void reap_failed(const pid_t *pids, size_t npids, bool pidns)
+{
+	for (int round = 0; round < 100; round++) {
+		bool left = false;
+		if (pidns) {
+			pid_t p;
+			while ((p = waitpid(-1, NULL, WNOHANG)) > 0)
+				;
+			left = p == 0;   /* children still running: maybe the tree, dying */
+		}
+		for (size_t i = 0; !pidns && i < npids; i++)
+			if (pids[i] > 0 && waitpid(pids[i], NULL, WNOHANG) == 0)
+				left = true;
+		if (!left)
+			return;
+		const struct timespec ten_ms = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ten_ms, NULL);
+	}
+}
+
 int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, const struct criu *criu,
 		    const struct rp_opts *o, struct rp_result *r)
 {
@@ -662,8 +692,16 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		if (rc < 0)
 			dir[0] = 0;
 	}
-	/* Images out of the store: every byte verified before it is written. */
-	for (size_t i = 0; rc == 0 && i < m->nstreams; i++) {
+	/* The images: served to CRIU as it reads them (imgsrv.h), or with
+	 * CREST_RESTORE_IMAGES=files written out first (every byte verified
+	 * before it is written either way). Served, CRIU's reading overlaps
+	 * the store's, and tmpfs holds no copy of the job's memory. */
+	const char *how = getenv("CREST_RESTORE_IMAGES");
+	const bool serve = !how || !*how || !strcmp(how, "stream");
+	if (rc == 0 && !serve && strcmp(how, "files"))
+		rc = crest_errx(-EINVAL, "CREST_RESTORE_IMAGES is '%s': it must be 'stream' (the default) or 'files'",
+				how);
+	for (size_t i = 0; rc == 0 && !serve && i < m->nstreams; i++) {
 		const struct cas_stream *st = &m->streams[i];
 		if (st->type != CAS_STREAM_IMAGE)
 			continue;
@@ -727,12 +765,47 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		inh[ninh++] = (struct criu_inherit){ .fd = ext[i].fd, .key = ext[i].key };
 	const char *sj = cas_manifest_get_label(m, "shell_job");
 	uint64_t t1 = time_now_ns();
+	struct imgsrv *srv = NULL;
+	if (rc == 0 && serve)
+		rc = imgsrv_start(c, m, dir, &srv);
+	/* See reap_failed. A restored tree that runs becomes crest's child
+	 * too, which changes nothing for it: crest does not wait for it. */
+	int subreaper = 0;
+	prctl(PR_GET_CHILD_SUBREAPER, &subreaper);
+	if (!subreaper)
+		prctl(PR_SET_CHILD_SUBREAPER, 1);
+	bool ran_criu = false;
 	if (rc == 0) {
+		ran_criu = true;
 		struct criu_restore_opts ro = { .dir = dir, .shell_job = sj && !strcmp(sj, "1"), .pid_out = &r->pid,
 						.mntns = mnl && !strcmp(mnl, "1"), .new_net = o->beside,
-						.net_external = netl && !strcmp(netl, "1"),
+						.net_external = netl && !strcmp(netl, "1"), .stream = serve,
 						.inherit = inh, .ninherit = ninh };
 		rc = criu_restore(criu, &ro);
+	}
+	if (srv) {
+		/* CRIU has exited. A damaged image ends its pipe early and CRIU
+		 * fails on it: the damage is the news, not CRIU's complaint. A
+		 * tree that came back although an image failed (past what CRIU
+		 * read) is ended: nothing runs from a snapshot found damaged. */
+		char cmsg[1024];
+		crest_errcpy(cmsg, sizeof(cmsg));
+		uint64_t sent = 0;
+		const int src = imgsrv_finish(srv, rc == 0, &sent);
+		r->bytes += sent;
+		if (src < 0 && rc == 0) {
+			if (pidns) {
+				kill(r->pid, SIGKILL);
+			} else {
+				for (size_t i = 0; i < npids; i++)
+					kill(pids[i], SIGKILL);
+			}
+			rc = crest_errctx(src, "the processes came back (pid %d), but crest ended them", (int)r->pid);
+		} else if (src < 0) {
+			rc = crest_errctx(src, "snapshot %s", c->snapshot);
+		} else if (rc < 0) {
+			crest_errset_str(cmsg);
+		}
 	}
 	uint64_t t2 = time_now_ns();
 	r->criu_ns = t2 - t1;
@@ -757,6 +830,10 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 				     "them (pid %d and %zu more); the snapshot is as it was", (int)pids[0], npids - 1);
 		}
 	}
+	if (rc < 0 && ran_criu)
+		reap_failed(pids, npids, pidns != 0);
+	if (!subreaper)
+		prctl(PR_SET_CHILD_SUBREAPER, 0);
 	r->gpu_ns = time_now_ns() - t2;
 	if (rc < 0 && nfiles && !o->beside) {
 		/* The processes are not back: the originals go back in place. */

@@ -1,7 +1,9 @@
 /*
  * process.h - bringing a checkpointed process tree back from the store.
  *
- * The images stream out of the store into a private tmpfs directory, the
+ * The images are served to CRIU straight out of the store as it reads them
+ * (restore/imgsrv.h; with CREST_RESTORE_IMAGES=files, written into a
+ * private tmpfs directory first, as before), the
  * files the job had open for writing are staged as they were at the
  * snapshot in temporaries beside them (unless the caller keeps them) and
  * swapped in right before CRIU restores the tree (swapped back if it

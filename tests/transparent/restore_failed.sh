@@ -1,8 +1,9 @@
 # Issue 10, item 2: a restore that fails leaves the job's files byte for
 # byte as they were. They used to be cut back to their snapshot size before
 # the chunks were read and before CRIU ran, so a failed restore lost the
-# job's output written after the snapshot. Two failures: CRIU refuses (a
-# stand-in criu), and the chunk of the job's log is damaged in the store.
+# job's output written after the snapshot. Three failures: CRIU refuses (a
+# stand-in criu), the chunk of the job's log is damaged in the store, and a
+# chunk of the images that CRIU reads is.
 # Each time the log and stdout are compared with copies taken before, the
 # message must say the files were left untouched, and no temporary file may
 # be left beside them. The damage is then undone and a real restore works.
@@ -62,6 +63,24 @@ flip=$((off + $("$STORE_TOOL" format CAS_REC_HEADER) + stored / 2))   # cas/form
 "$STORE_TOOL" flip "$pack" "$flip"
 expect_error "${sha:0:16}" "$CREST" --store "$S" restore j
 untouched "damaged log chunk"
+"$STORE_TOOL" flip "$pack" "$flip"
+
+# 2b. A chunk of the images is damaged: the largest record, one of the
+# job's memory pages. The images are served to CRIU while it reads them
+# (restore/imgsrv.h), so the damage is found with CRIU under way: the
+# restore must fail naming the chunk and its image, and leave the files as
+# they were and no process of the job behind (CRIU's killed tree reaped:
+# a zombie would hold the job's pid, and step 3 would find it in use).
+logsha=$sha
+read -r pack off stored sha < <(for p in "$S"/packs/*.pack; do
+	"$STORE_TOOL" records "$p" | awk -v p="$p" '{ print p, $1, $3, $4 }'
+done | awk -v skip="$logsha" '$4 != skip' | sort -k3,3n | tail -1)
+[ -n "$sha" ] || fail "no record to damage in the packs"
+flip=$((off + $("$STORE_TOOL" format CAS_REC_HEADER) + stored / 2))
+"$STORE_TOOL" flip "$pack" "$flip"
+expect_error "${sha:0:16}" "$CREST" --store "$S" restore j
+grep -q "image [a-z0-9-]*\.img" "$T/err.txt" || fail "the message does not name the damaged image"
+untouched "damaged image chunk"
 "$STORE_TOOL" flip "$pack" "$flip"
 
 # 3. Undamaged, with the real criu: the log goes back to its snapshot size.
