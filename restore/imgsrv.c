@@ -348,14 +348,14 @@ int imgsrv_start(const struct restore_ctx *c, const struct cas_manifest *m, cons
 		s->running = prc == 0;
 	}
 	if (rc < 0) {
-		imgsrv_finish(s, true, NULL);
+		imgsrv_finish(s, NULL);
 		return rc;
 	}
 	*out = s;
 	return 0;
 }
 
-int imgsrv_finish(struct imgsrv *s, bool criu_ok, uint64_t *bytes)
+int imgsrv_finish(struct imgsrv *s, uint64_t *bytes)
 {
 	if (bytes)
 		*bytes = 0;
@@ -377,10 +377,10 @@ int imgsrv_finish(struct imgsrv *s, bool criu_ok, uint64_t *bytes)
 	for (struct sender *w = s->senders, *next; w; w = next) {
 		next = w->next;
 		pthread_join(w->t, NULL);
-		const bool counts = w->rc < 0 && (w->rc != -EPIPE || !criu_ok);
-		/* A damaged chunk says more than a reader gone, or the server's
-		 * own EOF on CRIU's failure. */
-		if (counts && (!rc || (rc == -EPIPE && w->rc != -EPIPE))) {
+		/* A reader gone (EPIPE) follows from CRIU's end, early or
+		 * failed: CRIU's own error says why. A damaged chunk or a read
+		 * error is the news whatever CRIU did. */
+		if (w->rc < 0 && w->rc != -EPIPE && !rc) {
 			rc = w->rc;
 			snprintf(msg, sizeof(msg), "image %s: %s", base_of(w->st->name), w->msg);
 		}

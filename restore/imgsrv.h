@@ -44,9 +44,10 @@ int imgsrv_start(const struct restore_ctx *c, const struct cas_manifest *m, cons
 /* Once CRIU has exited: stops listening, waits for the images still being
  * sent (CRIU's exit closed their readers) and frees s; NULL is a no-op.
  * Returns 0, or the first failure to send an image, with its message: a
- * damaged chunk, a read error. An image that CRIU stopped reading early
- * (EPIPE) is a failure only when criu_ok is false: when CRIU succeeded, it
- * had what it needed. *bytes (may be NULL): image bytes sent. */
-int imgsrv_finish(struct imgsrv *s, bool criu_ok, uint64_t *bytes);
+ * damaged chunk, a read error, or the server's own (CRIU spoke out of
+ * turn). An image that CRIU stopped reading early (EPIPE) is none: CRIU
+ * either had what it needed or failed, and says why itself. *bytes (may be
+ * NULL): image bytes sent. */
+int imgsrv_finish(struct imgsrv *s, uint64_t *bytes);
 
 #endif

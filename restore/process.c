@@ -597,6 +597,37 @@ static void extfds_free(struct extfd *v, size_t n)
 	free(v);
 }
 
+/* Every image into dir, each byte checked before it is written. */
+static int images_write(const struct restore_ctx *c, const struct cas_manifest *m, const char *dir,
+			uint64_t *bytes)
+{
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < m->nstreams; i++) {
+		const struct cas_stream *st = &m->streams[i];
+		if (st->type != CAS_STREAM_IMAGE)
+			continue;
+		const char *base = strrchr(st->name, '/');
+		base = base ? base + 1 : st->name;
+		if (!*base || !strcmp(base, "..") || !strcmp(base, ".")) {
+			rc = crest_errx(-EBADMSG, "snapshot %s: image name '%s' is damaged", c->snapshot, st->name);
+			break;
+		}
+		char path[PATH_MAX + 256];
+		snprintf(path, sizeof(path), "%s/%s", dir, base);
+		int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		if (fd < 0) {
+			rc = crest_errf(-errno, "cannot create %s", path);
+			break;
+		}
+		struct restore_ctx sc = *c;
+		sc.progress_base = *bytes;
+		rc = restore_stream_to_fd(&sc, st, fd);
+		close(fd);
+		*bytes += st->size;
+	}
+	return rc;
+}
+
 /* Reaps what a failed restore left: CRIU kills a tree it gives up on, and
  * crest kills one whose GPU state or images failed, but nothing waits for
  * them; their zombies go to the nearest subreaper, which restore_process
@@ -701,29 +732,8 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	if (rc == 0 && !serve && strcmp(how, "files"))
 		rc = crest_errx(-EINVAL, "CREST_RESTORE_IMAGES is '%s': it must be 'stream' (the default) or 'files'",
 				how);
-	for (size_t i = 0; rc == 0 && !serve && i < m->nstreams; i++) {
-		const struct cas_stream *st = &m->streams[i];
-		if (st->type != CAS_STREAM_IMAGE)
-			continue;
-		const char *base = strrchr(st->name, '/');
-		base = base ? base + 1 : st->name;
-		if (!*base || !strcmp(base, "..") || !strcmp(base, ".")) {
-			rc = crest_errx(-EBADMSG, "snapshot %s: image name '%s' is damaged", c->snapshot, st->name);
-			break;
-		}
-		char path[PATH_MAX + 256];
-		snprintf(path, sizeof(path), "%s/%s", dir, base);
-		int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-		if (fd < 0) {
-			rc = crest_errf(-errno, "cannot create %s", path);
-			break;
-		}
-		struct restore_ctx sc = *c;
-		sc.progress_base = r->bytes;
-		rc = restore_stream_to_fd(&sc, st, fd);
-		close(fd);
-		r->bytes += st->size;
-	}
+	if (rc == 0 && !serve)
+		rc = images_write(c, m, dir, &r->bytes);
 	/* The job's files staged beside them: the live ones are not touched. */
 	struct staged *files = NULL;
 	size_t nfiles = 0;
@@ -774,13 +784,13 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	prctl(PR_GET_CHILD_SUBREAPER, &subreaper);
 	if (!subreaper)
 		prctl(PR_SET_CHILD_SUBREAPER, 1);
+	struct criu_restore_opts ro = { .dir = dir, .shell_job = sj && !strcmp(sj, "1"), .pid_out = &r->pid,
+					.mntns = mnl && !strcmp(mnl, "1"), .new_net = o->beside,
+					.net_external = netl && !strcmp(netl, "1"), .stream = serve,
+					.inherit = inh, .ninherit = ninh };
 	bool ran_criu = false;
 	if (rc == 0) {
 		ran_criu = true;
-		struct criu_restore_opts ro = { .dir = dir, .shell_job = sj && !strcmp(sj, "1"), .pid_out = &r->pid,
-						.mntns = mnl && !strcmp(mnl, "1"), .new_net = o->beside,
-						.net_external = netl && !strcmp(netl, "1"), .stream = serve,
-						.inherit = inh, .ninherit = ninh };
 		rc = criu_restore(criu, &ro);
 	}
 	if (srv) {
@@ -791,7 +801,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		char cmsg[1024];
 		crest_errcpy(cmsg, sizeof(cmsg));
 		uint64_t sent = 0;
-		const int src = imgsrv_finish(srv, rc == 0, &sent);
+		const int src = imgsrv_finish(srv, &sent);
 		r->bytes += sent;
 		if (src < 0 && rc == 0) {
 			if (pidns) {
@@ -804,7 +814,22 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		} else if (src < 0) {
 			rc = crest_errctx(src, "snapshot %s", c->snapshot);
 		} else if (rc < 0) {
-			crest_errset_str(cmsg);
+			/* Every image was whole, and CRIU failed anyway. Its
+			 * --stream restore is less trodden than its restore from
+			 * files: a job built with AddressSanitizer (its shadow
+			 * mappings) dies in it of SIGSEGV with CRIU 4.1.1, and comes
+			 * back from files. So the images are written out and CRIU
+			 * runs once more, the way it did before streaming. */
+			if (o->notes)
+				fprintf(o->notes, "criu could not restore from streamed images (%s); restoring from "
+					"image files instead\n", cmsg);
+			reap_failed(pids, npids, pidns != 0);
+			uint64_t wrote = 0;
+			rc = images_write(c, m, dir, &wrote);
+			r->bytes = r->bytes - sent + wrote;
+			ro.stream = false;
+			if (rc == 0)
+				rc = criu_restore(criu, &ro);
 		}
 	}
 	uint64_t t2 = time_now_ns();

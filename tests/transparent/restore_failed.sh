@@ -83,9 +83,21 @@ grep -q "image [a-z0-9-]*\.img" "$T/err.txt" || fail "the message does not name 
 untouched "damaged image chunk"
 "$STORE_TOOL" flip "$pack" "$flip"
 
-# 3. Undamaged, with the real criu: the log goes back to its snapshot size.
-"$CREST" --store "$S" restore j >restore.out
+# 3. Undamaged, with the real criu behind a stand-in that fails whenever it
+# is asked to read streamed images (as CRIU 4.1.1 does for a job built with
+# AddressSanitizer): crest writes the images out and restores from files.
+# The log goes back to its snapshot size.
+real=${CREST_CRIU:-$(cd "$(dirname "$0")/../.." && pwd)/.deps/criu/criu}
+[ -x "$real" ] || real=$(command -v criu) || fail "no criu to run"
+cat >stream-fails <<FAKE
+#!/bin/sh
+for a; do [ "\$a" = --stream ] && { echo "Error (stand-in): no streams here" >>"\$3/restore.log"; exit 1; }; done
+exec "$real" "\$@"
+FAKE
+chmod +x stream-fails
+CREST_CRIU="$T/stream-fails" "$CREST" --store "$S" restore j >restore.out
 cat restore.out
+grep -q "restoring from image files instead" restore.out || fail "no note that the restore went back to image files"
 grep -q "discarded" restore.out || fail "the restore did not cut the log back"
 # The restored job appends at once: the first $size bytes are the log at
 # the snapshot, its kept $kept bytes from the store, the rest its own tail.
