@@ -728,7 +728,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	 * before it is written either way). Served, CRIU's reading overlaps
 	 * the store's, and tmpfs holds no copy of the job's memory. */
 	const char *how = getenv("CREST_RESTORE_IMAGES");
-	const bool serve = !how || !*how || !strcmp(how, "stream");
+	bool serve = !how || !*how || !strcmp(how, "stream");
 	if (rc == 0 && !serve && strcmp(how, "files"))
 		rc = crest_errx(-EINVAL, "CREST_RESTORE_IMAGES is '%s': it must be 'stream' (the default) or 'files'",
 				how);
@@ -776,8 +776,13 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	const char *sj = cas_manifest_get_label(m, "shell_job");
 	uint64_t t1 = time_now_ns();
 	struct imgsrv *srv = NULL;
-	if (rc == 0 && serve)
+	if (rc == 0 && serve) {
 		rc = imgsrv_start(c, m, dir, &srv);
+		if (rc == -ENAMETOOLONG) {   /* a --tmpdir too deep for a socket's path */
+			serve = false;
+			rc = images_write(c, m, dir, &r->bytes);
+		}
+	}
 	/* See reap_failed. A restored tree that runs becomes crest's child
 	 * too, which changes nothing for it: crest does not wait for it. */
 	int subreaper = 0;
