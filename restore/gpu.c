@@ -584,7 +584,10 @@ static int write_at(const struct restore_gpu_dst *t, uint8_t *map, const uint8_t
 /* Waits until the reader has taken every byte of the pipe before end: what
  * was sent (emit_off) less what is still in the pipe (FIONREAD). emit_off
  * is read first, so that bytes another thread sends meanwhile can only make
- * the estimate low, never high. -EPIPE when the reader went away. */
+ * the estimate low, never high; the pipe may then hold more than emit_off
+ * says (a window being sent), which is not drained either. end UINT64_MAX:
+ * until the pipe is empty (after a failed send, whose bytes emit_off does
+ * not count). -EPIPE when the reader went away. */
 static int pipe_drained(struct job *j, int fd, uint64_t end)
 {
 	for (;;) {
@@ -594,7 +597,9 @@ static int pipe_drained(struct job *j, int fd, uint64_t end)
 		int queued = 0;
 		if (ioctl(fd, FIONREAD, &queued) < 0)
 			return crest_errf(-errno, "cannot see how much of a pipe was read (FIONREAD)");
-		if (queued >= 0 && sent - (uint64_t)queued >= end)
+		if (queued == 0 && end == UINT64_MAX)
+			return 0;
+		if (queued >= 0 && (uint64_t)queued <= sent && sent - (uint64_t)queued >= end)
 			return 0;
 		struct pollfd p = { .fd = fd, .events = 0 };
 		if (poll(&p, 1, 0) == 1 && (p.revents & POLLERR))
@@ -624,8 +629,10 @@ static int window_emit(struct worker *wk, const struct window *w, const uint8_t 
 	if (atomic_load(&j->stop))
 		return 0;   /* another thread failed: its error is the job's */
 	int rc = 0;
+	/* What this window leaves in the pipe: all of it, or after a failed
+	 * send an unknown part, which only an empty pipe says is read. */
 	if (j->splice)
-		wk->spliced_end = w->off + w->len;
+		wk->spliced_end = UINT64_MAX;
 	for (uint64_t done = 0; done < w->len;) {
 		struct iovec v = { (void *)(buf + done), w->len - done };
 		const ssize_t n = j->splice ? vmsplice(t->fd, &v, 1, 0) : write(t->fd, buf + done, w->len - done);
@@ -644,6 +651,8 @@ static int window_emit(struct worker *wk, const struct window *w, const uint8_t 
 	if (rc == 0) {
 		j->emit_off += w->len;
 		pthread_cond_broadcast(&j->turn);
+		if (j->splice)
+			wk->spliced_end = w->off + w->len;
 	}
 	pthread_mutex_unlock(&j->lock);
 	return rc;

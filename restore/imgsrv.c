@@ -38,7 +38,8 @@ struct imgsrv {
 	int stop[2];                 /* imgsrv_finish writes a byte: the server ends */
 	pthread_t t;
 	bool running;
-	pthread_mutex_t lock;        /* senders, the server's error */
+	pthread_mutex_t lock;        /* senders, the server's error, conn */
+	int conn;                    /* CRIU's connection, -1 before and after */
 	struct sender *senders;
 	int rc;                      /* the server's own failure (protocol, threads) */
 	char msg[1024];
@@ -192,9 +193,16 @@ static int recv_pipe(int conn, int *fd)
 	if (r <= 0)
 		return crest_errf(r < 0 ? -errno : -EPROTO, "receiving the pipe for an image from criu");
 	const struct cmsghdr *ch = CMSG_FIRSTHDR(&mh);
-	if (!ch || ch->cmsg_level != SOL_SOCKET || ch->cmsg_type != SCM_RIGHTS ||
-	    ch->cmsg_len != CMSG_LEN(sizeof(int)) || (mh.msg_flags & MSG_CTRUNC))
+	const bool rights = ch && ch->cmsg_level == SOL_SOCKET && ch->cmsg_type == SCM_RIGHTS;
+	if (!rights || ch->cmsg_len != CMSG_LEN(sizeof(int)) || (mh.msg_flags & MSG_CTRUNC)) {
+		/* Whatever fds did arrive are ours to close. */
+		for (size_t k = 0; rights && k < (ch->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
+			int got;
+			memcpy(&got, CMSG_DATA(ch) + k * sizeof(int), sizeof(int));
+			close(got);
+		}
 		return crest_errx(-EPROTO, "criu sent no pipe for an image");
+	}
 	memcpy(fd, CMSG_DATA(ch), sizeof(int));
 	return 0;
 }
@@ -295,6 +303,9 @@ static void *server_main(void *arg)
 		srv_fail(s, crest_errf(-errno, "accepting criu's connection for images"));
 		return NULL;
 	}
+	pthread_mutex_lock(&s->lock);
+	s->conn = conn;   /* imgsrv_finish shuts it down: a read cut short ends */
+	pthread_mutex_unlock(&s->lock);
 	while (wait_for(s, conn)) {
 		bool eof = false;
 		const int rc = serve_one(s, conn, &eof);
@@ -305,7 +316,10 @@ static void *server_main(void *arg)
 		if (eof)
 			break;
 	}
+	pthread_mutex_lock(&s->lock);
+	s->conn = -1;
 	close(conn);
+	pthread_mutex_unlock(&s->lock);
 	return NULL;
 }
 
@@ -321,7 +335,7 @@ int imgsrv_start(const struct restore_ctx *c, const struct cas_manifest *m, cons
 		return crest_errf(-ENOMEM, "serving images");
 	s->c = *c;
 	s->m = m;
-	s->lfd = -1;
+	s->lfd = s->conn = -1;
 	s->stop[0] = s->stop[1] = -1;
 	pthread_mutex_init(&s->lock, NULL);
 	for (size_t i = 0; i < m->nstreams; i++)
@@ -367,6 +381,12 @@ int imgsrv_finish(struct imgsrv *s, uint64_t *bytes)
 		do
 			w = write(s->stop[1], &b, 1);
 		while (w < 0 && errno == EINTR);
+		/* CRIU has exited; a request it left half sent (its length and
+		 * body are two writes) must not hold the server in read(). */
+		pthread_mutex_lock(&s->lock);
+		if (s->conn >= 0)
+			shutdown(s->conn, SHUT_RDWR);
+		pthread_mutex_unlock(&s->lock);
 		pthread_join(s->t, NULL);
 	}
 	/* CRIU has exited, so every pipe's reader is closed: each sender ends,

@@ -21,7 +21,9 @@
  *
  * Every byte is checked as restore_stream_to_pipe checks it. A damaged chunk
  * ends its image early, CRIU fails on the short image, and imgsrv_finish
- * names the chunk: no process runs from a damaged image.
+ * names the chunk. Should CRIU take the short image for whole (cut between
+ * two of its entries), the tree it brought back is ended once imgsrv_finish
+ * reports the damage (restore/process.c): it does not go on running.
  */
 #ifndef CREST_RESTORE_IMGSRV_H
 #define CREST_RESTORE_IMGSRV_H

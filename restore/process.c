@@ -628,6 +628,16 @@ static int images_write(const struct restore_ctx *c, const struct cas_manifest *
 	return rc;
 }
 
+/* Whether CRIU wrote its pidfile: the tree came up, and a second restore
+ * must not start another. CRIU writes it only once the restore succeeded,
+ * and criu_restore removes it first. */
+static bool restored_tree(const char *dir)
+{
+	char path[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/restored.pid", dir);
+	return access(path, F_OK) == 0;
+}
+
 /* Reaps what a failed restore left: CRIU kills a tree it gives up on, and
  * crest kills one whose GPU state or images failed, but nothing waits for
  * them; their zombies go to the nearest subreaper, which restore_process
@@ -810,7 +820,8 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		r->bytes += sent;
 		if (src < 0 && rc == 0) {
 			if (pidns) {
-				kill(r->pid, SIGKILL);
+				if (r->pid > 0)   /* 0 (no pidfile) would be crest's own group */
+					kill(r->pid, SIGKILL);
 			} else {
 				for (size_t i = 0; i < npids; i++)
 					kill(pids[i], SIGKILL);
@@ -818,7 +829,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 			rc = crest_errctx(src, "the processes came back (pid %d), but crest ended them", (int)r->pid);
 		} else if (src < 0) {
 			rc = crest_errctx(src, "snapshot %s", c->snapshot);
-		} else if (rc < 0) {
+		} else if (rc < 0 && !restored_tree(dir)) {
 			/* Every image was whole, and CRIU failed anyway. Its
 			 * --stream restore is less trodden than its restore from
 			 * files: a job built with AddressSanitizer (its shadow
@@ -835,6 +846,11 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 			ro.stream = false;
 			if (rc == 0)
 				rc = criu_restore(criu, &ro);
+			if (rc < 0) {
+				char msg[1024];
+				crest_errcpy(msg, sizeof(msg));
+				crest_errx(rc, "%s (and from streamed images before: %s)", msg, cmsg);
+			}
 		}
 	}
 	uint64_t t2 = time_now_ns();
@@ -850,7 +866,8 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		 * tree is ended through its init (the old pids may be the
 		 * original's, still running beside it). */
 		if (rc < 0 && pidns) {
-			kill(r->pid, SIGKILL);
+			if (r->pid > 0)   /* 0 (no pidfile) would be crest's own group */
+				kill(r->pid, SIGKILL);
 			crest_errctx(rc, "the copy came back but its GPU state did not, so crest ended it (pid %d); "
 				     "the snapshot is as it was", (int)r->pid);
 		} else if (rc < 0) {

@@ -223,7 +223,12 @@ int restore_stream_to_pipe(const struct restore_ctx *c, const struct cas_stream 
 	if (fcntl(fd, F_SETPIPE_SZ, 4 << 20) < 0)
 		(void)fcntl(fd, F_SETPIPE_SZ, 1 << 20);
 	const struct restore_gpu_dst d = { .st = st, .file = true, .pipe = true, .fd = fd };
-	const struct restore_gpu_opts o = { .buf_bytes = FILE_WINDOW, .win_step = ENGINE_SEGMENT_BYTES };
+	struct restore_gpu_opts o = { .buf_bytes = FILE_WINDOW, .win_step = ENGINE_SEGMENT_BYTES };
+	/* For tests (tests/store/pipe.sh): windows smaller than the pipe, where
+	 * a thread's buffer and the next thread's send share the pipe. */
+	const char *w = getenv("CREST_PIPE_WINDOW");
+	if (w && strtoull(w, NULL, 10) >= 4096 && strtoull(w, NULL, 10) < FILE_WINDOW)
+		o.buf_bytes = o.win_step = (size_t)strtoull(w, NULL, 10);
 	return restore_streams_to_device(c, &d, 1, &o);
 }
 

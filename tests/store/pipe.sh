@@ -37,7 +37,22 @@ for chunker in fixed cdc; do
 		n=$((n + 1))
 	done <"$T/log"
 	grep -q "reader left" "$T/log" || fail "$chunker: no reader left early"
-	[ "$n" -ge 3 ] || fail "$chunker: only $n streams were read to their end"
+	[ "$n" -ge 2 ] || fail "$chunker: only $n streams were read to their end"
 	echo "$chunker: $n streams equal to their files"
+	# Windows smaller than the pipe, not a multiple of 4 KiB: a thread's
+	# buffer then shares the pipe with the next thread's send (restore/gpu.c,
+	# pipe_drained), which default sizes never do. Fixed 4 KiB chunks fit.
+	if [ "$chunker" = fixed ]; then
+		rm -rf "$out" && mkdir -p "$out"
+		CREST_PIPE_WINDOW=700000 "$TEST_PIPE" "$S" "$chunker" "$out" "$((SEED + 7))" | tee "$T/log"
+		while read -r _ i name rest; do
+			case $rest in *"through the pipe") ;; *) continue ;; esac
+			name=${name%:}
+			[ -f "$d/$(basename "$name")" ] || continue
+			cmp "$out/$i" "$d/$(basename "$name")" ||
+				fail "small windows: stream $name came through the pipe changed"
+		done <"$T/log"
+		echo "$chunker, 700000-byte windows: streams equal to their files"
+	fi
 done
 echo PASS

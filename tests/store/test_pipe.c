@@ -101,12 +101,18 @@ int main(int argc, char **argv)
 			perror(path);
 			return 1;
 		}
-		struct sender sd = { .c = { .store = s, .snapshot = argv[2], .threads = 1 + next() % 4 },
+		struct sender sd = { .c = { .store = s, .snapshot = argv[2], .threads = 2 + next() % 3 },
 				     .st = st, .fd = p[1] };
 		pthread_t t;
 		if (pthread_create(&t, NULL, send_main, &sd) != 0) {
 			perror("pthread_create");
 			return 1;
+		}
+		/* A reader that starts late, in one stream of three: the
+		 * threads fill the pipe and wait for it with buffers to spare. */
+		if (next() % 3 == 0) {
+			const struct timespec late = { 0, 100 * 1000 * 1000 };
+			nanosleep(&late, NULL);
 		}
 		/* Bites of 1 byte to 4 MiB, skewed small; a pause now and then. */
 		uint64_t got = 0;
