@@ -89,7 +89,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--count", NULL, "N", "with --every: stop after N checkpoints" },
 		{ "--kill", NULL, NULL, "end the job once its snapshot is committed (it runs on if the store fails)" },
 		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
-		{ "--tmpdir", NULL, "DIR", "CRIU's working directory (and its images with CREST_RESTORE_IMAGES=files)" },
+		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
 		{ "--lock-timeout", NULL, "MS", "how long to wait for the job's GPU lock, in milliseconds" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
 		  "(PORT on 127.0.0.1, HOST:PORT, [V6]:PORT; port 0 picks one)" },
@@ -128,7 +128,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--every", NULL, "DURATION", "checkpoint every DURATION: 30s, 5m, 1h" },
 		{ "--branch", NULL, "BRANCH", "the branch its snapshots go on (default main)" },
 		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
-		{ "--tmpdir", NULL, "DIR", "CRIU's working directory (and its images with CREST_RESTORE_IMAGES=files)" },
+		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics" },
 		{ "--metrics-file", NULL, "FILE", "with --every: write the metrics as a node_exporter textfile after each round" },
 	} },
