@@ -348,7 +348,8 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 		const struct cas_extent *x = &st->ext[e];
 		if (x->hole) {
 			const uint64_t k = x->len - in < w->len - o ? x->len - in : w->len - o;
-			if (!j->dst[w->dst].file || j->dst[w->dst].pipe)   /* a file's holes are never written */
+			/* A file's holes are never written; a pipe sends them as zeros. */
+			if (!j->dst[w->dst].file || j->dst[w->dst].pipe)
 				memset(buf + o, 0, k);
 			o += k;
 			continue;

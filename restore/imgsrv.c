@@ -71,15 +71,21 @@ static const struct cas_stream *image_find(const struct cas_manifest *m, const c
 	return NULL;
 }
 
+/* A reader gone is EPIPE from write() and vmsplice(), not a signal that
+ * ends crest: blocked in the calling thread, whose restore threads inherit
+ * the mask. */
+static void block_sigpipe(void)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
 static void *sender_main(void *arg)
 {
 	struct sender *w = arg;
-	/* A reader gone is EPIPE from write(), not a signal that ends crest;
-	 * the restore threads started below inherit the mask. */
-	sigset_t pipe_set;
-	sigemptyset(&pipe_set);
-	sigaddset(&pipe_set, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
+	block_sigpipe();
 	struct restore_ctx c = w->s->c;
 	c.progress = w->progress ? w->s->c.progress : NULL;
 	w->rc = restore_stream_to_pipe(&c, w->st, w->fd);
@@ -287,10 +293,7 @@ static bool wait_for(struct imgsrv *s, int fd)
 static void *server_main(void *arg)
 {
 	struct imgsrv *s = arg;
-	sigset_t pipe_set;
-	sigemptyset(&pipe_set);
-	sigaddset(&pipe_set, SIGPIPE);
-	pthread_sigmask(SIG_BLOCK, &pipe_set, NULL);
+	block_sigpipe();
 	/* CRIU connects once, early; its processes share that connection,
 	 * which ends when the last of them has exited or become the job. */
 	if (!wait_for(s, s->lfd))

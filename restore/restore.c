@@ -226,9 +226,10 @@ int restore_stream_to_pipe(const struct restore_ctx *c, const struct cas_stream 
 	struct restore_gpu_opts o = { .buf_bytes = FILE_WINDOW, .win_step = ENGINE_SEGMENT_BYTES };
 	/* For tests (tests/store/pipe.sh): windows smaller than the pipe, where
 	 * a thread's buffer and the next thread's send share the pipe. */
-	const char *w = getenv("CREST_PIPE_WINDOW");
-	if (w && strtoull(w, NULL, 10) >= 4096 && strtoull(w, NULL, 10) < FILE_WINDOW)
-		o.buf_bytes = o.win_step = (size_t)strtoull(w, NULL, 10);
+	const char *env = getenv("CREST_PIPE_WINDOW");
+	const unsigned long long win = env ? strtoull(env, NULL, 10) : 0;
+	if (win >= 4096 && win < FILE_WINDOW)
+		o.buf_bytes = o.win_step = (size_t)win;
 	return restore_streams_to_device(c, &d, 1, &o);
 }
 

@@ -82,8 +82,9 @@ int restore_stream_to_fd(const struct restore_ctx *c, const struct cas_stream *s
 /* The stream into fd, a pipe: every byte from the first to the last, holes
  * as zeros, in order, each window checked as for a file before it is
  * written. The pipe is handed the windows' pages (vmsplice) and the call
- * returns only once the reader has read them all, or has gone. The caller keeps SIGPIPE blocked or ignored in the calling thread
- * (the threads it starts inherit that): a reader that goes away is -EPIPE. */
+ * returns only once the reader has read them all, or has gone. The caller
+ * keeps SIGPIPE blocked or ignored in the calling thread (the threads it
+ * starts inherit that): a reader that goes away is -EPIPE. */
 int restore_stream_to_pipe(const struct restore_ctx *c, const struct cas_stream *st, int fd);
 /* The stream into dst, which holds cap >= st->size bytes; holes are zeroed. */
 int restore_stream_to_memory(const struct restore_ctx *c, const struct cas_stream *st, void *dst,
