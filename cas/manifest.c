@@ -620,12 +620,16 @@ int cas_manifest_piece_decode(struct cas_manifest *m, size_t i, const uint8_t *b
 		p->delta = false;
 		return rc < 0 || used != len || bytes != p->bytes ? -EBADMSG : 0;
 	}
-	/* A delta: its base first, whole and checked, then the changes. */
+	/* A delta: its base first, whole and checked, then the changes. The
+	 * base was written for an older version of the stream, which may have
+	 * been longer: an extent of it may exceed this stream's size (a hole
+	 * the file has since lost) as long as a change replaces it. So the
+	 * base's extents are bounded only once the changes are in, below. */
 	if (m->version < MF_VERSION_DELTA || !bbuf || cas_piece_base(bbuf, blen, NULL) != 0)
 		return -EBADMSG;
 	if ((rc = sha_check(bbuf, blen, base)) < 0)
 		return rc;
-	rc = ext_run_decode(bbuf, blen, ext, p->n, s->size, &used, &bytes);
+	rc = ext_run_decode(bbuf, blen, ext, p->n, UINT64_MAX, &used, &bytes);
 	if (rc < 0 || used != blen)
 		return -EBADMSG;
 	const uint32_t k = cas_le32_get(buf + 33);
@@ -637,7 +641,7 @@ int cas_manifest_piece_decode(struct cas_manifest *m, size_t i, const uint8_t *b
 	rc = delta_apply(buf + DELTA_HEAD, len - DELTA_HEAD, ext, p->n, s->size, k, chg);
 	bytes = 0;
 	for (uint64_t j = 0; rc == 0 && j < p->n; j++)
-		if (__builtin_add_overflow(bytes, ext[j].len, &bytes))
+		if (ext[j].len > s->size || __builtin_add_overflow(bytes, ext[j].len, &bytes))
 			rc = -EBADMSG;
 	if (rc == 0 && bytes != p->bytes)
 		rc = -EBADMSG;

@@ -10,7 +10,9 @@
  * region that grew past CREST_PIECE_MIN_EXTENTS, encoded against a parent
  * whose list was short enough to be inline (a base with no pieces at all):
  * that once offset the base's NULL pieces array, undefined behaviour that
- * clang's UBSan (build-fuzz) stops crest put at. The seed is printed;
+ * clang's UBSan (build-fuzz) stops crest put at. And a region that
+ * shrank below the length of an extent its delta's base holds. The seed is
+ * printed;
  * CREST_TEST_SEED replays it.
  */
 #include "cas/manifest.h"
@@ -48,12 +50,16 @@ static void pieces_clear(void)
 }
 
 /* A 4 KiB extent: a hole now and then, else one of 16 chunks, so that a
- * change may put back what an earlier version held. */
+ * change may put back what an earlier version held. Holes may be long (up
+ * to 256 KiB), longer than a whole later version of a short region: a
+ * delta's base may hold an extent the stream has since lost. */
 static void ext_random(struct cas_extent *e)
 {
 	memset(e, 0, sizeof(*e));
 	e->len = 4096;
 	e->hole = check_rnd(&rs) % 8 == 0;
+	if (e->hole && check_rnd(&rs) % 2)
+		e->len *= 1 + check_rnd(&rs) % 64;
 	if (!e->hole) {
 		e->sha[0] = (uint8_t)(check_rnd(&rs) % 16);
 		e->sha[1] = 1;
@@ -70,7 +76,9 @@ static struct cas_manifest *region(const struct cas_extent *ext, uint64_t n)
 	}
 	memcpy(s->ext, ext, n * sizeof(*s->ext));
 	s->nextents = n;
-	s->size = n * 4096;
+	s->size = 0;
+	for (uint64_t j = 0; j < n; j++)
+		s->size += ext[j].len;
 	m->logical_bytes = s->size;
 	return m;
 }
@@ -160,8 +168,10 @@ int main(void)
 
 	/* Grown past the inline limit: the base has no pieces. */
 	setenv("CREST_PIECE_SPAN", "16384", 1);
-	for (int i = 0; i < 8; i++)
+	for (int i = 0; i < 8; i++) {
 		ext_random(&ext[i]);
+		ext[i].len = 4096;   /* 2 to a span */
+	}
 	uint64_t deltas = 0;
 	struct cas_manifest *small = region(ext, 3), *grown = region(ext, 8);
 	struct cas_manifest *base = roundtrip(small, NULL, &deltas);
@@ -172,6 +182,32 @@ int main(void)
 	cas_manifest_free(base);
 	cas_manifest_free(small);
 	cas_manifest_free(grown);
+	pieces_clear();
+
+	/* Shrunk: a long hole (1 MiB) replaced by one chunk. The delta's base
+	 * holds an extent longer than the whole region now is; the reader
+	 * once bounded the base's extents by the new size and called such a
+	 * snapshot damaged (CI, seed 255990143 of store.model). */
+	setenv("CREST_PIECE_SPAN", "1073741824", 1);
+	for (int i = 0; i < 4; i++)
+		ext_random(&ext[i]);
+	memset(&ext[0], 0, sizeof(ext[0]));
+	ext[0].hole = true;
+	ext[0].len = 1 << 20;
+	struct cas_manifest *longer = region(ext, 4);
+	memset(&ext[0], 0, sizeof(ext[0]));
+	ext[0].len = 4096;
+	ext[0].sha[0] = 99;
+	struct cas_manifest *shorter = region(ext, 4);
+	deltas = 0;
+	base = roundtrip(longer, NULL, &deltas);
+	d = base ? roundtrip(shorter, base, &deltas) : NULL;
+	CHECK(d && d->npieces == 1 && d->pieces[0].delta,
+	      "a region that lost a long hole does not decode as a delta of its longer version");
+	cas_manifest_free(d);
+	cas_manifest_free(base);
+	cas_manifest_free(longer);
+	cas_manifest_free(shorter);
 	pieces_clear();
 
 	/* Chains. */
