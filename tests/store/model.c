@@ -24,7 +24,8 @@
  * Pieces, packs, segments and chunks are made tiny so that every boundary is
  * crossed all the time.
  *
- * The run is a pure function of its seed (printed first): CREST_TEST_SEED=N
+ * The run is a pure function of its seed and of whether CREST and CASCTL
+ * are set (printed first, as the environment that replays it): CREST_TEST_SEED=N
  * or --seed N replays it. --ops N (CREST_MODEL_OPS) sets the operation
  * count, --seconds S (CREST_MODEL_SECONDS) stops sooner. CREST and CASCTL,
  * when set, name the binaries some operations run (crest put, crest get,
@@ -197,14 +198,16 @@ static void oplog(const char *fmt, ...)
 }
 
 static void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+static char g_replay[2 * PATH_MAX + 64];   /* the environment that replays this run */
+
 static void fail(const char *fmt, ...)
 {
 	fflush(stdout);
 	fprintf(stderr, "model: the last operations:\n");
 	for (unsigned long i = g_nlog >= LOGN ? g_nlog - LOGN : 0; i < g_nlog; i++)
 		fprintf(stderr, "  %s\n", g_log[i % LOGN]);
-	fprintf(stderr, "model: FAIL at op %lu (seed %llu; CREST_TEST_SEED=%llu replays it): ", g_op,
-		(unsigned long long)g_seed, (unsigned long long)g_seed);
+	fprintf(stderr, "model: FAIL at op %lu (seed %llu; %s replays it): ", g_op, (unsigned long long)g_seed,
+		g_replay);
 	va_list ap;
 	va_start(ap, fmt);
 	vfprintf(stderr, fmt, ap);
@@ -1612,8 +1615,13 @@ int main(int argc, char **argv)
 	setenv("CREST_PIECE_MIN_EXTENTS", "4", 0);
 	setenv("CREST_PIECE_SPAN", "65536", 0);
 	setenv("CREST_PACK_LIMIT", "65536", 0);
-	printf("model: seed %llu (CREST_TEST_SEED=%llu replays it), %lu operations%s\n",
-	       (unsigned long long)g_seed, (unsigned long long)g_seed, ops, seconds > 0 ? " at most" : "");
+	/* The binaries change which operations run (puts and gets by crest),
+	 * so the replay names them: the seed alone replays another run. */
+	snprintf(g_replay, sizeof(g_replay), "CREST_TEST_SEED=%llu%s%s%s%s",
+		 (unsigned long long)g_seed, crest_bin ? " CREST=" : "", crest_bin ? crest_bin : "",
+		 casctl_bin ? " CASCTL=" : "", casctl_bin ? casctl_bin : "");
+	printf("model: seed %llu (%s replays it), %lu operations%s\n", (unsigned long long)g_seed, g_replay, ops,
+	       seconds > 0 ? " at most" : "");
 	fflush(stdout);
 	rnd_seed(g_seed);
 
