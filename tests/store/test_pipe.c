@@ -14,6 +14,7 @@
  */
 #include "cas/cas.h"
 #include "restore/restore.h"
+#include "tests/check.h"
 #include "util/err.h"
 
 #include <errno.h>
@@ -44,14 +45,7 @@ static void *send_main(void *arg)
 	return NULL;
 }
 
-static uint64_t rng;
-static uint64_t next(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
+static uint64_t rng;   /* check_rnd's state, from the printed seed */
 
 int main(int argc, char **argv)
 {
@@ -86,9 +80,9 @@ int main(int argc, char **argv)
 	uint8_t *buf = malloc(4u << 20);
 	for (size_t i = 0; buf && i < m->nstreams; i++) {
 		const struct cas_stream *st = &m->streams[i];
-		const bool quit = st->size > 1 && (next() % 3 == 0 || (i == last_big && !quits));
+		const bool quit = st->size > 1 && (check_rnd(&rng) % 3 == 0 || (i == last_big && !quits));
 		quits += quit;
-		const uint64_t quit_at = quit ? next() % st->size : 0;
+		const uint64_t quit_at = quit ? check_rnd(&rng) % st->size : 0;
 		int p[2];
 		if (pipe(p) < 0) {
 			perror("pipe");
@@ -101,7 +95,7 @@ int main(int argc, char **argv)
 			perror(path);
 			return 1;
 		}
-		struct sender sd = { .c = { .store = s, .snapshot = argv[2], .threads = 2 + next() % 3 },
+		struct sender sd = { .c = { .store = s, .snapshot = argv[2], .threads = 2 + check_rnd(&rng) % 3 },
 				     .st = st, .fd = p[1] };
 		pthread_t t;
 		if (pthread_create(&t, NULL, send_main, &sd) != 0) {
@@ -110,15 +104,15 @@ int main(int argc, char **argv)
 		}
 		/* A reader that starts late, in one stream of three: the
 		 * threads fill the pipe and wait for it with buffers to spare. */
-		if (next() % 3 == 0) {
+		if (check_rnd(&rng) % 3 == 0) {
 			const struct timespec late = { 0, 100 * 1000 * 1000 };
 			nanosleep(&late, NULL);
 		}
 		/* Bites of 1 byte to 4 MiB, skewed small; a pause now and then. */
 		uint64_t got = 0;
 		for (;;) {
-			const unsigned shift = (unsigned)(next() % 23);
-			size_t want = 1 + (size_t)(next() % ((size_t)1 << shift));
+			const unsigned shift = (unsigned)(check_rnd(&rng) % 23);
+			size_t want = 1 + (size_t)(check_rnd(&rng) % ((size_t)1 << shift));
 			if (quit && want > quit_at - got)
 				want = (size_t)(quit_at - got);
 			if (quit && got >= quit_at)
@@ -130,8 +124,8 @@ int main(int argc, char **argv)
 				break;
 			fwrite(buf, 1, (size_t)n, out);
 			got += (uint64_t)n;
-			if (next() % 64 == 0) {
-				const struct timespec ts = { 0, (long)(next() % 3000000) };
+			if (check_rnd(&rng) % 64 == 0) {
+				const struct timespec ts = { 0, (long)(check_rnd(&rng) % 3000000) };
 				nanosleep(&ts, NULL);
 			}
 		}

@@ -7,6 +7,7 @@
  * checked here.
  */
 #include "cas/cas_int.h"
+#include "tests/check.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -14,14 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-static uint64_t rng;
-static uint64_t next(void)
-{
-	rng ^= rng << 13;
-	rng ^= rng >> 7;
-	rng ^= rng << 17;
-	return rng;
-}
+static uint64_t rng;   /* check_rnd's state, from the printed seed */
 
 /* By id, then pack (unique here): a total order, padding never read. */
 static int cmp(const void *a, const void *b)
@@ -54,7 +48,7 @@ int main(void)
 				return 1;
 			for (size_t i = 0; i < n; i++) {
 				for (int j = 0; j < 32; j++)
-					e[i].sha[j] = (uint8_t)next();
+					e[i].sha[j] = (uint8_t)check_rnd(&rng);
 				/* shared: 0 random; 1 two-byte prefix; 2 thirty-byte
 				 * prefix; 3 a few distinct ids repeated. */
 				if (shared == 1)
@@ -62,9 +56,9 @@ int main(void)
 				else if (shared == 2)
 					memset(e[i].sha, 0x5c, 30);
 				else if (shared == 3)
-					memset(e[i].sha, (int)(next() % 3), 32);
+					memset(e[i].sha, (int)(check_rnd(&rng) % 3), 32);
 				e[i].loc.pack = (uint32_t)i;
-				e[i].loc.off = next();
+				e[i].loc.off = check_rnd(&rng);
 			}
 			memcpy(want, e, n * sizeof(*e));
 			/* The reference: by id, then the rest (which ties may order
