@@ -132,6 +132,20 @@ static int write_full(int fd, const void *buf, size_t n)
 	return 0;
 }
 
+/* A protobuf varint at p[*i] (of n bytes) into *v; -EPROTO past the end or
+ * past 64 bits. */
+static int varint(const uint8_t *p, size_t n, size_t *i, uint64_t *v)
+{
+	*v = 0;
+	for (unsigned sh = 0;; sh += 7) {
+		if (*i >= n || sh > 63)
+			return crest_errx(-EPROTO, "criu's image request is malformed");
+		*v |= (uint64_t)(p[*i] & 0x7f) << sh;
+		if (!(p[(*i)++] & 0x80))
+			return 0;
+	}
+}
+
 /* The file name of an img_streamer_request_entry: field 1, a string (tag
  * 0x0a, a varint length, the bytes). Unknown fields are skipped as
  * protobuf says; the name must be there, without NUL or '/'. */
@@ -139,23 +153,14 @@ static int request_name(const uint8_t *p, size_t n, char *name, size_t cap)
 {
 	bool have = false;
 	for (size_t i = 0; i < n;) {
-		uint64_t key = 0, v = 0;
-		for (unsigned sh = 0;; sh += 7) {
-			if (i >= n || sh > 63)
-				return crest_errx(-EPROTO, "criu's image request is malformed");
-			key |= (uint64_t)(p[i] & 0x7f) << sh;
-			if (!(p[i++] & 0x80))
-				break;
-		}
+		uint64_t key, v;
+		int rc = varint(p, n, &i, &key);
+		if (rc < 0)
+			return rc;
 		const unsigned wt = key & 7;
 		if (wt == 0 || wt == 2) {
-			for (unsigned sh = 0;; sh += 7) {
-				if (i >= n || sh > 63)
-					return crest_errx(-EPROTO, "criu's image request is malformed");
-				v |= (uint64_t)(p[i] & 0x7f) << sh;
-				if (!(p[i++] & 0x80))
-					break;
-			}
+			if ((rc = varint(p, n, &i, &v)) < 0)
+				return rc;
 		} else if (wt == 1 || wt == 5) {
 			v = wt == 1 ? 8 : 4;
 			if (v > n - i)
