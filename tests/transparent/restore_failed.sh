@@ -3,7 +3,9 @@
 # the chunks were read and before CRIU ran, so a failed restore lost the
 # job's output written after the snapshot. Three failures: CRIU refuses (a
 # stand-in criu), the chunk of the job's log is damaged in the store, and a
-# chunk of the images that CRIU reads is.
+# chunk of the images that CRIU reads is. Then two restores that must work
+# without the image server: CRIU fails on streamed images, and --tmpdir is
+# too deep for its socket.
 # Each time the log and stdout are compared with copies taken before, the
 # message must say the files were left untouched, and no temporary file may
 # be left beside them. The damage is then undone and a real restore works.
@@ -103,4 +105,16 @@ grep -q "discarded" restore.out || fail "the restore did not cut the log back"
 # the snapshot, its kept $kept bytes from the store, the rest its own tail.
 [ "$(wc -c <job.log)" -ge "$size" ] || fail "the restored log is shorter than at the snapshot"
 head -c "$size" log.before | cmp - <(head -c "$size" job.log) || fail "the restored log's first $size bytes differ"
+
+# 4. A --tmpdir too deep for the image server's socket (a unix socket's
+# path has 107 bytes): the images are written out there instead, the job
+# comes back and runs on, and the directory is left empty.
+kill_gone "$JOB"
+deep=$T/$(printf '%0100d' 0)
+mkdir "$deep"
+"$CREST" --store "$S" restore j --tmpdir "$deep" >restore.out 2>&1 || { cat restore.out; fail "a restore with a --tmpdir of ${#deep} characters failed"; }
+n=$(lines job.log)
+wait_lines job.log $((n + 2))
+[ -z "$(ls -A "$deep")" ] || fail "the restore left $(ls -A "$deep") in its --tmpdir"
+echo "a --tmpdir of ${#deep} characters: restored from image files, the job runs on"
 echo PASS
