@@ -178,13 +178,19 @@ struct cut_job {
 	struct plan *plan;
 };
 
-/* Where stream s's pieces can find a base: the base manifest's stream of
- * the same name, and its pieces (a range of base->pieces). */
-static void plan_base(const struct cas_manifest *base, const struct cas_stream *s, struct plan *pl)
+/* Where stream si of m can find a base for its pieces: the base
+ * manifest's stream of the same name, and its pieces (a range of
+ * base->pieces). The stream at the same index comes first: a manifest
+ * encoded against itself (a branch start, a repair) must pair each stream
+ * with itself to keep its bytes, even were a name ever there twice (no
+ * writer makes one; a name lookup would give the first of the two). */
+static void plan_base(const struct cas_manifest *base, const struct cas_manifest *m, size_t si, struct plan *pl)
 {
 	if (!base || base->header_only)
 		return;
-	const struct cas_stream *bs = cas_manifest_find(base, s->name);
+	const struct cas_stream *s = &m->streams[si];
+	const struct cas_stream *bs = si < base->nstreams && !strcmp(base->streams[si].name, s->name)
+					      ? &base->streams[si] : cas_manifest_find(base, s->name);
 	if (!bs || !bs->ext || !base->npieces)
 		return;   /* pieces NULL: no offset from it, not even 0 */
 	const size_t bsi = (size_t)(bs - base->streams);
@@ -331,7 +337,7 @@ static int pieces_cut(const struct cas_manifest *m, const struct cas_manifest *b
 		return -ENOMEM;
 	for (size_t k = 0; k < out->npieces; k++)
 		if (k == 0 || out->pieces[k].stream != out->pieces[k - 1].stream)
-			plan_base(base, &m->streams[out->pieces[k].stream], &plan[k]);
+			plan_base(base, m, out->pieces[k].stream, &plan[k]);
 		else
 			plan[k] = plan[k - 1];
 	struct cut_job j = { .m = m, .out = out, .plan = plan };

@@ -1,6 +1,7 @@
 /*
  * test_delta.c - extent-list pieces stored as deltas (cas/manifest.h).
- * Chains of random versions of one region, each encoded with the version
+ * Chains of random versions of one region (or, every other chain, of up to
+ * three streams, some sharing a name), each encoded with the version
  * before it (decoded from its own encoding) as its base, now and then with
  * no base or a base without pieces, and with the cut moved
  * (CREST_PIECE_SPAN), must decode back to exactly what was encoded, from
@@ -66,20 +67,36 @@ static void ext_random(struct cas_extent *e)
 	}
 }
 
-static struct cas_manifest *region(const struct cas_extent *ext, uint64_t n)
+/* A manifest of the n extents at ext: one stream "region", or (multi) one
+ * to three streams named "x" or "y", the later ones shortened or rotated
+ * copies. Two streams may share a name: no writer makes such a manifest,
+ * but one encoded against itself must still keep its bytes (it once did
+ * not: each stream was paired with the first of its name). */
+static struct cas_manifest *region(const struct cas_extent *ext, uint64_t n, bool multi)
 {
 	struct cas_manifest *m = cas_manifest_new("library");
-	struct cas_stream *s = m ? cas_manifest_add_stream(m, "region", CAS_STREAM_REGION) : NULL;
-	if (!s || !(s->ext = malloc(n * sizeof(*s->ext)))) {
+	const unsigned ns = multi ? 1 + (unsigned)(check_rnd(&rs) % 3) : 1;
+	for (unsigned k = 0; m && k < ns; k++) {
+		const char *name = !multi ? "region" : check_rnd(&rs) % 2 ? "x" : "y";
+		const uint64_t nn = n - (k ? check_rnd(&rs) % (n / 2 + 1) : 0);
+		const uint64_t rot = k && check_rnd(&rs) % 2 ? check_rnd(&rs) % n : 0;
+		struct cas_stream *s = cas_manifest_add_stream(m, name, CAS_STREAM_REGION);
+		if (!s || !(s->ext = malloc(n * sizeof(*s->ext)))) {
+			fprintf(stderr, "FAIL: out of memory\n");
+			exit(1);
+		}
+		s->nextents = nn;
+		s->size = 0;
+		for (uint64_t j = 0; j < nn; j++) {
+			s->ext[j] = ext[(j + rot) % n];
+			s->size += s->ext[j].len;
+		}
+		m->logical_bytes += s->size;
+	}
+	if (!m) {
 		fprintf(stderr, "FAIL: out of memory\n");
 		exit(1);
 	}
-	memcpy(s->ext, ext, n * sizeof(*s->ext));
-	s->nextents = n;
-	s->size = 0;
-	for (uint64_t j = 0; j < n; j++)
-		s->size += ext[j].len;
-	m->logical_bytes = s->size;
 	return m;
 }
 
@@ -136,12 +153,15 @@ static struct cas_manifest *roundtrip(const struct cas_manifest *m, const struct
 		cas_encoded_free(&again);
 	}
 	free(buf);
-	const struct cas_stream *x = &m->streams[0], *y = &d->streams[0];
-	ok = ok && x->nextents == y->nextents;
-	for (uint64_t j = 0; ok && j < x->nextents; j++) {
-		const struct cas_extent *a = &x->ext[j], *b = &y->ext[j];
-		ok = a->len == b->len && a->hole == b->hole && (a->hole || !memcmp(a->sha, b->sha, 32));
-		CHECK(ok, "extent %llu decodes different", (unsigned long long)j);
+	ok = ok && m->nstreams == d->nstreams;
+	for (size_t si = 0; ok && si < m->nstreams; si++) {
+		const struct cas_stream *x = &m->streams[si], *y = &d->streams[si];
+		ok = x->nextents == y->nextents;
+		for (uint64_t j = 0; ok && j < x->nextents; j++) {
+			const struct cas_extent *a = &x->ext[j], *b = &y->ext[j];
+			ok = a->len == b->len && a->hole == b->hole && (a->hole || !memcmp(a->sha, b->sha, 32));
+			CHECK(ok, "stream %zu, extent %llu decodes different", si, (unsigned long long)j);
+		}
 	}
 	if (!ok) {
 		cas_manifest_free(d);
@@ -173,7 +193,7 @@ int main(void)
 		ext[i].len = 4096;   /* 2 to a span */
 	}
 	uint64_t deltas = 0;
-	struct cas_manifest *small = region(ext, 3), *grown = region(ext, 8);
+	struct cas_manifest *small = region(ext, 3, false), *grown = region(ext, 8, false);
 	struct cas_manifest *base = roundtrip(small, NULL, &deltas);
 	CHECK(base && base->npieces == 0, "a list of 3 extents is not inline");
 	struct cas_manifest *d = base ? roundtrip(grown, base, &deltas) : NULL;
@@ -194,11 +214,11 @@ int main(void)
 	memset(&ext[0], 0, sizeof(ext[0]));
 	ext[0].hole = true;
 	ext[0].len = 1 << 20;
-	struct cas_manifest *longer = region(ext, 4);
+	struct cas_manifest *longer = region(ext, 4, false);
 	memset(&ext[0], 0, sizeof(ext[0]));
 	ext[0].len = 4096;
 	ext[0].sha[0] = 99;
-	struct cas_manifest *shorter = region(ext, 4);
+	struct cas_manifest *shorter = region(ext, 4, false);
 	deltas = 0;
 	base = roundtrip(longer, NULL, &deltas);
 	d = base ? roundtrip(shorter, base, &deltas) : NULL;
@@ -228,7 +248,7 @@ int main(void)
 				if (check_rnd(&rs) % 10 == 0 && n < MAX_EXT)
 					ext_random(&ext[n++]);
 			}
-			struct cas_manifest *m = region(ext, n);
+			struct cas_manifest *m = region(ext, n, chain % 2);
 			const uint64_t how = check_rnd(&rs) % 16;
 			/* how 1: m itself, built, has no pieces (a parent's short list) */
 			struct cas_manifest *r = roundtrip(m, how == 0 ? NULL : how == 1 ? m : prev, &deltas);
