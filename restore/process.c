@@ -665,6 +665,20 @@ static void reap_failed(const pid_t *pids, size_t npids, bool pidns)
 	}
 }
 
+/* Ends a tree that came back but must not run. In a namespace of its own
+ * through its init, r->pid (the job's old pids may be the original's,
+ * still running beside it); else each of the job's pids. */
+static void tree_kill(const struct rp_result *r, const pid_t *pids, size_t npids, bool pidns)
+{
+	if (pidns) {
+		if (r->pid > 0)   /* 0 (no pidfile) would be crest's own group */
+			kill(r->pid, SIGKILL);
+		return;
+	}
+	for (size_t i = 0; i < npids; i++)
+		kill(pids[i], SIGKILL);
+}
+
 int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, const struct criu *criu,
 		    const struct rp_opts *o, struct rp_result *r)
 {
@@ -819,13 +833,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		const int src = imgsrv_finish(srv, &sent);
 		r->bytes += sent;
 		if (src < 0 && rc == 0) {
-			if (pidns) {
-				if (r->pid > 0)   /* 0 (no pidfile) would be crest's own group */
-					kill(r->pid, SIGKILL);
-			} else {
-				for (size_t i = 0; i < npids; i++)
-					kill(pids[i], SIGKILL);
-			}
+			tree_kill(r, pids, npids, pidns != 0);
 			rc = crest_errctx(src, "the processes came back (pid %d), but crest ended them", (int)r->pid);
 		} else if (src < 0) {
 			rc = crest_errctx(src, "snapshot %s", c->snapshot);
@@ -862,19 +870,16 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		/* A process whose GPU state did not come back holds its memory
 		 * and cannot run: end the tree rather than leave it hanging, and
 		 * put its files back below. The snapshot is untouched; the
-		 * restore can be tried again. In a namespace of its own the
-		 * tree is ended through its init (the old pids may be the
-		 * original's, still running beside it). */
-		if (rc < 0 && pidns) {
-			if (r->pid > 0)   /* 0 (no pidfile) would be crest's own group */
-				kill(r->pid, SIGKILL);
-			crest_errctx(rc, "the copy came back but its GPU state did not, so crest ended it (pid %d); "
-				     "the snapshot is as it was", (int)r->pid);
-		} else if (rc < 0) {
-			for (size_t i = 0; i < npids; i++)
-				kill(pids[i], SIGKILL);
-			crest_errctx(rc, "the processes came back but their GPU state did not, so crest ended "
-				     "them (pid %d and %zu more); the snapshot is as it was", (int)pids[0], npids - 1);
+		 * restore can be tried again. */
+		if (rc < 0) {
+			tree_kill(r, pids, npids, pidns != 0);
+			if (pidns)
+				crest_errctx(rc, "the copy came back but its GPU state did not, so crest ended it "
+					     "(pid %d); the snapshot is as it was", (int)r->pid);
+			else
+				crest_errctx(rc, "the processes came back but their GPU state did not, so crest "
+					     "ended them (pid %d and %zu more); the snapshot is as it was",
+					     (int)pids[0], npids - 1);
 		}
 	}
 	if (rc < 0 && ran_criu)
