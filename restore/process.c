@@ -22,6 +22,33 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The manifest's numbers (pids, a namespace's inode, a file's owner and
+ * size) are read strictly: digits only, at most max. A store may be
+ * damaged or crafted, and a number strtoul would bend is dangerous here:
+ * "4294967295" cast to pid_t is -1, and crest ends a failed tree with
+ * kill(pid, SIGKILL) as root. */
+static bool num_parse(const char *s, const char **end, uint64_t max, uint64_t *out)
+{
+	uint64_t v = 0;
+	const char *p = s;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		const unsigned d = (unsigned)(*p - '0');
+		if (v > (max - d) / 10)
+			return false;
+		v = v * 10 + d;
+	}
+	if (p == s || (!end && *p))
+		return false;
+	if (end)
+		*end = p;
+	*out = v;
+	return true;
+}
+
+/* The highest pid any Linux kernel gives (PID_MAX_LIMIT on 64 bits). */
+#define PID_LIMIT (4u << 20)
+
+/* A pid list label: "pid,pid,...", each in 1..PID_LIMIT. */
 static int parse_pids(const char *s, pid_t **out, size_t *n)
 {
 	*out = NULL;
@@ -34,15 +61,14 @@ static int parse_pids(const char *s, pid_t **out, size_t *n)
 	*out = calloc(cap, sizeof(pid_t));
 	if (!*out)
 		return crest_errf(-ENOMEM, "restore");
-	for (const char *p = s; *p;) {
-		char *end;
-		long v = strtol(p, &end, 10);
-		if (end == p || v <= 0)
-			return crest_errx(-EBADMSG, "the snapshot's pid list '%s' is damaged", s);
+	for (const char *p = s;;) {
+		uint64_t v;
+		if (!num_parse(p, &p, PID_LIMIT, &v) || v == 0 || (*p && *p != ','))
+			return crest_errx(-EBADMSG, "the snapshot's pid list '%.64s' is damaged", s);
 		(*out)[(*n)++] = (pid_t)v;
-		p = *end == ',' ? end + 1 : end;
+		if (!*p++)
+			return 0;
 	}
-	return 0;
 }
 
 /* CRIU must create the job's processes with their old pids: each must be
@@ -184,14 +210,30 @@ static int copy_range(int in, int out, uint64_t from, uint64_t to, const char *p
 	return rc;
 }
 
+/* A job file stream's meta: its path and size, and its owner (uid=, not
+ * in older snapshots: *has_uid false). */
+static int jobfile_meta(const struct restore_ctx *c, const struct cas_stream *st, struct staged *f,
+			uid_t *uid, bool *has_uid)
+{
+	char sz[32], ub[16];
+	uint64_t v = 0;
+	*has_uid = meta_get(st->meta, "uid", ub, sizeof(ub)) != NULL;
+	if (!meta_get(st->meta, "path", f->path, sizeof(f->path)) || !meta_get(st->meta, "size", sz, sizeof(sz)) ||
+	    !num_parse(sz, NULL, INT64_MAX, &f->size) || (*has_uid && !num_parse(ub, NULL, UINT32_MAX - 1, &v)))
+		return crest_errx(-EBADMSG, "snapshot %s: job file stream %s is damaged", c->snapshot, st->name);
+	*uid = (uid_t)v;
+	return 0;
+}
+
 /* Writes the file as it was at the snapshot into a temporary beside it. */
 static int jobfile_stage(const struct restore_ctx *c, const struct cas_stream *st, struct staged *f)
 {
-	char sz[32];
-	if (!meta_get(st->meta, "path", f->path, sizeof(f->path)) || !meta_get(st->meta, "size", sz, sizeof(sz)))
-		return crest_errx(-EBADMSG, "snapshot %s: job file stream %s is damaged", c->snapshot, st->name);
-	f->size = strtoull(sz, NULL, 10);
-	char parent[PATH_MAX], uidbuf[16];
+	uid_t uid;
+	bool has_uid;
+	int rc = jobfile_meta(c, st, f, &uid, &has_uid);
+	if (rc < 0)
+		return rc;
+	char parent[PATH_MAX];
 	f->dfd = jobfile_dir(f, parent, sizeof(parent));
 	if (f->dfd < 0)
 		return f->dfd;
@@ -205,14 +247,11 @@ static int jobfile_stage(const struct restore_ctx *c, const struct cas_stream *s
 	/* An existing file must be a regular file of the owner it had at the
 	 * snapshot (meta uid=; older snapshots: its directory's owner or
 	 * root): a hard link to another user's file is refused, not written. */
-	int rc = 0;
 	if (in >= 0 && (fstat(in, &sb) < 0 || fstat(f->dfd, &ds) < 0))
 		rc = crest_errf(-errno, "cannot stat %s", f->path);
 	else if (in >= 0 && !S_ISREG(sb.st_mode))
 		rc = crest_errx(-EPERM, "refusing to put back %s: it is no longer a regular file", f->path);
-	else if (in >= 0 && (meta_get(st->meta, "uid", uidbuf, sizeof(uidbuf))
-			     ? sb.st_uid != (uid_t)strtoul(uidbuf, NULL, 10)
-			     : sb.st_uid != ds.st_uid && sb.st_uid != geteuid()))
+	else if (in >= 0 && (has_uid ? sb.st_uid != uid : sb.st_uid != ds.st_uid && sb.st_uid != geteuid()))
 		rc = crest_errx(-EPERM, "refusing to put back %s: it now belongs to uid %u, not to the job's "
 				"file owner", f->path, (unsigned)sb.st_uid);
 	if (rc < 0) {
@@ -287,10 +326,11 @@ static int fd_plain(int *fd, int flags, uint64_t pos, const char *what)
 static int jobfile_clone(const struct restore_ctx *c, const struct cas_stream *st, const struct rp_opts *o,
 			 struct staged *f)
 {
-	char sz[32], uidbuf[16];
-	if (!meta_get(st->meta, "path", f->path, sizeof(f->path)) || !meta_get(st->meta, "size", sz, sizeof(sz)))
-		return crest_errx(-EBADMSG, "snapshot %s: job file stream %s is damaged", c->snapshot, st->name);
-	f->size = strtoull(sz, NULL, 10);
+	uid_t muid;
+	bool has_uid;
+	const int mrc = jobfile_meta(c, st, f, &muid, &has_uid);
+	if (mrc < 0)
+		return mrc;
 	char parent[PATH_MAX];
 	const char *base = fs_split(f->path, parent, sizeof(parent));
 	if (f->path[0] != '/' || !*base || strlen(base) > NAME_MAX)
@@ -355,9 +395,7 @@ static int jobfile_clone(const struct restore_ctx *c, const struct cas_stream *s
 	f->created = true;
 	f->now = in >= 0 ? (uint64_t)sb.st_size : 0;
 	int rc = 0;
-	const uid_t uid = in >= 0 ? sb.st_uid
-				  : meta_get(st->meta, "uid", uidbuf, sizeof(uidbuf)) ? (uid_t)strtoul(uidbuf, NULL, 10)
-										  : geteuid();
+	const uid_t uid = in >= 0 ? sb.st_uid : has_uid ? muid : geteuid();
 	if (fchown(f->fd, uid, in >= 0 ? sb.st_gid : (gid_t)-1) < 0 || fchmod(f->fd, mode) < 0)
 		rc = crest_errf(-errno, "cannot give the copy of %s its owner and mode", f->path);
 	if (rc == 0 && ftruncate(f->fd, (off_t)f->size) < 0)
@@ -710,7 +748,10 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	 * host pids it had do not matter. In place, its files are swapped
 	 * back, which must not happen under a live original. */
 	const char *nslabel = cas_manifest_get_label(m, "pidns");
-	const uint64_t pidns = nslabel ? strtoull(nslabel, NULL, 10) : 0;
+	uint64_t pidns = 0;
+	if (rc == 0 && nslabel && !num_parse(nslabel, NULL, UINT64_MAX, &pidns))
+		rc = crest_errx(-EBADMSG, "snapshot %s: its pid namespace label '%.32s' is damaged", c->snapshot,
+				nslabel);
 	if (rc == 0 && o->beside && !pidns)
 		rc = crest_errx(-EINVAL, "snapshot %s is of a job that was not started by crest run: a copy "
 				"beside it would need the pids the original holds", c->snapshot);

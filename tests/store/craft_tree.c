@@ -1,10 +1,15 @@
 /*
- * craft_tree - writes a "files" snapshot whose entries no real tree can
- * give (crest put stores what a directory holds): a symlink "a" and a file
- * "a/x" below it, for the test that crest get refuses to write through it.
+ * craft_tree - writes a snapshot whose entries no real capture can give
+ * (crest put stores what a directory holds): a symlink "a" and a file "a/x"
+ * below it, for the test that crest get refuses to write through it; a
+ * process snapshot whose labels are damaged, for the tests that crest
+ * restore refuses it before it does anything to the host.
  *
  *   craft_tree STORE TAG ENTRY...
- *   ENTRY: d:NAME (directory), l:NAME:TARGET (symlink), f:NAME:TEXT (file)
+ *   ENTRY: d:NAME (directory), l:NAME:TARGET (symlink), f:NAME:TEXT (file),
+ *          j:NAME:META (an empty job file stream, its meta "k=v;..."),
+ *          L:KEY=VALUE (a label), k:KIND (the snapshot's kind, "files"
+ *          unless given; it must come first)
  */
 #include "engine/engine.h"
 #include "util/err.h"
@@ -35,15 +40,31 @@ int main(int argc, char **argv)
 		fprintf(stderr, "craft_tree: %s\n", crest_errmsg());
 		return 1;
 	}
-	rc = engine_snapshot_begin(e, "files", &s);
+	const int has_kind = !strncmp(argv[3], "k:", 2);
+	const char *kind = has_kind ? argv[3] + 2 : "files";
+	rc = engine_snapshot_begin(e, kind, &s);
 	if (rc == 0)
 		rc = engine_snapshot_set_tag(s, argv[2]);
-	for (int i = 3; rc == 0 && i < argc; i++) {
+	for (int i = 3 + has_kind; rc == 0 && i < argc; i++) {
 		char name[4096];
 		const char *arg = argv[i] + 2, *colon = strchr(arg, ':');
 		size_t n = colon ? (size_t)(colon - arg) : strlen(arg);
 		snprintf(name, sizeof(name), "%.*s", (int)n, arg);
-		if (argv[i][0] == 'd') {
+		if (argv[i][0] == 'L' && strchr(arg, '=')) {
+			const char *eq = strchr(arg, '=');
+			snprintf(name, sizeof(name), "%.*s", (int)(eq - arg), arg);
+			rc = cas_manifest_label(engine_snapshot_manifest(s), name, eq + 1);
+		} else if (argv[i][0] == 'j' && colon) {
+			struct engine_stream *st;
+			rc = engine_stream_open(s, name, CAS_STREAM_JOBFILE, false, &st);
+			if (rc == 0) {
+				engine_stream_meta(st)->mode = 0644;
+				rc = cas_stream_set_str(&engine_stream_meta(st)->meta, colon + 1);
+				int rc2 = engine_stream_close(st);
+				if (rc == 0)
+					rc = rc2;
+			}
+		} else if (argv[i][0] == 'd') {
 			rc = engine_add_entry(s, name, CAS_STREAM_DIR, 0755, 0, NULL);
 		} else if (argv[i][0] == 'l' && colon) {
 			rc = engine_add_entry(s, name, CAS_STREAM_SYMLINK, 0777, 0, colon + 1);

@@ -36,6 +36,30 @@ expect_error "is in use" "$CREST" --store "$S" restore errjob
 expect_error "no snapshot named" "$CREST" --store "$S" restore nosuchsnapshot
 expect_error "not a process" "$CREST" --store "$S" restore "$("$CREST" --store "$S" ls --json | python3 -c 'import json,sys; print([s["snapshot"] for s in json.load(sys.stdin) if s["kind"]=="files"][0])')"
 
+# Process snapshots whose numbers are damaged or crafted: each refused with
+# one line before anything is done to the host. "4294967295" read with
+# strtol and cast to pid_t is -1, and a failed tree is ended with
+# kill(pid, SIGKILL) as root: every process on the host.
+forged=0
+forge() {
+	local want=$1; shift
+	forged=$((forged + 1))
+	"$CRAFT_TREE" "$S" "forged$forged" k:process "$@" || fail "craft_tree $*"
+	expect_error "$want" "$CREST" --store "$S" restore "forged$forged"
+}
+for bad in 4294967295 -1 0 2147483648 4194305 99999999999999999999999 12x ' 12' +12 1,,2 1, ,1; do
+	forge "pid list" "L:pids=$bad"
+	forge "pid list" L:pids=999990 "L:cuda_pids=$bad"
+done
+forge "names no processes" L:pids=
+for bad in abc -1 18446744073709551616 '4026531836 '; do
+	forge "pid namespace label" L:pids=999990 "L:pidns=$bad"
+done
+for meta in "size=-1;uid=0;path=$T/x" "size=12;uid=4294967295;path=$T/x" "size=1x;path=$T/x" "uid=0;path=$T/x"; do
+	forge "job file stream" L:pids=999990 "j:files/0:$meta"
+done
+[ -e "$T/x" ] && fail "a refused snapshot wrote its job file"
+
 # The job ran on through all of it, and the store is whole.
 n=$(lines job.out); wait_lines job.out $((n + 2))
 "$CASCTL" --store "$S" verify >/dev/null
