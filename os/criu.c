@@ -63,6 +63,43 @@ static int loopback_up(void)
  * ended, if it has not finished by then (-ESRCH). Where pidfds are missing
  * (Linux < 5.3) it is simply waited for. net_fd >= 0: argv runs in that
  * network namespace (exit 126 when it cannot join it). */
+/* fd as target, open across an exec: dup3 refuses fd == target. */
+static void fd_onto(long fd, int target)
+{
+	if (fd == target)
+		syscall(SYS_fcntl, fd, F_SETFD, 0);
+	else
+		syscall(SYS_dup3, fd, target, 0);
+}
+
+/* The child of run_wait, up to the exec of argv. crest has other threads
+ * at the fork (RocksDB's, the engine's), and a lock one of them held then
+ * is held for ever in the child: an interposed libc call (a sanitizer's, a
+ * preloaded library's) that takes such a lock would wait for good, and
+ * crest in its wait for criu with it. So only system calls, made raw. */
+static void __attribute__((noreturn)) child_exec(char *const argv[], const char *out_path, const int *keep,
+						  size_t nkeep, int net_fd)
+{
+	const long fd = syscall(SYS_openat, AT_FDCWD, out_path ? out_path : "/dev/null",
+				O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	const long nul = syscall(SYS_openat, AT_FDCWD, "/dev/null", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		fd_onto(fd, 1);
+		fd_onto(fd, 2);
+	}
+	if (nul >= 0)
+		fd_onto(nul, 0);
+	/* Descriptors criu is to hand on (--inherit-fd): open across the
+	 * exec, in this child only. */
+	for (size_t i = 0; i < nkeep; i++)
+		syscall(SYS_fcntl, keep[i], F_SETFD, 0);
+	if (net_fd >= 0 && syscall(SYS_setns, net_fd, CLONE_NEWNET) < 0)
+		syscall(SYS_exit_group, 126);
+	syscall(SYS_execve, argv[0], argv, environ);
+	syscall(SYS_exit_group, 127);
+	__builtin_unreachable();
+}
+
 static int run_wait(char *const argv[], const char *out_path, pid_t watch, const int *keep, size_t nkeep,
 		    int net_fd)
 {
@@ -74,24 +111,8 @@ static int run_wait(char *const argv[], const char *out_path, pid_t watch, const
 			close(wfd);
 		return crest_errf(err, "cannot start %s", argv[0]);
 	}
-	if (pid == 0) {
-		int fd = open(out_path ? out_path : "/dev/null", O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		int nul = open("/dev/null", O_RDONLY | O_CLOEXEC);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		if (nul >= 0)
-			dup2(nul, 0);
-		/* Descriptors criu is to hand on (--inherit-fd): open across
-		 * the exec, in this child only. */
-		for (size_t i = 0; i < nkeep; i++)
-			fcntl(keep[i], F_SETFD, 0);
-		if (net_fd >= 0 && setns(net_fd, CLONE_NEWNET) < 0)
-			_exit(126);
-		execv(argv[0], argv);
-		_exit(127);
-	}
+	if (pid == 0)
+		child_exec(argv, out_path, keep, nkeep, net_fd);
 	const int cfd = wfd >= 0 ? pidfd_of(pid) : -1;
 	bool stopped = false, reaped = false;
 	int st;
