@@ -15,12 +15,21 @@
  *   pinned       pread straight into the pinned window
  *   pinned+h2d   pread into the pinned window, host-to-device copy of each
  *                full window, two windows per thread (no device: skipped)
+ *   split+h2d    as crest reads raw records lying back to back: preadv
+ *                with each record's header into a side buffer and its
+ *                4 KiB of data into the window, so that the data lie
+ *                together for one copy to the device (the records' places
+ *                are made up: every 4152 bytes from the piece's start)
+ *   pitched+h2d  the same records read whole into the window with pread,
+ *                headers and all, and copied to the device with one
+ *                pitched copy (source rows 4152 bytes apart, 4096 wide)
  * Lines starting with RESULT carry the figures.
  */
 #include "gpu/cudrv.h"
 #include "util/crc32c.h"
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -29,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,8 +46,15 @@
 #define WINDOW (64u << 20)
 #define MAXFILES 4096
 
-enum mode { M_READ, M_COPY, M_CRC, M_PINNED, M_H2D, M_COUNT };
-static const char *mode_name[M_COUNT] = { "read", "read+copy", "read+crc+copy", "pinned", "pinned+h2d" };
+enum mode { M_READ, M_COPY, M_CRC, M_PINNED, M_H2D, M_SPLIT, M_PITCHED, M_COUNT };
+static const char *mode_name[M_COUNT] = { "read", "read+copy", "read+crc+copy", "pinned", "pinned+h2d",
+					  "split+h2d", "pitched+h2d" };
+
+/* A raw 4 KiB chunk's record: cas/format.h's header, then the data. */
+#define REC_HDR 56u
+#define REC_DATA 4096u
+#define REC (REC_HDR + REC_DATA)
+#define RECS_PER_PIECE (PIECE / REC)
 
 struct file { int fd; uint64_t size; };
 static struct file files[MAXFILES];
@@ -45,6 +62,9 @@ static unsigned nfiles;
 static uint64_t npieces_total;
 static atomic_uint_fast64_t next_piece;
 static const struct cudrv *d;
+/* cuMemcpy2DAsync, which crest itself does not use (gpu/cudrv.h has no slot
+ * for it): taken from the same libcuda here. */
+static CUresult (*memcpy2d)(const CUDA_MEMCPY2D *, CUstream);
 static CUcontext ctx;
 static CUdeviceptr dev;
 static size_t dev_bytes;
@@ -98,6 +118,40 @@ static ssize_t read_piece(unsigned f, uint64_t off, uint8_t *buf)
 	return (ssize_t)got;
 }
 
+/* RECS_PER_PIECE records at off: headers to hdr, data to buf, back to back. */
+static ssize_t read_split(unsigned f, uint64_t off, uint8_t *buf, uint8_t *hdr)
+{
+	struct iovec iov[2 * RECS_PER_PIECE];
+	for (unsigned i = 0; i < RECS_PER_PIECE; i++) {
+		iov[2 * i] = (struct iovec){ hdr + i * REC_HDR, REC_HDR };
+		iov[2 * i + 1] = (struct iovec){ buf + i * REC_DATA, REC_DATA };
+	}
+	if (off + (uint64_t)RECS_PER_PIECE * REC > files[f].size)
+		return 0;   /* a file's tail: left out of these two modes */
+	ssize_t n;
+	do
+		n = preadv(files[f].fd, iov, 2 * RECS_PER_PIECE, (off_t)off);
+	while (n < 0 && errno == EINTR);
+	return n == (ssize_t)(RECS_PER_PIECE * REC) ? (ssize_t)(RECS_PER_PIECE * REC_DATA) : -1;
+}
+
+/* The window's at bytes to the device: whole, or (pitched) its records'
+ * data only, one pitched copy. Returns the bytes that reach the device. */
+static size_t to_device(struct worker *w, int b, size_t at, CUdeviceptr to)
+{
+	if (mode != M_PITCHED) {
+		d->MemcpyHtoDAsync(to, w->win[b], at, w->stream);
+		return at;
+	}
+	const CUDA_MEMCPY2D c = {
+		.srcXInBytes = REC_HDR, .srcMemoryType = CU_MEMORYTYPE_HOST, .srcHost = w->win[b], .srcPitch = REC,
+		.dstMemoryType = CU_MEMORYTYPE_DEVICE, .dstDevice = to, .dstPitch = REC_DATA,
+		.WidthInBytes = REC_DATA, .Height = at / REC,
+	};
+	memcpy2d(&c, w->stream);
+	return at / REC * REC_DATA;
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
@@ -105,7 +159,8 @@ static void *worker_main(void *arg)
 	int b = 0;
 	bool inflight[2] = { false, false };
 	size_t dev_off = 0;
-	if (mode == M_H2D)
+	const bool h2d = mode == M_H2D || mode == M_SPLIT || mode == M_PITCHED;
+	if (h2d)
 		d->CtxSetCurrent(ctx);
 	for (;;) {
 		const uint64_t k = atomic_fetch_add(&next_piece, 1);
@@ -114,9 +169,9 @@ static void *worker_main(void *arg)
 		if (k >= npieces_total || piece_at(k, &f, &off) < 0)
 			break;
 		if (at + PIECE > WINDOW) {
-			if (mode == M_H2D) {
+			if (h2d) {
 				/* The window goes to the device; the other must be free. */
-				d->MemcpyHtoDAsync(dev + dev_off % (dev_bytes - WINDOW), w->win[b], at, w->stream);
+				to_device(w, b, at, dev + dev_off % (dev_bytes - WINDOW));
 				d->EventRecord(w->ev[b], w->stream);
 				inflight[b] = true;
 				dev_off += WINDOW;
@@ -128,7 +183,15 @@ static void *worker_main(void *arg)
 			at = 0;
 		}
 		uint8_t *dst = mode >= M_PINNED ? w->win[b] + at : w->priv;
-		const ssize_t n = read_piece(f, off, dst);
+		ssize_t n;
+		if (mode == M_SPLIT) {
+			n = read_split(f, off, dst, w->priv);
+		} else if (mode == M_PITCHED) {
+			n = off + (uint64_t)RECS_PER_PIECE * REC > files[f].size ? 0 : read_piece(f, off, dst);
+			n = n > 0 ? (ssize_t)(RECS_PER_PIECE * REC) : n;
+		} else {
+			n = read_piece(f, off, dst);
+		}
 		if (n < 0) {
 			w->err = errno ? errno : EIO;
 			break;
@@ -138,11 +201,12 @@ static void *worker_main(void *arg)
 		if (mode == M_COPY || mode == M_CRC)
 			memcpy(w->win[0] + at, w->priv, (size_t)n);
 		at += (size_t)n;
-		w->bytes += (uint64_t)n;
+		/* Bytes that reach the device (pitched: data, not headers). */
+		w->bytes += mode == M_PITCHED ? (uint64_t)n / REC * REC_DATA : (uint64_t)n;
 	}
-	if (mode == M_H2D) {
+	if (h2d) {
 		if (at)
-			d->MemcpyHtoDAsync(dev, w->win[b], at, w->stream);
+			to_device(w, b, at, dev);
 		d->StreamSynchronize(w->stream);
 	}
 	return NULL;
@@ -203,6 +267,8 @@ int main(int argc, char **argv)
 		d->DevicePrimaryCtxRetain(&ctx, cd);
 		d->CtxSetCurrent(ctx);
 		dev_bytes = (size_t)1 << 30;
+		void *lib = dlopen(getenv("CREST_LIBCUDA") ? getenv("CREST_LIBCUDA") : "libcuda.so.1", RTLD_NOW);
+		memcpy2d = lib ? (CUresult(*)(const CUDA_MEMCPY2D *, CUstream))dlsym(lib, "cuMemcpy2DAsync_v2") : NULL;
 		if (d->MemAlloc(&dev, dev_bytes) != CUDA_SUCCESS) {
 			fprintf(stderr, "restore_ceiling: cuMemAlloc failed\n");
 			return 1;
@@ -231,7 +297,7 @@ int main(int argc, char **argv)
 	printf("restore_ceiling: %u files, %.2f GB in %s\n", nfiles, total / 1e9, argv[1]);
 	pthread_t *t = calloc(maxt, sizeof(*t));
 	for (int m = 0; m < M_COUNT; m++) {
-		if (m == M_H2D && !gpu)
+		if (((m == M_H2D || m == M_SPLIT) && !gpu) || (m == M_PITCHED && !memcpy2d))
 			continue;
 		mode = (enum mode)m;
 		for (unsigned ti = 0; ti < ntl; ti++) {
