@@ -141,7 +141,18 @@ static int job_next(struct job *j, struct window *w, bool *got)
 			cap = fair < cap ? fair : cap;
 		}
 		*w = (struct window){ .dst = j->cur_dst, .ext = j->cur_ext, .in = j->cur_in, .off = j->cur_off };
-		while (j->cur_ext < st->nextents && w->len < cap) {
+		/* A hole of a file (not a pipe) is left as the truncation made
+		 * it: nothing is filled or written, so it is one window however
+		 * long. Cut into windows, a sparse file of 8 EiB (a stream's size
+		 * is the snapshot's word) would take 2^39 turns: a day of CPU. */
+		const struct restore_gpu_dst *t = &j->dst[j->cur_dst];
+		const bool whole = t->file && !t->pipe && st->ext[j->cur_ext].hole && st->ext[j->cur_ext].len > cap;
+		if (whole) {
+			w->len = st->ext[j->cur_ext].len - j->cur_in;
+			j->cur_ext++;
+			j->cur_in = 0;
+		}
+		while (!whole && j->cur_ext < st->nextents && w->len < cap) {
 			const struct cas_extent *x = &st->ext[j->cur_ext];
 			const uint64_t left = x->len - j->cur_in;
 			if (x->hole) {
