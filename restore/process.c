@@ -160,6 +160,30 @@ static int temp_at(int dfd, const char *base, const char *tag, char *out, size_t
 	return crest_errx(-EEXIST, "cannot create a temporary file beside %s", base);
 }
 
+/* name in dfd, opened for reading where it is a regular file and only
+ * then: the path is the snapshot's word, and opening a device acts (a
+ * watchdog starts its countdown, a tape rewinds). Looked at through
+ * O_PATH first, then opened again through that descriptor, the same
+ * inode. -ELOOP for a symlink, -EMEDIUMTYPE for anything else not a regular
+ * file, else -errno. */
+static int open_regular(int dfd, const char *name)
+{
+	const int p = openat(dfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (p < 0)
+		return -errno;
+	struct stat sb;
+	int rc = fstat(p, &sb) < 0 ? -errno : S_ISLNK(sb.st_mode) ? -ELOOP : !S_ISREG(sb.st_mode) ? -EMEDIUMTYPE : 0;
+	if (rc == 0) {
+		char self[64];
+		snprintf(self, sizeof(self), "/proc/self/fd/%d", p);
+		rc = open(self, O_RDONLY | O_NOCTTY | O_CLOEXEC);
+		if (rc < 0)
+			rc = -errno;
+	}
+	close(p);
+	return rc;
+}
+
 /* The directory of path (absolute, as the capture read it from /proc, so
  * free of symlinks), opened without following any symlink on the way: as
  * root, in a directory its user may change, crest never writes through a
@@ -239,11 +263,13 @@ static int jobfile_stage(const struct restore_ctx *c, const struct cas_stream *s
 		return f->dfd;
 	snprintf(f->base, sizeof(f->base), "%s", fs_split(f->path, parent, sizeof(parent)));
 	struct stat sb, ds;
-	int in = openat(f->dfd, f->base, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
-	if (in < 0 && errno == ELOOP)
+	int in = open_regular(f->dfd, f->base);
+	if (in == -ELOOP)
 		return crest_errx(-ELOOP, "refusing to put back %s: it is now a symlink", f->path);
-	if (in < 0 && errno != ENOENT)
-		return crest_errf(-errno, "cannot open %s to put it back", f->path);
+	if (in == -EMEDIUMTYPE)
+		return crest_errx(-EPERM, "refusing to put back %s: it is no longer a regular file", f->path);
+	if (in < 0 && in != -ENOENT)
+		return crest_errf(in, "cannot open %s to put it back", f->path);
 	/* An existing file must be a regular file of the owner it had at the
 	 * snapshot (meta uid=; older snapshots: its directory's owner or
 	 * root): a hard link to another user's file is refused, not written. */
@@ -303,9 +329,17 @@ static int fd_plain(int *fd, int flags, uint64_t pos, const char *what)
 {
 	char self[64];
 	snprintf(self, sizeof(self), "/proc/self/fd/%d", *fd);
-	const int nfd = open(self, (flags & (O_ACCMODE | O_APPEND)) | O_NOCTTY | O_CLOEXEC);
+	/* O_NONBLOCK to open (a FIFO without a writer would hold crest in
+	 * open() for good), then off: the job's descriptor blocks. */
+	const int nfd = open(self, (flags & (O_ACCMODE | O_APPEND)) | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
 	if (nfd < 0)
 		return crest_errf(-errno, "cannot open %s again for the restored job", what);
+	const int fl = fcntl(nfd, F_GETFL);
+	if (fl < 0 || fcntl(nfd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+		const int rc = crest_errf(-errno, "cannot open %s again for the restored job", what);
+		close(nfd);
+		return rc;
+	}
 	struct stat sb;
 	if (!(flags & O_APPEND) && fstat(nfd, &sb) == 0 && S_ISREG(sb.st_mode) && lseek(nfd, (off_t)pos, SEEK_SET) < 0) {
 		const int rc = crest_errf(-errno, "cannot seek in %s for the restored job", what);
@@ -341,7 +375,9 @@ static int jobfile_clone(const struct restore_ctx *c, const struct cas_stream *s
 	struct stat sb;
 	const int odfd = jobfile_dir(f, parent, sizeof(parent));
 	if (odfd >= 0) {
-		in = openat(odfd, base, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+		in = open_regular(odfd, base);
+		if (in < 0)
+			in = -1;
 		if (in >= 0 && (fstat(in, &sb) < 0 || !S_ISREG(sb.st_mode))) {
 			close(in);
 			in = -1;
@@ -605,7 +641,10 @@ static int extfds_open(struct extfd *v, size_t n, const struct staged *files, si
 	for (size_t i = 0; i < n; i++) {
 		struct extfd *x = &v[i];
 		const struct staged *f = staged_by_path(files, nfiles, x->path);
-		const int how = (x->flags & (O_ACCMODE | O_APPEND)) | O_NOFOLLOW | O_NOCTTY | O_CLOEXEC;
+		/* O_NONBLOCK: the path is the snapshot's word, and a FIFO there
+		 * (or a serial line waiting for its carrier) would block open()
+		 * for good, with the job's files swapped in; fd_plain clears it. */
+		const int how = (x->flags & (O_ACCMODE | O_APPEND)) | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC;
 		if (f && beside) {
 			x->fd = f->fd;
 			continue;

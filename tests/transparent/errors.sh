@@ -59,6 +59,21 @@ for meta in "size=-1;uid=0;path=$T/x" "size=12;uid=4294967295;path=$T/x" "size=1
 	forge "job file stream" L:pids=999990 "j:files/0:$meta"
 done
 [ -e "$T/x" ] && fail "a refused snapshot wrote its job file"
+# An external file (ext_fds) the snapshot names is opened by its path: a
+# FIFO there with no reader held crest in open() for good, the job's files
+# swapped in. Now the open fails at once and the files go back.
+mkfifo "$T/fifo"
+printf 'kept\n' >"$T/jobf"
+forged=$((forged + 1))
+"$CRAFT_TREE" "$S" "forged$forged" k:process L:pids=999990 "j:files/0:size=0;uid=0;path=$T/jobf" \
+	"L:ext_fds=file[1:1] 01 0 $T/fifo" || fail "craft_tree fifo"
+expect_error "cannot open $T/fifo again for the restored job" timeout 60 "$CREST" --store "$S" restore "forged$forged"
+[ "$(cat "$T/jobf")" = kept ] || fail "a failed restore left the job's file swapped"
+# A job file's path is the snapshot's word too: a device there is refused
+# without being opened (opening a watchdog arms it). Major 0 has no driver:
+# an open of it would fail with ENXIO, not be refused.
+mknod "$T/dev0" c 0 0
+forge "no longer a regular file" L:pids=999990 "j:files/0:size=0;uid=0;path=$T/dev0"
 
 # The job ran on through all of it, and the store is whole.
 n=$(lines job.out); wait_lines job.out $((n + 2))
