@@ -52,7 +52,9 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	} },
 	{ "crest", "get", "SNAPSHOT DEST", "restore a snapshot's files under DEST",
 	  "Writes the files of a snapshot made by put under the directory DEST, every chunk's hash "
-	  "checked on the way. " SNAP_NAMES,
+	  "checked on the way. Files belong to whoever runs get (owners are not restored); run "
+	  "as root, get leaves out files' set-user-ID and set-group-ID bits, which would make "
+	  "them root's. " SNAP_NAMES,
 	  "SNAPSHOT DIR", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "ls", "", "list snapshots",
 	  "Lists every snapshot: id, time, kind (files or process), logical size and tags; with "

@@ -409,8 +409,16 @@ static int tree_file(const struct restore_ctx *c, const struct cas_stream *st, i
 	struct restore_ctx sc = *c;
 	sc.progress_base = done;
 	int rc = restore_stream_to_fd(&sc, st, fd);
-	/* A file's mode is exact, 0000 too; other streams have none. */
-	if (rc == 0 && fchmod(fd, st->type == CAS_STREAM_FILE || st->mode ? st->mode & 07777 : 0600) < 0)
+	/* A file's mode is exact, 0000 too; other streams have none. But
+	 * owners are not restored: the file is the restorer's, and its
+	 * set-user-ID and set-group-ID bits would name the restorer, not the
+	 * file's owner at the snapshot. As root that makes a set-ID root
+	 * program of bytes any user could have put, so root clears them (as
+	 * cp does where it cannot keep the owner). */
+	mode_t mode = st->type == CAS_STREAM_FILE || st->mode ? st->mode & 07777 : 0600;
+	if (geteuid() == 0)
+		mode &= ~(mode_t)(S_ISUID | S_ISGID);
+	if (rc == 0 && fchmod(fd, mode) < 0)
 		rc = crest_errf(-errno, "cannot set the mode of %s/%s", dest, st->name);
 	struct timespec ts[2];
 	ns_times(st->mtime_ns, ts);
