@@ -14,9 +14,59 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+/* stdout on a terminal, through a filter: listings print what snapshots
+ * say (tags, labels, stream and branch names, kinds), and a control
+ * character there could drive the terminal (an escape sequence that sets
+ * its title, hides text, or answers back) or forge lines. Each becomes '?'
+ * but newline and tab, as ls does on a terminal; so does a C1 control in
+ * UTF-8 (0xc2 0x80-0x9f), its second byte. Output to a file or a pipe is
+ * left exact: a script reads the names as they are (and --json escapes
+ * them). crest never writes its own escapes to stdout. */
+static ssize_t tty_write(void *cookie, const char *buf, size_t n)
+{
+	unsigned char *prev = cookie;   /* the last byte written, across calls */
+	char out[4096];
+	for (size_t done = 0; done < n;) {
+		const size_t k = n - done < sizeof(out) ? n - done : sizeof(out);
+		for (size_t i = 0; i < k; i++) {
+			const unsigned char ch = (unsigned char)buf[done + i];
+			const bool ctl = (ch < 0x20 && ch != '\n' && ch != '\t') || ch == 0x7f ||
+					 (*prev == 0xc2 && ch >= 0x80 && ch <= 0x9f);
+			out[i] = ctl ? '?' : (char)ch;
+			*prev = ch;
+		}
+		for (size_t w = 0; w < k;) {
+			const ssize_t r = write(1, out + w, k - w);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0)
+				return done ? (ssize_t)done : -1;
+			w += (size_t)r;
+		}
+		done += k;
+	}
+	return (ssize_t)n;
+}
+
+static void guard_stdout(void)
+{
+	static unsigned char prev;
+	if (!isatty(1))
+		return;
+	const cookie_io_functions_t io = { .write = tty_write };
+	FILE *f = fopencookie(&prev, "w", io);
+	if (!f)
+		return;   /* unfiltered, as before */
+	setvbuf(f, NULL, _IOLBF, 0);
+	fflush(stdout);
+	stdout = f;
+}
 
 int cli_parse_globals(struct cli *c, int argc, char **argv)
 {
+	guard_stdout();
 	c->store = cas_default_path();
 	int out = 1;
 	for (int i = 1; i < argc; i++) {

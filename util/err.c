@@ -11,6 +11,21 @@
 
 static __thread char err_buf[CREST_ERR_CAP];
 
+/* A message is one line for a terminal, and its parts may be a snapshot's
+ * word (a label, a stream's name): a control character in one could end
+ * the line or drive the terminal (an escape sequence). They become '?',
+ * and so does a C1 control in UTF-8 (0xc2 0x80-0x9f), which some terminals
+ * obey too. */
+static void err_clean(void)
+{
+	for (unsigned char *p = (unsigned char *)err_buf; *p; p++) {
+		if (*p < 0x20 || *p == 0x7f)
+			*p = '?';
+		else if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f)
+			p[0] = p[1] = '?';
+	}
+}
+
 static int err_vset(int err, int with_strerror, const char *fmt, va_list ap)
 {
 	char tmp[CREST_ERR_CAP];
@@ -19,6 +34,7 @@ static int err_vset(int err, int with_strerror, const char *fmt, va_list ap)
 		snprintf(err_buf, sizeof(err_buf), "%s: %s", tmp, strerror(-err));
 	else
 		snprintf(err_buf, sizeof(err_buf), "%s", tmp);
+	err_clean();
 	return err;
 }
 
@@ -54,6 +70,7 @@ int crest_errctx(int err, const char *fmt, ...)
 		snprintf(err_buf, sizeof(err_buf), "%s: %s", prefix, strerror(-err));
 	else
 		snprintf(err_buf, sizeof(err_buf), "%s", prefix);
+	err_clean();
 	return err;
 }
 
@@ -70,4 +87,5 @@ void crest_errcpy(char *dst, unsigned long cap)
 void crest_errset_str(const char *msg)
 {
 	snprintf(err_buf, sizeof(err_buf), "%s", msg);
+	err_clean();
 }
