@@ -52,6 +52,7 @@ static int tp_capture_kill(struct tp_capture *c)
 		return 0;
 	c->stopped = false;
 	signal_tree(c, SIGKILL);
+	tp_guard_disarm(&c->guard);
 	/* Gone or a zombie: its parent reaps it; crest restore waits for that. */
 	const uint64_t deadline = time_now_ns() + 5000000000ull;
 	for (size_t i = 0; i < c->tree.n; i++) {
@@ -77,12 +78,11 @@ static int tp_capture_resume(struct tp_capture *c)
 	c->stopped = false;
 	signal_tree(c, SIGCONT);
 	/* The driver works on a thread inside each process: they run first. */
-	if (c->ncuda) {
-		int rc = gpuckpt_resume(c->drv, c->cuda, c->ncuda, NULL, 0);
-		if (rc < 0)
-			return crest_errctx(rc, "pid %d runs again but its GPU state could not be brought back",
-					    (int)c->tree.pids[0]);
-	}
+	int rc = c->ncuda ? gpuckpt_resume(c->drv, c->cuda, c->ncuda, NULL, 0) : 0;
+	tp_guard_disarm(&c->guard);
+	if (rc < 0)
+		return crest_errctx(rc, "pid %d runs again but its GPU state could not be brought back",
+				    (int)c->tree.pids[0]);
 	return 0;
 }
 
@@ -96,6 +96,7 @@ static void tp_capture_free(struct tp_capture *c)
 		tp_capture_resume(c);
 		crest_errset_str(msg);
 	}
+	tp_guard_disarm(&c->guard);
 	if (c->dir[0] && c->locked)
 		fs_workdir_release(c->dir, c->lock_fd);   /* files_dir too: a dir.SUFFIX */
 	else if (c->files_dir[0])
@@ -287,6 +288,12 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		return rc;
 	}
 
+	/* A guard gives the job back if crest dies from here on (guard.h). */
+	rc = tp_guard_start(&c->guard, o->pid, o->kill, c->cuda, c->ncuda);
+	if (rc < 0) {
+		tp_capture_free(c);
+		return rc;
+	}
 	/* The freeze: from here until resume, the job does not run. */
 	uint64_t t0 = time_now_ns();
 	if (c->ncuda) {
@@ -327,6 +334,8 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	}
 	c->gpu_resume_ns = time_now_ns() - t2;
 	c->stall_ns = time_now_ns() - t0;
+	if (!c->stopped)
+		tp_guard_disarm(&c->guard);   /* running again, or failed: no longer held */
 	if (rc < 0) {
 		/* CRIU fails as soon as the tracee vanishes from ptrace, which can
 		 * be before the kill that caused it shows in /proc: give the kernel

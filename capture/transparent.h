@@ -24,6 +24,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "capture/guard.h"
 #include "os/criu.h"
 #include "os/proc.h"
 #include "engine/engine.h"
@@ -53,6 +54,7 @@ struct tp_capture {
 	bool shell_job;
 	uint64_t pidns;            /* the root is init of this pid namespace (pidns.h), or 0 */
 	bool stopped;              /* --kill: left stopped by CRIU, not yet ended */
+	struct tp_guard guard;     /* armed from the freeze until the job is not crest's to give back */
 	const struct cudrv *drv;   /* for the CUDA processes, when ncuda */
 	struct proc_files files;   /* sizes as the freeze saw them */
 	bool mntns;                /* the tree has a mount namespace of its own (crest run) */
@@ -91,7 +93,8 @@ struct tp_hooks {
 int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opts *o, const char *tag,
 		  const uint8_t *parent, const struct tp_hooks *h, struct tp_result *res);
 
-/* The action script criu runs inside its freeze: `crest __criu-hook DIR LIMIT`. */
+/* The action script criu runs inside its freeze: `crest __criu-hook DIR LIMIT`.
+ * (`crest __capture-guard` is capture/guard.h's tp_guard_main.) */
 int tp_hook_main(int argc, char **argv);
 
 #endif

@@ -13,6 +13,9 @@ int main(int argc, char **argv)
 	/* criu runs crest itself inside its freeze, to copy the job's files. */
 	if (argc >= 2 && !strcmp(argv[1], "__criu-hook"))
 		return tp_hook_main(argc - 1, argv + 1);
+	/* Gives a job back if crest checkpoint dies holding it (capture/guard.h). */
+	if (argc >= 2 && !strcmp(argv[1], "__capture-guard"))
+		return tp_guard_main(argc - 1, argv + 1);
 	/* crest run's init, pid 1 of the job's namespaces (os/pidns.h). */
 	if (argc >= 3 && !strcmp(argv[1], "__pidns-init"))
 		return pidns_init_main(argv + 2);

@@ -29,6 +29,9 @@
 #               and /proc), cloned beside itself: both outputs equal an
 #               uninterrupted run's; the copy's snapshot shares what it did
 #               not change
+#   gpu_kill    crest checkpoint of a CUDA job killed -9 at random moments,
+#               three times: the job runs on (the guard gives its driver state
+#               back), its output equal to an uninterrupted run's
 #   train       python/examples/train.py --mode check --device cuda: PyTorch
 #               training SIGKILLed, resumed in a fresh process, losses bit for bit
 #   bench_gpu   crest bench restore --to gpu on gpu_multi's store: GB/s against
@@ -452,6 +455,64 @@ else
 	else
 		fail gpu_clone "$CLONE_ERR" "$cl"
 		[ -d "$cw/store" ] && STORES+=("gpu_clone=$cw/store")
+	fi
+fi
+
+# gpu_kill: crest checkpoint of a CUDA job killed with -9 at random moments,
+# three times. Between the freeze and the resume the job's driver state is
+# locked and checkpointed; a crest killed there left it so, and the job
+# stuck for good. The guard (capture/guard.h) gives it back: the job must
+# run to its end with output equal to an uninterrupted run's.
+if [ $GPU = 0 ]; then
+	skip gpu_kill "no GPU here"
+elif [ "$(id -u)" != 0 ]; then
+	skip gpu_kill "checkpoints need root (CRIU)"
+elif [ -z "$(have crest-workload-gpu)" ]; then
+	fail gpu_kill "crest-workload-gpu was not built"
+else
+	kw=$WORK/kill KILL_ERR="" t=$SECONDS seed=${GPU_KILL_SEED:-$$}
+	RANDOM=$seed
+	mkdir -p "$kw"
+	kl=$LOGS/gpu_kill.log
+	echo "seed $seed (GPU_KILL_SEED replays the delays)" >"$kl"
+	wl=(--mib 1024 --steps 150 --interval-ms 100 --change-pct 0.5)
+	"${RUN[@]}" "$(bin crest-workload-gpu)" "${wl[@]}" >"$kw/ref.out" 2>>"$kl"
+	setsid "${RUN[@]}" "$(bin crest-workload-gpu)" "${wl[@]}" >"$kw/job.out" 2>>"$kl" </dev/null &
+	kjob=$!
+	delays=""
+	for r in 1 2 3; do
+		for i in $(seq 1 300); do [ "$(wc -l <"$kw/job.out")" -ge $((r * 25)) ] && break; sleep 0.1; done
+		d=$(( (RANDOM % 2800) + 200 ))
+		delays="$delays $d"
+		"${RUN[@]}" "$(bin crest)" --store "$kw/store" --quiet checkpoint --pid "$kjob" >>"$kl" 2>&1 &
+		ck=$!
+		sleep "$(awk "BEGIN { print $d / 1000 }")"
+		kill -9 "$ck" 2>/dev/null
+		wait "$ck" 2>/dev/null
+		n=$(wc -l <"$kw/job.out")
+		for i in $(seq 1 600); do
+			[ "$(wc -l <"$kw/job.out")" -gt "$n" ] && break
+			kill -0 "$kjob" 2>/dev/null || break
+			sleep 0.1
+		done
+		if [ "$(wc -l <"$kw/job.out")" -le "$n" ] && kill -0 "$kjob" 2>/dev/null; then
+			KILL_ERR="round $r: the job made no progress in 60 s after crest was killed at $d ms"
+			break
+		fi
+	done
+	for i in $(seq 1 600); do kill -0 "$kjob" 2>/dev/null || break; sleep 0.1; done
+	kill -9 "$kjob" 2>/dev/null
+	wait "$kjob" 2>/dev/null
+	gave=$(grep -c "ended without crest" "$kl" || true)
+	nref=$(wc -l <"$kw/ref.out")
+	if [ -z "$KILL_ERR" ] && ! cmp -s "$kw/job.out" "$kw/ref.out"; then
+		KILL_ERR="the job's output differs from an uninterrupted run's ($(wc -l <"$kw/job.out") of $nref lines)"
+	fi
+	{ echo "kill delays (ms):$delays"; echo "== job.out (last lines)"; tail -3 "$kw/job.out"; } >>"$kl" 2>&1
+	if [ -z "$KILL_ERR" ]; then
+		pass gpu_kill "a CUDA job of 1024 MiB, crest checkpoint killed -9 at$delays ms: the guard gave it back $gave time(s), its output identical to an uninterrupted run's ($nref lines), $((SECONDS - t)) s"
+	else
+		fail gpu_kill "$KILL_ERR" "$kl"
 	fi
 fi
 

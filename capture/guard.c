@@ -1,0 +1,224 @@
+/* guard.c - a job given back if crest dies while it holds it; see guard.h. */
+#include "capture/guard.h"
+#include "gpu/gpuckpt.h"
+#include "os/proc.h"
+#include "util/err.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define GUARD_FD 3
+#define DISARM 'D'
+/* How long the guard waits for CRIU to let go of the tree: a dump it was
+ * left to finish alone, of a large job to a slow tmpfs. */
+#define CRIU_WAIT_S 600
+
+extern char **environ;
+
+int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cuda, size_t ncuda)
+{
+	memset(g, 0, sizeof(*g));
+	g->fd = -1;
+	char exe[4096];
+	const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return crest_errf(-errno, "cannot find crest's own program to guard pid %d", (int)root);
+	exe[n] = 0;
+	char rootarg[24], *list = calloc(ncuda + 1, 12);
+	if (!list)
+		return crest_errf(-ENOMEM, "guarding pid %d", (int)root);
+	snprintf(rootarg, sizeof(rootarg), "%d", (int)root);
+	for (size_t i = 0, used = 0; i < ncuda; i++)
+		used += (size_t)snprintf(list + used, 12, "%s%d", i ? "," : "", (int)cuda[i]);
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		free(list);
+		return crest_errf(-errno, "cannot start the guard of pid %d", (int)root);
+	}
+	/* posix_spawn, not fork: crest has other threads, and glibc's spawn
+	 * runs nothing between its clone and the exec that could wait on a
+	 * lock one of them holds (see os/criu.c). The read end becomes fd 3,
+	 * open across the exec; the write end stays crest's alone. */
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, p[0], GUARD_FD);
+	posix_spawnattr_t at;
+	posix_spawnattr_init(&at);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID);
+	char *argv[] = { exe, "__capture-guard", rootarg, stopped ? "stopped" : "running", list, NULL };
+	pid_t pid;
+	const int err = posix_spawn(&pid, exe, &fa, &at, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	free(list);
+	close(p[0]);
+	if (err) {
+		close(p[1]);
+		return crest_errf(-err, "cannot start the guard of pid %d", (int)root);
+	}
+	g->pid = pid;
+	g->fd = p[1];
+	return 0;
+}
+
+void tp_guard_disarm(struct tp_guard *g)
+{
+	if (!g->pid)
+		return;
+	const char d = DISARM;
+	ssize_t w;
+	do
+		w = write(g->fd, &d, 1);
+	while (w < 0 && errno == EINTR);
+	close(g->fd);
+	while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	g->pid = 0;
+	g->fd = -1;
+}
+
+/* Whether a process of the tree is traced (CRIU still at it). */
+static bool tree_traced(const struct proc_tree *t)
+{
+	for (size_t i = 0; i < t->n; i++) {
+		char path[64], line[256];
+		snprintf(path, sizeof(path), "/proc/%d/status", (int)t->pids[i]);
+		FILE *f = fopen(path, "re");
+		if (!f)
+			continue;
+		bool traced = false;
+		while (fgets(line, sizeof(line), f))
+			if (!strncmp(line, "TracerPid:", 10)) {
+				traced = atoi(line + 10) != 0;
+				break;
+			}
+		fclose(f);
+		if (traced)
+			return true;
+	}
+	return false;
+}
+
+static int parse_list(const char *s, pid_t **out, size_t *n)
+{
+	*n = 0;
+	*out = calloc(strlen(s) / 2 + 1, sizeof(pid_t));
+	if (!*out)
+		return -ENOMEM;
+	for (const char *p = s; *p;) {
+		char *end;
+		const long v = strtol(p, &end, 10);
+		if (end == p || v <= 0 || v > INT32_MAX || (*end && *end != ','))
+			return -EINVAL;
+		(*out)[(*n)++] = (pid_t)v;
+		p = *end ? end + 1 : end;
+	}
+	return 0;
+}
+
+/* Whether every CUDA process runs, as far as the driver says (a process
+ * gone counts as settled). */
+static bool all_running(const struct cudrv *d, const pid_t *cuda, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		CUprocessState st = CU_PROCESS_STATE_RUNNING;
+		if (d->CheckpointProcessGetState(cuda[i], &st) != CUDA_SUCCESS)
+			continue;
+		if (st != CU_PROCESS_STATE_RUNNING)
+			return false;
+	}
+	return true;
+}
+
+/* Brings back the driver's state of each CUDA process. crest may have died
+ * inside a lock or a checkpoint call, which the driver finishes in the
+ * target on its own: a process that still shows RUNNING may be locked a
+ * moment later. So the states are watched until all have run for
+ * SETTLE_MS in a row, each locked or checkpointed one brought back as it
+ * shows, for at most SETTLE_MAX_S. */
+#define SETTLE_MS 3000
+#define SETTLE_MAX_S 180
+static int gpu_settle(const pid_t *cuda, size_t n)
+{
+	if (!n)
+		return 0;
+	const struct cudrv *d = NULL;
+	int rc = cudrv_load(&d);
+	if (rc < 0)
+		return rc;
+	const time_t deadline = time(NULL) + SETTLE_MAX_S;
+	unsigned stable = 0;
+	while (stable < SETTLE_MS && time(NULL) < deadline) {
+		rc = gpuckpt_resume(d, cuda, n, NULL, 0);
+		stable = rc == 0 && all_running(d, cuda, n) ? stable + 100 : 0;
+		const struct timespec ms100 = { 0, 100 * 1000 * 1000 };
+		nanosleep(&ms100, NULL);
+	}
+	return rc;
+}
+
+int tp_guard_main(int argc, char **argv)
+{
+	/* Out of the terminal's signals: a ^C meant for crest must not end the
+	 * one process that would give the job back. */
+	static const int quiet[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP };
+	for (size_t i = 0; i < sizeof(quiet) / sizeof(quiet[0]); i++)
+		signal(quiet[i], SIG_IGN);
+	prctl(PR_SET_NAME, "crest-guard", 0, 0, 0);
+	char *end;
+	const long root = argc == 4 ? strtol(argv[1], &end, 10) : 0;
+	pid_t *cuda = NULL;
+	size_t ncuda = 0;
+	if (root <= 0 || root > INT32_MAX || *end || (strcmp(argv[2], "stopped") && strcmp(argv[2], "running")) ||
+	    parse_list(argv[3], &cuda, &ncuda) < 0) {
+		fprintf(stderr, "crest: __capture-guard is crest checkpoint's own, not a command\n");
+		free(cuda);
+		return 2;
+	}
+	char b = 0;
+	ssize_t r;
+	do
+		r = read(GUARD_FD, &b, 1);
+	while (r < 0 && errno == EINTR);
+	if (r == 1 && b == DISARM) {
+		free(cuda);
+		return 0;
+	}
+	/* crest is gone with the job in its hands. CRIU, left alone, finishes
+	 * or fails its dump and lets go of the tree: only then can the tree
+	 * run, and the driver works on a thread inside each CUDA process. */
+	struct proc_tree t;
+	const time_t deadline = time(NULL) + CRIU_WAIT_S;
+	while (proc_tree_get((pid_t)root, &t) == 0) {
+		const bool traced = tree_traced(&t);
+		if (!traced || time(NULL) >= deadline) {
+			/* Left stopped (--kill) by CRIU: continued. A job that
+			 * was to run on is not sent a SIGCONT it never asked for. */
+			for (size_t i = 0; !strcmp(argv[2], "stopped") && i < t.n; i++)
+				if (proc_state(t.pids[i]) == 'T')
+					kill(t.pids[i], SIGCONT);
+			const int rc = gpu_settle(cuda, ncuda);
+			fprintf(stderr, "crest: the checkpoint of pid %ld ended without crest (was it killed?): %s%s%s\n",
+				root, rc < 0 ? "its GPU state could not be brought back: " : "it runs again",
+				rc < 0 ? crest_errmsg() : "", traced ? " (CRIU still held it)" : "");
+			proc_tree_free(&t);
+			free(cuda);
+			return rc < 0;
+		}
+		proc_tree_free(&t);
+		const struct timespec ms50 = { 0, 50 * 1000 * 1000 };
+		nanosleep(&ms50, NULL);
+	}
+	free(cuda);   /* the job is gone: nothing to give back */
+	return 0;
+}

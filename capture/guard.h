@@ -1,0 +1,38 @@
+/*
+ * guard.h - a job given back if crest dies while it holds it.
+ *
+ * From the freeze until crest has resumed the job (or, with --kill, ended
+ * it after the commit), the job depends on crest: its CUDA processes are
+ * locked and checkpointed by the driver, and a --kill job is left stopped.
+ * Killed there (SIGKILL, the OOM killer), crest would leave the job so for
+ * good. So before the freeze crest starts a guard, its own program in a
+ * session of its own (`crest __capture-guard`), holding the read end of a
+ * pipe whose write end only crest holds. crest disarms it once the job is
+ * no longer its to give back; if instead the pipe ends, crest is gone, and
+ * the guard waits for CRIU to let go of the tree (no process of it traced),
+ * continues every stopped process of it, and brings back the driver's
+ * state of each CUDA process (restore, unlock), as crest would have.
+ */
+#ifndef CREST_CAPTURE_GUARD_H
+#define CREST_CAPTURE_GUARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <sys/types.h>
+
+struct tp_guard {
+	pid_t pid;   /* the guard; 0 when none */
+	int fd;      /* the pipe's write end */
+};
+
+/* Starts a guard for the tree under root and its CUDA processes (host
+ * pids); stopped: CRIU is to leave the tree stopped (--kill), and the
+ * guard then continues it. 0, or -errno with a message. */
+int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cuda, size_t ncuda);
+/* The job is no longer crest's to give back: the guard ends, reaped. */
+void tp_guard_disarm(struct tp_guard *g);
+/* `crest __capture-guard ROOT stopped|running CUDA_PID,...` (the list may
+ * be empty), fd 3 the pipe's read end. */
+int tp_guard_main(int argc, char **argv);
+
+#endif
