@@ -29,8 +29,8 @@
 #               and /proc), cloned beside itself: both outputs equal an
 #               uninterrupted run's; the copy's snapshot shares what it did
 #               not change
-#   gpu_kill    crest checkpoint of a CUDA job killed -9 at random moments,
-#               three times: the job runs on (the guard gives its driver state
+#   gpu_kill    crest checkpoint of a CUDA job killed -9 three times: twice
+#               while criu dumps it, once at any moment: the job runs on (the guard gives its driver state
 #               back), its output equal to an uninterrupted run's
 #   train       python/examples/train.py --mode check --device cuda: PyTorch
 #               training SIGKILLed, resumed in a fresh process, losses bit for bit
@@ -482,10 +482,17 @@ else
 	delays=""
 	for r in 1 2 3; do
 		for i in $(seq 1 300); do [ "$(wc -l <"$kw/job.out")" -ge $((r * 25)) ] && break; sleep 0.1; done
-		d=$(( (RANDOM % 2800) + 200 ))
-		delays="$delays $d"
+		# Rounds 1 and 2 aim at the window: once criu dump runs, the
+		# driver state is checkpointed; round 3 at any moment.
+		d=$(( r < 3 ? RANDOM % 500 : RANDOM % 3000 ))
 		"${RUN[@]}" "$(bin crest)" --store "$kw/store" --quiet checkpoint --pid "$kjob" >>"$kl" 2>&1 &
 		ck=$!
+		if [ $r -lt 3 ]; then
+			for i in $(seq 1 3000); do pgrep -f "criu dump" >/dev/null && break; sleep 0.01; done
+			delays="$delays criu+$d"
+		else
+			delays="$delays $d"
+		fi
 		sleep "$(awk "BEGIN { print $d / 1000 }")"
 		kill -9 "$ck" 2>/dev/null
 		wait "$ck" 2>/dev/null
