@@ -25,7 +25,17 @@
 
 extern char **environ;
 
-int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cuda, size_t ncuda)
+/* pids as "p,p,..." (calloc'ed; "" for none), the guard's argument. */
+static char *list_str(const pid_t *v, size_t n)
+{
+	char *list = calloc(n + 1, 12);
+	for (size_t i = 0, used = 0; list && i < n; i++)
+		used += (size_t)snprintf(list + used, 12, "%s%d", i ? "," : "", (int)v[i]);
+	return list;
+}
+
+int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cuda, size_t ncuda,
+		   const pid_t *held, size_t nheld)
 {
 	memset(g, 0, sizeof(*g));
 	g->fd = -1;
@@ -34,15 +44,17 @@ int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cu
 	if (n <= 0)
 		return crest_errf(-errno, "cannot find crest's own program to guard pid %d", (int)root);
 	exe[n] = 0;
-	char rootarg[24], *list = calloc(ncuda + 1, 12);
-	if (!list)
+	char rootarg[24], *list = list_str(cuda, ncuda), *hlist = list_str(held, nheld);
+	if (!list || !hlist) {
+		free(list);
+		free(hlist);
 		return crest_errf(-ENOMEM, "guarding pid %d", (int)root);
+	}
 	snprintf(rootarg, sizeof(rootarg), "%d", (int)root);
-	for (size_t i = 0, used = 0; i < ncuda; i++)
-		used += (size_t)snprintf(list + used, 12, "%s%d", i ? "," : "", (int)cuda[i]);
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0) {
 		free(list);
+		free(hlist);
 		return crest_errf(-errno, "cannot start the guard of pid %d", (int)root);
 	}
 	/* posix_spawn, not fork: crest has other threads, and glibc's spawn
@@ -55,12 +67,13 @@ int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cu
 	posix_spawnattr_t at;
 	posix_spawnattr_init(&at);
 	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID);
-	char *argv[] = { exe, "__capture-guard", rootarg, stopped ? "stopped" : "running", list, NULL };
+	char *argv[] = { exe, "__capture-guard", rootarg, stopped ? "stopped" : "running", list, hlist, NULL };
 	pid_t pid;
 	const int err = posix_spawn(&pid, exe, &fa, &at, argv, environ);
 	posix_spawn_file_actions_destroy(&fa);
 	posix_spawnattr_destroy(&at);
 	free(list);
+	free(hlist);
 	close(p[0]);
 	if (err) {
 		close(p[1]);
@@ -176,13 +189,14 @@ int tp_guard_main(int argc, char **argv)
 		signal(quiet[i], SIG_IGN);
 	prctl(PR_SET_NAME, "crest-guard", 0, 0, 0);
 	char *end;
-	const long root = argc == 4 ? strtol(argv[1], &end, 10) : 0;
-	pid_t *cuda = NULL;
-	size_t ncuda = 0;
+	const long root = argc == 5 ? strtol(argv[1], &end, 10) : 0;
+	pid_t *cuda = NULL, *held = NULL;
+	size_t ncuda = 0, nheld = 0;
 	if (root <= 0 || root > INT32_MAX || *end || (strcmp(argv[2], "stopped") && strcmp(argv[2], "running")) ||
-	    parse_list(argv[3], &cuda, &ncuda) < 0) {
+	    parse_list(argv[3], &cuda, &ncuda) < 0 || parse_list(argv[4], &held, &nheld) < 0) {
 		fprintf(stderr, "crest: __capture-guard is crest checkpoint's own, not a command\n");
 		free(cuda);
+		free(held);
 		return 2;
 	}
 	char b = 0;
@@ -192,6 +206,7 @@ int tp_guard_main(int argc, char **argv)
 	while (r < 0 && errno == EINTR);
 	if (r == 1 && b == DISARM) {
 		free(cuda);
+		free(held);
 		return 0;
 	}
 	/* crest is gone with the job in its hands. CRIU, left alone, finishes
@@ -203,16 +218,22 @@ int tp_guard_main(int argc, char **argv)
 		const bool traced = tree_traced(&t);
 		if (!traced || time(NULL) >= deadline) {
 			/* Left stopped (--kill) by CRIU: continued. A job that
-			 * was to run on is not sent a SIGCONT it never asked for. */
-			for (size_t i = 0; !strcmp(argv[2], "stopped") && i < t.n; i++)
-				if (proc_state(t.pids[i]) == 'T')
+			 * was to run on is not sent a SIGCONT it never asked for,
+			 * nor is a process that was stopped before the freeze. */
+			for (size_t i = 0; !strcmp(argv[2], "stopped") && i < t.n; i++) {
+				bool was = false;
+				for (size_t k = 0; k < nheld && !was; k++)
+					was = held[k] == t.pids[i];
+				if (!was && proc_state(t.pids[i]) == 'T')
 					kill(t.pids[i], SIGCONT);
+			}
 			const int rc = gpu_settle(cuda, ncuda);
 			fprintf(stderr, "crest: the checkpoint of pid %ld ended without crest (was it killed?): %s%s%s\n",
 				root, rc < 0 ? "its GPU state could not be brought back: " : "it runs again",
 				rc < 0 ? crest_errmsg() : "", traced ? " (CRIU still held it)" : "");
 			proc_tree_free(&t);
 			free(cuda);
+			free(held);
 			return rc < 0;
 		}
 		proc_tree_free(&t);
@@ -220,5 +241,6 @@ int tp_guard_main(int argc, char **argv)
 		nanosleep(&ms50, NULL);
 	}
 	free(cuda);   /* the job is gone: nothing to give back */
+	free(held);
 	return 0;
 }

@@ -27,11 +27,13 @@ struct tp_guard {
 
 /* Starts a guard for the tree under root and its CUDA processes (host
  * pids); stopped: CRIU is to leave the tree stopped (--kill), and the
- * guard then continues it. 0, or -errno with a message. */
-int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cuda, size_t ncuda);
+ * guard then continues it, all but the held processes (stopped before the
+ * freeze: their stop is the job's). 0, or -errno with a message. */
+int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cuda, size_t ncuda,
+		   const pid_t *held, size_t nheld);
 /* The job is no longer crest's to give back: the guard ends, reaped. */
 void tp_guard_disarm(struct tp_guard *g);
-/* `crest __capture-guard ROOT stopped|running CUDA_PID,...` (the list may
+/* `crest __capture-guard ROOT stopped|running CUDA_PID,... HELD_PID,...` (the lists may
  * be empty), fd 3 the pipe's read end. */
 int tp_guard_main(int argc, char **argv);
 

@@ -29,16 +29,27 @@
 #include <time.h>
 #include <unistd.h>
 
+static bool held_before(const struct tp_capture *c, pid_t p)
+{
+	for (size_t i = 0; i < c->nheld; i++)
+		if (c->held[i] == p)
+			return true;
+	return false;
+}
+
 /* Sends sig to every process of the tree as it is now. A stopped tree
  * cannot fork, so a fresh listing is exact; the listing taken before the
- * freeze is the fallback if the root itself is gone. */
+ * freeze is the fallback if the root itself is gone. A SIGCONT skips the
+ * processes that were stopped before the freeze: their stop is the job's
+ * (job control, a scheduler's SIGSTOP), not CRIU's, and stays. */
 static void signal_tree(struct tp_capture *c, int sig)
 {
 	struct proc_tree now;
 	const struct proc_tree *t = proc_tree_get(c->tree.pids[0], &now) == 0 ? &now : &c->tree;
 	crest_errset_str("");
 	for (size_t i = 0; i < t->n; i++)
-		kill(t->pids[i], sig);
+		if (sig != SIGCONT || !held_before(c, t->pids[i]))
+			kill(t->pids[i], sig);
 	if (t == &now)
 		proc_tree_free(&now);
 }
@@ -107,6 +118,7 @@ static void tp_capture_free(struct tp_capture *c)
 	free(c->cuda);
 	free(c->cuda_inner);
 	free(c->gpus);
+	free(c->held);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -288,8 +300,18 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		return rc;
 	}
 
+	/* The processes stopped already (SIGSTOP, job control): left stopped
+	 * by whoever gives the job back after a --kill that stored nothing. */
+	c->held = calloc(c->tree.n, sizeof(pid_t));
+	if (!c->held) {
+		tp_capture_free(c);
+		return crest_errf(-ENOMEM, "checkpoint");
+	}
+	for (size_t i = 0; i < c->tree.n; i++)
+		if (proc_state(c->tree.pids[i]) == 'T')
+			c->held[c->nheld++] = c->tree.pids[i];
 	/* A guard gives the job back if crest dies from here on (guard.h). */
-	rc = tp_guard_start(&c->guard, o->pid, o->kill, c->cuda, c->ncuda);
+	rc = tp_guard_start(&c->guard, o->pid, o->kill, c->cuda, c->ncuda, c->held, c->nheld);
 	if (rc < 0) {
 		tp_capture_free(c);
 		return rc;

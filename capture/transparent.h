@@ -54,6 +54,8 @@ struct tp_capture {
 	bool shell_job;
 	uint64_t pidns;            /* the root is init of this pid namespace (pidns.h), or 0 */
 	bool stopped;              /* --kill: left stopped by CRIU, not yet ended */
+	pid_t *held;               /* processes of the tree stopped (SIGSTOP) before the freeze: */
+	size_t nheld;              /* the job's own stop, which a resume must not end */
 	struct tp_guard guard;     /* armed from the freeze until the job is not crest's to give back */
 	const struct cudrv *drv;   /* for the CUDA processes, when ncuda */
 	struct proc_files files;   /* sizes as the freeze saw them */
