@@ -3,6 +3,7 @@
 #include "cli/commands.h"
 #include "cli/help.h"
 #include "os/pidns.h"
+#include "restore/guard.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -16,6 +17,9 @@ int main(int argc, char **argv)
 	/* Gives a job back if crest checkpoint dies holding it (capture/guard.h). */
 	if (argc >= 2 && !strcmp(argv[1], "__capture-guard"))
 		return tp_guard_main(argc - 1, argv + 1);
+	/* Gives the job's files back if crest restore dies holding them (restore/guard.h). */
+	if (argc >= 2 && !strcmp(argv[1], "__restore-guard"))
+		return rp_guard_main(argc - 1, argv + 1);
 	/* crest run's init, pid 1 of the job's namespaces (os/pidns.h). */
 	if (argc >= 3 && !strcmp(argv[1], "__pidns-init"))
 		return pidns_init_main(argv + 2);

@@ -101,7 +101,7 @@ static void __attribute__((noreturn)) child_exec(char *const argv[], const char 
 }
 
 static int run_wait(char *const argv[], const char *out_path, pid_t watch, const int *keep, size_t nkeep,
-		    int net_fd)
+		    int net_fd, void (*started)(void *, pid_t), void *started_arg)
 {
 	const int wfd = watch > 0 ? pidfd_of(watch) : -1;
 	pid_t pid = fork();
@@ -113,6 +113,8 @@ static int run_wait(char *const argv[], const char *out_path, pid_t watch, const
 	}
 	if (pid == 0)
 		child_exec(argv, out_path, keep, nkeep, net_fd);
+	if (started)
+		started(started_arg, pid);
 	const int cfd = wfd >= 0 ? pidfd_of(pid) : -1;
 	bool stopped = false, reaped = false;
 	int st;
@@ -179,7 +181,7 @@ static int criu_probe(struct criu *c, const char *path)
 		return crest_errf(-errno, "cannot create a temporary file");
 	close(fd);
 	char *argv[] = { (char *)path, "--version", NULL };
-	int rc = run_wait(argv, out, 0, NULL, 0, -1);
+	int rc = run_wait(argv, out, 0, NULL, 0, -1, NULL, NULL);
 	char buf[256] = "";
 	FILE *f = fopen(out, "re");
 	if (f) {
@@ -302,7 +304,7 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 		argv[n++] = o->external[i];
 	}
 	argv[n] = NULL;
-	int rc = run_wait((char *const *)argv, NULL, o->pid, NULL, 0, -1);
+	int rc = run_wait((char *const *)argv, NULL, o->pid, NULL, 0, -1, NULL, NULL);
 	if (rc == 0)
 		return 0;
 	if (rc < 0)
@@ -408,7 +410,7 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 		keep[nkeep++] = net_fd;
 	}
 	argv[n] = NULL;
-	int rc = run_wait((char *const *)argv, NULL, 0, keep, nkeep, net_fd);
+	int rc = run_wait((char *const *)argv, NULL, 0, keep, nkeep, net_fd, o->started, o->started_arg);
 	if (net_fd >= 0)
 		close(net_fd);
 	if (rc != 0) {

@@ -70,6 +70,9 @@ struct criu_restore_opts {
 	const struct criu_inherit *inherit;
 	size_t ninherit;
 	pid_t *pid_out;            /* the restored root */
+	/* Told criu's pid as soon as it runs (restore/guard.h), or NULL. */
+	void (*started)(void *arg, pid_t criu);
+	void *started_arg;
 };
 int criu_restore(const struct criu *c, const struct criu_restore_opts *o);
 

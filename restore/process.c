@@ -1,6 +1,7 @@
 /* process.c - restore of a checkpointed process tree; see process.h. */
 #include "restore/process.h"
 #include "restore/imgsrv.h"
+#include "restore/guard.h"
 #include "gpu/gpumap.h"
 #include "os/pidns.h"
 #include "os/proc.h"
@@ -138,7 +139,18 @@ struct staged {
 	uint64_t now, size;        /* bytes in the file now, at the snapshot */
 	int fd;                    /* beside: the copy's file, handed to CRIU; else -1 */
 	bool created;              /* beside: base was made by this restore */
+	struct rp_guard_file g;    /* in place: as the guard knows it (restore/guard.h) */
+	struct rp_guard *guard;
 };
+
+/* Tells the guard of f as it is now, before anything is renamed. */
+static int staged_tell(struct staged *f)
+{
+	snprintf(f->g.base, sizeof(f->g.base), "%s", f->base);
+	snprintf(f->g.tmp, sizeof(f->g.tmp), "%s", f->tmp);
+	f->g.existed = f->existed;
+	return f->guard ? rp_guard_file(f->guard, &f->g, f->dfd) : 0;
+}
 
 /* A new file ".BASE.crest-TAG-XXXXXX" in dfd, made with O_EXCL|O_NOFOLLOW
  * (nothing planted there can be a target); its name goes to out. */
@@ -293,6 +305,14 @@ static int jobfile_stage(const struct restore_ctx *c, const struct cas_stream *s
 			close(in);
 		return fd;
 	}
+	/* The guard knows the temporary before it holds a byte: a crest
+	 * killed from here on leaves neither it nor a swapped file behind. */
+	struct stat ts;
+	f->g.orig_ino = f->existed ? (uint64_t)sb.st_ino : 0;
+	rc = fstat(fd, &ts) < 0 ? crest_errf(-errno, "cannot stat %s", f->tmp) : 0;
+	f->g.new_ino = rc == 0 ? (uint64_t)ts.st_ino : 0;
+	if (rc == 0)
+		rc = staged_tell(f);
 	if (f->existed && (fchown(fd, sb.st_uid, sb.st_gid) < 0 || fchmod(fd, sb.st_mode & 07777) < 0))
 		rc = crest_errf(-errno, "cannot give %s the owner and mode of %s", f->tmp, f->path);
 	/* The snapshot's size; its kept prefix over the file's own bytes: a
@@ -519,6 +539,12 @@ static int jobfile_swap(struct staged *f)
 	if (fd < 0)
 		return fd;
 	close(fd);
+	snprintf(f->g.aside, sizeof(f->g.aside), "%s", orig);
+	const int grc = staged_tell(f);
+	if (grc < 0) {
+		unlinkat(f->dfd, orig, 0);
+		return grc;
+	}
 	if (renameat(f->dfd, f->base, f->dfd, orig) < 0) {
 		const int rc = crest_errf(-errno, "cannot move %s aside", f->path);
 		unlinkat(f->dfd, orig, 0);
@@ -715,6 +741,11 @@ static bool restored_tree(const char *dir)
 	return access(path, F_OK) == 0;
 }
 
+static void rp_guard_started(void *arg, pid_t criu)
+{
+	rp_guard_criu(arg, criu);
+}
+
 /* Reaps what a failed restore left: CRIU kills a tree it gives up on, and
  * crest kills one whose GPU state or images failed, but nothing waits for
  * them; their zombies go to the nearest subreaper, which restore_process
@@ -845,8 +876,17 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		nfiles += m->streams[i].type == CAS_STREAM_JOBFILE;
 	if (rc == 0 && nfiles && !(files = calloc(nfiles, sizeof(*files))))
 		rc = crest_errf(-ENOMEM, "restore");
-	for (size_t i = 0; files && i < nfiles; i++)
+	for (size_t i = 0; files && i < nfiles; i++) {
 		files[i].dfd = files[i].fd = -1;
+		files[i].g.idx = (uint32_t)i;
+	}
+	/* In place, a guard puts the job's files back if crest dies before it
+	 * has dealt with CRIU's outcome (restore/guard.h). */
+	struct rp_guard guard = { 0, -1 };
+	if (rc == 0 && files && !o->beside)
+		rc = rp_guard_start(&guard, dir, dir_lock);
+	for (size_t i = 0; files && i < nfiles; i++)
+		files[i].guard = guard.pid ? &guard : NULL;
 	for (size_t i = 0, k = 0; rc == 0 && files && i < m->nstreams; i++)
 		if (m->streams[i].type == CAS_STREAM_JOBFILE)
 			rc = o->beside ? jobfile_clone(c, &m->streams[i], o, &files[k++])
@@ -896,7 +936,8 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	struct criu_restore_opts ro = { .dir = dir, .shell_job = sj && !strcmp(sj, "1"), .pid_out = &r->pid,
 					.mntns = mnl && !strcmp(mnl, "1"), .new_net = o->beside,
 					.net_external = netl && !strcmp(netl, "1"), .stream = serve,
-					.inherit = inh, .ninherit = ninh };
+					.inherit = inh, .ninherit = ninh,
+					.started = guard.pid ? rp_guard_started : NULL, .started_arg = &guard };
 	bool ran_criu = false;
 	if (rc == 0) {
 		ran_criu = true;
@@ -996,6 +1037,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	}
 	/* After a restore: the originals; after a failure: the staged files. */
 	staged_free(files, nfiles, rc < 0);
+	rp_guard_disarm(&guard);
 	if (dir[0])
 		fs_workdir_release(dir, dir_lock);
 	free(pids);

@@ -10,8 +10,11 @@ need_root
 cd "$T"
 leak_setup
 
-start_job job.out --mib "$mib" --interval-ms 50
-wait_lines job.out 1
+# No job file (output to /dev/null): a restore of a job with files has a
+# guard that removes the images of a killed restore at once
+# (restore/guard.h); this test is of the sweep that needs no guard.
+start_job /dev/null --mib "$mib" --interval-ms 50
+sleep 0.5
 "$CREST" --store "$S" --quiet checkpoint --pid "$JOB" --tag j >/dev/null || fail "the checkpoint failed"
 kill_gone "$JOB"
 
@@ -54,8 +57,7 @@ if [ -n "$(left)" ]; then
 	fail "images of killed restores left on /dev/shm"
 fi
 [ "$most" -gt 0 ] || fail "no kill landed while images were on /dev/shm (seed $seed): nothing was shown"
-at=$(lines job.out)
-wait_lines job.out $((at + 3)) 30
-kill -0 "$JOB" || fail "the restored job is not running"
+sleep 1   # the job has no output to watch: it runs (same pid), not stopped
+kill -0 "$JOB" && [ "$(awk '{print $3}' /proc/"$JOB"/stat)" != T ] || fail "the restored job is not running"
 "$CASCTL" --store "$S" --quiet verify || fail "casctl verify"
 echo PASS

@@ -1,0 +1,282 @@
+/* guard.c - the job's files given back if crest restore dies; see guard.h. */
+#include "restore/guard.h"
+#include "util/err.h"
+#include "util/fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define GUARD_FD 3
+#define LOCK_FD 4
+/* How long the guard waits for a CRIU crest left running. */
+#define CRIU_WAIT_S 600
+
+extern char **environ;
+
+struct msg {
+	char kind;   /* 'F' file (with its directory), 'C' criu's pid, 'D' disarm */
+	pid_t pid;
+	struct rp_guard_file f;
+};
+
+int rp_guard_start(struct rp_guard *g, const char *dir, int lock_fd)
+{
+	g->pid = 0;
+	g->fd = -1;
+	char exe[PATH_MAX];
+	const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return crest_errf(-errno, "cannot find crest's own program to guard the job's files");
+	exe[n] = 0;
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		return crest_errf(-errno, "cannot start the guard of the job's files");
+	/* posix_spawn, not fork: crest has other threads (see capture/guard.c). */
+	posix_spawn_file_actions_t fa;
+	posix_spawn_file_actions_init(&fa);
+	posix_spawn_file_actions_adddup2(&fa, sv[1], GUARD_FD);
+	posix_spawn_file_actions_adddup2(&fa, lock_fd, LOCK_FD);
+	posix_spawnattr_t at;
+	posix_spawnattr_init(&at);
+	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID);
+	char *argv[] = { exe, "__restore-guard", (char *)dir, NULL };
+	pid_t pid;
+	const int err = posix_spawn(&pid, exe, &fa, &at, argv, environ);
+	posix_spawn_file_actions_destroy(&fa);
+	posix_spawnattr_destroy(&at);
+	close(sv[1]);
+	if (err) {
+		close(sv[0]);
+		return crest_errf(-err, "cannot start the guard of the job's files");
+	}
+	g->pid = pid;
+	g->fd = sv[0];
+	return 0;
+}
+
+static int send_msg(struct rp_guard *g, const struct msg *m, int dfd)
+{
+	struct iovec iov = { (void *)m, sizeof(*m) };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (dfd >= 0) {
+		memset(&u, 0, sizeof(u));
+		h.msg_control = u.buf;
+		h.msg_controllen = sizeof(u.buf);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&h);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int));
+		memcpy(CMSG_DATA(c), &dfd, sizeof(int));
+	}
+	ssize_t w;
+	do
+		w = sendmsg(g->fd, &h, MSG_NOSIGNAL);
+	while (w < 0 && errno == EINTR);
+	return w == (ssize_t)sizeof(*m) ? 0 : -(errno ? errno : EIO);
+}
+
+int rp_guard_file(struct rp_guard *g, const struct rp_guard_file *f, int dfd)
+{
+	if (!g->pid)
+		return 0;
+	struct msg m = { .kind = 'F', .f = *f };
+	const int rc = send_msg(g, &m, dfd);
+	return rc < 0 ? crest_errf(rc, "cannot tell the guard of the job's files about %s", f->base) : 0;
+}
+
+void rp_guard_criu(struct rp_guard *g, pid_t pid)
+{
+	if (!g->pid)
+		return;
+	struct msg m = { .kind = 'C', .pid = pid };
+	send_msg(g, &m, -1);
+}
+
+void rp_guard_disarm(struct rp_guard *g)
+{
+	if (!g->pid)
+		return;
+	struct msg m = { .kind = 'D' };
+	send_msg(g, &m, -1);
+	close(g->fd);
+	while (waitpid(g->pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	g->pid = 0;
+	g->fd = -1;
+}
+
+/* ---- the guard ---- */
+
+struct rec {
+	struct rp_guard_file f;
+	int dfd;   /* -1: no such file told */
+};
+
+static uint64_t ino_at(int dfd, const char *name)
+{
+	struct stat sb;
+	if (!name[0] || fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+		return 0;
+	return (uint64_t)sb.st_ino;
+}
+
+/* Unlinks name only while it is still the file of that inode. */
+static void unlink_ino(int dfd, const char *name, uint64_t ino)
+{
+	if (ino && ino_at(dfd, name) == ino)
+		unlinkat(dfd, name, 0);
+}
+
+/* The file as after a restore that failed: the original under its name,
+ * the staged copy gone. Returns 1 where something could not be. */
+static int put_back(const struct rp_guard_file *f, int dfd)
+{
+	const uint64_t b = ino_at(dfd, f->base);
+	if (!f->existed) {
+		unlink_ino(dfd, f->base, f->new_ino);
+		unlink_ino(dfd, f->tmp, f->new_ino);
+		return 0;
+	}
+	const char *orig = ino_at(dfd, f->tmp) == f->orig_ino ? f->tmp
+			   : f->aside[0] && ino_at(dfd, f->aside) == f->orig_ino ? f->aside : NULL;
+	if (orig && (b == f->new_ino || b == 0)) {
+		/* Over the staged copy, in one step. */
+		if (renameat(dfd, orig, dfd, f->base) < 0) {
+			fprintf(stderr, "crest: restore guard: the original of %s is kept as %s beside it: %s\n", f->base,
+				orig, strerror(errno));
+			return 1;
+		}
+	}
+	unlink_ino(dfd, f->tmp, f->new_ino);
+	/* The fallback's placeholder, made empty and never filled. */
+	struct stat sb;
+	if (f->aside[0] && fstatat(dfd, f->aside, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode) &&
+	    sb.st_size == 0 && (uint64_t)sb.st_ino != f->orig_ino)
+		unlinkat(dfd, f->aside, 0);
+	if (ino_at(dfd, f->base) != f->orig_ino) {
+		fprintf(stderr, "crest: restore guard: %s is no longer the file it was; left as it is\n", f->base);
+		return 1;
+	}
+	return 0;
+}
+
+/* The file as after a restore that finished: the original, set aside, goes. */
+static void keep_restored(const struct rp_guard_file *f, int dfd)
+{
+	if (!f->existed || ino_at(dfd, f->base) != f->new_ino)
+		return;
+	unlink_ino(dfd, f->tmp, f->orig_ino);
+	unlink_ino(dfd, f->aside, f->orig_ino);
+}
+
+int rp_guard_main(int argc, char **argv)
+{
+	static const int quiet[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP };
+	for (size_t i = 0; i < sizeof(quiet) / sizeof(quiet[0]); i++)
+		signal(quiet[i], SIG_IGN);
+	prctl(PR_SET_NAME, "crest-rguard", 0, 0, 0);
+	if (argc != 2 || argv[1][0] != '/') {
+		fprintf(stderr, "crest: __restore-guard is crest restore's own, not a command\n");
+		return 2;
+	}
+	struct rec *v = NULL;
+	size_t n = 0;
+	int criu = -1;
+	for (;;) {
+		struct msg m;
+		union {
+			char buf[CMSG_SPACE(sizeof(int))];
+			struct cmsghdr align;
+		} u;
+		struct iovec iov = { &m, sizeof(m) };
+		struct msghdr h = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+				    .msg_controllen = sizeof(u.buf) };
+		const ssize_t r = recvmsg(GUARD_FD, &h, MSG_CMSG_CLOEXEC);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r != (ssize_t)sizeof(m))
+			break;   /* crest is gone */
+		int fd = -1;
+		struct cmsghdr *c = CMSG_FIRSTHDR(&h);
+		if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			memcpy(&fd, CMSG_DATA(c), sizeof(int));
+		if (m.kind == 'D')
+			return 0;   /* crest's lock fd copy closes with us; crest releases the dir */
+		if (m.kind == 'C') {
+			if (criu >= 0)
+				close(criu);
+			criu = (int)syscall(SYS_pidfd_open, m.pid, 0);
+		} else if (m.kind == 'F' && fd >= 0 && m.f.idx < 1u << 20) {
+			if (m.f.idx >= n) {
+				struct rec *nv = realloc(v, (m.f.idx + 1) * sizeof(*v));
+				if (!nv) {
+					close(fd);
+					continue;
+				}
+				v = nv;
+				for (; n <= m.f.idx; n++)
+					v[n].dfd = -1;
+			}
+			if (v[m.f.idx].dfd >= 0)
+				close(v[m.f.idx].dfd);
+			m.f.base[sizeof(m.f.base) - 1] = m.f.tmp[sizeof(m.f.tmp) - 1] = m.f.aside[sizeof(m.f.aside) - 1] = 0;
+			v[m.f.idx].f = m.f;
+			v[m.f.idx].dfd = fd;
+			fd = -1;
+		}
+		if (fd >= 0)
+			close(fd);
+	}
+	/* crest is gone. The CRIU it ran, if any, is let finish: only then
+	 * is it known whether the tree came back. */
+	bool waited = true;
+	if (criu >= 0) {
+		struct pollfd p = { .fd = criu, .events = POLLIN };
+		int pr;
+		do
+			pr = poll(&p, 1, CRIU_WAIT_S * 1000);
+		while (pr < 0 && errno == EINTR);
+		waited = pr > 0;
+	}
+	char pidfile[PATH_MAX + 32];
+	snprintf(pidfile, sizeof(pidfile), "%s/restored.pid", argv[1]);
+	const bool restored = access(pidfile, F_OK) == 0;
+	int bad = 0;
+	for (size_t i = n; i-- > 0;) {
+		if (v[i].dfd < 0)
+			continue;
+		if (!waited)
+			continue;   /* CRIU still runs: touch nothing */
+		if (restored)
+			keep_restored(&v[i].f, v[i].dfd);
+		else
+			bad |= put_back(&v[i].f, v[i].dfd);
+		close(v[i].dfd);
+	}
+	free(v);
+	if (waited)
+		fs_workdir_release(argv[1], LOCK_FD);
+	fprintf(stderr, "crest: the restore ended without crest (was it killed?): %s\n",
+		!waited ? "CRIU still runs; the job's files were left as they are"
+		: restored ? "the processes came back on the snapshot's files"
+		: bad ? "the job's files were put back, but not all of them"
+		: "the job's files were put back as they were");
+	return bad;
+}

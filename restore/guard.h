@@ -1,0 +1,48 @@
+/*
+ * guard.h - the job's files given back if crest restore dies holding them.
+ *
+ * An in-place restore swaps the snapshot's versions of the job's files in
+ * (restore/process.c) right before CRIU runs, and swaps the originals back
+ * if CRIU fails. A crest killed in between (kill -9, the OOM killer) used
+ * to leave the snapshot's versions in place with no job running on them,
+ * and the originals (the job's output after the snapshot) hidden under
+ * ".NAME.crest-restore-XXXXXX" for good. The guard, a process of crest's
+ * own (`crest __restore-guard DIR`) in a session of its own, is told of
+ * each staged file (its directory by descriptor, its names and inodes)
+ * and of each CRIU it starts. If crest goes without disarming it, it waits
+ * for that CRIU to end, then: a tree that came back (DIR/restored.pid)
+ * keeps the files and loses the originals, as after a restore that
+ * finished; else every file is put back by inode, as after one that
+ * failed. It holds DIR's lock (fd 4) meanwhile, then removes DIR.
+ */
+#ifndef CREST_RESTORE_GUARD_H
+#define CREST_RESTORE_GUARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct rp_guard {
+	pid_t pid;   /* 0 when none */
+	int fd;      /* crest's end of the socket */
+};
+
+/* One staged file, as the guard is told of it (again after each change). */
+struct rp_guard_file {
+	uint32_t idx;
+	bool existed;           /* base was there: the original is at tmp or aside after the swap */
+	uint64_t orig_ino;      /* the original (when existed) */
+	uint64_t new_ino;       /* the staged file */
+	char base[256], tmp[256], aside[256];
+};
+
+int rp_guard_start(struct rp_guard *g, const char *dir, int lock_fd);
+/* dfd: the file's directory, passed to the guard. */
+int rp_guard_file(struct rp_guard *g, const struct rp_guard_file *f, int dfd);
+/* CRIU runs as pid. */
+void rp_guard_criu(struct rp_guard *g, pid_t pid);
+/* crest has dealt with the outcome: the guard ends, reaped. */
+void rp_guard_disarm(struct rp_guard *g);
+int rp_guard_main(int argc, char **argv);
+
+#endif
