@@ -24,8 +24,8 @@
 
 static struct pidns_job run_job = { -1, -1 };
 
-/* Ctrl-C, kill, a closed terminal: meant for the job, which its init
- * passes on; crest goes on until the job has ended. */
+/* Ctrl-C, kill, a closed terminal, SIGUSR1...: meant for the job, which
+ * its init passes on; crest goes on until the job has ended. */
 static void run_forward(int sig)
 {
 	pidns_signal(&run_job, sig);
@@ -155,9 +155,13 @@ int cmd_run(struct cli *c, int argc, char **argv)
 	o.pid = run_job.init;
 	struct sigaction sa = { .sa_handler = run_forward };
 	sigemptyset(&sa.sa_mask);
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGHUP, &sa, NULL);
+	/* Every signal the init forwards: crest dying of SIGUSR1 or SIGQUIT
+	 * would leave the job running orphaned, its exit status lost and
+	 * its --every checkpoints stopped. */
+	size_t nfwd;
+	const int *fwd = pidns_forwarded(&nfwd);
+	for (size_t k = 0; k < nfwd; k++)
+		sigaction(fwd[k], &sa, NULL);
 	if (!c->quiet && !c->json)
 		fprintf(stderr, "crest: %s runs as pid %d (pid 1 of its namespace: crest's init, the job is "
 			"pid 2)\n", argv[i], (int)o.pid);

@@ -58,6 +58,11 @@ int pidns_wait(struct pidns_job *j, int timeout_ms, int *status);
  * signal handler. */
 void pidns_signal(const struct pidns_job *j, int sig);
 
+/* The signals the init forwards to the job (*n of them): the ones a caller
+ * standing in for the job (crest run) must pass on too, rather than die of
+ * and leave the job orphaned. */
+const int *pidns_forwarded(size_t *n);
+
 /* 1 and the namespace's inode when pid is pid 1 of a pid namespace other
  * than the caller's; 0 when it is not; negative when pid is gone. */
 int pidns_init_of(pid_t pid, uint64_t *ns_ino);

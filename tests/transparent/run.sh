@@ -11,6 +11,22 @@ status() { local rc=0; "$@" 2>/dev/null || rc=$?; echo "$rc"; }
 [ "$(status "$CREST" --quiet run -- sh -c 'exit 7')" = 7 ] || fail "crest run did not pass exit 7 on"
 [ "$(status "$CREST" --quiet run -- sh -c 'kill -TERM $$')" = 143 ] || fail "a job killed by SIGTERM is not 143"
 [ "$(status "$CREST" --quiet run -- /nonexistent/x)" = 127 ] || fail "a missing command is not 127"
+# Signals crest run is sent reach the job, and crest lives on to pass its
+# exit status back: each of these once killed crest run itself (138, 131,
+# 140), leaving the job orphaned.
+for sig in USR1 QUIT USR2; do
+	"$CREST" --quiet run -- sh -c "trap 'exit 9' $sig; echo ready; while :; do sleep 0.05; done" >sig.out 2>/dev/null &
+	rp=$!
+	deadline=$((SECONDS + 10))
+	until grep -q ready sig.out 2>/dev/null; do
+		[ $SECONDS -lt $deadline ] || fail "the job under crest run did not start"
+		sleep 0.05
+	done
+	kill -"$sig" "$rp"
+	rc=0
+	wait "$rp" || rc=$?
+	[ "$rc" = 9 ] || fail "SIG$sig to crest run: exit $rc, not the job's 9"
+done
 [ "$("$CREST" --quiet run -- sh -c 'echo $$')" = 2 ] || fail "the job is not pid 2 of its namespace"
 # Its own /proc (CUDA needs one): the job's child sees itself as pid 3.
 own=$("$CREST" --quiet run -- sh -c 'readlink /proc/self; :')
