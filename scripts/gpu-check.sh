@@ -137,6 +137,20 @@ fail() {
 }
 # A program's path, or "" when it is not there.
 have() { local p; p=$(bin "$1"); [ -f "$p" ] && [ -x "$p" ] && echo "$p"; }
+# cuda_ready NAME WHY: 0 when a check of a CUDA job under CRIU can run (a
+# GPU, root, the job built); else it says why (skip, or fail) and is 1.
+cuda_ready() {
+	if [ $GPU = 0 ]; then
+		skip "$1" "no GPU here"
+	elif [ "$(id -u)" != 0 ]; then
+		skip "$1" "$2"
+	elif [ -z "$(have crest-workload-gpu)" ]; then
+		fail "$1" "crest-workload-gpu was not built"
+	else
+		return 0
+	fi
+	return 1
+}
 # runlog NAME SECONDS CMD...: runs CMD with its output in $LOGS/NAME.log;
 # sets RC (124: timed out) and DT (seconds).
 runlog() {
@@ -384,13 +398,7 @@ fi
 # (the copy writes its own copy of the log), and a checkpoint of the copy,
 # on its branch, must add only what it changed since (new bytes well under
 # its logical bytes).
-if [ $GPU = 0 ]; then
-	skip gpu_clone "no GPU here"
-elif [ "$(id -u)" != 0 ]; then
-	skip gpu_clone "crest run and clone need root (CRIU)"
-elif [ -z "$(have crest-workload-gpu)" ]; then
-	fail gpu_clone "crest-workload-gpu was not built"
-else
+if cuda_ready gpu_clone "crest run and clone need root (CRIU)"; then
 	cw=$WORK/clone CLONE_ERR="" CLONE_KNOWN="" t=$SECONDS
 	mkdir -p "$cw"
 	cl=$LOGS/gpu_clone.log
@@ -463,13 +471,7 @@ fi
 # locked and checkpointed; a crest killed there left it so, and the job
 # stuck for good. The guard (capture/guard.h) gives it back: the job must
 # run to its end with output equal to an uninterrupted run's.
-if [ $GPU = 0 ]; then
-	skip gpu_kill "no GPU here"
-elif [ "$(id -u)" != 0 ]; then
-	skip gpu_kill "checkpoints need root (CRIU)"
-elif [ -z "$(have crest-workload-gpu)" ]; then
-	fail gpu_kill "crest-workload-gpu was not built"
-else
+if cuda_ready gpu_kill "checkpoints need root (CRIU)"; then
 	kw=$WORK/kill KILL_ERR="" t=$SECONDS seed=${GPU_KILL_SEED:-$$}
 	RANDOM=$seed
 	mkdir -p "$kw"

@@ -7,9 +7,7 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
-mkdir small
-mount -t tmpfs -o size=8m tmpfs small 2>/dev/null || { echo "SKIP: cannot mount a small tmpfs here"; exit 77; }
-trap 'umount "$T/small" 2>/dev/null; cleanup' EXIT
+small_store
 start_job job.out --mib 32 --interval-ms 100
 wait_lines job.out 2
 set +e

@@ -38,6 +38,13 @@ kill_gone() {
 		sleep 0.05
 	done
 }
+# small_store: ./small, a tmpfs of 8 MiB, too small for a job's snapshot
+# (unmounted on exit); the test is skipped where none can be mounted.
+small_store() {
+	mkdir small
+	mount -t tmpfs -o size=8m tmpfs small 2>/dev/null || { echo "SKIP: cannot mount a small tmpfs here"; exit 77; }
+	trap 'umount "$T/small" 2>/dev/null; cleanup' EXIT
+}
 # A command must fail with exactly one line on stderr containing $1.
 expect_error() {
 	local want=$1; shift
