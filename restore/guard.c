@@ -186,6 +186,14 @@ static void keep_restored(const struct rp_guard_file *f, int dfd)
 	unlink_ino(dfd, f->aside, f->orig_ino);
 }
 
+static void recs_free(struct rec *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (v[i].dfd >= 0)
+			close(v[i].dfd);
+	free(v);
+}
+
 int rp_guard_main(int argc, char **argv)
 {
 	static const int quiet[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP };
@@ -217,8 +225,16 @@ int rp_guard_main(int argc, char **argv)
 		struct cmsghdr *c = CMSG_FIRSTHDR(&h);
 		if (c && c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
 			memcpy(&fd, CMSG_DATA(c), sizeof(int));
-		if (m.kind == 'D')
-			return 0;   /* crest's lock fd copy closes with us; crest releases the dir */
+		if (m.kind == 'D') {
+			/* crest has dealt with the outcome. (Its lock fd's copy
+			 * closes with us; crest releases the dir.) */
+			if (fd >= 0)
+				close(fd);
+			if (criu >= 0)
+				close(criu);
+			recs_free(v, n);
+			return 0;
+		}
 		if (m.kind == 'C') {
 			if (criu >= 0)
 				close(criu);
