@@ -4,6 +4,7 @@
 #include "os/proc.h"
 #include "util/err.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -22,6 +23,8 @@
 /* How long the guard waits for CRIU to let go of the tree: a dump it was
  * left to finish alone, of a large job to a slow tmpfs. */
 #define CRIU_WAIT_S 600
+/* How long no CRIU may run, nor trace the tree, before the guard acts. */
+#define QUIET_MS 1000
 
 extern char **environ;
 
@@ -180,6 +183,47 @@ static int gpu_settle(const pid_t *cuda, size_t n)
 	return rc;
 }
 
+/* Whether a CRIU dump of root runs: a process whose arguments hold "dump"
+ * and "-t ROOT" (os/criu.c's criu_dump). */
+static bool criu_dumping(pid_t root)
+{
+	char want[24];
+	snprintf(want, sizeof(want), "%d", (int)root);
+	DIR *d = opendir("/proc");
+	if (!d)
+		return false;
+	bool found = false;
+	struct dirent *e;
+	while (!found && (e = readdir(d))) {
+		if (e->d_name[0] < '1' || e->d_name[0] > '9')
+			continue;
+		char path[sizeof(e->d_name) + 16], buf[4096];
+		snprintf(path, sizeof(path), "/proc/%s/cmdline", e->d_name);
+		const int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		buf[n] = 0;
+		bool dump = false;
+		for (const char *a = buf, *prev = ""; a < buf + n; prev = a, a += strlen(a) + 1) {
+			dump |= !strcmp(a, "dump");
+			found |= dump && !strcmp(prev, "-t") && !strcmp(a, want);
+		}
+	}
+	closedir(d);
+	return found;
+}
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 int tp_guard_main(int argc, char **argv)
 {
 	/* Out of the terminal's signals: a ^C meant for crest must not end the
@@ -211,12 +255,21 @@ int tp_guard_main(int argc, char **argv)
 	}
 	/* crest is gone with the job in its hands. CRIU, left alone, finishes
 	 * or fails its dump and lets go of the tree: only then can the tree
-	 * run, and the driver works on a thread inside each CUDA process. */
+	 * run, and the driver works on a thread inside each CUDA process. A
+	 * tree not traced is not enough: crest may have died just after it
+	 * started CRIU, which has yet to seize the tree (or even to exec, in
+	 * the child crest forked). So the guard acts once, for QUIET_MS in a
+	 * row, no CRIU dump of this root runs and no process of the tree is
+	 * traced. */
 	struct proc_tree t;
 	const time_t deadline = time(NULL) + CRIU_WAIT_S;
+	uint64_t quiet_since = 0;
+	bool traced = false;
 	while (proc_tree_get((pid_t)root, &t) == 0) {
-		const bool traced = tree_traced(&t);
-		if (!traced || time(NULL) >= deadline) {
+		traced = tree_traced(&t) || criu_dumping((pid_t)root);
+		const uint64_t now = now_ms();
+		quiet_since = traced ? 0 : quiet_since ? quiet_since : now;
+		if ((quiet_since && now - quiet_since >= QUIET_MS) || time(NULL) >= deadline) {
 			/* Left stopped (--kill) by CRIU: continued. A job that
 			 * was to run on is not sent a SIGCONT it never asked for,
 			 * nor is a process that was stopped before the freeze. */
