@@ -8,7 +8,7 @@
 # build with CREST_WERROR, so a warning fails the suite; users' builds do
 # not set it.
 # Then the fuzz targets (tests/fuzz/run.sh, clang, build-fuzz/), each for
-# FUZZ_SECONDS (30): one test per target.
+# FUZZ_SECONDS (20): one test per target.
 # Installs nothing: scripts/setup.sh does. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."

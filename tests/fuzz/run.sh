@@ -4,7 +4,7 @@
 # seeds.sh, and regress-* inputs that once crashed, which run first).
 # Targets run side by side, as many at once as there are cores.
 #   tests/fuzz/run.sh [TARGET...]        (default: every fuzz_*.c here)
-# Environment: FUZZ_SECONDS per target (30), FUZZ_BUILD (build-fuzz),
+# Environment: FUZZ_SECONDS per target (20), FUZZ_BUILD (build-fuzz),
 # FUZZ_ARGS more libFuzzer options, CC (clang).
 # Prints one line per target: "TARGET: passed|FAILED, N runs in S s".
 # Exits 0 when all pass, 1 on any crash, leak, sanitizer report or broken
@@ -14,7 +14,7 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 cd "$root"
-secs=${FUZZ_SECONDS:-30}
+secs=${FUZZ_SECONDS:-20}
 build=${FUZZ_BUILD:-build-fuzz}
 cc=${CC:-clang}
 [[ "$cc" == *clang* ]] || cc=clang

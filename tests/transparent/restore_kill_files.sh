@@ -60,7 +60,9 @@ for i in 1 2 3; do
 	wait "$p" 2>/dev/null || true
 	check "kill $i while criu ran"
 done
-for i in $(seq 1 "$kills"); do
+# Half the usual random kills: the three above are the ones that matter,
+# and CI's time is bounded.
+for i in $(seq 1 $(( (kills + 1) / 2 ))); do
 	kill_at_random 1500 "$CREST" --store "$S" --quiet restore j
 	check "random kill $i after $delay ms"
 done
