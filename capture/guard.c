@@ -28,15 +28,6 @@
 
 extern char **environ;
 
-/* pids as "p,p,..." (calloc'ed; "" for none), the guard's argument. */
-static char *list_str(const pid_t *v, size_t n)
-{
-	char *list = calloc(n + 1, 12);
-	for (size_t i = 0, used = 0; list && i < n; i++)
-		used += (size_t)snprintf(list + used, 12, "%s%d", i ? "," : "", (int)v[i]);
-	return list;
-}
-
 int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cuda, size_t ncuda,
 		   const pid_t *held, size_t nheld)
 {
@@ -47,7 +38,7 @@ int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cu
 	if (n <= 0)
 		return crest_errf(-errno, "cannot find crest's own program to guard pid %d", (int)root);
 	exe[n] = 0;
-	char rootarg[24], *list = list_str(cuda, ncuda), *hlist = list_str(held, nheld);
+	char rootarg[24], *list = proc_pids_format(cuda, ncuda), *hlist = proc_pids_format(held, nheld);
 	if (!list || !hlist) {
 		free(list);
 		free(hlist);
@@ -123,23 +114,6 @@ static bool tree_traced(const struct proc_tree *t)
 			return true;
 	}
 	return false;
-}
-
-static int parse_list(const char *s, pid_t **out, size_t *n)
-{
-	*n = 0;
-	*out = calloc(strlen(s) / 2 + 1, sizeof(pid_t));
-	if (!*out)
-		return -ENOMEM;
-	for (const char *p = s; *p;) {
-		char *end;
-		const long v = strtol(p, &end, 10);
-		if (end == p || v <= 0 || v > INT32_MAX || (*end && *end != ','))
-			return -EINVAL;
-		(*out)[(*n)++] = (pid_t)v;
-		p = *end ? end + 1 : end;
-	}
-	return 0;
 }
 
 /* Whether every CUDA process runs, as far as the driver says (a process
@@ -237,7 +211,7 @@ int tp_guard_main(int argc, char **argv)
 	pid_t *cuda = NULL, *held = NULL;
 	size_t ncuda = 0, nheld = 0;
 	if (root <= 0 || root > INT32_MAX || *end || (strcmp(argv[2], "stopped") && strcmp(argv[2], "running")) ||
-	    parse_list(argv[3], &cuda, &ncuda) < 0 || parse_list(argv[4], &held, &nheld) < 0) {
+	    proc_pids_parse(argv[3], &cuda, &ncuda) < 0 || proc_pids_parse(argv[4], &held, &nheld) < 0) {
 		fprintf(stderr, "crest: __capture-guard is crest checkpoint's own, not a command\n");
 		free(cuda);
 		free(held);

@@ -9,9 +9,11 @@
  * session of its own (`crest __capture-guard`), holding the read end of a
  * pipe whose write end only crest holds. crest disarms it once the job is
  * no longer its to give back; if instead the pipe ends, crest is gone, and
- * the guard waits for CRIU to let go of the tree (no process of it traced),
- * continues every stopped process of it, and brings back the driver's
- * state of each CUDA process (restore, unlock), as crest would have.
+ * the guard waits for CRIU to be done with the tree (for a second in a
+ * row, no CRIU dump of it runs and nothing of it is traced), continues a
+ * --kill tree but for the processes stopped before the freeze, and brings
+ * back the driver's state of each CUDA process (restore, unlock), as crest
+ * would have.
  */
 #ifndef CREST_CAPTURE_GUARD_H
 #define CREST_CAPTURE_GUARD_H

@@ -454,12 +454,10 @@ static int label_u64(struct cas_manifest *m, const char *k, uint64_t v)
 
 static int label_pids(struct cas_manifest *m, const char *k, const pid_t *p, size_t n)
 {
-	char b[4096];
-	size_t used = 0;
-	b[0] = 0;
-	for (size_t i = 0; i < n && used < sizeof(b) - 16; i++)
-		used += (size_t)snprintf(b + used, sizeof(b) - used, "%s%d", i ? "," : "", (int)p[i]);
-	return cas_manifest_label(m, k, b);
+	char *b = proc_pids_format(p, n);
+	const int rc = b ? cas_manifest_label(m, k, b) : -ENOMEM;
+	free(b);
+	return rc;
 }
 
 /* The external descriptors, one a line: "KEY FLAGS POS PATH", flags in

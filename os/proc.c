@@ -142,6 +142,40 @@ void proc_comm(pid_t pid, char *buf, size_t cap)
 		fclose(f);
 }
 
+char *proc_pids_format(const pid_t *v, size_t n)
+{
+	char *s = calloc(n + 1, 12);   /* "," and up to 10 digits each */
+	for (size_t i = 0, used = 0; s && i < n; i++)
+		used += (size_t)snprintf(s + used, 12, "%s%d", i ? "," : "", (int)v[i]);
+	return s;
+}
+
+int proc_pids_parse(const char *s, pid_t **out, size_t *n)
+{
+	size_t cap = 1;
+	for (const char *p = s; *p; p++)
+		cap += *p == ',';
+	*n = 0;
+	*out = calloc(cap, sizeof(pid_t));
+	if (!*out)
+		return -ENOMEM;
+	if (!*s)
+		return 0;
+	for (const char *p = s;;) {
+		if (*p < '0' || *p > '9')   /* strtoul would take " -1" */
+			return -EINVAL;
+		char *end;
+		errno = 0;
+		const unsigned long v = strtoul(p, &end, 10);
+		if (errno || v == 0 || v > PROC_PID_MAX || (*end && *end != ','))
+			return -EINVAL;
+		(*out)[(*n)++] = (pid_t)v;
+		if (!*end)
+			return 0;
+		p = end + 1;
+	}
+}
+
 int proc_tree_get(pid_t root, struct proc_tree *t)
 {
 	memset(t, 0, sizeof(*t));

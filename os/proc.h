@@ -17,6 +17,16 @@ struct proc_tree {
 	size_t n;
 };
 
+/* Pid lists as crest writes them, in a snapshot's labels and a guard's
+ * arguments: "pid,pid,...". proc_pids_format returns one, malloc'ed (""
+ * for none), or NULL when out of memory. proc_pids_parse reads one
+ * strictly, since a store may be damaged or crafted: digits only, each pid
+ * 1..PROC_PID_MAX, no empty entry, into *out (malloc'ed, the caller's to
+ * free whatever the result). 0, -EINVAL or -ENOMEM; no message. */
+#define PROC_PID_MAX (4u << 20)   /* PID_MAX_LIMIT on 64 bits: no kernel gives more */
+char *proc_pids_format(const pid_t *v, size_t n);
+int proc_pids_parse(const char *s, pid_t **out, size_t *n);
+
 /* The root and all its descendants. -ESRCH with a message if root is gone. */
 int proc_tree_get(pid_t root, struct proc_tree *t);
 void proc_tree_free(struct proc_tree *t);

@@ -23,12 +23,12 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The manifest's numbers (pids, a namespace's inode, a file's owner and
- * size) are read strictly: digits only, at most max. A store may be
- * damaged or crafted, and a number strtoul would bend is dangerous here:
- * "4294967295" cast to pid_t is -1, and crest ends a failed tree with
- * kill(pid, SIGKILL) as root. */
-static bool num_parse(const char *s, const char **end, uint64_t max, uint64_t *out)
+/* The manifest's numbers (a namespace's inode, a file's owner and size;
+ * pid lists: os/proc.h) are read strictly: digits only, at most max. A
+ * store may be damaged or crafted, and a number strtoul would bend is
+ * dangerous here: "4294967295" cast to pid_t is -1, and crest ends a
+ * failed tree with kill(pid, SIGKILL) as root. */
+static bool num_parse(const char *s, uint64_t max, uint64_t *out)
 {
 	uint64_t v = 0;
 	const char *p = s;
@@ -38,38 +38,23 @@ static bool num_parse(const char *s, const char **end, uint64_t max, uint64_t *o
 			return false;
 		v = v * 10 + d;
 	}
-	if (p == s || (!end && *p))
+	if (p == s || *p)
 		return false;
-	if (end)
-		*end = p;
 	*out = v;
 	return true;
 }
 
-/* The highest pid any Linux kernel gives (PID_MAX_LIMIT on 64 bits). */
-#define PID_LIMIT (4u << 20)
-
-/* A pid list label: "pid,pid,...", each in 1..PID_LIMIT. */
+/* A pid list label (os/proc.h's format). */
 static int parse_pids(const char *s, pid_t **out, size_t *n)
 {
 	*out = NULL;
 	*n = 0;
 	if (!s || !*s)
 		return 0;
-	size_t cap = 1;
-	for (const char *p = s; *p; p++)
-		cap += *p == ',';
-	*out = calloc(cap, sizeof(pid_t));
-	if (!*out)
-		return crest_errf(-ENOMEM, "restore");
-	for (const char *p = s;;) {
-		uint64_t v;
-		if (!num_parse(p, &p, PID_LIMIT, &v) || v == 0 || (*p && *p != ','))
-			return crest_errx(-EBADMSG, "the snapshot's pid list '%.64s' is damaged", s);
-		(*out)[(*n)++] = (pid_t)v;
-		if (!*p++)
-			return 0;
-	}
+	const int rc = proc_pids_parse(s, out, n);
+	if (rc == -ENOMEM)
+		return crest_errf(rc, "restore");
+	return rc < 0 ? crest_errx(-EBADMSG, "the snapshot's pid list '%.64s' is damaged", s) : 0;
 }
 
 /* CRIU must create the job's processes with their old pids: each must be
@@ -255,7 +240,7 @@ static int jobfile_meta(const struct restore_ctx *c, const struct cas_stream *st
 	uint64_t v = 0;
 	*has_uid = meta_get(st->meta, "uid", ub, sizeof(ub)) != NULL;
 	if (!meta_get(st->meta, "path", f->path, sizeof(f->path)) || !meta_get(st->meta, "size", sz, sizeof(sz)) ||
-	    !num_parse(sz, NULL, INT64_MAX, &f->size) || (*has_uid && !num_parse(ub, NULL, UINT32_MAX - 1, &v)))
+	    !num_parse(sz, INT64_MAX, &f->size) || (*has_uid && !num_parse(ub, UINT32_MAX - 1, &v)))
 		return crest_errx(-EBADMSG, "snapshot %s: job file stream %s is damaged", c->snapshot, st->name);
 	*uid = (uid_t)v;
 	return 0;
@@ -287,8 +272,6 @@ static int jobfile_stage(const struct restore_ctx *c, const struct cas_stream *s
 	 * root): a hard link to another user's file is refused, not written. */
 	if (in >= 0 && (fstat(in, &sb) < 0 || fstat(f->dfd, &ds) < 0))
 		rc = crest_errf(-errno, "cannot stat %s", f->path);
-	else if (in >= 0 && !S_ISREG(sb.st_mode))
-		rc = crest_errx(-EPERM, "refusing to put back %s: it is no longer a regular file", f->path);
 	else if (in >= 0 && (has_uid ? sb.st_uid != uid : sb.st_uid != ds.st_uid && sb.st_uid != geteuid()))
 		rc = crest_errx(-EPERM, "refusing to put back %s: it now belongs to uid %u, not to the job's "
 				"file owner", f->path, (unsigned)sb.st_uid);
@@ -398,7 +381,7 @@ static int jobfile_clone(const struct restore_ctx *c, const struct cas_stream *s
 		in = open_regular(odfd, base);
 		if (in < 0)
 			in = -1;
-		if (in >= 0 && (fstat(in, &sb) < 0 || !S_ISREG(sb.st_mode))) {
+		if (in >= 0 && fstat(in, &sb) < 0) {
 			close(in);
 			in = -1;
 		}
@@ -819,7 +802,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	 * back, which must not happen under a live original. */
 	const char *nslabel = cas_manifest_get_label(m, "pidns");
 	uint64_t pidns = 0;
-	if (rc == 0 && nslabel && !num_parse(nslabel, NULL, UINT64_MAX, &pidns))
+	if (rc == 0 && nslabel && !num_parse(nslabel, UINT64_MAX, &pidns))
 		rc = crest_errx(-EBADMSG, "snapshot %s: its pid namespace label '%.32s' is damaged", c->snapshot,
 				nslabel);
 	if (rc == 0 && o->beside && !pidns)
