@@ -2,6 +2,7 @@
 #include "capture/guard.h"
 #include "gpu/gpuckpt.h"
 #include "os/proc.h"
+#include "os/spawn.h"
 #include "util/err.h"
 
 #include <dirent.h>
@@ -9,7 +10,6 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define GUARD_FD 3
+#define GUARD_FD SPAWN_FD   /* the pipe's read end */
 #define DISARM 'D'
 /* How long the guard waits for CRIU to let go of the tree: a dump it was
  * left to finish alone, of a large job to a slow tmpfs. */
@@ -26,18 +26,11 @@
 /* How long no CRIU may run, nor trace the tree, before the guard acts. */
 #define QUIET_MS 1000
 
-extern char **environ;
-
 int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cuda, size_t ncuda,
 		   const pid_t *held, size_t nheld)
 {
 	memset(g, 0, sizeof(*g));
 	g->fd = -1;
-	char exe[4096];
-	const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
-		return crest_errf(-errno, "cannot find crest's own program to guard pid %d", (int)root);
-	exe[n] = 0;
 	char rootarg[24], *list = proc_pids_format(cuda, ncuda), *hlist = proc_pids_format(held, nheld);
 	if (!list || !hlist) {
 		free(list);
@@ -51,27 +44,17 @@ int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cu
 		free(hlist);
 		return crest_errf(-errno, "cannot start the guard of pid %d", (int)root);
 	}
-	/* posix_spawn, not fork: crest has other threads, and glibc's spawn
-	 * runs nothing between its clone and the exec that could wait on a
-	 * lock one of them holds (see os/criu.c). The read end becomes fd 3,
-	 * open across the exec; the write end stays crest's alone. */
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, p[0], GUARD_FD);
-	posix_spawnattr_t at;
-	posix_spawnattr_init(&at);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID);
-	char *argv[] = { exe, "__capture-guard", rootarg, stopped ? "stopped" : "running", list, hlist, NULL };
+	/* The read end becomes fd 3 (GUARD_FD); the write end stays crest's
+	 * alone, so that it ends only with crest or at the disarm. */
+	char *args[] = { "__capture-guard", rootarg, stopped ? "stopped" : "running", list, hlist, NULL };
 	pid_t pid;
-	const int err = posix_spawn(&pid, exe, &fa, &at, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&at);
+	const int rc = spawn_self(args, &p[0], 1, &pid);
 	free(list);
 	free(hlist);
 	close(p[0]);
-	if (err) {
+	if (rc < 0) {
 		close(p[1]);
-		return crest_errf(-err, "cannot start the guard of pid %d", (int)root);
+		return crest_errctx(rc, "cannot start the guard of pid %d", (int)root);
 	}
 	g->pid = pid;
 	g->fd = p[1];
@@ -200,11 +183,7 @@ static uint64_t now_ms(void)
 
 int tp_guard_main(int argc, char **argv)
 {
-	/* Out of the terminal's signals: a ^C meant for crest must not end the
-	 * one process that would give the job back. */
-	static const int quiet[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP };
-	for (size_t i = 0; i < sizeof(quiet) / sizeof(quiet[0]); i++)
-		signal(quiet[i], SIG_IGN);
+	spawn_quiet_signals();
 	prctl(PR_SET_NAME, "crest-guard", 0, 0, 0);
 	char *end;
 	const long root = argc == 5 ? strtol(argv[1], &end, 10) : 0;

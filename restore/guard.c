@@ -1,5 +1,6 @@
 /* guard.c - the job's files given back if crest restore dies; see guard.h. */
 #include "restore/guard.h"
+#include "os/spawn.h"
 #include "util/err.h"
 #include "util/fs.h"
 
@@ -7,8 +8,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,12 +18,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define GUARD_FD 3
-#define LOCK_FD 4
+#define GUARD_FD SPAWN_FD          /* the socket to crest */
+#define LOCK_FD (SPAWN_FD + 1)     /* DIR's lock */
 /* How long the guard waits for a CRIU crest left running. */
 #define CRIU_WAIT_S 600
-
-extern char **environ;
 
 struct msg {
 	char kind;   /* 'F' file (with its directory), 'C' criu's pid, 'D' disarm */
@@ -36,31 +33,17 @@ int rp_guard_start(struct rp_guard *g, const char *dir, int lock_fd)
 {
 	g->pid = 0;
 	g->fd = -1;
-	char exe[PATH_MAX];
-	const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-	if (n <= 0)
-		return crest_errf(-errno, "cannot find crest's own program to guard the job's files");
-	exe[n] = 0;
 	int sv[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
 		return crest_errf(-errno, "cannot start the guard of the job's files");
-	/* posix_spawn, not fork: crest has other threads (see capture/guard.c). */
-	posix_spawn_file_actions_t fa;
-	posix_spawn_file_actions_init(&fa);
-	posix_spawn_file_actions_adddup2(&fa, sv[1], GUARD_FD);
-	posix_spawn_file_actions_adddup2(&fa, lock_fd, LOCK_FD);
-	posix_spawnattr_t at;
-	posix_spawnattr_init(&at);
-	posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSID);
-	char *argv[] = { exe, "__restore-guard", (char *)dir, NULL };
+	char *args[] = { "__restore-guard", (char *)dir, NULL };
+	const int fds[] = { sv[1], lock_fd };   /* GUARD_FD, LOCK_FD */
 	pid_t pid;
-	const int err = posix_spawn(&pid, exe, &fa, &at, argv, environ);
-	posix_spawn_file_actions_destroy(&fa);
-	posix_spawnattr_destroy(&at);
+	const int rc = spawn_self(args, fds, 2, &pid);
 	close(sv[1]);
-	if (err) {
+	if (rc < 0) {
 		close(sv[0]);
-		return crest_errf(-err, "cannot start the guard of the job's files");
+		return crest_errctx(rc, "cannot start the guard of the job's files");
 	}
 	g->pid = pid;
 	g->fd = sv[0];
@@ -196,9 +179,7 @@ static void recs_free(struct rec *v, size_t n)
 
 int rp_guard_main(int argc, char **argv)
 {
-	static const int quiet[] = { SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGTSTP };
-	for (size_t i = 0; i < sizeof(quiet) / sizeof(quiet[0]); i++)
-		signal(quiet[i], SIG_IGN);
+	spawn_quiet_signals();
 	prctl(PR_SET_NAME, "crest-rguard", 0, 0, 0);
 	if (argc != 2 || argv[1][0] != '/') {
 		fprintf(stderr, "crest: __restore-guard is crest restore's own, not a command\n");
