@@ -36,10 +36,10 @@ static int pidfd_of(pid_t pid)
 	return (int)syscall(SYS_pidfd_open, pid, 0);
 }
 
-/* In a network namespace just made: its loopback up, as a host's is. */
 /* The key a tree's own network namespace is dumped under and handed back. */
 #define CRIU_NET_KEY "crest-net"
 
+/* In a network namespace just made: its loopback up, as a host's is. */
 static int loopback_up(void)
 {
 	const int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -57,12 +57,6 @@ static int loopback_up(void)
 	return rc;
 }
 
-/* Runs argv; stdout+stderr to out_path (or /dev/null). Returns the exit
- * status, or a negative code when it could not run or died by a signal.
- * With watch > 0, criu is stopped CRIU_GRACE_MS after process watch has
- * ended, if it has not finished by then (-ESRCH). Where pidfds are missing
- * (Linux < 5.3) it is simply waited for. net_fd >= 0: argv runs in that
- * network namespace (exit 126 when it cannot join it). */
 /* fd as target, open across an exec: dup3 refuses fd == target. */
 static void fd_onto(long fd, int target)
 {
@@ -100,6 +94,12 @@ static void __attribute__((noreturn)) child_exec(char *const argv[], const char 
 	__builtin_unreachable();
 }
 
+/* Runs argv; stdout+stderr to out_path (or /dev/null). Returns the exit
+ * status, or a negative code when it could not run or died by a signal.
+ * With watch > 0, criu is stopped CRIU_GRACE_MS after process watch has
+ * ended, if it has not finished by then (-ESRCH). Where pidfds are missing
+ * (Linux < 5.3) it is simply waited for. net_fd >= 0: argv runs in that
+ * network namespace (exit 126 when it cannot join it). */
 static int run_wait(char *const argv[], const char *out_path, pid_t watch, const int *keep, size_t nkeep,
 		    int net_fd, void (*started)(void *, pid_t), void *started_arg)
 {
