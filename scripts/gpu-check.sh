@@ -227,7 +227,8 @@ multi_extra() {  # multi_extra STORE LOG
 }
 
 # gpu_multi with GPU hashing: its trace (CREST_TRACE) must show checkpoints
-# that copied only the changed chunks of device regions.
+# that copied only the changed chunks of device regions. Its second one does,
+# whatever the seed (tests/library/gpu_multi.c says why).
 hash_extra() {  # hash_extra STORE LOG
 	local more n sparse why
 	more=$(multi_extra "$@") || { echo "$more"; return 1; }

@@ -11,10 +11,17 @@
  * checkpoint the device is read back and compared with a host mirror, whose
  * SHA-256 per region is then that snapshot's expected contents. Some
  * checkpoints are waited for at once and some only after the next one was
- * taken, so ingest overlaps the next copy. Then the handle is closed, a fresh
- * one opened, and every snapshot restored in random order (by tag or by id
- * prefix, into regions scribbled with a non-zero byte so that holes must come
- * back as zeros) and compared by SHA-256, with its blob; last the newest
+ * taken, so ingest overlaps the next copy. Two steps are the same for every
+ * seed: the first checkpoint is waited for at once, and before the second
+ * only a few bytes of dev/big change. So the second copies changed chunks
+ * only, as scripts/gpu-check.sh's gpu_multi check wants of one checkpoint:
+ * a region's digests on the GPU are kept for the next checkpoint only when
+ * its own was waited for before the next was taken, and with every wait
+ * left to the coin, one seed in 32 put off all the first five, leaving no
+ * checkpoint a parent's digests to compare with. Then the handle is closed, a
+ * fresh one opened, and every snapshot restored in random order (by tag or by
+ * id prefix, into regions scribbled with a non-zero byte so that holes must
+ * come back as zeros) and compared by SHA-256, with its blob; last the newest
  * snapshot by default. The staging pool is smaller than the state, so each
  * full copy goes in rounds.
  *
@@ -145,6 +152,19 @@ static void mutate(struct region *r, uint8_t *buf)
 		if (off + n > r->size)
 			n = r->size - off;
 		reg_set(r, off, 0, n, true);
+	}
+}
+
+/* Three short writes of random bytes into r: a few of its chunks changed,
+ * a small part of any region of a MiB or more. */
+static void mutate_few(struct region *r, uint8_t *buf)
+{
+	for (int i = 0; i < 3; i++) {
+		size_t off = rnd_below(r->size), n = 16 + rnd_below(48);
+		if (off + n > r->size)
+			n = r->size - off;
+		rnd_fill(buf, n);
+		reg_write(r, off, buf, n);
 	}
 }
 
@@ -302,7 +322,9 @@ int main(int argc, char **argv)
 	crest_ckpt_t pending[NSNAP];
 	int npending = 0, pidx[NSNAP];
 	for (int k = 0; k < NSNAP; k++) {
-		if (k > 0)
+		if (k == 1)
+			mutate_few(&regs[0], buf);   /* dev/big: see the top */
+		else if (k > 0)
 			for (int i = 0; i < NREG; i++)
 				mutate(&regs[i], buf);
 		/* The snapshot must hold what the device holds: the mirror is
@@ -325,8 +347,9 @@ int main(int argc, char **argv)
 				    &h));
 		pending[npending] = h;
 		pidx[npending++] = k;
-		/* Wait now, or only after the next checkpoint (ingest overlaps). */
-		if (rnd_below(2) == 0 || k == NSNAP - 1) {
+		/* Wait now, or only after the next checkpoint (ingest overlaps);
+		 * the first now, so that the second has a parent (see the top). */
+		if (k == 0 || rnd_below(2) == 0 || k == NSNAP - 1) {
 			for (int j = 0; j < npending; j++) {
 				struct crest_result res;
 				OK(crest_wait(c, pending[j], &res));
