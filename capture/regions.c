@@ -9,6 +9,7 @@
 #include "gpu/gpusha.h"
 #include "util/err.h"
 #include "util/progress.h"
+#include "util/sha256.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -42,9 +43,20 @@ struct ctxset {
 	bool hashing;                 /* a hash of this checkpoint may still run on hs */
 };
 
+/* A slice on its way to the host cache as well as to the engine: what the
+ * release callback writes where (see cache_release). */
+struct cache_put {
+	struct pool_slice *sl;
+	uint8_t *dst;                 /* whole: the slice's place; sparse: the region's */
+	size_t len;                   /* whole: bytes */
+	uint32_t cnt, chunk;          /* sparse: chunks in the slice, and their size */
+	uint64_t base, size;          /* sparse: idx[] counts from chunk base; region bytes */
+};
+
 struct capture_copier {
 	const struct cudrv *d;
 	struct pool *pool;
+	struct cache_put *puts;       /* puts[slice index] */
 	unsigned copy_streams;
 	bool gpu_hash;
 	struct ctxset ctxs[MAX_CTX];
@@ -87,6 +99,8 @@ struct copied {
 	CUevent ev;                   /* NULL: a host copy, already done */
 	struct sparse *sp;            /* packed changed chunks of a sparse region */
 	uint32_t cnt;                 /* how many */
+	uint8_t *cache;               /* whole: the slice's place in the host cache;
+				       * sparse: the region's; NULL: none */
 };
 
 /* One capture_regions call: the FIFO of copied slices. */
@@ -108,6 +122,10 @@ int capture_copier_open(const struct cudrv *d, struct pool *pool, unsigned copy_
 	cp->pool = pool;
 	cp->copy_streams = copy_streams ? copy_streams : 1;
 	cp->gpu_hash = gpu_hash && d;
+	if (!(cp->puts = calloc(pool_nslices(pool), sizeof(*cp->puts)))) {
+		free(cp);
+		return crest_errf(-ENOMEM, "allocating the copier");
+	}
 	*out = cp;
 	return 0;
 }
@@ -178,14 +196,75 @@ void capture_copier_close(struct capture_copier *cp)
 		return;
 	for (unsigned i = 0; i < cp->nctx; i++)
 		ctxset_free(cp->d, &cp->ctxs[i], cp->pool ? pool_nslices(cp->pool) : 0);
+	free(cp->puts);
 	free(cp);
+}
+
+/* The engine is done with a slice: its bytes into the host cache, then the
+ * slice back to the pool. Runs in an engine worker, so the copy costs the
+ * job no stall; what a crash or a failed ingest leaves half-written there
+ * is found by the restore's check (gpu/hostcache.h). */
+/* Allocates the cache's pages under [p, p + n): false when they cannot be
+ * had (its tmpfs is full). A plain store into such a page of a shared
+ * mapping is a SIGBUS, which would end the job; MADV_POPULATE_WRITE
+ * (Linux 5.14) fails instead. Where the kernel lacks it the cache is not
+ * written at all, and restores come from the store. */
+static bool cache_room(uint8_t *p, size_t n)
+{
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+	static long pg;
+	if (!pg)
+		pg = sysconf(_SC_PAGESIZE);
+	const uintptr_t a = (uintptr_t)p & ~(uintptr_t)(pg - 1);
+	const uintptr_t e = ((uintptr_t)p + n + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
+	return madvise((void *)a, e - a, MADV_POPULATE_WRITE) == 0;
+}
+
+static void cache_release(void *arg)
+{
+	const struct cache_put *c = arg;
+	const uint8_t *p = c->sl->p;
+	if (!c->cnt) {
+		if (cache_room(c->dst, c->len))
+			memcpy(c->dst, p, c->len);
+	} else {
+		const uint32_t *idx = (const uint32_t *)(p + (size_t)c->cnt * ((size_t)c->chunk + 32));
+		for (uint32_t j = 0; j < c->cnt; j++) {
+			const uint64_t at = (c->base + idx[j]) * c->chunk;
+			const uint64_t n = c->size - at < c->chunk ? c->size - at : c->chunk;
+			if (cache_room(c->dst + at, n))
+				memcpy(c->dst + at, p + (size_t)j * c->chunk, n);
+		}
+	}
+	pool_give(c->sl);
+}
+
+/* The release callback and its argument for slice x: through the host
+ * cache when x has a place there. */
+static void release_for(struct capture_copier *cp, const struct copied *x, uint64_t base,
+			void (**rel)(void *), void **arg)
+{
+	if (!x->cache) {
+		*rel = pool_release_cb;
+		*arg = x->sl;
+		return;
+	}
+	struct cache_put *c = &cp->puts[x->sl->idx];
+	*c = (struct cache_put){ .sl = x->sl, .dst = x->cache, .len = x->len };
+	if (x->sp)
+		*c = (struct cache_put){ .sl = x->sl, .dst = x->cache, .cnt = x->cnt, .chunk = x->sp->chunk,
+					 .base = base, .size = x->sp->size };
+	*rel = cache_release;
+	*arg = c;
 }
 
 /* A slice of packed changed chunks of a sparse region, to the engine: the
  * slice holds cnt chunks, then their ids, then their chunk numbers in the
  * region. Its append runs from the end of the last one to just past its
  * last chunk; unchanged chunks in between are the parent's. */
-static int sparse_flush(const struct copied *x)
+static int sparse_flush(struct capture_copier *cp, const struct copied *x)
 {
 	struct sparse *sp = x->sp;
 	static const uint32_t none[1];
@@ -202,8 +281,11 @@ static int sparse_flush(const struct copied *x)
 		idx[j] -= (uint32_t)base;
 	const uint64_t len = (end == sp->nch ? sp->size : end * sp->chunk) - base * sp->chunk;
 	sp->done = end;
-	/* The engine calls pool_release_cb once, even when this fails. */
-	return engine_stream_add_chunks(sp->st, len, idx, x->cnt, data, ids, pool_release_cb, x->sl);
+	void (*rel)(void *);
+	void *arg;
+	release_for(cp, x, base, &rel, &arg);
+	/* The engine calls rel once, even when this fails. */
+	return engine_stream_add_chunks(sp->st, len, idx, x->cnt, data, ids, rel, arg);
 }
 
 /* Hands the oldest copied slice to the engine, once its copy is done. */
@@ -222,9 +304,12 @@ static int fifo_flush_one(struct fifo *f)
 		return rc;
 	}
 	if (x.sp)
-		return sparse_flush(&x);
-	/* The engine calls pool_release_cb once, even when this fails. */
-	return engine_stream_add_memory(x.st, x.sl->p, x.len, pool_release_cb, x.sl);
+		return sparse_flush(f->cp, &x);
+	void (*rel)(void *);
+	void *arg;
+	release_for(f->cp, &x, 0, &rel, &arg);
+	/* The engine calls rel once, even when this fails. */
+	return engine_stream_add_memory(x.st, x.sl->p, x.len, rel, arg);
 }
 
 /* On failure: waits for copies in flight and gives their slices back. */
@@ -489,7 +574,8 @@ static int copy_sparse(struct fifo *f, struct ctxset *cs, const struct capture_r
 			pool_give(sl);
 			return crest_errctx(rc, "region %s, changed chunks from %u", r->name, b0);
 		}
-		fifo_push(f, &(struct copied){ .sl = sl, .st = sp->st, .ev = cs->ev[sl->idx], .sp = sp, .cnt = cnt });
+		fifo_push(f, &(struct copied){ .sl = sl, .st = sp->st, .ev = cs->ev[sl->idx], .sp = sp, .cnt = cnt,
+					       .cache = r->cache });
 		f->copied += (uint64_t)cnt * chunk;
 	}
 	fifo_push(f, &(struct copied){ .st = sp->st, .sp = sp });
@@ -539,7 +625,7 @@ static int copy_region(struct fifo *f, const struct capture_region *r, struct en
 		rc = fifo_slice(f, &sl);
 		if (rc < 0)
 			return rc;
-		struct copied x = { .sl = sl, .st = st, .len = n };
+		struct copied x = { .sl = sl, .st = st, .len = n, .cache = cs && r->cache ? r->cache + off : NULL };
 		if (cs) {
 			CUstream s = cs->s[f->next_stream++ % cs->ns];
 			x.ev = cs->ev[sl->idx];
@@ -618,6 +704,90 @@ int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const s
 		stats->sparse = f.sparse;
 	}
 	return rc;
+}
+
+/* The digest every chunk of st should have, in chunk order, into e (n
+ * entries); -ENOTSUP when st is not cut in chunks of chunk bytes (each
+ * extent one chunk, or a hole of whole chunks; the last may be short). */
+static int expected_digests(const struct cas_stream *st, uint32_t chunk, uint64_t n, uint8_t *e)
+{
+	uint8_t *zeros = calloc(1, chunk);
+	uint8_t zfull[32], zlast[32];
+	const uint64_t last = st->size - (n - 1) * (uint64_t)chunk;
+	int rc = zeros ? 0 : crest_errf(-ENOMEM, "checking a restore from the host cache");
+	if (rc == 0)
+		rc = sha256_once(zeros, chunk, zfull);
+	if (rc == 0)
+		rc = sha256_once(zeros, last, zlast);
+	free(zeros);
+	uint64_t k = 0;
+	for (uint64_t i = 0; rc == 0 && i < st->nextents; i++) {
+		const struct cas_extent *x = &st->ext[i];
+		if (!x->hole) {
+			if (k >= n || x->len != (k == n - 1 ? last : chunk))
+				return -ENOTSUP;
+			memcpy(e + 32 * k++, x->sha, 32);
+			continue;
+		}
+		for (uint64_t left = x->len; left; k++) {
+			const uint64_t want = k == n - 1 ? last : chunk;
+			if (k >= n || left < want)
+				return -ENOTSUP;
+			memcpy(e + 32 * k, k == n - 1 ? zlast : zfull, 32);
+			left -= want;
+		}
+	}
+	return rc < 0 ? rc : k == n ? 0 : -ENOTSUP;
+}
+
+int capture_cache_verify(struct capture_copier *cp, const struct capture_region *r, const struct cas_stream *st,
+			 uint32_t chunk, const uint8_t id[32], uint64_t *nbad)
+{
+	const struct cudrv *d = cp->d;
+	struct ctxset *cs = NULL;
+	if (!d || !r->device || !r->size || !r->dig || st->size != r->size)
+		return -ENOTSUP;
+	int rc = ctxset_get(cp, r->ctx, &cs);
+	if (rc == 0)
+		rc = cudrv_check(d, d->CtxSetCurrent(r->ctx), "entering the region's context");
+	if (rc < 0)
+		return rc;
+	if (!gpu_hashed(cp, cs, r, chunk))
+		return -ENOTSUP;
+	struct capture_digests *g;
+	if ((rc = digests_get(d, r, chunk, &g)) < 0)
+		return rc;
+	uint8_t *e = malloc(g->n * 32);
+	if (!e)
+		return crest_errf(-ENOMEM, "checking region %s restored from the host cache", r->name);
+	rc = expected_digests(st, chunk, g->n, e);
+	/* From here both buffers are overwritten: the slot no longer holds
+	 * its parent's digests unless the check passes. */
+	if (rc == 0) {
+		g->prev_ok = false;
+		g->token = 0;
+		rc = cudrv_check(d, d->MemcpyHtoDAsync(g->dig[1], e, g->n * 32, cs->hs),
+				 "copying the snapshot's ids to the GPU (cuMemcpyHtoDAsync)");
+	}
+	if (rc == 0)
+		rc = gpusha_hash(cs->sha, (CUdeviceptr)(uintptr_t)r->ptr, r->size, chunk, g->dig[0], cs->hs);
+	if (rc == 0)
+		rc = gpusha_changed(cs->sha, g->dig[0], g->dig[1], g->n, 0, g->list, g->list + g->n * 4, cs->hs);
+	if (rc == 0)
+		rc = cudrv_check(d, d->MemcpyDtoHAsync(cs->hcount, g->list + g->n * 4, 4, cs->hs),
+				 "copying the count of chunks that differ (cuMemcpyDtoHAsync)");
+	if (rc == 0)
+		rc = cudrv_check(d, d->StreamSynchronize(cs->hs), "hashing on the GPU (cuStreamSynchronize)");
+	free(e);
+	if (rc < 0)
+		return rc == -ENOTSUP ? rc : crest_errctx(rc, "checking region %s restored from the host cache", r->name);
+	*nbad = *cs->hcount;
+	if (*nbad == 0) {
+		g->prev = 0;
+		g->prev_ok = true;
+		memcpy(g->prev_id, id, 32);
+	}
+	return 0;
 }
 
 void capture_prepare(struct capture_copier *cp, const struct capture_region *r, uint32_t chunk)

@@ -40,6 +40,12 @@ struct capture_region {
 	 * capture_digests_free); NULL: the region is copied whole and the
 	 * CPU hashes it, as when the build or the driver has no kernels. */
 	struct capture_digests **dig;
+	/* Device regions: where the region's bytes lie in the host cache
+	 * (gpu/hostcache.h), NULL when there is none. Each slice copied for
+	 * the engine is also written there, by the engine worker that is done
+	 * with it (never in the stall): the whole slice, or the changed chunks
+	 * at their places. */
+	uint8_t *cache;
 };
 
 struct capture_blob {
@@ -98,6 +104,19 @@ void capture_prepare(struct capture_copier *cp, const struct capture_region *r, 
 /* Why device regions are not hashed on the GPU (no kernels in this build,
  * a driver that cannot take them, ...), once that was found; else NULL. */
 const char *capture_gpu_hash_why(const struct capture_copier *cp);
+
+/* Checks device region r, just restored from the host cache, against
+ * stream st of snapshot id: hashes it on its GPU (gpu/gpusha.h) and
+ * compares each chunk's digest with the id st names at that place (a hole:
+ * the digest of zeros). *nbad is the number of chunks that differ; when it
+ * is 0, r's digest slot holds id's digests, as if id had been the last
+ * checkpoint committed, so the next checkpoint copies changed chunks only.
+ * -ENOTSUP (no message) when this cannot be checked on the GPU (no
+ * kernels, st not cut in fixed chunks of the size the engine cuts regions
+ * in): the caller restores from the store. Changes the current context. */
+struct cas_stream;
+int capture_cache_verify(struct capture_copier *cp, const struct capture_region *r, const struct cas_stream *st,
+			 uint32_t chunk, const uint8_t id[32], uint64_t *nbad);
 
 /* A checkpoint held in host memory while no store is open (a libcrest
  * session that stepped aside for gc or another writer): every region and

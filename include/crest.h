@@ -60,6 +60,16 @@ struct crest_options {
 	unsigned restore_threads;  /* 0: one per core */
 	int device;                /* GPU whose primary context pins the pool (0) */
 	unsigned flags;            /* CREST_OPEN_* */
+	/* A directory in shared memory (a tmpfs: /dev/shm, best mounted with
+	 * huge=within_size) for the host cache, or NULL: none. Each checkpoint
+	 * also leaves a copy of the device regions there, written by the
+	 * ingest threads (no stall), in one file per store and GPU that
+	 * outlives the process, and takes host memory equal to the regions.
+	 * A restore, in this process or in the next one on this node after a
+	 * crash, copies the regions from it and hashes every chunk on the GPU
+	 * against the snapshot's ids; a region that does not match is
+	 * restored from the store. Needs GPU hashing (crest_checkpoint). */
+	const char *host_cache;
 };
 
 /* Fills o with the defaults above. */
@@ -159,10 +169,12 @@ struct crest_restore_result {
 	char snapshot[65];
 	uint64_t bytes;              /* region bytes restored */
 	uint64_t ns;                 /* wall time */
+	uint64_t cache_bytes;        /* of bytes, those restored from the host cache */
 };
 
 /* Streams a snapshot (id, unique id prefix, or tag; NULL: the newest library
- * snapshot) back into the registered regions. The snapshot's regions must
+ * snapshot) back into the registered regions (device regions from the host
+ * cache where it holds them, checked: crest_options). The snapshot's regions must
  * match the registered ones by name and size, both ways: otherwise -EINVAL
  * naming the first difference, and nothing is written. Blobs are not
  * touched; read them with crest_read_blob. r may be NULL.

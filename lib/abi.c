@@ -35,7 +35,7 @@ struct abi_type {
 static const struct abi_field options_fields[] = {
 	FIELD(crest_options, staging_bytes), FIELD(crest_options, workers),
 	FIELD(crest_options, copy_streams), FIELD(crest_options, restore_threads),
-	FIELD(crest_options, device), FIELD(crest_options, flags),
+	FIELD(crest_options, device), FIELD(crest_options, flags), FIELD(crest_options, host_cache),
 };
 static const struct abi_field blob_fields[] = {
 	FIELD(crest_blob, name), FIELD(crest_blob, data), FIELD(crest_blob, len),
@@ -53,7 +53,7 @@ static const struct abi_field result_fields[] = {
 };
 static const struct abi_field restore_result_fields[] = {
 	FIELD(crest_restore_result, snapshot), FIELD(crest_restore_result, bytes),
-	FIELD(crest_restore_result, ns),
+	FIELD(crest_restore_result, ns), FIELD(crest_restore_result, cache_bytes),
 };
 
 static const struct abi_type types[] = {

@@ -62,6 +62,7 @@
 #include "cas/history.h"
 #include "engine/engine.h"
 #include "gpu/cudrv.h"
+#include "gpu/hostcache.h"
 #include "gpu/pool.h"
 #include "restore/regions.h"
 #include "restore/restore.h"
@@ -76,6 +77,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -108,6 +110,7 @@ struct pending {
 	struct held_ckpt *held;       /* waiting for the store; NULL once ingested */
 	uint64_t stall_ns, wait_ns;
 	unsigned rounds;
+	bool cached;                  /* its copies went into the host cache too */
 	/* Its outcome, when the keeper collected it before letting the store go. */
 	bool done;
 	int rc;
@@ -154,6 +157,10 @@ struct crest {
 	bool stepped;                 /* let go for a waiting writer: take it back after */
 	bool opening;                 /* the keeper opens the store, without mu */
 	uint64_t held_bytes;          /* memory of the held checkpoints */
+	/* The host cache of the device regions (crest_options.host_cache;
+	 * gpu/hostcache.h), or NULL; its directory is c->o.host_cache, ours. */
+	struct hostcache *cache;
+	bool cache_said;              /* the cache's failure was said on stderr */
 };
 
 /* ---- handles ---- */
@@ -722,6 +729,32 @@ static void region_digests_free(crest_t *c, struct region *r)
 	r->dig = NULL;
 }
 
+/* The host cache in dir for this store and GPU (gpu/hostcache.h). Without
+ * a GPU driver there are no device regions to keep, and no cache. */
+static int cache_open(crest_t *c, const char *dir)
+{
+	if (!(c->o.host_cache = strdup(dir)))
+		return crest_errf(-ENOMEM, "opening the host cache in %s", dir);
+	struct stat st;
+	if (stat(dir, &st) < 0)
+		return crest_errf(-errno, "host cache directory %s", dir);
+	if (!S_ISDIR(st.st_mode))
+		return crest_errx(-ENOTDIR, "host cache directory %s: not a directory", dir);
+	if (!c->d)
+		return 0;
+	CUuuid uuid;
+	char *real = realpath(c->store_dir, NULL), name[64];
+	int rc = real ? 0 : crest_errf(-errno, "resolving the store's path %s", c->store_dir);
+	if (rc == 0)
+		rc = cudrv_check(c->d, c->d->DeviceGetUuid(&uuid, c->dev), "the GPU's UUID (cuDeviceGetUuid)");
+	if (rc == 0)
+		rc = hostcache_name(real, (const uint8_t *)uuid.bytes, name, sizeof(name));
+	if (rc == 0)
+		rc = hostcache_open(dir, name, &c->cache);
+	free(real);
+	return rc;
+}
+
 int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 {
 	if (!out)
@@ -737,6 +770,7 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 			c->o.staging_bytes = (size_t)1 << 30;
 		if (!c->o.copy_streams)
 			c->o.copy_streams = 4;
+		c->o.host_cache = NULL;   /* the caller's string: a copy below */
 	}
 	c->next_region = c->next_ckpt = c->parent_from = 1;
 	pthread_mutex_init(&c->mu, NULL);
@@ -772,6 +806,8 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 	}
 	if (rc == 0)
 		rc = capture_copier_open(c->d, c->pool, c->o.copy_streams, gpu_hash_from_env(), &c->copier);
+	if (rc == 0 && o && o->host_cache)
+		rc = cache_open(c, o->host_cache);
 	if (rc == 0) {
 		rc = -pthread_create(&c->keeper, NULL, keeper_main, c);
 		if (rc < 0)
@@ -853,6 +889,8 @@ static int crest_destroy(crest_t *c)
 	for (size_t i = 0; i < c->nregions; i++)
 		region_digests_free(c, &c->regions[i]);
 	capture_copier_close(c->copier);   /* before the pool: its events are per slice */
+	hostcache_close(c->cache);         /* the engine, which writes it, is gone */
+	free((char *)c->o.host_cache);
 	if (d && c->pctx)
 		d->CtxSetCurrent(c->pctx);
 	pool_close(c->pool);
@@ -1132,6 +1170,34 @@ static int checkpoint_held(crest_t *c, const struct crest_checkpoint_opts *o, co
 	return 0;
 }
 
+/* Where each device region of regs lies in the host cache, laid out for
+ * them first. A cache that cannot be had (its tmpfs full, say) costs the
+ * checkpoint nothing: it goes on without, and says so once. */
+static bool cache_places(crest_t *c, struct capture_region *regs)
+{
+	if (!c->cache)
+		return false;
+	struct hostcache_region *hr = calloc(c->nregions + 1, sizeof(*hr));
+	size_t n = 0;
+	for (size_t i = 0; hr && i < c->nregions; i++)
+		if (regs[i].device && regs[i].size)
+			hr[n++] = (struct hostcache_region){ .name = regs[i].name, .size = regs[i].size };
+	const int rc = hr ? hostcache_layout(c->cache, hr, n) : crest_errf(-ENOMEM, "laying out the host cache");
+	free(hr);
+	if (rc < 0) {
+		if (!c->cache_said)
+			fprintf(stderr, "crest: %s; checkpoints go on without the host cache\n", crest_errmsg());
+		c->cache_said = true;
+		return false;
+	}
+	/* From the first copy on, the cache holds no one snapshot whole. */
+	hostcache_hint_set(c->cache, NULL);
+	for (size_t i = 0; i < c->nregions; i++)
+		if (regs[i].device && regs[i].size)
+			regs[i].cache = hostcache_find(c->cache, regs[i].name, regs[i].size);
+	return true;
+}
+
 int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_ckpt_t *out)
 {
 	const struct crest_checkpoint_opts none = { 0 };
@@ -1217,6 +1283,7 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 		rc = snap_start(c, o->labels, o->nlabels, o->tag, total, &snap);
 	if (rc == 0)
 		rc = capture_dirs(snap, names, c->nregions + o->nblobs);
+	const bool cached = rc == 0 && cache_places(c, regs);
 	if (rc == 0)
 		rc = capture_regions(c->copier, snap, regs, c->nregions, c->next_ckpt, &cs);
 	if (getenv("CREST_TRACE") && c->copier) {
@@ -1242,7 +1309,8 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 		return rc;
 	}
 	struct pending *p = &c->ckpts[c->nckpts++];
-	*p = (struct pending){ .id = c->next_ckpt++, .snap = snap, .wait_ns = cs.wait_ns, .rounds = cs.rounds };
+	*p = (struct pending){ .id = c->next_ckpt++, .snap = snap, .wait_ns = cs.wait_ns, .rounds = cs.rounds,
+			       .cached = cached };
 	p->stall_ns = time_now_ns() - t0;
 	*out = p->id;
 	store_used(c);
@@ -1318,6 +1386,11 @@ int crest_wait(crest_t *ch, crest_ckpt_t h, struct crest_result *r)
 		/* The digests this checkpoint computed now describe the parent. */
 		for (size_t i = 0; i < c->nregions; i++)
 			capture_digests_commit(c->regions[i].dig, me.id, er.id);
+		/* Every copy of a committed checkpoint is in the cache (the
+		 * engine wrote them as it released the slices), and unless a
+		 * later checkpoint writes it already, nothing else. */
+		if (me.cached && me.id == c->next_ckpt - 1)
+			hostcache_hint_set(c->cache, er.id);
 	}
 	pthread_mutex_unlock(&c->mu);
 	return 0;
@@ -1394,6 +1467,41 @@ static int load(crest_t *c, const char *name, uint8_t id[32], char hex[65], stru
 
 static int restore_locked(crest_t *c, const char *snapshot, struct crest_restore_result *res);
 
+/* Device regions from the host cache, each checked on its GPU against the
+ * snapshot's ids (capture_cache_verify); skip[i] is set for those that
+ * checked out, and their bytes added to *bytes. Whatever did not, and any
+ * failure here, is left to the store: a stale, torn or tampered cache costs
+ * only time. */
+static void cache_restore(crest_t *c, const struct cas_manifest *m, const uint8_t id[32],
+			  const struct capture_region *cr, bool *skip, uint64_t *bytes)
+{
+	struct engine_opts eo;
+	engine_opts_default(&eo);
+	const uint32_t chunk = eo.memory_chunking.kind == DEDUP_FIXED ? eo.memory_chunking.avg : 0;
+	for (size_t i = 0; chunk && i < c->nregions; i++) {
+		const uint8_t *src = cr[i].device ? hostcache_find(c->cache, cr[i].name, cr[i].size) : NULL;
+		const struct cas_stream *st = cas_manifest_find(m, cr[i].name);
+		if (!src || !st || !cr[i].size)
+			continue;
+		uint64_t nbad = 0;
+		int rc = hostcache_to_device(src, cr[i].size, c->d, cr[i].ctx, (CUdeviceptr)(uintptr_t)cr[i].ptr,
+					     c->pool, c->o.restore_threads);
+		if (rc == 0)
+			rc = capture_cache_verify(c->copier, &cr[i], st, chunk, id, &nbad);
+		if (rc == 0 && nbad == 0) {
+			skip[i] = true;
+			*bytes += cr[i].size;
+		} else if (getenv("CREST_TRACE")) {
+			fprintf(stderr, "crest trace: crest_restore: region %s from the store: %s\n", cr[i].name,
+				rc == -ENOTSUP ? "no GPU hashing to check the host cache with" :
+				rc < 0 ? crest_errmsg() : "the host cache differs");
+		}
+		if (rc == 0 && nbad && getenv("CREST_TRACE"))
+			fprintf(stderr, "crest trace: crest_restore: %llu chunks of %s differ in the host cache\n",
+				(unsigned long long)nbad, cr[i].name);
+	}
+}
+
 int crest_restore(crest_t *ch, const char *snapshot, struct crest_restore_result *res)
 {
 	crest_t *c;
@@ -1438,11 +1546,20 @@ static int restore_locked(crest_t *c, const char *snapshot, struct crest_restore
 	for (size_t i = 0; rc == 0 && i < c->nregions; i++)
 		bytes += c->regions[i].size;
 	const uint64_t t1 = time_now_ns();
+	bool *skip = calloc(c->nregions + 1, sizeof(*skip));
+	uint64_t cache_bytes = 0;
+	if (rc == 0 && !skip)
+		rc = crest_errf(-ENOMEM, "restore of %.12s", hex);
+	if (rc == 0 && c->cache && hostcache_hint_is(c->cache, id))
+		cache_restore(c, m, id, cr, skip, &cache_bytes);
+	const uint64_t t2 = time_now_ns();
 	if (rc == 0)
-		rc = restore_regions(&rctx, m, rr, c->nregions, c->d, c->pool);
+		rc = restore_regions(&rctx, m, rr, c->nregions, skip, c->d, c->pool);
+	free(skip);
 	if (getenv("CREST_TRACE"))
-		fprintf(stderr, "crest trace: crest_restore: manifest and checks %.3f s, regions %.3f s\n",
-			(t1 - t0) / 1e9, (time_now_ns() - t1) / 1e9);
+		fprintf(stderr, "crest trace: crest_restore: manifest and checks %.3f s, host cache %.3f s (%.3f GB "
+			"checked and kept), regions %.3f s\n", (t1 - t0) / 1e9, (t2 - t1) / 1e9, cache_bytes / 1e9,
+			(time_now_ns() - t2) / 1e9);
 	if (c->d)
 		c->d->CtxSetCurrent(saved);
 	free(rr);
@@ -1462,6 +1579,7 @@ static int restore_locked(crest_t *c, const char *snapshot, struct crest_restore
 		memset(res, 0, sizeof(*res));
 		memcpy(res->snapshot, hex, sizeof(res->snapshot));
 		res->bytes = bytes;
+		res->cache_bytes = cache_bytes;
 		res->ns = time_now_ns() - t0;
 	}
 	return 0;

@@ -43,15 +43,15 @@ int restore_regions_match(const struct cas_manifest *m, const char *snap, const 
 }
 
 int restore_regions(const struct restore_ctx *c, const struct cas_manifest *m, const struct restore_region *r,
-		    size_t nr, const struct cudrv *d, struct pool *pool)
+		    size_t nr, const bool *skip, const struct cudrv *d, struct pool *pool)
 {
 	int rc = restore_regions_match(m, c->snapshot, r, nr);
 	if (rc < 0)
 		return rc;
 	size_t n = 0, ndev = 0;
 	for (size_t i = 0; i < nr; i++) {
-		n += r[i].size > 0;
-		ndev += r[i].device && r[i].size;
+		n += r[i].size > 0 && !(skip && skip[i]);
+		ndev += r[i].device && r[i].size && !(skip && skip[i]);
 	}
 	if (!n)
 		return 0;
@@ -76,7 +76,7 @@ int restore_regions(const struct restore_ctx *c, const struct cas_manifest *m, c
 	rc = dst && sl && bufs ? 0 : crest_errf(-ENOMEM, "restoring device regions");
 	size_t k = 0;
 	for (size_t i = 0; rc == 0 && i < nr; i++) {
-		if (!r[i].size)
+		if (!r[i].size || (skip && skip[i]))
 			continue;
 		if (!r[i].device)
 			dst[k++] = (struct restore_gpu_dst){ .st = cas_manifest_find(m, r[i].name), .host = r[i].ptr };

@@ -32,11 +32,13 @@ struct restore_region {
 int restore_regions_match(const struct cas_manifest *m, const char *snap, const struct restore_region *r,
 			  size_t n);
 
-/* Restores every region of r from m (matched first). d: the driver, NULL
- * when no region is on a device; pool: staging for device windows, taken
- * slice by slice (a checkpoint still being ingested may hold some). The
- * current CUDA context may be left changed: the caller saves it. */
+/* Restores every region of r from m (matched first, all of them), but
+ * those with skip[i] set (skip NULL: none), which the caller has restored
+ * otherwise. d: the driver, NULL when no region to restore is on a device;
+ * pool: staging for device windows, taken slice by slice (a checkpoint
+ * still being ingested may hold some). The current CUDA context may be left
+ * changed: the caller saves it. */
 int restore_regions(const struct restore_ctx *c, const struct cas_manifest *m, const struct restore_region *r,
-		    size_t n, const struct cudrv *d, struct pool *pool);
+		    size_t n, const bool *skip, const struct cudrv *d, struct pool *pool);
 
 #endif

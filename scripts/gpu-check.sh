@@ -21,6 +21,12 @@
 #   gpu_held    gpu_multi with the store let go after every checkpoint
 #               (CREST_STORE_IDLE_MS=0): each checkpoint is held in host
 #               memory and ingested by the session's keeper, as while gc runs
+#   gpu_cache   bench/library/cache_bench all: a job with a host cache
+#               (crest_options.host_cache in /dev/shm) checkpoints 2 GiB twice
+#               and ends as a crash would; a new process restores from the
+#               cache (checked on the GPU) and from the store, then again
+#               with one byte of the cache flipped: bit-exact every time, and
+#               the flipped cache not used
 #   demo        crest demo --gpu: a CUDA job of $GPU_MIB MiB (1024) checkpointed
 #               4 times while it runs, killed, restored from checkpoint 3; its
 #               output must equal an uninterrupted run's
@@ -72,7 +78,8 @@ if [ "${1:-}" = --bundle ]; then
 	fi
 	if [ -z "$tool" ] || [ ! -x "$tool" ]; then echo "gpu-check: no gpu-bundle tool found; set GPU_BUNDLE" >&2; exit 1; fi
 	files=(build/cli/crest build/cli/casctl build/cli/crest-workload-gpu build/tests/library/test_gpu
-	       build/tests/library/gpu_multi build/tests/gpu/test_gpusha build/lib/libcrest.so)
+	       build/tests/library/gpu_multi build/tests/gpu/test_gpusha build/bench/library/cache_bench
+	       build/lib/libcrest.so)
 	for f in "${files[@]}"; do
 		[ -e "$f" ] || { echo "gpu-check: $f is missing: build first (crest-workload-gpu needs nvcc)" >&2; exit 1; }
 	done
@@ -112,7 +119,7 @@ else
 	declare -A where=([crest]=build/cli/crest [casctl]=build/cli/casctl
 		[crest-workload-gpu]=build/cli/crest-workload-gpu
 		[test_gpu]=build/tests/library/test_gpu [gpu_multi]=build/tests/library/gpu_multi
-		[test_gpusha]=build/tests/gpu/test_gpusha)
+		[test_gpusha]=build/tests/gpu/test_gpusha [cache_bench]=build/bench/library/cache_bench)
 	bin() { echo "$ROOT/${where[$1]}"; }
 	RUN=()
 	LIBCREST=$ROOT/build/lib/libcrest.so
@@ -262,6 +269,11 @@ CREST_GPU_HASH=0 DETAIL='^gpu_multi: ok' lib_check gpu_cpuhash "$WORK/cpuhash" 1
 # 2b. The same with every checkpoint held in host memory first (the store let
 # go in between, as when gc or another writer waits for it).
 CREST_STORE_IDLE_MS=0 DETAIL='^gpu_multi: ok' lib_check gpu_held "$WORK/held" 180 gpu_multi "$WORK/held" 256
+
+# 2c. The host cache: restore after a crash from host memory, checked.
+HC=$(mktemp -d /dev/shm/crest-gpu-check.XXXXXX 2>/dev/null || mktemp -d "$WORK/hc.XXXXXX")
+DETAIL='^cache_bench: ok' lib_check gpu_cache "$WORK/cache" 240 cache_bench all "$WORK/cache" "$HC" 2 "$RANDOM"
+rm -rf "$HC"
 
 # 3. The README's main job on the GPU: checkpoints while it runs, restore
 # from a later snapshot, output equal to an uninterrupted run.

@@ -34,7 +34,7 @@ class CrestError(OSError):
 class _Options(ctypes.Structure):
     _fields_ = [("staging_bytes", ctypes.c_size_t), ("workers", ctypes.c_uint),
                 ("copy_streams", ctypes.c_uint), ("restore_threads", ctypes.c_uint),
-                ("device", ctypes.c_int), ("flags", ctypes.c_uint)]
+                ("device", ctypes.c_int), ("flags", ctypes.c_uint), ("host_cache", ctypes.c_char_p)]
 
 
 class _Blob(ctypes.Structure):
@@ -55,7 +55,8 @@ class _Result(ctypes.Structure):
 
 
 class _RestoreResult(ctypes.Structure):
-    _fields_ = [("snapshot", ctypes.c_char * 65), ("bytes", ctypes.c_uint64), ("ns", ctypes.c_uint64)]
+    _fields_ = [("snapshot", ctypes.c_char * 65), ("bytes", ctypes.c_uint64), ("ns", ctypes.c_uint64),
+                ("cache_bytes", ctypes.c_uint64)]
 
 
 # Every struct of crest.h this binding lays out, by its C name. _check_abi compares each with
@@ -215,15 +216,18 @@ class Checkpointer:
     """One open store; regions follow the tensors given to save() and restore()."""
 
     def __init__(self, store, staging_bytes=1 << 30, workers=0, copy_streams=0, restore_threads=0,
-                 device=0, no_gpu=False, branch=None):
+                 device=0, no_gpu=False, branch=None, host_cache=None):
         """branch: the branch the checkpoints go on (None: "main", continued from its
-        newest snapshot); see set_branch()."""
+        newest snapshot); see set_branch(). host_cache: a directory in shared memory
+        (/dev/shm) for a checked host copy of the CUDA tensors (crest_options in crest.h)."""
         lib = _load()
         o = _Options()
         lib.crest_options_init(ctypes.byref(o))
         o.staging_bytes, o.workers, o.copy_streams = staging_bytes, workers, copy_streams
         o.restore_threads, o.device = restore_threads, device
         o.flags = _const["CREST_OPEN_NO_GPU"] if no_gpu else 0
+        self._host_cache = host_cache.encode() if host_cache else None   # alive while o is read
+        o.host_cache = self._host_cache
         h = ctypes.c_void_p()
         _check(lib.crest_open(store.encode() if store else None, ctypes.byref(o), ctypes.byref(h)),
                "opening store %s" % store)
@@ -307,7 +311,7 @@ class Checkpointer:
 
     def restore_full(self, tree, snapshot=None):
         """As restore(), returning {"state", "leaves" (the non-tensor values of the saved
-        tree, by path), "snapshot", "bytes", "seconds"}."""
+        tree, by path), "snapshot", "bytes", "cache_bytes", "seconds"}."""
         tensors, _ = {}, {}
         _flatten(tree, "", tensors, _)
         self._sync_regions(tensors)
@@ -322,6 +326,7 @@ class Checkpointer:
         finally:
             _lib.crest_free(p)
         out["snapshot"], out["bytes"], out["seconds"] = r.snapshot.decode(), r.bytes, r.ns / 1e9
+        out["cache_bytes"] = r.cache_bytes
         return out
 
 

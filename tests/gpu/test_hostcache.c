@@ -1,0 +1,240 @@
+/*
+ * test_hostcache.c - the host cache's file (gpu/hostcache.h), without a GPU:
+ * random layouts written, read back by a new handle and found byte for
+ * byte; layouts changed under a writer; every header byte flipped, the file
+ * cut short, made a symlink or someone else's: each such file is ignored,
+ * never read, and the next layout replaces it. And crest_open's refusal of
+ * a host cache directory that is not one. Seed: CREST_TEST_SEED (printed).
+ */
+#include "crest.h"
+#include "gpu/hostcache.h"
+#include "tests/check.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXR 8
+
+struct layout {
+	size_t n;
+	char names[MAXR][48];
+	uint64_t size[MAXR];
+};
+
+static void layout_random(struct layout *l, uint64_t *st)
+{
+	static const char abc[] = "abcdefghijklmnopqrstuvwxyz0123456789/._-";
+	l->n = 1 + check_rnd(st) % MAXR;
+	for (size_t i = 0; i < l->n; i++) {
+		const size_t nl = 1 + check_rnd(st) % 40;
+		for (size_t k = 0; k < nl; k++)
+			l->names[i][k] = abc[check_rnd(st) % (sizeof(abc) - 1)];
+		l->names[i][nl] = 0;
+		snprintf(l->names[i] + nl, 48 - nl, "%zu", i);   /* unique */
+		l->size[i] = check_rnd(st) % 4 == 0 ? 0 : check_rnd(st) % (3u << 20);
+	}
+}
+
+static void regions_of(const struct layout *l, struct hostcache_region *r)
+{
+	for (size_t i = 0; i < l->n; i++)
+		r[i] = (struct hostcache_region){ .name = l->names[i], .size = l->size[i] };
+}
+
+/* Fills every region of l in hc from seed. */
+static void fill(struct hostcache *hc, const struct layout *l, uint64_t seed)
+{
+	for (size_t i = 0; i < l->n; i++) {
+		uint8_t *p = hostcache_find(hc, l->names[i], l->size[i]);
+		CHECK(p, "region %s of %llu bytes not found after the layout", l->names[i],
+		      (unsigned long long)l->size[i]);
+		uint64_t s = seed + i;
+		if (p)
+			check_fill64(p, l->size[i], &s);
+	}
+}
+
+/* Whether a new handle on dir/name finds l's regions with fill's bytes. */
+static bool reads_back(const char *dir, const char *name, const struct layout *l, uint64_t seed)
+{
+	struct hostcache *hc;
+	OK(hostcache_open(dir, name, &hc));
+	bool ok = true;
+	for (size_t i = 0; i < l->n && ok; i++) {
+		const uint8_t *p = hostcache_find(hc, l->names[i], l->size[i]);
+		if (!p) {
+			ok = false;
+			break;
+		}
+		uint8_t *want = malloc(l->size[i] + 1);
+		uint64_t s = seed + i;
+		check_fill64(want, l->size[i], &s);
+		ok = !memcmp(p, want, l->size[i]);
+		free(want);
+	}
+	CHECK(!hostcache_find(hc, "no such region", 1), "a region that was never laid out was found");
+	hostcache_close(hc);
+	return ok;
+}
+
+/* The header's length: the bytes a flip must make the reader refuse. */
+static uint64_t header_len(const char *path)
+{
+	uint8_t b[24] = { 0 };
+	const int fd = open(path, O_RDONLY);
+	if (fd < 0 || pread(fd, b, sizeof(b), 0) != (ssize_t)sizeof(b))
+		return 0;
+	close(fd);
+	uint64_t h = 0;
+	for (int i = 8; i-- > 0;)
+		h = h << 8 | b[16 + i];
+	return h;
+}
+
+int main(void)
+{
+	uint64_t seed = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 20;
+	const char *e = getenv("CREST_TEST_SEED");
+	if (e && *e)
+		seed = strtoull(e, NULL, 10);
+	if (!seed)
+		seed = 1;
+	printf("test_hostcache: CREST_TEST_SEED=%llu\n", (unsigned long long)seed);
+	uint64_t st = seed;
+	char dir[] = "/tmp/crest-hostcache.XXXXXX";
+	if (!mkdtemp(dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	char name[64], path[256];
+	const uint8_t uuid[16] = { 1, 2, 3 };
+	OK(hostcache_name(dir, uuid, name, sizeof(name)));
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+
+	/* 1. Layouts, each written and read back by a new handle; the hint. */
+	struct hostcache *hc;
+	OK(hostcache_open(dir, name, &hc));
+	CHECK(!hostcache_find(hc, "x", 1), "an empty cache found a region");
+	struct layout l, prev = { 0 };
+	uint8_t *old_p = NULL;
+	uint64_t old_size = 0;
+	for (int round = 0; round < 40; round++) {
+		layout_random(&l, &st);
+		struct hostcache_region r[MAXR];
+		regions_of(&l, r);
+		OK(hostcache_layout(hc, r, l.n));
+		/* A checkpoint in flight keeps writing the layout before: harmless. */
+		if (old_p && old_size)
+			memset(old_p, 0xab, old_size);
+		fill(hc, &l, seed + (uint64_t)round * 100);
+		uint8_t id[32];
+		check_fill(id, 32, seed + (uint64_t)round);
+		hostcache_hint_set(hc, id);
+		CHECK(hostcache_hint_is(hc, id), "round %d: the hint just set is not there", round);
+		CHECK(reads_back(dir, name, &l, seed + (uint64_t)round * 100), "round %d: a new handle did not read "
+		      "back the %zu regions written", round, l.n);
+		struct hostcache *h2;
+		OK(hostcache_open(dir, name, &h2));
+		CHECK(hostcache_hint_is(h2, id), "round %d: a new handle lost the hint", round);
+		hostcache_hint_set(h2, NULL);
+		CHECK(!hostcache_hint_is(h2, id), "round %d: a cleared hint still names the snapshot", round);
+		hostcache_close(h2);
+		/* Laid out the same again: nothing moves. */
+		const uint8_t *before = l.n ? hostcache_find(hc, l.names[0], l.size[0]) : NULL;
+		OK(hostcache_layout(hc, r, l.n));
+		CHECK(!l.n || hostcache_find(hc, l.names[0], l.size[0]) == before, "round %d: the same layout "
+		      "made a new file", round);
+		old_p = l.n ? hostcache_find(hc, l.names[0], l.size[0]) : NULL;
+		old_size = l.n ? l.size[0] : 0;
+		prev = l;
+	}
+	hostcache_close(hc);
+
+	/* 2. Every byte of the header flipped in turn (a sample of them when
+	 * the header is long): the file is refused, whole. */
+	const uint64_t h = header_len(path);
+	CHECK(h > 32, "the header's length reads %llu", (unsigned long long)h);
+	const int fd = open(path, O_RDWR);
+	OK(fd < 0 ? -errno : 0);
+	size_t flips = 0;
+	for (uint64_t at = 0; at < h; at += 1 + check_rnd(&st) % 3) {
+		uint8_t b;
+		const uint8_t bit = (uint8_t)(1u << (check_rnd(&st) % 8));
+		CHECK(pread(fd, &b, 1, (off_t)at) == 1, "pread");
+		b ^= bit;
+		CHECK(pwrite(fd, &b, 1, (off_t)at) == 1, "pwrite");
+		OK(hostcache_open(dir, name, &hc));
+		bool any = false;
+		for (size_t i = 0; i < prev.n; i++)
+			any |= hostcache_find(hc, prev.names[i], prev.size[i]) != NULL;
+		CHECK(!any, "a cache with header byte %llu flipped (bit %u) was read", (unsigned long long)at, bit);
+		hostcache_close(hc);
+		b ^= bit;
+		CHECK(pwrite(fd, &b, 1, (off_t)at) == 1, "pwrite");
+		flips++;
+	}
+	CHECK(reads_back(dir, name, &prev, seed + 39 * 100), "the cache, every flip undone, does not read back");
+	/* 3. Cut short: refused. */
+	struct stat sb;
+	CHECK(fstat(fd, &sb) == 0, "fstat");
+	CHECK(ftruncate(fd, sb.st_size - 4096) == 0, "ftruncate");
+	CHECK(!reads_back(dir, name, &prev, seed + 39 * 100), "a cache cut short was read");
+	close(fd);
+	/* 4. Someone else's file, and a symlink: refused, and replaced by the
+	 * next layout. */
+	unlink(path);
+	struct hostcache_region r[MAXR];
+	regions_of(&prev, r);
+	OK(hostcache_open(dir, name, &hc));
+	OK(hostcache_layout(hc, r, prev.n));
+	fill(hc, &prev, seed);
+	hostcache_close(hc);
+	if (geteuid() == 0) {
+		CHECK(chown(path, 12345, 12345) == 0, "chown");
+		CHECK(!reads_back(dir, name, &prev, seed), "a cache owned by uid 12345 was read");
+		CHECK(chown(path, 0, 0) == 0, "chown");
+	}
+	char target[300];
+	snprintf(target, sizeof(target), "%s/elsewhere", dir);
+	CHECK(rename(path, target) == 0, "rename");
+	CHECK(symlink(target, path) == 0, "symlink");
+	CHECK(!reads_back(dir, name, &prev, seed), "a cache reached through a symlink was read");
+	OK(hostcache_open(dir, name, &hc));
+	OK(hostcache_layout(hc, r, prev.n));
+	hostcache_close(hc);
+	CHECK(lstat(path, &sb) == 0 && S_ISREG(sb.st_mode), "the layout did not replace the symlink with a file");
+	printf("  %d layouts written and read back, %zu header flips refused, short, foreign and linked files "
+	       "refused\n", 40, flips);
+
+	/* 5. Not a directory: one line naming it. */
+	EXPECT_ERR(hostcache_open(target, name, &hc), -ENOTDIR, target);
+	char nodir[300];
+	snprintf(nodir, sizeof(nodir), "%s/missing", dir);
+	EXPECT_ERR(hostcache_open(nodir, name, &hc), -ENOENT, nodir);
+	struct crest_options o;
+	crest_options_init(&o);
+	o.flags = CREST_OPEN_NO_GPU;
+	o.host_cache = nodir;
+	char store[300];
+	snprintf(store, sizeof(store), "%s/store", dir);
+	crest_t *c = NULL;
+	EXPECT_ERR(crest_open(store, &o, &c), -ENOENT, nodir);
+	o.host_cache = dir;
+	OK(crest_open(store, &o, &c));
+	OK(crest_close(c));
+
+	char cmd[400];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", dir);
+	if (failures) {
+		printf("FAIL: test_hostcache: %d failures (CREST_TEST_SEED=%llu)\n", failures, (unsigned long long)seed);
+		return 1;
+	}
+	printf("PASS test_hostcache\n");
+	return 0;
+}
