@@ -7,6 +7,8 @@
  *   cache_bench all STORE CACHEDIR GIB SEED    (save, restore, restore tamper,
  *                                              each in a process of its own)
  *
+ * save with CACHEDIR "-" keeps no cache: its ingest beside one that does.
+ *
  * save: GIB GiB of device memory in one region, filled with a pattern that
  * neither compresses nor dedups, checkpointed whole; then 2% of its 4 KiB
  * chunks (picked with SEED) rewritten and checkpointed again (copied as
@@ -215,7 +217,7 @@ int main(int argc, char **argv)
 	struct crest_options o;
 	crest_options_init(&o);
 	o.staging_bytes = bytes + GiB;   /* the whole copy fits: the stall is the copy */
-	o.host_cache = dir;
+	o.host_cache = strcmp(dir, "-") ? dir : NULL;
 	crest_t *c;
 	crest_region_t r;
 	if (save) {
