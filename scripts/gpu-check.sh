@@ -27,6 +27,8 @@
 #               cache (checked on the GPU) and from the store, then again
 #               with one byte of the cache flipped: bit-exact every time, and
 #               the flipped cache not used
+#   gpu_cache_full  the same with the cache on a 64 MiB tmpfs: the job lives
+#               (no SIGBUS), the restore comes from the store, bit-exact
 #   demo        crest demo --gpu: a CUDA job of $GPU_MIB MiB (1024) checkpointed
 #               4 times while it runs, killed, restored from checkpoint 3; its
 #               output must equal an uninterrupted run's
@@ -274,6 +276,33 @@ CREST_STORE_IDLE_MS=0 DETAIL='^gpu_multi: ok' lib_check gpu_held "$WORK/held" 18
 HC=$(mktemp -d /dev/shm/crest-gpu-check.XXXXXX 2>/dev/null || mktemp -d "$WORK/hc.XXXXXX")
 DETAIL='^cache_bench: ok' lib_check gpu_cache "$WORK/cache" 240 cache_bench all "$WORK/cache" "$HC" 2 "$RANDOM"
 rm -rf "$HC"
+# 2d. The same with the cache's tmpfs far too small (64 MiB for 1 GiB): the
+# job must live (a store into a tmpfs page that cannot be had is a SIGBUS),
+# and the restore come from the store.
+if [ $GPU = 0 ]; then
+	skip gpu_cache_full "no GPU here"
+elif [ "$(id -u)" != 0 ]; then
+	skip gpu_cache_full "mounting a small tmpfs needs root"
+else
+	HC=$(mktemp -d)
+	if mount -t tmpfs -o size=64m crest-gpu-check "$HC"; then
+		t=$SECONDS
+		{ timeout -k 5 120 "${RUN[@]}" "$(bin cache_bench)" save "$WORK/cachefull" "$HC" 1 5 &&
+			timeout -k 5 120 "${RUN[@]}" "$(bin cache_bench)" restore "$WORK/cachefull" "$HC" 1 5 full; } \
+			>"$LOGS/gpu_cache_full.log" 2>&1
+		RC=$? DT=$((SECONDS - t))
+		umount "$HC"
+		if [ $RC = 0 ]; then
+			STORES+=("gpu_cache_full=$WORK/cachefull")
+			pass gpu_cache_full "a 1 GiB region checkpointed twice with its host cache on a 64 MiB tmpfs: the job lived, and the restore came from the store, bit-exact, ${DT} s"
+		else
+			fail gpu_cache_full "exit $RC: $(grep -E 'FAIL|failed|restore after' "$LOGS/gpu_cache_full.log" | head -1)" "$LOGS/gpu_cache_full.log"
+		fi
+	else
+		fail gpu_cache_full "could not mount a 64 MiB tmpfs on $HC"
+	fi
+	rmdir "$HC"
+fi
 
 # 3. The README's main job on the GPU: checkpoints while it runs, restore
 # from a later snapshot, output equal to an uninterrupted run.

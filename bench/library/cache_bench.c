@@ -3,7 +3,7 @@
  * (crest_options.host_cache), beside the same restore from the store.
  *
  *   cache_bench save STORE CACHEDIR GIB SEED
- *   cache_bench restore STORE CACHEDIR GIB SEED [tamper]
+ *   cache_bench restore STORE CACHEDIR GIB SEED [tamper|full]
  *   cache_bench all STORE CACHEDIR GIB SEED    (save, restore, restore tamper,
  *                                              each in a process of its own)
  *
@@ -21,7 +21,9 @@
  * the same snapshot from the store alone (no cache) and checks again. With
  * tamper, one byte of the cached region is flipped in the file first: the
  * restore must find it (the region comes from the store, cache_bytes 0)
- * and still be bit-exact. Exit 0 only when every check holds. Lines that
+ * and still be bit-exact. With full, CACHEDIR was a tmpfs too small for the
+ * cache when save ran: save must have lived (no SIGBUS), and the restore
+ * must take nothing from the cache and be bit-exact. Exit 0 only when every check holds. Lines that
  * start with RESULT are for bench/RESULTS.md; gpu-check runs both modes.
  */
 #include "crest.h"
@@ -172,7 +174,7 @@ int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	if (argc < 6 || (strcmp(argv[1], "save") && strcmp(argv[1], "restore") && strcmp(argv[1], "all"))) {
-		fprintf(stderr, "usage: cache_bench save|restore|all STORE CACHEDIR GIB SEED [tamper]\n");
+		fprintf(stderr, "usage: cache_bench save|restore|all STORE CACHEDIR GIB SEED [tamper|full]\n");
 		return 2;
 	}
 	if (!strcmp(argv[1], "all")) {
@@ -199,6 +201,7 @@ int main(int argc, char **argv)
 	const size_t bytes = (size_t)atoi(argv[4]) * GiB;
 	const uint64_t seed = strtoull(argv[5], NULL, 10);
 	const bool tampered = argc > 6 && !strcmp(argv[6], "tamper");
+	const bool full = argc > 6 && !strcmp(argv[6], "full");
 	int rc = cudrv_load(&d);
 	if (rc < 0)
 		return fail("loading the driver", rc);
@@ -265,11 +268,11 @@ int main(int argc, char **argv)
 			return fail("close", rc);
 		bad[k] = device_run(dp, bytes, pin, false);
 	}
-	const bool want_cache = !tampered;
+	const bool want_cache = !tampered && !full;
 	const bool ok = bad[0] == 0 && bad[1] == 0 && (from_cache[0] == (want_cache ? bytes : 0)) && from_cache[1] == 0;
 	printf("restore after a crash, %zu GiB%s: host cache %.3f s (%.1f GB/s, %.2f GB from the cache, %zu words "
 	       "wrong), store %.3f s (%.1f GB/s, %zu words wrong): %s\n", bytes / GiB,
-	       tampered ? ", one byte of the cache flipped" : "", t[0], bytes / t[0] / 1e9, from_cache[0] / 1e9,
+	       tampered ? ", one byte of the cache flipped" : full ? ", the cache's tmpfs too small" : "", t[0], bytes / t[0] / 1e9, from_cache[0] / 1e9,
 	       bad[0], t[1], bytes / t[1] / 1e9, bad[1], ok ? "ok" : "FAILED");
 	printf("RESULT cache_restore_s=%.3f store_restore_s=%.3f ratio=%.2f cache_bytes=%llu tampered=%d ok=%d\n", t[0],
 	       t[1], t[1] / t[0], (unsigned long long)from_cache[0], tampered, ok);
