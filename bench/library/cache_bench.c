@@ -28,6 +28,7 @@
  */
 #include "crest.h"
 #include "gpu/cudrv.h"
+#include "pattern.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -43,8 +44,6 @@
 
 #define GiB ((size_t)1 << 30)
 #define CHUNK 4096
-#define NTHREADS 16
-#define CHANGED_OFF (1ull << 40)
 
 static const struct cudrv *d;
 static uint8_t *changed;   /* one byte per chunk: rewritten for the second checkpoint */
@@ -62,52 +61,9 @@ static int fail(const char *what, int rc)
 	return 1;
 }
 
-static inline uint64_t mix(uint64_t z)
-{
-	z += 0x9e3779b97f4a7c15ull;
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-struct part {
-	uint64_t *p;
-	size_t words;
-	uint64_t first;
-	bool check;
-	atomic_size_t *bad;
-};
-
-static void *part_main(void *arg)
-{
-	const struct part *t = arg;
-	size_t bad = 0;
-	for (size_t i = 0; i < t->words; i++) {
-		const uint64_t w = t->first + i;
-		const uint64_t want = mix(w + (changed && changed[w / (CHUNK / 8)] ? CHANGED_OFF : 0));
-		if (t->check)
-			bad += t->p[i] != want;
-		else
-			t->p[i] = want;
-	}
-	if (t->check)
-		atomic_fetch_add(t->bad, bad);
-	return NULL;
-}
-
 static size_t pattern_run(uint64_t *buf, size_t bytes, uint64_t first, bool check)
 {
-	pthread_t th[NTHREADS];
-	struct part parts[NTHREADS];
-	atomic_size_t bad = 0;
-	const size_t per = bytes / 8 / NTHREADS;
-	for (int i = 0; i < NTHREADS; i++) {
-		parts[i] = (struct part){ buf + i * per, per, first + i * per, check, &bad };
-		pthread_create(&th[i], NULL, part_main, &parts[i]);
-	}
-	for (int i = 0; i < NTHREADS; i++)
-		pthread_join(th[i], NULL);
-	return atomic_load(&bad);
+	return bench_pattern_run(buf, bytes, first, check, changed);
 }
 
 /* fill: the pattern in; else: the words that differ from it. */
@@ -216,7 +172,7 @@ int main(int argc, char **argv)
 	uint8_t *chg = calloc(nch, 1);
 	size_t nchg = 0;
 	for (size_t i = 0; i < nch; i++)
-		nchg += chg[i] = mix(seed * 0x100000001b3ull + i) % 50 == 0;   /* 2% */
+		nchg += chg[i] = bench_mix(seed * 0x100000001b3ull + i) % 50 == 0;   /* 2% */
 	struct crest_options o;
 	crest_options_init(&o);
 	o.staging_bytes = bytes + GiB;   /* the whole copy fits: the stall is the copy */

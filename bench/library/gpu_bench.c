@@ -18,6 +18,7 @@
  */
 #include "crest.h"
 #include "gpu/cudrv.h"
+#include "pattern.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -31,7 +32,6 @@
 #include <unistd.h>
 
 #define GiB ((size_t)1 << 30)
-#define NTHREADS 16
 
 static const struct cudrv *d;
 
@@ -61,59 +61,12 @@ static void die(const char *what, int rc)
 			die(#call, rc_);  \
 	} while (0)
 
-/* Chunks changed for the third checkpoint (one byte per 4 KiB chunk), or
- * NULL: their words follow the pattern from CHANGED_OFF on, so they neither
- * dedup with anything nor compress. */
+/* Chunks changed for the third checkpoint (pattern.h), or NULL. */
 static const uint8_t *changed;
-#define CHUNK_WORDS 512
-#define CHANGED_OFF (1ull << 40)
 
-static inline uint64_t pattern(uint64_t i)
-{
-	uint64_t z = i + 0x9e3779b97f4a7c15ull;   /* splitmix64 of the word's index */
-	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-	return z ^ (z >> 31);
-}
-
-struct part {
-	uint64_t *p;
-	size_t words;
-	uint64_t first;   /* index of p[0] */
-	bool check;
-	atomic_size_t *bad;
-};
-
-static void *part_main(void *arg)
-{
-	struct part *t = arg;
-	size_t bad = 0;
-	for (size_t i = 0; i < t->words; i++) {
-		const uint64_t w = t->first + i, want = pattern(w + (changed && changed[w / CHUNK_WORDS] ? CHANGED_OFF : 0));
-		if (t->check)
-			bad += t->p[i] != want;
-		else
-			t->p[i] = want;
-	}
-	if (t->check)
-		atomic_fetch_add(t->bad, bad);
-	return NULL;
-}
-
-/* Fills or checks buf (bytes, a multiple of 8*NTHREADS) as words from first. */
 static size_t pattern_run(uint64_t *buf, size_t bytes, uint64_t first, bool check)
 {
-	pthread_t th[NTHREADS];
-	struct part parts[NTHREADS];
-	atomic_size_t bad = 0;
-	const size_t per = bytes / 8 / NTHREADS;
-	for (int i = 0; i < NTHREADS; i++) {
-		parts[i] = (struct part){ buf + i * per, per, first + i * per, check, &bad };
-		pthread_create(&th[i], NULL, part_main, &parts[i]);
-	}
-	for (int i = 0; i < NTHREADS; i++)
-		pthread_join(th[i], NULL);
-	return atomic_load(&bad);
+	return bench_pattern_run(buf, bytes, first, check, changed);
 }
 
 /* The pattern into device memory, through a pinned buffer of one GiB. */
@@ -321,9 +274,9 @@ int main(int argc, char **argv)
 	for (size_t i = 0, j = 0; i < nch; i++) {
 		if (!chg[i])
 			continue;
-		uint64_t *w = pin + (j % (GiB / 4096)) * CHUNK_WORDS;
-		for (size_t k = 0; k < CHUNK_WORDS; k++)
-			w[k] = pattern(i * CHUNK_WORDS + k + CHANGED_OFF);
+		uint64_t *w = pin + (j % (GiB / 4096)) * BENCH_CHUNK_WORDS;
+		for (size_t k = 0; k < BENCH_CHUNK_WORDS; k++)
+			w[k] = bench_mix(i * BENCH_CHUNK_WORDS + k + BENCH_CHANGED_OFF);
 		CU(d->MemcpyHtoDAsync(dp + i * 4096, w, 4096, NULL));
 		if (++j % (GiB / 4096) == 0)
 			CU(d->CtxSynchronize());
