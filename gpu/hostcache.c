@@ -89,6 +89,8 @@ int hostcache_name(const char *store, const uint8_t uuid[16], char *out, size_t 
 
 static void entries_free(struct entry *e, size_t n)
 {
+	if (!e)   /* header_read's table could not be allocated */
+		return;
 	for (size_t i = 0; i < n; i++)
 		free(e[i].name);
 	free(e);

@@ -4,7 +4,8 @@
  * byte; layouts changed under a writer; every header byte flipped, the file
  * cut short, made a symlink or someone else's: each such file is ignored,
  * never read, and the next layout replaces it. And crest_open's refusal of
- * a host cache directory that is not one. Seed: CREST_TEST_SEED (printed).
+ * a host cache directory that is not one; and a header whose table cannot
+ * be allocated. Seed: CREST_TEST_SEED (printed).
  */
 #include "crest.h"
 #include "gpu/hostcache.h"
@@ -13,7 +14,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdbool.h>
+#include <malloc.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -95,8 +99,88 @@ static uint64_t header_len(const char *path)
 	return h;
 }
 
-int main(void)
+#if !defined(__SANITIZE_ADDRESS__)
+static long vmsize(void)
 {
+	FILE *f = fopen("/proc/self/status", "r");
+	char l[256];
+	long kb = 0;
+	while (f && fgets(l, sizeof(l), f))
+		if (!strncmp(l, "VmSize:", 7))
+			kb = atol(l + 7);
+	if (f)
+		fclose(f);
+	return kb * 1024;
+}
+
+/* A header of the most regions (no checksum needed: the table is allocated
+ * before it is checked) in dir/enomem, h bytes of header. */
+static uint64_t enomem_file(const char *dir)
+{
+	char path[300];
+	snprintf(path, sizeof(path), "%s/enomem", dir);
+	const uint32_t n = HOSTCACHE_MAX_REGIONS;
+	const uint64_t h = 64 + (uint64_t)n * (18 + 1024), len = h + 40;
+	uint8_t b[32] = "CRESTHC";
+	b[8] = HOSTCACHE_VERSION;
+	for (int i = 0; i < 8; i++) {
+		if (i < 4)
+			b[12 + i] = (uint8_t)(n >> (8 * i));
+		b[16 + i] = (uint8_t)(h >> (8 * i));
+		b[24 + i] = (uint8_t)(len >> (8 * i));
+	}
+	const int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0 && ftruncate(fd, (off_t)len) == 0 && pwrite(fd, b, 32, 0) == 32, "writing %s", path);
+	if (fd >= 0)
+		close(fd);
+	return h;
+}
+
+/* In a fresh process (the test run again): that file opened with memory
+ * for the header's buffer but not for the table of regions. The open must
+ * come back, the file ignored. Exit 0 when it did. */
+static int enomem_child(const char *dir, uint64_t h)
+{
+	mallopt(M_MMAP_THRESHOLD, 64 << 10);   /* both from mmap, under the limit */
+	struct rlimit rl = { .rlim_cur = (rlim_t)vmsize() + h + (512u << 10), .rlim_max = RLIM_INFINITY };
+	if (setrlimit(RLIMIT_AS, &rl) < 0)
+		return 2;
+	struct hostcache *hc = NULL;
+	const int rc = hostcache_open(dir, "enomem", &hc);
+	return rc == 0 && !hostcache_find(hc, "w", 1) ? 0 : 1;
+}
+#endif
+
+/* Not under ASan, whose shadow memory RLIMIT_AS would not leave room for. */
+static void table_enomem(const char *dir)
+{
+#if !defined(__SANITIZE_ADDRESS__)
+	char harg[24];
+	snprintf(harg, sizeof(harg), "%llu", (unsigned long long)enomem_file(dir));
+	fflush(NULL);
+	const pid_t pid = fork();
+	if (pid == 0) {
+		execl("/proc/self/exe", "test_hostcache", "--enomem", dir, harg, (char *)NULL);
+		_exit(3);
+	}
+	int ws = 0;
+	CHECK(pid > 0 && waitpid(pid, &ws, 0) == pid, "fork");
+	CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "opening a cache whose table could not be allocated: %s %d",
+	      WIFSIGNALED(ws) ? "killed by signal" : "exit", WIFSIGNALED(ws) ? WTERMSIG(ws) : WEXITSTATUS(ws));
+#else
+	(void)dir;
+#endif
+}
+
+int main(int argc, char **argv)
+{
+#if !defined(__SANITIZE_ADDRESS__)
+	if (argc == 4 && !strcmp(argv[1], "--enomem"))
+		return enomem_child(argv[2], strtoull(argv[3], NULL, 10));
+#else
+	(void)argc;
+	(void)argv;
+#endif
 	uint64_t seed = (uint64_t)time(NULL) ^ (uint64_t)getpid() << 20;
 	const char *e = getenv("CREST_TEST_SEED");
 	if (e && *e)
@@ -226,6 +310,9 @@ int main(void)
 	o.host_cache = dir;
 	OK(crest_open(store, &o, &c));
 	OK(crest_close(c));
+
+	/* 6. A table that cannot be allocated: no crash. */
+	table_enomem(dir);
 
 	char cmd[400];
 	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
