@@ -47,6 +47,7 @@ struct ctxset {
  * release callback writes where (see cache_release). */
 struct cache_put {
 	struct pool_slice *sl;
+	atomic_uint *writes;          /* the copier's count, less one when done */
 	uint8_t *dst;                 /* whole: the slice's place; sparse: the region's */
 	size_t len;                   /* whole: bytes */
 	uint32_t cnt, chunk;          /* sparse: chunks in the slice, and their size */
@@ -57,6 +58,7 @@ struct capture_copier {
 	const struct cudrv *d;
 	struct pool *pool;
 	struct cache_put *puts;       /* puts[slice index] */
+	atomic_uint cache_writes;     /* slices handed to the engine, not yet in the cache */
 	unsigned copy_streams;
 	bool gpu_hash;
 	struct ctxset ctxs[MAX_CTX];
@@ -238,7 +240,9 @@ static void cache_release(void *arg)
 				memcpy(c->dst + at, p + (size_t)j * c->chunk, n);
 		}
 	}
-	pool_give(c->sl);
+	atomic_uint *writes = c->writes;
+	pool_give(c->sl);   /* from here c may be another slice's */
+	atomic_fetch_sub_explicit(writes, 1, memory_order_release);
 }
 
 /* The release callback and its argument for slice x: through the host
@@ -252,10 +256,11 @@ static void release_for(struct capture_copier *cp, const struct copied *x, uint6
 		return;
 	}
 	struct cache_put *c = &cp->puts[x->sl->idx];
-	*c = (struct cache_put){ .sl = x->sl, .dst = x->cache, .len = x->len };
+	*c = (struct cache_put){ .sl = x->sl, .writes = &cp->cache_writes, .dst = x->cache, .len = x->len };
 	if (x->sp)
-		*c = (struct cache_put){ .sl = x->sl, .dst = x->cache, .cnt = x->cnt, .chunk = x->sp->chunk,
-					 .base = base, .size = x->sp->size };
+		*c = (struct cache_put){ .sl = x->sl, .writes = &cp->cache_writes, .dst = x->cache, .cnt = x->cnt,
+					 .chunk = x->sp->chunk, .base = base, .size = x->sp->size };
+	atomic_fetch_add_explicit(&cp->cache_writes, 1, memory_order_relaxed);
 	*rel = cache_release;
 	*arg = c;
 }
@@ -738,6 +743,11 @@ static int expected_digests(const struct cas_stream *st, uint32_t chunk, uint64_
 		}
 	}
 	return rc < 0 ? rc : k == n ? 0 : -ENOTSUP;
+}
+
+bool capture_cache_idle(struct capture_copier *cp)
+{
+	return !cp || atomic_load_explicit(&cp->cache_writes, memory_order_acquire) == 0;
 }
 
 int capture_cache_verify(struct capture_copier *cp, const struct capture_region *r, const struct cas_stream *st,

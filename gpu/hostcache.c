@@ -195,15 +195,24 @@ int hostcache_open(const char *dir, const char *name, struct hostcache **out)
 	return 0;
 }
 
+void hostcache_forget_old(struct hostcache *hc)
+{
+	if (!hc)
+		return;
+	for (size_t i = 0; i < hc->nold; i++)
+		munmap(hc->old[i].p, hc->old[i].len);
+	free(hc->old);
+	hc->old = NULL;
+	hc->nold = 0;
+}
+
 void hostcache_close(struct hostcache *hc)
 {
 	if (!hc)
 		return;
 	if (hc->cur.p)
 		munmap(hc->cur.p, hc->cur.len);
-	for (size_t i = 0; i < hc->nold; i++)
-		munmap(hc->old[i].p, hc->old[i].len);
-	free(hc->old);
+	hostcache_forget_old(hc);
 	entries_free(hc->e, hc->n);
 	free(hc->dir);
 	free(hc->path);

@@ -40,7 +40,8 @@
  * temporary name and renames it over the old one, so a reader never sees
  * a half-written header and a writer still copying into the old mapping
  * (a checkpoint in flight) writes into the old, unlinked file, harmlessly.
- * The old mapping is kept until hostcache_close.
+ * The old mapping, and with it the old file's memory, is kept until
+ * hostcache_forget_old or hostcache_close.
  *
  * The file holds as much host memory as the regions it caches, and is only
  * opened if it is a regular file owned by the caller (O_NOFOLLOW), as a
@@ -84,6 +85,11 @@ void hostcache_close(struct hostcache *hc);
 /* Makes the file hold exactly r[0..n) (by name and size, in this order);
  * nothing happens when it already does. A new file's bytes read as zeros. */
 int hostcache_layout(struct hostcache *hc, const struct hostcache_region *r, size_t n);
+
+/* Unmaps the files that hostcache_layout replaced, so that their memory
+ * (a whole copy of the regions each) goes back to the tmpfs; no copy into
+ * them may still be running. */
+void hostcache_forget_old(struct hostcache *hc);
 
 /* Where region name of size bytes lies in the mapping; NULL when the file
  * (as read at open or laid out since) has no such region. */

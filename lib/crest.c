@@ -1190,6 +1190,11 @@ static bool cache_places(crest_t *c, struct capture_region *regs)
 		c->cache_said = true;
 		return false;
 	}
+	/* A file replaced by a layout change holds a whole copy of the
+	 * regions while mapped: let it go once no earlier checkpoint can
+	 * still be writing it (mu is held: none starts meanwhile). */
+	if (capture_cache_idle(c->copier))
+		hostcache_forget_old(c->cache);
 	/* From the first copy on, the cache holds no one snapshot whole. */
 	hostcache_hint_set(c->cache, NULL);
 	for (size_t i = 0; i < c->nregions; i++)

@@ -86,6 +86,19 @@ static bool reads_back(const char *dir, const char *name, const struct layout *l
 }
 
 /* The header's length: the bytes a flip must make the reader refuse. */
+/* How many mappings of this process are of files replaced at path. */
+static int replaced_maps(const char *path)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char l[1024];
+	int n = 0;
+	while (f && fgets(l, sizeof(l), f))
+		n += strstr(l, path) && strstr(l, "(deleted)");
+	if (f)
+		fclose(f);
+	return n;
+}
+
 static uint64_t header_len(const char *path)
 {
 	uint8_t b[24] = { 0 };
@@ -236,7 +249,14 @@ int main(int argc, char **argv)
 		old_size = l.n ? l.size[0] : 0;
 		prev = l;
 	}
+	/* The files replaced, each a whole copy of its regions while mapped,
+	 * let go (no writer left): the current one still there and whole. */
+	CHECK(replaced_maps(path) > 0, "40 layouts left no replaced file mapped");
+	hostcache_forget_old(hc);
+	CHECK(replaced_maps(path) == 0, "%d replaced files still mapped after hostcache_forget_old",
+	      replaced_maps(path));
 	hostcache_close(hc);
+	CHECK(reads_back(dir, name, &prev, seed + 39 * 100), "the cache does not read back after its old files went");
 
 	/* 2. Every byte of the header flipped in turn (a sample of them when
 	 * the header is long): the file is refused, whole. */
