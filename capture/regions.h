@@ -105,6 +105,12 @@ void capture_prepare(struct capture_copier *cp, const struct capture_region *r, 
  * a driver that cannot take them, ...), once that was found; else NULL. */
 const char *capture_gpu_hash_why(const struct capture_copier *cp);
 
+/* Whether no slice handed to the engine is still to be written into the
+ * host cache (capture_region.cache): then no copy into any of its files
+ * runs, nor will until the next capture_regions. */
+bool capture_cache_idle(struct capture_copier *cp);
+
+struct cas_stream;
 /* Checks device region r, just restored from the host cache, against
  * stream st of snapshot id: hashes it on its GPU (gpu/gpusha.h) and
  * compares each chunk's digest with the id st names at that place (a hole:
@@ -114,11 +120,6 @@ const char *capture_gpu_hash_why(const struct capture_copier *cp);
  * -ENOTSUP (no message) when this cannot be checked on the GPU (no
  * kernels, st not cut in fixed chunks of the size the engine cuts regions
  * in): the caller restores from the store. Changes the current context. */
-struct cas_stream;
-/* Whether no slice handed to the engine is still to be written into the
- * host cache (capture_region.cache): then no copy into any of its files
- * runs, nor will until the next capture_regions. */
-bool capture_cache_idle(struct capture_copier *cp);
 int capture_cache_verify(struct capture_copier *cp, const struct capture_region *r, const struct cas_stream *st,
 			 uint32_t chunk, const uint8_t id[32], uint64_t *nbad);
 

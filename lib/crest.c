@@ -111,6 +111,7 @@ struct pending {
 	uint64_t stall_ns, wait_ns;
 	unsigned rounds;
 	bool cached;                  /* its copies went into the host cache too */
+	uint64_t cache_gen;           /* c->cache_gen when they did */
 	/* Its outcome, when the keeper collected it before letting the store go. */
 	bool done;
 	int rc;
@@ -161,6 +162,10 @@ struct crest {
 	 * gpu/hostcache.h), or NULL; its directory is c->o.host_cache, ours. */
 	struct hostcache *cache;
 	bool cache_said;              /* the cache's failure was said on stderr */
+	/* Counts the checkpoints whose copies went into the cache: the hint
+	 * may name a checkpoint only while no later one has written it,
+	 * including one that failed after its first copies (crest_wait). */
+	uint64_t cache_gen;
 };
 
 /* ---- handles ---- */
@@ -1197,6 +1202,7 @@ static bool cache_places(crest_t *c, struct capture_region *regs)
 		hostcache_forget_old(c->cache);
 	/* From the first copy on, the cache holds no one snapshot whole. */
 	hostcache_hint_set(c->cache, NULL);
+	c->cache_gen++;
 	for (size_t i = 0; i < c->nregions; i++)
 		if (regs[i].device && regs[i].size)
 			regs[i].cache = hostcache_find(c->cache, regs[i].name, regs[i].size);
@@ -1315,7 +1321,7 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 	}
 	struct pending *p = &c->ckpts[c->nckpts++];
 	*p = (struct pending){ .id = c->next_ckpt++, .snap = snap, .wait_ns = cs.wait_ns, .rounds = cs.rounds,
-			       .cached = cached };
+			       .cached = cached, .cache_gen = c->cache_gen };
 	p->stall_ns = time_now_ns() - t0;
 	*out = p->id;
 	store_used(c);
@@ -1393,8 +1399,8 @@ int crest_wait(crest_t *ch, crest_ckpt_t h, struct crest_result *r)
 			capture_digests_commit(c->regions[i].dig, me.id, er.id);
 		/* Every copy of a committed checkpoint is in the cache (the
 		 * engine wrote them as it released the slices), and unless a
-		 * later checkpoint writes it already, nothing else. */
-		if (me.cached && me.id == c->next_ckpt - 1)
+		 * later checkpoint wrote it too, nothing else. */
+		if (me.cached && me.cache_gen == c->cache_gen)
 			hostcache_hint_set(c->cache, er.id);
 	}
 	pthread_mutex_unlock(&c->mu);
