@@ -202,10 +202,6 @@ void capture_copier_close(struct capture_copier *cp)
 	free(cp);
 }
 
-/* The engine is done with a slice: its bytes into the host cache, then the
- * slice back to the pool. Runs in an engine worker, so the copy costs the
- * job no stall; what a crash or a failed ingest leaves half-written there
- * is found by the restore's check (gpu/hostcache.h). */
 /* Allocates the cache's pages under [p, p + n): false when they cannot be
  * had (its tmpfs is full). A plain store into such a page of a shared
  * mapping is a SIGBUS, which would end the job; MADV_POPULATE_WRITE
@@ -224,6 +220,10 @@ static bool cache_room(uint8_t *p, size_t n)
 	return madvise((void *)a, e - a, MADV_POPULATE_WRITE) == 0;
 }
 
+/* The engine is done with a slice: its bytes into the host cache, then the
+ * slice back to the pool. Runs in an engine worker, so the copy costs the
+ * job no stall; what a crash or a failed ingest leaves half-written there
+ * is found by the restore's check (gpu/hostcache.h). */
 static void cache_release(void *arg)
 {
 	const struct cache_put *c = arg;
