@@ -99,45 +99,18 @@ static bool tree_traced(const struct proc_tree *t)
 	return false;
 }
 
-/* Whether every CUDA process runs, as far as the driver says (a process
- * gone counts as settled). */
-static bool all_running(const struct cudrv *d, const pid_t *cuda, size_t n)
-{
-	for (size_t i = 0; i < n; i++) {
-		CUprocessState st = CU_PROCESS_STATE_RUNNING;
-		if (d->CheckpointProcessGetState(cuda[i], &st) != CUDA_SUCCESS)
-			continue;
-		if (st != CU_PROCESS_STATE_RUNNING)
-			return false;
-	}
-	return true;
-}
-
-/* Brings back the driver's state of each CUDA process. crest may have died
- * inside a lock or a checkpoint call, which the driver finishes in the
- * target on its own: a process that still shows RUNNING may be locked a
- * moment later. So the states are watched until all have run for
- * SETTLE_MS in a row, each locked or checkpointed one brought back as it
- * shows, for at most SETTLE_MAX_S. */
+/* How long the driver states must stay running, and the most the guard
+ * watches them (gpuckpt_settle). */
 #define SETTLE_MS 3000
 #define SETTLE_MAX_S 180
+
 static int gpu_settle(const pid_t *cuda, size_t n)
 {
 	if (!n)
 		return 0;
 	const struct cudrv *d = NULL;
-	int rc = cudrv_load(&d);
-	if (rc < 0)
-		return rc;
-	const time_t deadline = time(NULL) + SETTLE_MAX_S;
-	unsigned stable = 0;
-	while (stable < SETTLE_MS && time(NULL) < deadline) {
-		rc = gpuckpt_resume(d, cuda, n, NULL, 0);
-		stable = rc == 0 && all_running(d, cuda, n) ? stable + 100 : 0;
-		const struct timespec ms100 = { 0, 100 * 1000 * 1000 };
-		nanosleep(&ms100, NULL);
-	}
-	return rc;
+	const int rc = cudrv_load(&d);
+	return rc < 0 ? rc : gpuckpt_settle(d, cuda, n, NULL, 0, SETTLE_MS, SETTLE_MAX_S);
 }
 
 /* Whether a CRIU dump of root runs: a process whose arguments hold "dump"

@@ -4,9 +4,11 @@
 #include "util/progress.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int pid_err(int rc, pid_t pid, const char *step)
 {
@@ -103,6 +105,36 @@ int gpuckpt_resume(const struct cudrv *d, const pid_t *pids, size_t n, const str
 	}
 	free(pairs);
 	return first;
+}
+
+/* Whether every process runs, as far as the driver says. */
+static bool all_running(const struct cudrv *d, const pid_t *pids, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		CUprocessState st = CU_PROCESS_STATE_RUNNING;
+		if (d->CheckpointProcessGetState(pids[i], &st) != CUDA_SUCCESS)
+			continue;   /* gone */
+		if (st != CU_PROCESS_STATE_RUNNING)
+			return false;
+	}
+	return true;
+}
+
+int gpuckpt_settle(const struct cudrv *d, const pid_t *pids, size_t n, const struct gpuckpt_map *map,
+		   size_t nmap, unsigned settle_ms, unsigned max_s)
+{
+	if (!n)
+		return 0;
+	const uint64_t deadline = time_now_ns() + (uint64_t)max_s * 1000000000ull;
+	unsigned stable = 0;
+	int rc = 0;
+	while (stable < settle_ms && time_now_ns() < deadline) {
+		rc = gpuckpt_resume(d, pids, n, map, nmap);
+		stable = rc == 0 && all_running(d, pids, n) ? stable + 100 : 0;
+		const struct timespec ms100 = { 0, 100 * 1000 * 1000 };
+		nanosleep(&ms100, NULL);
+	}
+	return rc;
 }
 
 int gpuckpt_parse_uuid(const char *s, CUuuid *u)

@@ -25,6 +25,15 @@ int gpuckpt_suspend(const struct cudrv *d, const pid_t *pids, size_t n, unsigned
 		    uint64_t *lock_ns, uint64_t *ckpt_ns);
 int gpuckpt_resume(const struct cudrv *d, const pid_t *pids, size_t n, const struct gpuckpt_map *map,
 		   size_t nmap);
+/* For a guard whose crest died inside a suspend or a resume: brings each
+ * process back to running (restored with map, unlocked), however far the
+ * driver got. The driver finishes a lock, checkpoint or restore call that
+ * crest died inside on its own, in the target, so a process that shows
+ * running may be locked a moment later: the states are watched until all
+ * have run for settle_ms in a row, each one brought back as it shows, for
+ * at most max_s seconds. A process gone counts as settled. */
+int gpuckpt_settle(const struct cudrv *d, const pid_t *pids, size_t n, const struct gpuckpt_map *map,
+		   size_t nmap, unsigned settle_ms, unsigned max_s);
 /* "GPU-xxxxxxxx-xxxx-..." as nvidia-smi prints it, to a CUuuid. */
 int gpuckpt_parse_uuid(const char *s, CUuuid *u);
 
