@@ -1,5 +1,7 @@
 /* guard.c - the job's files given back if crest restore dies; see guard.h. */
 #include "restore/guard.h"
+#include "gpu/gpuckpt.h"
+#include "os/pidns.h"
 #include "os/spawn.h"
 #include "util/err.h"
 #include "util/fs.h"
@@ -8,6 +10,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,10 +25,20 @@
 #define LOCK_FD (SPAWN_FD + 1)     /* DIR's lock */
 /* How long the guard waits for a CRIU crest left running. */
 #define CRIU_WAIT_S 600
+/* How long restored CUDA processes must stay running, and the most the
+ * guard watches them (gpuckpt_settle). */
+#define SETTLE_MS 3000
+#define SETTLE_MAX_S 180
+/* The most CUDA processes and GPU pairs the guard takes. */
+#define MAX_CUDA 65536u
+#define MAX_PAIRS 256u
 
 struct msg {
-	char kind;   /* 'F' file (with its directory), 'C' criu's pid, 'D' disarm */
+	char kind;   /* 'F' file (with its directory), 'C' criu's pid, 'P' a CUDA
+		      * process, 'M' a GPU pair of the map, 'D' disarm */
+	bool inner;  /* 'P': pid is inside the job's pid namespace */
 	pid_t pid;
+	struct gpuckpt_map map;
 	struct rp_guard_file f;
 };
 
@@ -82,6 +95,19 @@ int rp_guard_file(struct rp_guard *g, const struct rp_guard_file *f, int dfd)
 	struct msg m = { .kind = 'F', .f = *f };
 	const int rc = send_msg(g, &m, dfd);
 	return rc < 0 ? crest_errf(rc, "cannot tell the guard of the job's files about %s", f->base) : 0;
+}
+
+int rp_guard_cuda(struct rp_guard *g, const pid_t *pids, size_t n, bool inner, const struct gpuckpt_map *map,
+		  size_t nmap)
+{
+	if (!g->pid)
+		return 0;
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		rc = send_msg(g, &(struct msg){ .kind = 'P', .inner = inner, .pid = pids[i] }, -1);
+	for (size_t i = 0; rc == 0 && i < nmap; i++)
+		rc = send_msg(g, &(struct msg){ .kind = 'M', .map = map[i] }, -1);
+	return rc < 0 ? crest_errf(rc, "cannot tell the restore's guard of its %zu CUDA processes", n) : 0;
 }
 
 void rp_guard_criu(struct rp_guard *g, pid_t pid)
@@ -177,6 +203,37 @@ static void recs_free(struct rec *v, size_t n)
 	free(v);
 }
 
+/* Restores and unlocks the GPU state of the restored tree's CUDA
+ * processes (pids inside its pid namespace when inner: the init's host pid
+ * is in pidfile, CRIU's). */
+static int gpu_back(const char *pidfile, const pid_t *cuda, size_t n, bool inner, const struct gpuckpt_map *map,
+		    size_t nmap)
+{
+	pid_t *host = malloc(n * sizeof(*host));
+	if (!host)
+		return crest_errf(-ENOMEM, "the restored CUDA processes");
+	int rc = 0;
+	if (inner) {
+		FILE *f = fopen(pidfile, "re");
+		long root = 0;
+		if (!f || fscanf(f, "%ld", &root) != 1 || root <= 0 || root > INT32_MAX)
+			rc = crest_errx(-EINVAL, "no pid in %s", pidfile);
+		if (f)
+			fclose(f);
+		if (rc == 0)
+			rc = pidns_host_pids((pid_t)root, cuda, n, host);
+	} else {
+		memcpy(host, cuda, n * sizeof(*host));
+	}
+	const struct cudrv *d = NULL;
+	if (rc == 0)
+		rc = cudrv_load(&d);
+	if (rc == 0)
+		rc = gpuckpt_settle(d, host, n, map, nmap, SETTLE_MS, SETTLE_MAX_S);
+	free(host);
+	return rc;
+}
+
 int rp_guard_main(int argc, char **argv)
 {
 	spawn_quiet_signals();
@@ -188,6 +245,11 @@ int rp_guard_main(int argc, char **argv)
 	struct rec *v = NULL;
 	size_t n = 0;
 	int criu = -1;
+	pid_t *cuda = NULL;
+	size_t ncuda = 0;
+	bool inner = false;
+	struct gpuckpt_map *map = NULL;
+	size_t nmap = 0;
 	for (;;) {
 		struct msg m;
 		union {
@@ -214,7 +276,23 @@ int rp_guard_main(int argc, char **argv)
 			if (criu >= 0)
 				close(criu);
 			recs_free(v, n);
+			free(cuda);
+			free(map);
 			return 0;
+		}
+		if (m.kind == 'P' && m.pid > 0 && ncuda < MAX_CUDA) {
+			pid_t *nc = realloc(cuda, (ncuda + 1) * sizeof(*cuda));
+			if (nc) {
+				cuda = nc;
+				cuda[ncuda++] = m.pid;
+				inner = m.inner;
+			}
+		} else if (m.kind == 'M' && nmap < MAX_PAIRS) {
+			struct gpuckpt_map *nm = realloc(map, (nmap + 1) * sizeof(*map));
+			if (nm) {
+				map = nm;
+				map[nmap++] = m.map;
+			}
 		}
 		if (m.kind == 'C') {
 			if (criu >= 0)
@@ -268,12 +346,22 @@ int rp_guard_main(int argc, char **argv)
 		close(v[i].dfd);
 	}
 	free(v);
+	/* The tree came back: its CUDA processes' GPU state too. */
+	char gpu[1200] = "";
+	if (waited && restored && ncuda) {
+		const int rc = gpu_back(pidfile, cuda, ncuda, inner, map, nmap);
+		snprintf(gpu, sizeof(gpu), rc < 0 ? "; their GPU state could not be brought back: %s"
+						  : "; their GPU state was brought back%s", rc < 0 ? crest_errmsg() : "");
+		bad |= rc < 0;
+	}
+	free(cuda);
+	free(map);
 	if (waited)
 		fs_workdir_release(argv[1], LOCK_FD);
-	fprintf(stderr, "crest: the restore ended without crest (was it killed?): %s\n",
+	fprintf(stderr, "crest: the restore ended without crest (was it killed?): %s%s\n",
 		!waited ? "CRIU still runs; the job's files were left as they are"
 		: restored ? "the processes came back on the snapshot's files"
 		: bad ? "the job's files were put back, but not all of them"
-		: "the job's files were put back as they were");
+		: "the job's files were put back as they were", gpu);
 	return bad;
 }

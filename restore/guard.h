@@ -14,6 +14,15 @@
  * keeps the files and loses the originals, as after a restore that
  * finished; else every file is put back by inode, as after one that
  * failed. It holds DIR's lock (fd 4) meanwhile, then removes DIR.
+ *
+ * A tree that came back holds its CUDA processes' GPU state in the
+ * driver's checkpointed state until crest restores and unlocks it
+ * (gpu/gpuckpt.h): a crest killed after CRIU and before that left the job
+ * holding host memory and unable to use its GPU for good. So the guard is
+ * also told of the CUDA processes (by their pids inside the job's pid
+ * namespace when it has one) and the GPU map, and brings their state back
+ * itself, however far crest got. It runs for every restore with CUDA
+ * processes, in place or beside.
  */
 #ifndef CREST_RESTORE_GUARD_H
 #define CREST_RESTORE_GUARD_H
@@ -39,6 +48,13 @@ struct rp_guard_file {
 int rp_guard_start(struct rp_guard *g, const char *dir, int lock_fd);
 /* dfd: the file's directory, passed to the guard. */
 int rp_guard_file(struct rp_guard *g, const struct rp_guard_file *f, int dfd);
+/* The CUDA processes of the tree CRIU will bring back: pids as the job's
+ * own pid namespace sees them when inner (translated through DIR's
+ * restored.pid, the namespace's init), else host pids; and the GPU map
+ * of the restore. Before CRIU starts. */
+struct gpuckpt_map;
+int rp_guard_cuda(struct rp_guard *g, const pid_t *pids, size_t n, bool inner, const struct gpuckpt_map *map,
+		  size_t nmap);
 /* CRIU runs as pid. */
 void rp_guard_criu(struct rp_guard *g, pid_t pid);
 /* crest has dealt with the outcome: the guard ends, reaped. */

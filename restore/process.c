@@ -863,12 +863,15 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		files[i].dfd = files[i].fd = -1;
 		files[i].g.idx = (uint32_t)i;
 	}
-	/* In place, a guard puts the job's files back if crest dies before it
-	 * has dealt with CRIU's outcome (restore/guard.h). */
+	/* A guard puts the job's files back (in place) and brings back the
+	 * GPU state of its CUDA processes if crest dies before it has dealt
+	 * with CRIU's outcome (restore/guard.h). */
 	struct rp_guard guard = { 0, -1 };
-	if (rc == 0 && files && !o->beside)
+	if (rc == 0 && ((files && !o->beside) || ncuda))
 		rc = rp_guard_start(&guard, dir, dir_lock);
-	for (size_t i = 0; files && i < nfiles; i++)
+	if (rc == 0 && ncuda)
+		rc = rp_guard_cuda(&guard, cuda_in ? cuda_in : cuda, ncuda, cuda_in != NULL, gmap, ngmap);
+	for (size_t i = 0; files && i < nfiles && !o->beside; i++)
 		files[i].guard = guard.pid ? &guard : NULL;
 	for (size_t i = 0, k = 0; rc == 0 && files && i < m->nstreams; i++)
 		if (m->streams[i].type == CAS_STREAM_JOBFILE)

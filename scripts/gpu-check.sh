@@ -40,6 +40,9 @@
 #   gpu_kill    crest checkpoint of a CUDA job killed -9 three times: twice
 #               while criu dumps it, once at any moment: the job runs on (the guard gives its driver state
 #               back), its output equal to an uninterrupted run's
+#   gpu_restore_kill  crest restore of a CUDA job killed -9 just after CRIU
+#               brought it back: the restore's guard restores and unlocks its
+#               GPU state, and its output equals an uninterrupted run's
 #   train       python/examples/train.py --mode check --device cuda: PyTorch
 #               training SIGKILLed, resumed in a fresh process, losses bit for bit
 #   bench_gpu   crest bench restore --to gpu on gpu_multi's store: GB/s against
@@ -564,6 +567,64 @@ if cuda_ready gpu_kill "checkpoints need root (CRIU)"; then
 		pass gpu_kill "a CUDA job of 1024 MiB, crest checkpoint killed -9 at$delays ms: the guard gave it back $gave time(s), its output identical to an uninterrupted run's ($nref lines), $((SECONDS - t)) s"
 	else
 		fail gpu_kill "$KILL_ERR" "$kl"
+	fi
+fi
+
+# gpu_restore_kill: crest restore of a CUDA job killed with -9 once CRIU
+# has its processes back, at a random moment of the driver's restore (or
+# just before it). Until crest restores and unlocks their GPU state they
+# hold it in host memory and cannot use the GPU; a crest killed there left
+# the job so for good. The restore's guard (restore/guard.h) brings it
+# back: the job must run to its end with output equal to an uninterrupted
+# run's.
+if cuda_ready gpu_restore_kill "restores need root (CRIU)"; then
+	rw=$WORK/rkill RK_ERR="" t=$SECONDS seed=${GPU_RKILL_SEED:-$$}
+	RANDOM=$seed
+	mkdir -p "$rw"
+	rl=$LOGS/gpu_restore_kill.log
+	echo "seed $seed (GPU_RKILL_SEED replays the delay)" >"$rl"
+	wl=(--mib 1024 --steps 80 --interval-ms 100 --change-pct 0.5 --seed 77)
+	me="crest-workload-gpu --mib 1024 --steps 80 "
+	"${RUN[@]}" "$(bin crest-workload-gpu)" "${wl[@]}" >"$rw/ref.out" 2>>"$rl"
+	setsid "${RUN[@]}" "$(bin crest-workload-gpu)" "${wl[@]}" >"$rw/job.out" 2>>"$rl" </dev/null &
+	rjob=$!
+	for i in $(seq 1 300); do [ "$(wc -l <"$rw/job.out")" -ge 20 ] && break; sleep 0.1; done
+	"${RUN[@]}" "$(bin crest)" --store "$rw/store" --quiet checkpoint --pid "$rjob" --kill --tag k >>"$rl" 2>&1 ||
+		RK_ERR="the checkpoint failed"
+	wait "$rjob" 2>/dev/null
+	d=$((RANDOM % 300)) rp=""
+	if [ -z "$RK_ERR" ]; then
+		"${RUN[@]}" "$(bin crest)" --store "$rw/store" --quiet restore k >>"$rl" 2>&1 &
+		rs=$!
+		# The job's processes appear while CRIU restores them; crest
+		# serves CRIU its images, so a kill before CRIU is done fails the
+		# restore (files put back: the other guard's case). Aim after it,
+		# into the driver's restore.
+		for i in $(seq 1 3000); do rp=$(pgrep -f -- "$me" | head -1); [ -n "$rp" ] && break; sleep 0.01; done
+		for i in $(seq 1 3000); do pgrep -P "$rs" -f criu >/dev/null || break; sleep 0.01; done
+		sleep "$(awk "BEGIN { print $d / 1000 }")"
+		kill -9 "$rs" 2>/dev/null
+		wait "$rs" 2>/dev/null
+		[ -n "$rp" ] || RK_ERR="the restored job never appeared"
+	fi
+	if [ -z "$RK_ERR" ]; then
+		for i in $(seq 1 900); do kill -0 "$rp" 2>/dev/null || break; sleep 0.1; done
+		if kill -0 "$rp" 2>/dev/null; then
+			RK_ERR="the restored job did not end within 90 s of crest's kill at $d ms ($(wc -l <"$rw/job.out") lines)"
+			kill -9 "$rp" 2>/dev/null
+		fi
+	fi
+	for i in $(seq 1 100); do pgrep -x crest-rguard >/dev/null || break; sleep 0.1; done
+	nref=$(wc -l <"$rw/ref.out")
+	if [ -z "$RK_ERR" ] && ! cmp -s "$rw/job.out" "$rw/ref.out"; then
+		RK_ERR="the job's output differs from an uninterrupted run's ($(wc -l <"$rw/job.out") of $nref lines)"
+	fi
+	guard=$(grep -o "the restore ended without crest.*" "$rl" | head -1)
+	{ echo "killed crest restore $d ms after its CRIU ended"; echo "== job.out (last lines)"; tail -3 "$rw/job.out"; } >>"$rl" 2>&1
+	if [ -z "$RK_ERR" ]; then
+		pass gpu_restore_kill "a CUDA job of 1024 MiB, crest restore killed -9 ${d} ms after its CRIU ended: ${guard:-crest had finished (no guard needed)}; its output identical to an uninterrupted run's ($nref lines), $((SECONDS - t)) s"
+	else
+		fail gpu_restore_kill "$RK_ERR" "$rl"
 	fi
 fi
 
