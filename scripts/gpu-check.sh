@@ -571,8 +571,8 @@ if cuda_ready gpu_kill "checkpoints need root (CRIU)"; then
 fi
 
 # gpu_restore_kill: crest restore of a CUDA job killed with -9 once CRIU
-# has its processes back, at a random moment of the driver's restore (or
-# just before it). Until crest restores and unlocks their GPU state they
+# has its processes back, at a random moment early in the driver's
+# restore. Until crest restores and unlocks their GPU state they
 # hold it in host memory and cannot use the GPU; a crest killed there left
 # the job so for good. The restore's guard (restore/guard.h) brings it
 # back: the job must run to its end with output equal to an uninterrupted
@@ -592,7 +592,9 @@ if cuda_ready gpu_restore_kill "restores need root (CRIU)"; then
 	"${RUN[@]}" "$(bin crest)" --store "$rw/store" --quiet checkpoint --pid "$rjob" --kill --tag k >>"$rl" 2>&1 ||
 		RK_ERR="the checkpoint failed"
 	wait "$rjob" 2>/dev/null
-	d=$((RANDOM % 300)) rp=""
+	# The driver restores 1 GiB in about a quarter of a second: a kill
+	# within 60 ms of CRIU's end lands inside it (244 ms came after it).
+	d=$((RANDOM % 60)) rp=""
 	if [ -z "$RK_ERR" ]; then
 		"${RUN[@]}" "$(bin crest)" --store "$rw/store" --quiet restore k >>"$rl" 2>&1 &
 		rs=$!
