@@ -39,7 +39,7 @@ struct mapping {
 };
 
 struct hostcache {
-	char *dir, *path;
+	char *path;
 	uint64_t hint_at;             /* the hint's offset in the current file */
 	struct entry *e;              /* the current layout */
 	size_t n;
@@ -161,17 +161,26 @@ static int map_file(int fd, size_t len, struct mapping *m)
 	return 0;
 }
 
-int hostcache_open(const char *dir, const char *name, struct hostcache **out)
+int hostcache_dir_check(const char *dir)
 {
 	struct stat st;
 	if (stat(dir, &st) < 0)
 		return crest_errf(-errno, "host cache directory %s", dir);
 	if (!S_ISDIR(st.st_mode))
 		return crest_errx(-ENOTDIR, "host cache directory %s: not a directory", dir);
+	return 0;
+}
+
+int hostcache_open(const char *dir, const char *name, struct hostcache **out)
+{
+	int rc = hostcache_dir_check(dir);
+	if (rc < 0)
+		return rc;
 	if (access(dir, W_OK | X_OK) < 0)
 		return crest_errf(-errno, "host cache directory %s", dir);
+	struct stat st;
 	struct hostcache *hc = calloc(1, sizeof(*hc));
-	if (!hc || !(hc->dir = strdup(dir)) || asprintf(&hc->path, "%s/%s", dir, name) < 0) {
+	if (!hc || asprintf(&hc->path, "%s/%s", dir, name) < 0) {
 		if (hc)
 			hc->path = NULL;
 		hostcache_close(hc);
@@ -214,14 +223,8 @@ void hostcache_close(struct hostcache *hc)
 		munmap(hc->cur.p, hc->cur.len);
 	hostcache_forget_old(hc);
 	entries_free(hc->e, hc->n);
-	free(hc->dir);
 	free(hc->path);
 	free(hc);
-}
-
-const char *hostcache_path(const struct hostcache *hc)
-{
-	return hc->path;
 }
 
 static bool same_layout(const struct hostcache *hc, const struct hostcache_region *r, size_t n)

@@ -73,6 +73,11 @@ struct hostcache_region {
  * and 16 hex digits of SHA-256(store path, NUL, gpu uuid). cap >= 29. */
 int hostcache_name(const char *store, const uint8_t uuid[16], char *out, size_t cap);
 
+/* 0 when dir is a directory; else a negative code and "host cache
+ * directory DIR: why". hostcache_open checks this first; a caller with no
+ * cache to open (no GPU) checks the option the same way. */
+int hostcache_dir_check(const char *dir);
+
 /* A handle on dir/name. An existing file's layout is read when it checks
  * out (see the top); otherwise the cache starts empty, and the first
  * hostcache_layout writes it. Fails only for dir itself (not a directory,
@@ -110,8 +115,5 @@ int hostcache_to_device(const uint8_t *src, uint64_t len, const struct cudrv *d,
  * it). hostcache_hint_is answers whether it said id. */
 void hostcache_hint_set(struct hostcache *hc, const uint8_t id[32]);
 bool hostcache_hint_is(const struct hostcache *hc, const uint8_t id[32]);
-
-/* The file's path, for messages. */
-const char *hostcache_path(const struct hostcache *hc);
 
 #endif

@@ -77,7 +77,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -740,13 +739,8 @@ static int cache_open(crest_t *c, const char *dir)
 {
 	if (!(c->o.host_cache = strdup(dir)))
 		return crest_errf(-ENOMEM, "opening the host cache in %s", dir);
-	struct stat st;
-	if (stat(dir, &st) < 0)
-		return crest_errf(-errno, "host cache directory %s", dir);
-	if (!S_ISDIR(st.st_mode))
-		return crest_errx(-ENOTDIR, "host cache directory %s: not a directory", dir);
 	if (!c->d)
-		return 0;
+		return hostcache_dir_check(dir);
 	CUuuid uuid;
 	char *real = realpath(c->store_dir, NULL), name[64];
 	int rc = real ? 0 : crest_errf(-errno, "resolving the store's path %s", c->store_dir);
