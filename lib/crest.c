@@ -970,6 +970,15 @@ static int region_check(crest_t *c, const struct region *r)
 	return 0;
 }
 
+/* The size the engine cuts region streams in, as the GPU hashes them; 0
+ * when it cuts them by content (no GPU hashing, no cache check). */
+static uint32_t region_chunk(void)
+{
+	struct engine_opts eo;
+	engine_opts_default(&eo);
+	return eo.memory_chunking.kind == DEDUP_FIXED ? eo.memory_chunking.avg : 0;
+}
+
 int crest_register(crest_t *ch, const char *name, void *ptr, size_t size, enum crest_mem mem, crest_region_t *out)
 {
 	crest_t *c;
@@ -1024,15 +1033,12 @@ int crest_register(crest_t *ch, const char *name, void *ptr, size_t size, enum c
 		 * copy streams, the kernels (the driver compiles them: a third
 		 * of a second on a fresh H100), the digests. Best effort: the
 		 * checkpoint tries again, or copies whole. */
-		struct engine_opts eo;
-		engine_opts_default(&eo);
 		struct region *nr = &c->regions[c->nregions - 1];
 		const struct capture_region cr = { .name = nr->name, .ptr = nr->ptr, .size = nr->size, .device = true,
 						   .ctx = nr->ctx, .dig = &nr->dig };
 		CUcontext saved = NULL;
 		c->d->CtxGetCurrent(&saved);
-		capture_prepare(c->copier, &cr,
-				eo.memory_chunking.kind == DEDUP_FIXED ? eo.memory_chunking.avg : 0);
+		capture_prepare(c->copier, &cr, region_chunk());
 		c->d->CtxSetCurrent(saved);
 	}
 	return 0;
@@ -1480,9 +1486,7 @@ static int restore_locked(crest_t *c, const char *snapshot, struct crest_restore
 static void cache_restore(crest_t *c, const struct cas_manifest *m, const uint8_t id[32],
 			  const struct capture_region *cr, bool *skip, uint64_t *bytes)
 {
-	struct engine_opts eo;
-	engine_opts_default(&eo);
-	const uint32_t chunk = eo.memory_chunking.kind == DEDUP_FIXED ? eo.memory_chunking.avg : 0;
+	const uint32_t chunk = region_chunk();
 	for (size_t i = 0; chunk && i < c->nregions; i++) {
 		const uint8_t *src = cr[i].device ? hostcache_find(c->cache, cr[i].name, cr[i].size) : NULL;
 		const struct cas_stream *st = cas_manifest_find(m, cr[i].name);
