@@ -3,7 +3,8 @@
 # snapshots (a data tree of some MiB, 4 KiB blocks rewritten at random all
 # over it, so nearly every 1 MiB pack holds dead records once the old
 # snapshots expire), then `casctl gc --keep-last 2 --rewrite-below 1.0` in
-# the background, killed after 0-300 ms. After each round:
+# the background, killed at a random moment of the run (the window is the
+# longest run seen so far, at first 300 ms). After each round:
 #  - casctl verify passes as the store is; if it does not (a commit in
 #    doubt, which the next writer's open settles), a writer opens it (a
 #    tiny put) and verify must pass then;
@@ -62,9 +63,9 @@ def write_new(path, content):
     os.rename(path + ".tmp", path)
 
 nfiles = 6
-# About 8 MiB in all: gc's rewrite then takes a few hundred ms, so kills
-# in 0-300 ms land at every step. A sanitizer build is slower at
-# everything, gc included, so it needs less data for the same spread.
+# About 8 MiB in all: gc's rewrite then has many steps (groups, commits)
+# for the kills to land between. A sanitizer build is slower at
+# everything, gc included, so it needs less data.
 per_file = max(16, (8 << 20) // B // max(1, scale // 2) // nfiles)
 for i in range(nfiles):
     write_new(os.path.join(data, f"f{i}"), b"".join(block() for _ in range(per_file)))
@@ -152,13 +153,19 @@ for rnd in range(rounds):
     keep = model(ss)
     if keep == before:
         fail(f"round {rnd}: nothing to expire")
-    delay = rng.randrange(0, 301) / 1000.0
+    # The kill lands anywhere in a whole run: the window is the longest
+    # run seen so far, a little more so some runs finish, and starts at
+    # 300 ms. A fixed window let a fast machine finish every gc inside
+    # it, and then no round tested a kill at all.
+    delay = rng.random() * 1.1 * (max(t_gc) if t_gc else 0.3)
     t0 = time.monotonic()
     gc = subprocess.Popen(GC, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    time.sleep(delay)
-    if gc.poll() is None:
+    try:
+        gc.wait(timeout=delay)
+    except subprocess.TimeoutExpired:
         gc.send_signal(signal.SIGKILL)
         gc.wait()
+    if gc.returncode == -signal.SIGKILL:
         killed += 1
         how = "killed"
     else:
@@ -192,7 +199,8 @@ for rnd in range(rounds):
     if how == "killed":
         where["nothing forgotten" if listed - new == before else
               "forgotten" if listed - new == keep else "partly forgotten"] += 1
-    print(f"   round {rnd}: {how} after {delay * 1000:.0f} ms; {len(before)} -> {len(listed)} snapshots "
+    took = delay if how == "killed" else t_gc[-1]
+    print(f"   round {rnd}: {how} after {took * 1000:.0f} ms; {len(before)} -> {len(listed)} snapshots "
           f"(policy keeps {len(keep)}), all restore")
 
 print(f"ok: {rounds} rounds: {killed} killed mid-run, {finished} finished"
