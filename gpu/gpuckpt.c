@@ -4,6 +4,7 @@
 #include "util/progress.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -120,20 +121,40 @@ static bool all_running(const struct cudrv *d, const pid_t *pids, size_t n)
 	return true;
 }
 
+/* The pids of v[0..n) still alive, moved to its front; how many. A process
+ * that has exited has no GPU state left to bring back, and the driver
+ * answers for it only with an error. */
+static size_t live_first(pid_t *v, size_t n)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (kill(v[i], 0) == 0 || errno != ESRCH)
+			v[k++] = v[i];
+	return k;
+}
+
 int gpuckpt_settle(const struct cudrv *d, const pid_t *pids, size_t n, const struct gpuckpt_map *map,
 		   size_t nmap, unsigned settle_ms, unsigned max_s)
 {
 	if (!n)
 		return 0;
+	pid_t *live = malloc(n * sizeof(*live));
+	if (!live)
+		return crest_errf(-ENOMEM, "the CUDA processes to bring back");
+	memcpy(live, pids, n * sizeof(*live));
 	const uint64_t deadline = time_now_ns() + (uint64_t)max_s * 1000000000ull;
 	unsigned stable = 0;
 	int rc = 0;
 	while (stable < settle_ms && time_now_ns() < deadline) {
-		rc = gpuckpt_resume(d, pids, n, map, nmap);
-		stable = rc == 0 && all_running(d, pids, n) ? stable + 100 : 0;
+		/* Only the ones still there: one that exited meanwhile would
+		 * fail every round, and the rest never count as settled. */
+		n = live_first(live, n);
+		rc = gpuckpt_resume(d, live, n, map, nmap);
+		stable = rc == 0 && all_running(d, live, n) ? stable + 100 : 0;
 		const struct timespec ms100 = { 0, 100 * 1000 * 1000 };
 		nanosleep(&ms100, NULL);
 	}
+	free(live);
 	return rc;
 }
 
