@@ -5,24 +5,16 @@
 # of the same run: cp of the same file between the same tmpfs folders.
 # Issue 14's rows "crest put into tmpfs" and "crest get into tmpfs
 # (>= 10 GB/s)". Every restored file is compared with its source.
-# Runs from the repository root with binaries from .gpu/ (the GPU machine:
-# scripts/gpu-check.sh --bundle, plus build/tests/store/store_tool) or
-# build/ (here).
+# Runs from the repository root with binaries from .gpu/ or build/
+# (bins.sh).
 set -u
 gib=${1:-8}
 dir=${2:-/dev/shm}
-if [ -x .gpu/run ] && [ -x .gpu/bin/store_tool ]; then
-	crest() { .gpu/run crest "$@"; }
-	store_tool() { .gpu/run store_tool "$@"; }
-else
-	crest() { build/cli/crest "$@"; }
-	store_tool() { build/tests/store/store_tool "$@"; }
-fi
+. "$(dirname "$0")/bins.sh"
 w=$dir/crest-get-bench
 rm -rf "$w" && mkdir -p "$w/src" "$w/out" "$w/cp"
 echo "get_tmpfs: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cpus, $gib GiB in $dir ($(findmnt -no FSTYPE,OPTIONS -T "$dir")), $(crest --version | head -1)"
 store_tool memory "$w/src/mem" "${gib}G" 7 >/dev/null
-now() { date +%s.%N; }
 rate() { awk -v b="$1" -v t0="$2" -v t1="$3" 'BEGIN { printf "%.2f", b / (t1 - t0) / 1e9 }'; }
 bytes=$((gib * 1073741824))
 t0=$(now); cp "$w/src/mem" "$w/cp/mem"; t1=$(now)

@@ -7,21 +7,12 @@
 # bytes". Three rounds, dd and put alternating, each into a fresh file or
 # store; the ratio is crest's stored bytes per second over dd's bytes per
 # second, medians of the three. Every store is checked with casctl verify.
-# Runs from the repository root with binaries from .gpu/ (the GPU machine:
-# scripts/gpu-check.sh --bundle, plus build/tests/store/store_tool) or
-# build/ (here).
+# Runs from the repository root with binaries from .gpu/ or build/
+# (bins.sh).
 set -u
 gib=${1:-8}
 dir=${2:-/var/tmp}
-if [ -x .gpu/run ] && [ -x .gpu/bin/store_tool ]; then
-	crest() { .gpu/run crest "$@"; }
-	casctl() { .gpu/run casctl "$@"; }
-	store_tool() { .gpu/run store_tool "$@"; }
-else
-	crest() { build/cli/crest "$@"; }
-	casctl() { build/cli/casctl "$@"; }
-	store_tool() { build/tests/store/store_tool "$@"; }
-fi
+. "$(dirname "$0")/bins.sh"
 src=$(mktemp -d /dev/shm/crest-put-disk.XXXXXX)
 w=$dir/crest-put-disk
 rm -rf "$w" && mkdir -p "$w"
@@ -29,7 +20,6 @@ trap 'rm -rf "$src" "$w"' EXIT
 echo "put_disk: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cpus, $gib GiB from /dev/shm to $dir ($(findmnt -no SOURCE,FSTYPE -T "$dir")), $(crest --version | head -1)"
 store_tool memory "$src/mem" "${gib}G" 11 >/dev/null
 bytes=$((gib * 1073741824))
-now() { date +%s.%N; }
 med() { sort -n | sed -n 2p; }
 : >"$w/dd.txt"; : >"$w/put.txt"
 for r in 1 2 3; do

@@ -1,0 +1,15 @@
+# bins.sh - sourced by the sh benchmarks that run on the GPU machine as well
+# as here (put_disk.sh, get_tmpfs.sh), from the repository root: crest,
+# casctl and store_tool from .gpu/ (scripts/gpu-check.sh --bundle, plus
+# build/tests/store/store_tool) when it is there, else from build/; and now,
+# the time in seconds with nanoseconds.
+if [ -x .gpu/run ] && [ -x .gpu/bin/store_tool ]; then
+	crest() { .gpu/run crest "$@"; }
+	casctl() { .gpu/run casctl "$@"; }
+	store_tool() { .gpu/run store_tool "$@"; }
+else
+	crest() { build/cli/crest "$@"; }
+	casctl() { build/cli/casctl "$@"; }
+	store_tool() { build/tests/store/store_tool "$@"; }
+fi
+now() { date +%s.%N; }
