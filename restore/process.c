@@ -6,6 +6,7 @@
 #include "os/pidns.h"
 #include "os/proc.h"
 #include "util/err.h"
+#include "util/fault.h"
 #include "util/fs.h"
 #include "util/progress.h"
 
@@ -971,6 +972,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	uint64_t t2 = time_now_ns();
 	r->criu_ns = t2 - t1;
 	if (rc == 0 && ncuda) {
+		crest_fault_die("restore.cuda");   /* tests only: util/fault.h */
 		rc = cuda_in ? pidns_host_pids(r->pid, cuda_in, ncuda, cuda) : 0;
 		if (rc == 0)
 			rc = gpuckpt_resume(d, cuda, ncuda, gmap, ngmap);

@@ -13,6 +13,13 @@
  *
  * Sites: "pack.write" (a pack write's completion), "pack.sync" (an early
  * data sync of a finished pack).
+ *
+ * crest_fault_die(site) kills the calling process with SIGKILL when
+ * CREST_FAULT_DIE names the site, after one line on stderr: a crash at an
+ * exact step, for the tests of what a guard does when crest dies there,
+ * where a kill timed from outside lands too early or too late. Sites:
+ * "restore.cuda" (a process restore after CRIU, before the driver gives
+ * the processes their GPU state back).
  */
 #ifndef CREST_UTIL_FAULT_H
 #define CREST_UTIL_FAULT_H
@@ -20,6 +27,7 @@
 #include <stdatomic.h>
 
 int crest_fault_res_slow(const char *site, int res);
+void crest_fault_die(const char *site);
 
 extern atomic_int crest_fault_on;   /* -1 not read yet, 0 off, 1 on */
 
