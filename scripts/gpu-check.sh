@@ -40,9 +40,10 @@
 #   gpu_kill    crest checkpoint of a CUDA job killed -9 three times: twice
 #               while criu dumps it, once at any moment: the job runs on (the guard gives its driver state
 #               back), its output equal to an uninterrupted run's
-#   gpu_restore_kill  crest restore of a CUDA job killed -9 just after CRIU
-#               brought it back: the restore's guard restores and unlocks its
-#               GPU state, and its output equals an uninterrupted run's
+#   gpu_restore_kill  crest restore of a CUDA job killed -9 after CRIU
+#               brought it back: once exactly before the driver's restore
+#               (the guard must restore and unlock its GPU state), once at
+#               a random moment; each output equals an uninterrupted run's
 #   train       python/examples/train.py --mode check --device cuda: PyTorch
 #               training SIGKILLed, resumed in a fresh process, losses bit for bit
 #   bench_gpu   crest bench restore --to gpu on gpu_multi's store: GB/s against
@@ -56,6 +57,8 @@
 # else wherever crest finds it (.deps/criu, $CREST_CRIU). Logs go to
 # $OUT/gpu-check/ when $OUT is set (the device tool's output folder), else to
 # $GPU_CHECK_WORK/logs; the stores to $GPU_CHECK_WORK (/tmp/crest-gpu-check).
+# GPU_CHECK_ONLY="NAME ..." runs only the checks named (e.g. to see one fail
+# with a fix reverted).
 #
 # For the lead, two steps. Here, in the checkout's root (nvcc must be here,
 # so that build/cli/crest-workload-gpu exists; criu 4 in .deps/criu):
@@ -147,12 +150,17 @@ fail() {
 	[ -n "${3:-}" ] && [ -s "$3" ] && tail -n 15 "$3" | sed 's/^/    | /'
 	return 0
 }
+# wanted NAME: 0 unless GPU_CHECK_ONLY lists checks and NAME is not one of
+# them (a revert check reruns one check, not all).
+wanted() { [ -z "${GPU_CHECK_ONLY:-}" ] || [[ " $GPU_CHECK_ONLY " == *" $1 "* ]]; }
 # A program's path, or "" when it is not there.
 have() { local p; p=$(bin "$1"); [ -f "$p" ] && [ -x "$p" ] && echo "$p"; }
 # cuda_ready NAME WHY: 0 when a check of a CUDA job under CRIU can run (a
 # GPU, root, the job built); else it says why (skip, or fail) and is 1.
 cuda_ready() {
-	if [ $GPU = 0 ]; then
+	if ! wanted "$1"; then
+		:
+	elif [ $GPU = 0 ]; then
 		skip "$1" "no GPU here"
 	elif [ "$(id -u)" != 0 ]; then
 		skip "$1" "$2"
@@ -186,6 +194,7 @@ fi
 	else
 		echo "gpu-check: no GPU here (nvidia-smi lists none)"
 	fi
+	[ -z "${GPU_CHECK_ONLY:-}" ] || echo "gpu-check: only $GPU_CHECK_ONLY (GPU_CHECK_ONLY)"
 } | tee "$LOGS/machine.txt"
 
 # A library test program: pass on 0, skip on 77 (with its reason), else fail.
@@ -194,6 +203,7 @@ fi
 lib_check() {  # lib_check NAME STORE LIMIT PROGRAM ARGS...
 	local name=$1 store=$2 limit=$3 prog=$4
 	shift 4
+	wanted "$name" || return
 	if [ -z "$(have "$prog")" ]; then
 		fail "$name" "$prog was not built ($(bin "$prog") is missing)"
 		return
@@ -282,7 +292,9 @@ rm -rf "$HC"
 # 2d. The same with the cache's tmpfs far too small (64 MiB for 1 GiB): the
 # job must live (a store into a tmpfs page that cannot be had is a SIGBUS),
 # and the restore come from the store.
-if [ $GPU = 0 ]; then
+if ! wanted gpu_cache_full; then
+	:
+elif [ $GPU = 0 ]; then
 	skip gpu_cache_full "no GPU here"
 elif [ "$(id -u)" != 0 ]; then
 	skip gpu_cache_full "mounting a small tmpfs needs root"
@@ -309,7 +321,9 @@ fi
 
 # 3. The README's main job on the GPU: checkpoints while it runs, restore
 # from a later snapshot, output equal to an uninterrupted run.
-if [ $GPU = 0 ]; then
+if ! wanted demo; then
+	:
+elif [ $GPU = 0 ]; then
 	skip demo "no GPU here"
 elif [ "$(id -u)" != 0 ]; then
 	skip demo "crest demo needs root (CRIU)"
@@ -385,7 +399,9 @@ move_run() {  # move_run WHAT ARGS...: restore, then wait for the job; sets MOVE
 }
 ngpu=0
 [ $GPU = 1 ] && ngpu=$(nvidia-smi -L | grep -c '^GPU ')
-if [ $GPU = 0 ]; then
+if ! wanted gpu_move; then
+	:
+elif [ $GPU = 0 ]; then
 	skip gpu_move "no GPU here"
 elif [ "$ngpu" -lt 2 ]; then
 	skip gpu_move "one GPU here: moving a job needs two (nvidia-h200-x2)"
@@ -511,6 +527,20 @@ if cuda_ready gpu_clone "crest run and clone need root (CRIU)"; then
 	fi
 fi
 
+# gpu_job DIR LOG [ref] ARGS...: a crest-workload-gpu job in the background,
+# its own session, its output in DIR/job.out, its pid in JOB; with "ref",
+# an uninterrupted run of it first, into DIR/ref.out, to compare with.
+gpu_job() {
+	local dir=$1 log=$2
+	shift 2
+	if [ "$1" = ref ]; then
+		shift
+		"${RUN[@]}" "$(bin crest-workload-gpu)" "$@" >"$dir/ref.out" 2>>"$log"
+	fi
+	setsid "${RUN[@]}" "$(bin crest-workload-gpu)" "$@" >"$dir/job.out" 2>>"$log" </dev/null &
+	JOB=$!
+}
+
 # gpu_kill: crest checkpoint of a CUDA job killed with -9 at random moments,
 # three times. Between the freeze and the resume the job's driver state is
 # locked and checkpointed; a crest killed there left it so, and the job
@@ -522,10 +552,8 @@ if cuda_ready gpu_kill "checkpoints need root (CRIU)"; then
 	mkdir -p "$kw"
 	kl=$LOGS/gpu_kill.log
 	echo "seed $seed (GPU_KILL_SEED replays the delays)" >"$kl"
-	wl=(--mib 1024 --steps 150 --interval-ms 100 --change-pct 0.5)
-	"${RUN[@]}" "$(bin crest-workload-gpu)" "${wl[@]}" >"$kw/ref.out" 2>>"$kl"
-	setsid "${RUN[@]}" "$(bin crest-workload-gpu)" "${wl[@]}" >"$kw/job.out" 2>>"$kl" </dev/null &
-	kjob=$!
+	gpu_job "$kw" "$kl" ref --mib 1024 --steps 150 --interval-ms 100 --change-pct 0.5
+	kjob=$JOB
 	delays=""
 	for r in 1 2 3; do
 		for i in $(seq 1 300); do [ "$(wc -l <"$kw/job.out")" -ge $((r * 25)) ] && break; sleep 0.1; done
@@ -570,13 +598,54 @@ if cuda_ready gpu_kill "checkpoints need root (CRIU)"; then
 	fi
 fi
 
-# gpu_restore_kill: crest restore of a CUDA job killed with -9 once CRIU
-# has its processes back, at a random moment early in the driver's
-# restore. Until crest restores and unlocks their GPU state they
-# hold it in host memory and cannot use the GPU; a crest killed there left
-# the job so for good. The restore's guard (restore/guard.h) brings it
+# gpu_restore_kill: crest restore of a CUDA job killed with -9 after CRIU
+# has its processes back. Until crest restores and unlocks their GPU state
+# they hold it in host memory and cannot use the GPU; a crest killed there
+# left the job so for good. The restore's guard (restore/guard.h) brings it
 # back: the job must run to its end with output equal to an uninterrupted
-# run's.
+# run's. Two rounds: crest killed exactly there (util/fault.h's
+# CREST_FAULT_DIE=restore.cuda), where the guard must say it brought the
+# GPU state back; then killed from outside at a random moment soon after
+# CRIU ended, where crest may have finished first.
+rk_round() {  # rk_round NAME [ENV...]: sets RK_ERR, RK_SAID
+	local name=$1 rjob rs rp="" i
+	shift
+	RK_SAID=""
+	gpu_job "$rw" "$rl" "${wl[@]}"
+	rjob=$JOB
+	for i in $(seq 1 300); do [ "$(wc -l <"$rw/job.out")" -ge 20 ] && break; sleep 0.1; done
+	"${RUN[@]}" "$(bin crest)" --store "$rw/store" --quiet checkpoint --pid "$rjob" --kill --tag "$name" >>"$rl" 2>&1 ||
+		{ RK_ERR="$name: the checkpoint failed"; return; }
+	wait "$rjob" 2>/dev/null
+	local mark
+	mark=$(wc -l <"$rl")
+	env "$@" "${RUN[@]}" "$(bin crest)" --store "$rw/store" --quiet restore "$name" >>"$rl" 2>&1 &
+	rs=$!
+	# The job's processes appear while CRIU restores them.
+	for i in $(seq 1 3000); do rp=$(pgrep -f -- "$me" | head -1); [ -n "$rp" ] && break; sleep 0.01; done
+	if [ $# -eq 0 ]; then
+		# crest serves CRIU its images, so a kill before CRIU is done
+		# fails the restore (files put back: the other guard's case).
+		# Aim after it, into the driver's restore.
+		for i in $(seq 1 3000); do pgrep -P "$rs" -f criu >/dev/null || break; sleep 0.01; done
+		sleep "$(printf '0.%03d' "$d")"
+		kill -9 "$rs" 2>/dev/null
+	fi
+	wait "$rs" 2>/dev/null
+	[ -n "$rp" ] || { RK_ERR="$name: the restored job never appeared"; return; }
+	for i in $(seq 1 900); do kill -0 "$rp" 2>/dev/null || break; sleep 0.1; done
+	if kill -0 "$rp" 2>/dev/null; then
+		RK_ERR="$name: the restored job did not end within 90 s of crest's death ($(wc -l <"$rw/job.out") lines)"
+		kill -9 "$rp" 2>/dev/null
+		return
+	fi
+	for i in $(seq 1 100); do pgrep -x crest-rguard >/dev/null || break; sleep 0.1; done
+	RK_SAID=$(tail -n +"$((mark + 1))" "$rl" | grep -o "the restore ended without crest.*" | head -1)
+	if ! cmp -s "$rw/job.out" "$rw/ref.out"; then
+		RK_ERR="$name: the job's output differs from an uninterrupted run's ($(wc -l <"$rw/job.out") of $(wc -l <"$rw/ref.out") lines)"
+	fi
+	{ echo "== $name: job.out (last lines)"; tail -3 "$rw/job.out"; } >>"$rl" 2>&1
+}
 if cuda_ready gpu_restore_kill "restores need root (CRIU)"; then
 	rw=$WORK/rkill RK_ERR="" t=$SECONDS seed=${GPU_RKILL_SEED:-$$}
 	RANDOM=$seed
@@ -586,45 +655,20 @@ if cuda_ready gpu_restore_kill "restores need root (CRIU)"; then
 	wl=(--mib 1024 --steps 80 --interval-ms 100 --change-pct 0.5 --seed 77)
 	me="crest-workload-gpu --mib 1024 --steps 80 "
 	"${RUN[@]}" "$(bin crest-workload-gpu)" "${wl[@]}" >"$rw/ref.out" 2>>"$rl"
-	setsid "${RUN[@]}" "$(bin crest-workload-gpu)" "${wl[@]}" >"$rw/job.out" 2>>"$rl" </dev/null &
-	rjob=$!
-	for i in $(seq 1 300); do [ "$(wc -l <"$rw/job.out")" -ge 20 ] && break; sleep 0.1; done
-	"${RUN[@]}" "$(bin crest)" --store "$rw/store" --quiet checkpoint --pid "$rjob" --kill --tag k >>"$rl" 2>&1 ||
-		RK_ERR="the checkpoint failed"
-	wait "$rjob" 2>/dev/null
 	# The driver restores 1 GiB in about a quarter of a second: a kill
-	# within 60 ms of CRIU's end lands inside it (244 ms came after it).
-	d=$((RANDOM % 60)) rp=""
-	if [ -z "$RK_ERR" ]; then
-		"${RUN[@]}" "$(bin crest)" --store "$rw/store" --quiet restore k >>"$rl" 2>&1 &
-		rs=$!
-		# The job's processes appear while CRIU restores them; crest
-		# serves CRIU its images, so a kill before CRIU is done fails the
-		# restore (files put back: the other guard's case). Aim after it,
-		# into the driver's restore.
-		for i in $(seq 1 3000); do rp=$(pgrep -f -- "$me" | head -1); [ -n "$rp" ] && break; sleep 0.01; done
-		for i in $(seq 1 3000); do pgrep -P "$rs" -f criu >/dev/null || break; sleep 0.01; done
-		sleep "$(awk "BEGIN { print $d / 1000 }")"
-		kill -9 "$rs" 2>/dev/null
-		wait "$rs" 2>/dev/null
-		[ -n "$rp" ] || RK_ERR="the restored job never appeared"
+	# within 60 ms of CRIU's end may land inside it.
+	d=$((RANDOM % 60))
+	rk_round exact CREST_FAULT_DIE=restore.cuda
+	said_exact=$RK_SAID
+	if [ -z "$RK_ERR" ] && [[ "$said_exact" != *"their GPU state was brought back"* ]]; then
+		RK_ERR="exact: crest died before the driver's restore, and the guard did not say it brought the GPU state back: ${said_exact:-nothing}"
 	fi
-	if [ -z "$RK_ERR" ]; then
-		for i in $(seq 1 900); do kill -0 "$rp" 2>/dev/null || break; sleep 0.1; done
-		if kill -0 "$rp" 2>/dev/null; then
-			RK_ERR="the restored job did not end within 90 s of crest's kill at $d ms ($(wc -l <"$rw/job.out") lines)"
-			kill -9 "$rp" 2>/dev/null
-		fi
-	fi
-	for i in $(seq 1 100); do pgrep -x crest-rguard >/dev/null || break; sleep 0.1; done
+	[ -n "$RK_ERR" ] || rk_round timed
+	said_timed=$RK_SAID
 	nref=$(wc -l <"$rw/ref.out")
-	if [ -z "$RK_ERR" ] && ! cmp -s "$rw/job.out" "$rw/ref.out"; then
-		RK_ERR="the job's output differs from an uninterrupted run's ($(wc -l <"$rw/job.out") of $nref lines)"
-	fi
-	guard=$(grep -o "the restore ended without crest.*" "$rl" | head -1)
-	{ echo "killed crest restore $d ms after its CRIU ended"; echo "== job.out (last lines)"; tail -3 "$rw/job.out"; } >>"$rl" 2>&1
+	echo "killed the timed crest restore $d ms after its CRIU ended" >>"$rl"
 	if [ -z "$RK_ERR" ]; then
-		pass gpu_restore_kill "a CUDA job of 1024 MiB, crest restore killed -9 ${d} ms after its CRIU ended: ${guard:-crest had finished (no guard needed)}; its output identical to an uninterrupted run's ($nref lines), $((SECONDS - t)) s"
+		pass gpu_restore_kill "a CUDA job of 1024 MiB, crest restore killed before the driver's restore: ${said_exact#the restore ended without crest (was it killed?): }; killed -9 ${d} ms after its CRIU ended: ${said_timed:-crest had finished (no guard needed)}; both outputs identical to an uninterrupted run's ($nref lines), $((SECONDS - t)) s"
 	else
 		fail gpu_restore_kill "$RK_ERR" "$rl"
 	fi
@@ -632,7 +676,9 @@ fi
 
 # 4. PyTorch: killed, resumed in a fresh process, losses bit for bit.
 [ $GPU = 1 ] && torch_ok=$(python3 -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo none)
-if [ $GPU = 0 ]; then
+if ! wanted train; then
+	:
+elif [ $GPU = 0 ]; then
 	skip train "no GPU here"
 elif [ "$torch_ok" = none ]; then
 	skip train "python3 has no torch"
@@ -658,7 +704,9 @@ fi
 # against the pinned+H2D ceiling, and the picture where gnuplot is here.
 bench_snap=$(x crest --store "$WORK/multi" --json log 2>/dev/null | python3 -c \
 	'import json,sys; print(json.load(sys.stdin)[0]["snapshot"])' 2>/dev/null || true)
-if [ $GPU = 0 ]; then
+if ! wanted bench_gpu; then
+	:
+elif [ $GPU = 0 ]; then
 	skip bench_gpu "no GPU here"
 elif [ -z "$bench_snap" ]; then
 	fail bench_gpu "gpu_multi left no snapshot to bench"
@@ -688,7 +736,7 @@ PY
 fi
 
 # 5. Every chunk of every store used, re-read and re-hashed.
-if [ ${#STORES[@]} -eq 0 ]; then
+if [ ${#STORES[@]} -eq 0 ] && [ -z "${GPU_CHECK_ONLY:-}" ]; then
 	skip verify "no store was written (no GPU here)"
 fi
 for s in "${STORES[@]}"; do
