@@ -4,6 +4,7 @@
 #include "os/proc.h"
 #include "os/spawn.h"
 #include "util/err.h"
+#include "util/progress.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -147,13 +148,6 @@ static bool criu_dumping(pid_t root)
 	return found;
 }
 
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 int tp_guard_main(int argc, char **argv)
 {
 	spawn_quiet_signals();
@@ -193,7 +187,7 @@ int tp_guard_main(int argc, char **argv)
 	bool traced = false;
 	while (proc_tree_get((pid_t)root, &t) == 0) {
 		traced = tree_traced(&t) || criu_dumping((pid_t)root);
-		const uint64_t now = now_ms();
+		const uint64_t now = time_now_ns() / 1000000;   /* ms */
 		quiet_since = traced ? 0 : quiet_since ? quiet_since : now;
 		if ((quiet_since && now - quiet_since >= QUIET_MS) || time(NULL) >= deadline) {
 			/* Left stopped (--kill) by CRIU: continued. A job that
