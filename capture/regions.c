@@ -7,6 +7,7 @@
 #include "cas/cas.h"
 #include "cas/history.h"
 #include "gpu/gpusha.h"
+#include "gpu/hostcache.h"
 #include "util/err.h"
 #include "util/progress.h"
 #include "util/sha256.h"
@@ -205,19 +206,11 @@ void capture_copier_close(struct capture_copier *cp)
 /* Allocates the cache's pages under [p, p + n): false when they cannot be
  * had (its tmpfs is full). A plain store into such a page of a shared
  * mapping is a SIGBUS, which would end the job; MADV_POPULATE_WRITE
- * (Linux 5.14) fails instead. Where the kernel lacks it the cache is not
- * written at all, and restores come from the store. */
+ * (Linux 5.14, hostcache_populate) fails instead. Where the kernel lacks
+ * it the cache is not written at all, and restores come from the store. */
 static bool cache_room(uint8_t *p, size_t n)
 {
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
-	static long pg;
-	if (!pg)
-		pg = sysconf(_SC_PAGESIZE);
-	const uintptr_t a = (uintptr_t)p & ~(uintptr_t)(pg - 1);
-	const uintptr_t e = ((uintptr_t)p + n + (uintptr_t)pg - 1) & ~(uintptr_t)(pg - 1);
-	return madvise((void *)a, e - a, MADV_POPULATE_WRITE) == 0;
+	return hostcache_populate(p, n, true) == 0;
 }
 
 /* The engine is done with a slice: its bytes into the host cache, then the

@@ -350,20 +350,24 @@ uint8_t *hostcache_find(const struct hostcache *hc, const char *name, uint64_t s
 	return NULL;
 }
 
-/* The hint's page, there before it is read or written: a file another
- * process wrote may have a hole there, and a tmpfs may be full (SIGBUS). */
-static bool hint_page(const struct hostcache *hc, int advice)
+int hostcache_populate(const void *p, size_t n, bool write)
 {
 	const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-	const uintptr_t p = (uintptr_t)(hc->cur.p + hc->hint_at);
-	const uintptr_t a = p & ~(pg - 1), e = (p + HINT + pg - 1) & ~(pg - 1);
-	return madvise((void *)a, e - a, advice) == 0;
+	const uintptr_t a = (uintptr_t)p & ~(pg - 1), e = ((uintptr_t)p + n + pg - 1) & ~(pg - 1);
+	return madvise((void *)a, e - a, write ? MADV_POPULATE_WRITE : MADV_POPULATE_READ) < 0 ? -errno : 0;
+}
+
+/* The hint's page, there before it is read or written: a file another
+ * process wrote may have a hole there, and a tmpfs may be full (SIGBUS). */
+static bool hint_page(const struct hostcache *hc, bool write)
+{
+	return hostcache_populate(hc->cur.p + hc->hint_at, HINT, write) == 0;
 }
 
 void hostcache_hint_set(struct hostcache *hc, const uint8_t id[32])
 {
 	static const uint8_t none[32];
-	if (!hc || !hc->cur.p || !hint_page(hc, MADV_POPULATE_WRITE))
+	if (!hc || !hc->cur.p || !hint_page(hc, true))
 		return;
 	memcpy(hc->cur.p + hc->hint_at + 8, id ? id : none, 32);
 	memcpy(hc->cur.p + hc->hint_at, HINT_MAGIC, 8);
@@ -371,7 +375,7 @@ void hostcache_hint_set(struct hostcache *hc, const uint8_t id[32])
 
 bool hostcache_hint_is(const struct hostcache *hc, const uint8_t id[32])
 {
-	return hc && hc->cur.p && hint_page(hc, MADV_POPULATE_READ) && !memcmp(hc->cur.p + hc->hint_at, HINT_MAGIC, 8) &&
+	return hc && hc->cur.p && hint_page(hc, false) && !memcmp(hc->cur.p + hc->hint_at, HINT_MAGIC, 8) &&
 	       !memcmp(hc->cur.p + hc->hint_at + 8, id, 32);
 }
 
@@ -434,19 +438,6 @@ static int tls_new(struct par *p, void **out)
 	return 0;
 }
 
-/* Maps the window's pages in one call, before anything reads them. A read
- * of a tmpfs hole allocates a page, so in a full tmpfs a plain read would
- * be a SIGBUS in the job; MADV_POPULATE_READ (Linux 5.14) fails instead,
- * and the region comes from the store. It is also faster: a new process
- * would otherwise fault the cache in 4 KiB at a time (on the H100 host, 8
- * GiB with 16 threads: 0.303 s with it, 0.324 s without). */
-static int populate_read(const uint8_t *p, size_t n)
-{
-	const uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
-	const uintptr_t a = (uintptr_t)p & ~(pg - 1), e = ((uintptr_t)p + n + pg - 1) & ~(pg - 1);
-	return madvise((void *)a, e - a, MADV_POPULATE_READ) < 0 ? -errno : 0;
-}
-
 /* Window i: into the buffer its copy of two windows ago has left. */
 static int window(struct par *p, void *arg, size_t i)
 {
@@ -456,7 +447,13 @@ static int window(struct par *p, void *arg, size_t i)
 	const size_t n = x->len - off < x->win ? (size_t)(x->len - off) : x->win;
 	uint8_t *buf = t->sl->p + (size_t)t->k * x->win;
 	int rc = cudrv_check(x->d, x->d->EventSynchronize(t->ev[t->k]), "waiting for a host-to-device copy");
-	if (rc == 0 && (rc = populate_read(x->src + off, n)) < 0)
+	/* The window's pages in one call, before anything reads them: in a
+	 * full tmpfs this fails where a plain read would be a SIGBUS in the
+	 * job (hostcache_populate), and the region comes from the store. It is
+	 * also faster: a new process would otherwise fault the cache in 4 KiB
+	 * at a time (on the H100 host, 8 GiB with 16 threads: 0.303 s with it,
+	 * 0.324 s without). */
+	if (rc == 0 && (rc = hostcache_populate(x->src + off, n, false)) < 0)
 		return crest_errf(rc, "mapping the host cache at offset %llu (its tmpfs full?)",
 				  (unsigned long long)off);
 	if (rc == 0) {

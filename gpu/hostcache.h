@@ -110,6 +110,15 @@ uint8_t *hostcache_find(const struct hostcache *hc, const char *name, uint64_t s
 int hostcache_to_device(const uint8_t *src, uint64_t len, const struct cudrv *d, CUcontext ctx, CUdeviceptr dst,
 			struct pool *pool, unsigned threads);
 
+/* Makes the cache mapping's pages under [p, p + n) (widened to whole
+ * pages) present, before they are read (write false) or written (write
+ * true): MADV_POPULATE_READ or _WRITE, Linux 5.14. The file lives on a
+ * tmpfs, where touching a hole allocates a page: in a full tmpfs a plain
+ * load or store there is a SIGBUS, which would end the job, while this
+ * fails instead. 0, or -errno (EINVAL on a kernel without it); no message,
+ * as each caller either does without the cache or says what it was doing. */
+int hostcache_populate(const void *p, size_t n, bool write);
+
 /* Records that the cache now holds snapshot id whole (every copy of its
  * checkpoint written); id NULL: that it holds none (a checkpoint is writing
  * it). hostcache_hint_is answers whether it said id. */

@@ -5,7 +5,8 @@
  * cut short, made a symlink or someone else's: each such file is ignored,
  * never read, and the next layout replaces it. And crest_open's refusal of
  * a host cache directory that is not one; and a header whose table cannot
- * be allocated. Seed: CREST_TEST_SEED (printed).
+ * be allocated; and hostcache_populate on ranges off page boundaries and
+ * unmapped. Seed: CREST_TEST_SEED (printed).
  */
 #include "crest.h"
 #include "gpu/hostcache.h"
@@ -15,6 +16,7 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <malloc.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -248,6 +250,18 @@ int main(int argc, char **argv)
 		old_p = l.n ? hostcache_find(hc, l.names[0], l.size[0]) : NULL;
 		old_size = l.n ? l.size[0] : 0;
 		prev = l;
+	}
+	/* hostcache_populate widens a range to whole pages and makes them
+	 * present; a range not mapped at all is an error, not a SIGBUS later.
+	 * EINVAL: a kernel before 5.14, which has no such advice. */
+	uint8_t *r0 = prev.n ? hostcache_find(hc, prev.names[0], prev.size[0]) : NULL;
+	if (r0 && prev.size[0] > 2 && hostcache_populate(r0, 1, false) != -EINVAL) {
+		OK(hostcache_populate(r0 + 1, (size_t)prev.size[0] - 2, false));
+		OK(hostcache_populate(r0 + 1, (size_t)prev.size[0] - 2, true));
+		void *gone = mmap(NULL, 4096, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		CHECK(gone != MAP_FAILED && munmap(gone, 4096) == 0, "no page to unmap");
+		const int rc = hostcache_populate((uint8_t *)gone + 1, 10, true);
+		CHECK(rc == -ENOMEM, "hostcache_populate of an unmapped page: %d, not -ENOMEM", rc);
 	}
 	/* The files replaced, each a whole copy of its regions while mapped,
 	 * let go (no writer left): the current one still there and whole. */
