@@ -354,10 +354,35 @@ static int net_new(void)
 	return fd;
 }
 
+static void pidfile_path(const char *dir, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/restored.pid", dir);
+}
+
+bool criu_restored(const char *dir)
+{
+	char path[PATH_MAX + 32];
+	pidfile_path(dir, path, sizeof(path));
+	return access(path, F_OK) == 0;
+}
+
+int criu_restored_pid(const char *dir, pid_t *out)
+{
+	char path[PATH_MAX + 32];
+	pidfile_path(dir, path, sizeof(path));
+	FILE *f = fopen(path, "re");
+	long p = 0;
+	const bool ok = f && fscanf(f, "%ld", &p) == 1 && p > 0 && p <= INT32_MAX;
+	if (f)
+		fclose(f);
+	*out = ok ? (pid_t)p : 0;
+	return ok ? 0 : crest_errx(-EINVAL, "no pid in %s", path);
+}
+
 int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 {
-	char log[4096], pidfile[4096];
-	snprintf(pidfile, sizeof(pidfile), "%s/restored.pid", o->dir);
+	char log[4096], pidfile[PATH_MAX + 32];
+	pidfile_path(o->dir, pidfile, sizeof(pidfile));
 	unlink(pidfile);
 	if (o->ninherit > 64)
 		return crest_errx(-E2BIG, "criu restore: %zu files to hand on, at most 64", o->ninherit);
@@ -421,14 +446,7 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 		log_errors(log, errs, sizeof(errs));
 		return crest_errx(-EIO, "criu restore failed (exit %d): %s", rc, errs[0] ? errs : "no error in its log");
 	}
-	if (o->pid_out) {
-		FILE *f = fopen(pidfile, "re");
-		int p = 0;
-		if (!f || fscanf(f, "%d", &p) != 1)
-			p = 0;
-		if (f)
-			fclose(f);
-		*o->pid_out = (pid_t)p;
-	}
+	if (o->pid_out)
+		criu_restored_pid(o->dir, o->pid_out);   /* 0 where it holds no pid: callers check */
 	return 0;
 }

@@ -76,4 +76,12 @@ struct criu_restore_opts {
 };
 int criu_restore(const struct criu *c, const struct criu_restore_opts *o);
 
+/* CRIU's pidfile in a restore's images directory, DIR/restored.pid: the
+ * restored root's pid, written only once the restore succeeded
+ * (criu_restore removes it first). criu_restored: whether it is there,
+ * that is, whether the tree came up. criu_restored_pid: the pid in it
+ * (1..INT32_MAX) into *out, or *out = 0 and -EINVAL "no pid in PATH". */
+bool criu_restored(const char *dir);
+int criu_restored_pid(const char *dir, pid_t *out);
+
 #endif

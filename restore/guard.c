@@ -1,6 +1,7 @@
 /* guard.c - the job's files given back if crest restore dies; see guard.h. */
 #include "restore/guard.h"
 #include "gpu/gpuckpt.h"
+#include "os/criu.h"
 #include "os/pidns.h"
 #include "os/spawn.h"
 #include "util/err.h"
@@ -205,8 +206,8 @@ static void recs_free(struct rec *v, size_t n)
 
 /* Restores and unlocks the GPU state of the restored tree's CUDA
  * processes (pids inside its pid namespace when inner: the init's host pid
- * is in pidfile, CRIU's). */
-static int gpu_back(const char *pidfile, const pid_t *cuda, size_t n, bool inner, const struct gpuckpt_map *map,
+ * is in dir's CRIU pidfile). */
+static int gpu_back(const char *dir, const pid_t *cuda, size_t n, bool inner, const struct gpuckpt_map *map,
 		    size_t nmap)
 {
 	pid_t *host = malloc(n * sizeof(*host));
@@ -214,14 +215,10 @@ static int gpu_back(const char *pidfile, const pid_t *cuda, size_t n, bool inner
 		return crest_errf(-ENOMEM, "the restored CUDA processes");
 	int rc = 0;
 	if (inner) {
-		FILE *f = fopen(pidfile, "re");
-		long root = 0;
-		if (!f || fscanf(f, "%ld", &root) != 1 || root <= 0 || root > INT32_MAX)
-			rc = crest_errx(-EINVAL, "no pid in %s", pidfile);
-		if (f)
-			fclose(f);
+		pid_t root;
+		rc = criu_restored_pid(dir, &root);
 		if (rc == 0)
-			rc = pidns_host_pids((pid_t)root, cuda, n, host);
+			rc = pidns_host_pids(root, cuda, n, host);
 	} else {
 		memcpy(host, cuda, n * sizeof(*host));
 	}
@@ -330,9 +327,7 @@ int rp_guard_main(int argc, char **argv)
 		while (pr < 0 && errno == EINTR);
 		waited = pr > 0;
 	}
-	char pidfile[PATH_MAX + 32];
-	snprintf(pidfile, sizeof(pidfile), "%s/restored.pid", argv[1]);
-	const bool restored = access(pidfile, F_OK) == 0;
+	const bool restored = criu_restored(argv[1]);
 	int bad = 0;
 	for (size_t i = n; i-- > 0;) {
 		if (v[i].dfd < 0)
@@ -349,7 +344,7 @@ int rp_guard_main(int argc, char **argv)
 	/* The tree came back: its CUDA processes' GPU state too. */
 	char gpu[1200] = "";
 	if (waited && restored && ncuda) {
-		const int rc = gpu_back(pidfile, cuda, ncuda, inner, map, nmap);
+		const int rc = gpu_back(argv[1], cuda, ncuda, inner, map, nmap);
 		snprintf(gpu, sizeof(gpu), rc < 0 ? "; their GPU state could not be brought back: %s"
 						  : "; their GPU state was brought back%s", rc < 0 ? crest_errmsg() : "");
 		bad |= rc < 0;

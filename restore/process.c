@@ -715,16 +715,6 @@ static int images_write(const struct restore_ctx *c, const struct cas_manifest *
 	return rc;
 }
 
-/* Whether CRIU wrote its pidfile: the tree came up, and a second restore
- * must not start another. CRIU writes it only once the restore succeeded,
- * and criu_restore removes it first. */
-static bool restored_tree(const char *dir)
-{
-	char path[PATH_MAX + 32];
-	snprintf(path, sizeof(path), "%s/restored.pid", dir);
-	return access(path, F_OK) == 0;
-}
-
 static void rp_guard_started(void *arg, pid_t criu)
 {
 	rp_guard_criu(arg, criu);
@@ -945,8 +935,9 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 			rc = crest_errctx(src, "the processes came back (pid %d), but crest ended them", (int)r->pid);
 		} else if (src < 0) {
 			rc = crest_errctx(src, "snapshot %s", c->snapshot);
-		} else if (rc < 0 && !restored_tree(dir)) {
-			/* Every image was whole, and CRIU failed anyway. Its
+		} else if (rc < 0 && !criu_restored(dir)) {
+			/* Every image was whole, and CRIU failed anyway (with no
+			 * tree up: one that came up must not get a second). Its
 			 * --stream restore is less trodden than its restore from
 			 * files: a job built with AddressSanitizer (its shadow
 			 * mappings) dies in it of SIGSEGV with CRIU 4.1.1, and comes
