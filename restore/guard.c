@@ -3,14 +3,17 @@
 #include "gpu/gpuckpt.h"
 #include "os/criu.h"
 #include "os/pidns.h"
+#include "os/proc.h"
 #include "os/spawn.h"
 #include "util/err.h"
+#include "util/fault.h"
 #include "util/fs.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #define GUARD_FD SPAWN_FD          /* the socket to crest */
@@ -30,14 +34,18 @@
  * guard watches them (gpuckpt_settle). */
 #define SETTLE_MS 3000
 #define SETTLE_MAX_S 180
-/* The most CUDA processes and GPU pairs the guard takes. */
+/* The most CUDA processes, tree processes and GPU pairs the guard takes. */
 #define MAX_CUDA 65536u
 #define MAX_PAIRS 256u
+/* How long the guard waits for a tree it ended to be gone. */
+#define END_WAIT_MS 10000
 
 struct msg {
 	char kind;   /* 'F' file (with its directory), 'C' criu's pid, 'P' a CUDA
-		      * process, 'M' a GPU pair of the map, 'D' disarm */
-	bool inner;  /* 'P': pid is inside the job's pid namespace */
+		      * process, 'T' a process of the tree, 'M' a GPU pair of the
+		      * map, 'D' disarm */
+	bool inner;  /* 'P': pid is inside the job's pid namespace; 'T': the
+		      * tree is its own pid namespace (no pid: its init ends it) */
 	pid_t pid;
 	struct gpuckpt_map map;
 	struct rp_guard_file f;
@@ -109,6 +117,16 @@ int rp_guard_cuda(struct rp_guard *g, const pid_t *pids, size_t n, bool inner, c
 	for (size_t i = 0; rc == 0 && i < nmap; i++)
 		rc = send_msg(g, &(struct msg){ .kind = 'M', .map = map[i] }, -1);
 	return rc < 0 ? crest_errf(rc, "cannot tell the restore's guard of its %zu CUDA processes", n) : 0;
+}
+
+int rp_guard_tree(struct rp_guard *g, const pid_t *pids, size_t n, bool pidns)
+{
+	if (!g->pid)
+		return 0;
+	int rc = pidns ? send_msg(g, &(struct msg){ .kind = 'T', .inner = true }, -1) : 0;
+	for (size_t i = 0; rc == 0 && !pidns && i < n; i++)
+		rc = send_msg(g, &(struct msg){ .kind = 'T', .pid = pids[i] }, -1);
+	return rc < 0 ? crest_errf(rc, "cannot tell the restore's guard of the job's %zu processes", n) : 0;
 }
 
 void rp_guard_criu(struct rp_guard *g, pid_t pid)
@@ -225,10 +243,40 @@ static int gpu_back(const char *dir, const pid_t *cuda, size_t n, bool inner, co
 	const struct cudrv *d = NULL;
 	if (rc == 0)
 		rc = cudrv_load(&d);
+	if (rc == 0 && (rc = crest_fault_res("guard.gpu", 0)) < 0)   /* tests only: util/fault.h */
+		crest_errx(rc, "the fault hook failed it");
 	if (rc == 0)
 		rc = gpuckpt_settle(d, host, n, map, nmap, SETTLE_MS, SETTLE_MAX_S);
 	free(host);
 	return rc;
+}
+
+/* Ends a tree that came back but cannot run, as crest itself would
+ * (restore/process.c's tree_kill): in a pid namespace of its own through
+ * its init (dir's CRIU pidfile), else each of its processes. Then waits
+ * for them to be on their way out (proc_gone: a zombie whose new parent
+ * does not reap it counts), so the job's files go back under no process
+ * that can still write them. 0, or 1 where some were still running. */
+static int tree_end(const char *dir, const pid_t *tree, size_t n, bool ns)
+{
+	pid_t root = 0;
+	if (ns && criu_restored_pid(dir, &root) < 0)
+		return 1;
+	const pid_t *v = ns ? &root : tree;
+	const size_t k = ns ? 1 : n;
+	for (size_t i = 0; i < k; i++)
+		if (v[i] > 0)
+			kill(v[i], SIGKILL);
+	for (int t = 0; t < END_WAIT_MS / 10; t++) {
+		bool left = false;
+		for (size_t i = 0; !left && i < k; i++)
+			left = v[i] > 0 && !proc_gone(v[i]);
+		if (!left)
+			return 0;
+		const struct timespec ten_ms = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ten_ms, NULL);
+	}
+	return 1;
 }
 
 int rp_guard_main(int argc, char **argv)
@@ -242,9 +290,9 @@ int rp_guard_main(int argc, char **argv)
 	struct rec *v = NULL;
 	size_t n = 0;
 	int criu = -1;
-	pid_t *cuda = NULL;
-	size_t ncuda = 0;
-	bool inner = false;
+	pid_t *cuda = NULL, *tree = NULL;
+	size_t ncuda = 0, ntree = 0;
+	bool inner = false, tree_ns = false;
 	struct gpuckpt_map *map = NULL;
 	size_t nmap = 0;
 	for (;;) {
@@ -274,6 +322,7 @@ int rp_guard_main(int argc, char **argv)
 				close(criu);
 			recs_free(v, n);
 			free(cuda);
+			free(tree);
 			free(map);
 			return 0;
 		}
@@ -283,6 +332,14 @@ int rp_guard_main(int argc, char **argv)
 				cuda = nc;
 				cuda[ncuda++] = m.pid;
 				inner = m.inner;
+			}
+		} else if (m.kind == 'T' && m.inner) {
+			tree_ns = true;
+		} else if (m.kind == 'T' && m.pid > 0 && ntree < MAX_CUDA) {
+			pid_t *nt = realloc(tree, (ntree + 1) * sizeof(*tree));
+			if (nt) {
+				tree = nt;
+				tree[ntree++] = m.pid;
 			}
 		} else if (m.kind == 'M' && nmap < MAX_PAIRS) {
 			struct gpuckpt_map *nm = realloc(map, (nmap + 1) * sizeof(*map));
@@ -328,35 +385,53 @@ int rp_guard_main(int argc, char **argv)
 		waited = pr > 0;
 	}
 	const bool restored = criu_restored(argv[1]);
+	/* The tree came back: its CUDA processes' GPU state too, first. One
+	 * whose state cannot come back holds its memory and cannot run: it is
+	 * ended, and its files go back, as crest does when the driver fails it. */
+	char gpu[1200] = "";
+	bool ended = false;
 	int bad = 0;
+	if (waited && restored && ncuda) {
+		const int rc = gpu_back(argv[1], cuda, ncuda, inner, map, nmap);
+		if (rc < 0) {
+			ended = true;
+			const int left = tree_end(argv[1], tree, ntree, tree_ns);
+			snprintf(gpu, sizeof(gpu), "the processes came back, but their GPU state could not be brought "
+				 "back (%s), so the guard ended them%s", crest_errmsg(),
+				 left ? " (some still there after 10 s)" : "");
+			bad |= left;
+		}
+	}
+	int files_bad = 0;
+	bool files_told = false;
 	for (size_t i = n; i-- > 0;) {
 		if (v[i].dfd < 0)
 			continue;
+		files_told = true;
 		if (!waited)
 			continue;   /* CRIU still runs: touch nothing */
-		if (restored)
+		if (restored && !ended)
 			keep_restored(&v[i].f, v[i].dfd);
 		else
-			bad |= put_back(&v[i].f, v[i].dfd);
+			files_bad |= put_back(&v[i].f, v[i].dfd);
 		close(v[i].dfd);
 	}
 	free(v);
-	/* The tree came back: its CUDA processes' GPU state too. */
-	char gpu[1200] = "";
-	if (waited && restored && ncuda) {
-		const int rc = gpu_back(argv[1], cuda, ncuda, inner, map, nmap);
-		snprintf(gpu, sizeof(gpu), rc < 0 ? "; their GPU state could not be brought back: %s"
-						  : "; their GPU state was brought back%s", rc < 0 ? crest_errmsg() : "");
-		bad |= rc < 0;
-	}
+	bad |= files_bad;
 	free(cuda);
+	free(tree);
 	free(map);
 	if (waited)
 		fs_workdir_release(argv[1], LOCK_FD);
-	fprintf(stderr, "crest: the restore ended without crest (was it killed?): %s%s\n",
-		!waited ? "CRIU still runs; the job's files were left as they are"
-		: restored ? "the processes came back on the snapshot's files"
-		: bad ? "the job's files were put back, but not all of them"
-		: "the job's files were put back as they were", gpu);
+	const char *files = files_bad ? "the job's files were put back, but not all of them"
+				      : "the job's files were put back as they were";
+	if (ended)
+		fprintf(stderr, "crest: the restore ended without crest (was it killed?): %s%s%s\n", gpu,
+			files_told ? "; " : "", files_told ? files : "");
+	else
+		fprintf(stderr, "crest: the restore ended without crest (was it killed?): %s%s\n",
+			!waited ? "CRIU still runs; the job's files were left as they are"
+			: restored ? "the processes came back on the snapshot's files"
+			: files, waited && restored && ncuda ? "; their GPU state was brought back" : "");
 	return bad;
 }

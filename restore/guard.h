@@ -22,7 +22,10 @@
  * also told of the CUDA processes (by their pids inside the job's pid
  * namespace when it has one) and the GPU map, and brings their state back
  * itself, however far crest got. It runs for every restore with CUDA
- * processes, in place or beside.
+ * processes, in place or beside. Where that fails, the processes hold
+ * their memory and can never run: the guard then ends the tree, as crest
+ * does when the driver fails it (so it is told of the tree's processes
+ * too), and puts the job's files back as after a restore that failed.
  */
 #ifndef CREST_RESTORE_GUARD_H
 #define CREST_RESTORE_GUARD_H
@@ -55,6 +58,11 @@ int rp_guard_file(struct rp_guard *g, const struct rp_guard_file *f, int dfd);
 struct gpuckpt_map;
 int rp_guard_cuda(struct rp_guard *g, const pid_t *pids, size_t n, bool inner, const struct gpuckpt_map *map,
 		  size_t nmap);
+/* The processes of the tree CRIU will bring back, host pids, for the guard
+ * to end should their GPU state not come back; with pidns the tree is its
+ * own pid namespace, ended through its init (DIR's restored.pid), and pids
+ * are not needed. Before CRIU starts. */
+int rp_guard_tree(struct rp_guard *g, const pid_t *pids, size_t n, bool pidns);
 /* CRIU runs as pid. */
 void rp_guard_criu(struct rp_guard *g, pid_t pid);
 /* crest has dealt with the outcome: the guard ends, reaped. */

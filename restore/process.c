@@ -862,6 +862,8 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		rc = rp_guard_start(&guard, dir, dir_lock);
 	if (rc == 0 && ncuda)
 		rc = rp_guard_cuda(&guard, cuda_in ? cuda_in : cuda, ncuda, cuda_in != NULL, gmap, ngmap);
+	if (rc == 0 && ncuda)
+		rc = rp_guard_tree(&guard, pids, npids, pidns != 0);
 	for (size_t i = 0; files && i < nfiles && !o->beside; i++)
 		files[i].guard = guard.pid ? &guard : NULL;
 	for (size_t i = 0, k = 0; rc == 0 && files && i < m->nstreams; i++)

@@ -602,11 +602,17 @@ fi
 # has its processes back. Until crest restores and unlocks their GPU state
 # they hold it in host memory and cannot use the GPU; a crest killed there
 # left the job so for good. The restore's guard (restore/guard.h) brings it
-# back: the job must run to its end with output equal to an uninterrupted
-# run's. Two rounds: crest killed exactly there (util/fault.h's
-# CREST_FAULT_DIE=restore.cuda), where the guard must say it brought the
-# GPU state back; then killed from outside at a random moment soon after
-# CRIU ended, where crest may have finished first.
+# back. Three rounds, each on a checkpoint of its own:
+#  exact: crest killed right before the driver's restore (util/fault.h's
+#         CREST_FAULT_DIE=restore.cuda): the guard must say it brought the
+#         GPU state back, and the job run to its end;
+#  timed: crest killed from outside at a random moment soon after CRIU
+#         ended (crest may have finished first): the job runs to its end;
+#  fail:  as exact, with the guard's own driver restore failed too
+#         (CREST_FAULT_SITE=guard.gpu): the guard must end the job and put
+#         its files back, and a second crest restore of the same snapshot
+#         then run the job to its end.
+# Each job's output must equal an uninterrupted run's.
 rk_round() {  # rk_round NAME [ENV...]: sets RK_ERR, RK_SAID
 	local name=$1 rjob rs rp="" i
 	shift
@@ -633,14 +639,31 @@ rk_round() {  # rk_round NAME [ENV...]: sets RK_ERR, RK_SAID
 	fi
 	wait "$rs" 2>/dev/null
 	[ -n "$rp" ] || { RK_ERR="$name: the restored job never appeared"; return; }
+	if [ "$name" = fail ]; then
+		# The guard's driver restore fails at once: it must end the job.
+		for i in $(seq 1 300); do kill -0 "$rp" 2>/dev/null || break; sleep 0.1; done
+		if kill -0 "$rp" 2>/dev/null; then
+			RK_ERR="fail: the job whose GPU state could not come back still runs 30 s after crest's death"
+			kill -9 "$rp" 2>/dev/null
+			return
+		fi
+		for i in $(seq 1 100); do pgrep -x crest-rguard >/dev/null || break; sleep 0.1; done
+		RK_SAID=$(tail -n +"$((mark + 1))" "$rl" | grep -o "the restore ended without crest.*" | head -1)
+		[[ "$RK_SAID" == *"so the guard ended them"* && "$RK_SAID" != *"not all of them"* ]] ||
+			{ RK_ERR="fail: the guard did not say it ended the job (and put any files back): ${RK_SAID:-nothing}"; return; }
+		"${RUN[@]}" "$(bin crest)" --store "$rw/store" --quiet restore "$name" >>"$rl" 2>&1 ||
+			{ RK_ERR="fail: the second restore of the snapshot failed"; return; }
+		rp=$(pgrep -f -- "$me" | head -1)
+		[ -n "$rp" ] || { RK_ERR="fail: the second restore's job is not running"; return; }
+	fi
 	for i in $(seq 1 900); do kill -0 "$rp" 2>/dev/null || break; sleep 0.1; done
 	if kill -0 "$rp" 2>/dev/null; then
-		RK_ERR="$name: the restored job did not end within 90 s of crest's death ($(wc -l <"$rw/job.out") lines)"
+		RK_ERR="$name: the restored job did not end within 90 s ($(wc -l <"$rw/job.out") lines)"
 		kill -9 "$rp" 2>/dev/null
 		return
 	fi
 	for i in $(seq 1 100); do pgrep -x crest-rguard >/dev/null || break; sleep 0.1; done
-	RK_SAID=$(tail -n +"$((mark + 1))" "$rl" | grep -o "the restore ended without crest.*" | head -1)
+	[ "$name" = fail ] || RK_SAID=$(tail -n +"$((mark + 1))" "$rl" | grep -o "the restore ended without crest.*" | head -1)
 	if ! cmp -s "$rw/job.out" "$rw/ref.out"; then
 		RK_ERR="$name: the job's output differs from an uninterrupted run's ($(wc -l <"$rw/job.out") of $(wc -l <"$rw/ref.out") lines)"
 	fi
@@ -665,10 +688,11 @@ if cuda_ready gpu_restore_kill "restores need root (CRIU)"; then
 	fi
 	[ -n "$RK_ERR" ] || rk_round timed
 	said_timed=$RK_SAID
+	[ -n "$RK_ERR" ] || rk_round fail CREST_FAULT_DIE=restore.cuda CREST_FAULT_SITE=guard.gpu:1:EIO
 	nref=$(wc -l <"$rw/ref.out")
 	echo "killed the timed crest restore $d ms after its CRIU ended" >>"$rl"
 	if [ -z "$RK_ERR" ]; then
-		pass gpu_restore_kill "a CUDA job of 1024 MiB, crest restore killed before the driver's restore: ${said_exact#the restore ended without crest (was it killed?): }; killed -9 ${d} ms after its CRIU ended: ${said_timed:-crest had finished (no guard needed)}; both outputs identical to an uninterrupted run's ($nref lines), $((SECONDS - t)) s"
+		pass gpu_restore_kill "a CUDA job of 1024 MiB, crest restore killed before the driver's restore: ${said_exact#the restore ended without crest (was it killed?): }; killed -9 ${d} ms after its CRIU ended: ${said_timed:-crest had finished (no guard needed)}; with the guard's driver restore failed too: ${RK_SAID#the restore ended without crest (was it killed?): }, and a second restore ran it; each output identical to an uninterrupted run's ($nref lines), $((SECONDS - t)) s"
 	else
 		fail gpu_restore_kill "$RK_ERR" "$rl"
 	fi

@@ -12,7 +12,8 @@
  * The environment is read once; unset, a call costs one predictable branch.
  *
  * Sites: "pack.write" (a pack write's completion), "pack.sync" (an early
- * data sync of a finished pack).
+ * data sync of a finished pack), "guard.gpu" (the restore guard's bringing
+ * back of the GPU state of a tree crest left: fails before it starts).
  *
  * crest_fault_die(site) kills the calling process with SIGKILL when
  * CREST_FAULT_DIE names the site, after one line on stderr: a crash at an

@@ -11,7 +11,11 @@
 #    (capture/guard.h) must bring it back to running;
 #  - crest restore, dying after CRIU brought the job back, as it restores
 #    or unlocks its GPU state: the restore's guard (restore/guard.h) must
-#    bring it back to running, and say so.
+#    bring it back to running, and say so;
+#  - and once, crest restore dying so with the guard's own bringing back
+#    failing too (CREST_FAULT_SITE=guard.gpu): the guard must end the job,
+#    which could never run, and put its files back as they were; a second
+#    restore of the snapshot must then run it to its end.
 # After each round the fake driver must show the job running, and the
 # job's log must end equal to an uninterrupted run's. A job left locked or
 # checkpointed would, on a real GPU, hang at its next CUDA call for good.
@@ -100,14 +104,47 @@ restore_round() {  # restore_round STEP
 		fail "the restore guard did not say it brought the GPU state back: $(cat restore.err)"
 }
 
+restore_fail_round() {
+	n=$((n + 1))
+	cuda_job
+	"$CREST" --store "$S" --quiet checkpoint --pid "$JOB" --kill --tag "r$n" >/dev/null ||
+		fail "the checkpoint before restore round $n failed"
+	kill_gone "$JOB"
+	cp job.log job.log.before
+	FAKE_CUDA_DIE=restore CREST_FAULT_SITE=guard.gpu:1:EIO "$CREST" --store "$S" --quiet restore "r$n" \
+		>/dev/null 2>restore.err &
+	local cpid=$! deadline=$((SECONDS + 60))
+	wait "$cpid" && fail "crest restore dying in the driver's restore reported success"
+	while pgrep -f -- "__restore-guard .*/crest-restore-$cpid-" >/dev/null; do
+		[ $SECONDS -lt $deadline ] || fail "the restore guard still runs 60 s after crest died"
+		sleep 0.1
+	done
+	local what="crest restore killed in the driver's restore, the guard's failing too"
+	grep -q "so the guard ended them; the job's files were put back as they were" restore.err ||
+		fail "$what: the guard did not say it ended the job and put its files back: $(cat restore.err)"
+	! pgrep -f -- "$me" >/dev/null || fail "$what: the job still runs"
+	cmp -s job.log job.log.before || fail "$what: the job's log is not what it was before the restore"
+	[ -z "$(ls -A | grep -e '\.crest-')" ] || fail "$what: temporaries of crest left: $(ls -A | grep -e '\.crest-')"
+	echo "ok: $what: the guard ended the job and put its files back"
+	rm -f state/died
+	"$CREST" --store "$S" --quiet restore "r$n" >/dev/null || fail "the second restore of r$n failed"
+	local pid
+	pid=$(pgrep -f -- "$me" | head -1)
+	[ -n "$pid" ] || fail "the second restore of r$n brought no job back"
+	PIDS+=("$pid")
+	touch state/died   # settled wants it: the first restore's crest died
+	settled "a second restore after the guard ended the first" "$pid" "__restore-guard .*/crest-restore-$cpid-"
+}
+
 capture_steps=(lock:after checkpoint checkpoint:after)
 restore_steps=(restore restore:after unlock)
 if [ "${CUDA_GUARD_ROUNDS:-}" = all ]; then
 	for s in "${capture_steps[@]}"; do capture_round "$s"; done
 	for s in "${restore_steps[@]}"; do restore_round "$s"; done
+	restore_fail_round
 else
 	capture_round "${capture_steps[RANDOM % 3]}"
 	restore_round "${restore_steps[RANDOM % 3]}"
-	restore_round "${restore_steps[RANDOM % 3]}"
+	restore_fail_round
 fi
 echo PASS
