@@ -100,20 +100,6 @@ static bool tree_traced(const struct proc_tree *t)
 	return false;
 }
 
-/* How long the driver states must stay running, and the most the guard
- * watches them (gpuckpt_settle). */
-#define SETTLE_MS 3000
-#define SETTLE_MAX_S 180
-
-static int gpu_settle(const pid_t *cuda, size_t n)
-{
-	if (!n)
-		return 0;
-	const struct cudrv *d = NULL;
-	const int rc = cudrv_load(&d);
-	return rc < 0 ? rc : gpuckpt_settle(d, cuda, n, NULL, 0, SETTLE_MS, SETTLE_MAX_S);
-}
-
 /* Whether a CRIU dump of root runs: a process whose arguments hold "dump"
  * and "-t ROOT" (os/criu.c's criu_dump). */
 static bool criu_dumping(pid_t root)
@@ -200,7 +186,7 @@ int tp_guard_main(int argc, char **argv)
 				if (!was && proc_state(t.pids[i]) == 'T')
 					kill(t.pids[i], SIGCONT);
 			}
-			const int rc = gpu_settle(cuda, ncuda);
+			const int rc = gpuckpt_guard_settle(cuda, ncuda, NULL, 0);
 			fprintf(stderr, "crest: the checkpoint of pid %ld ended without crest (was it killed?): %s%s%s\n",
 				root, rc < 0 ? "its GPU state could not be brought back: " : "it runs again",
 				rc < 0 ? crest_errmsg() : "", traced ? " (CRIU still held it)" : "");

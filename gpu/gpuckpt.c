@@ -158,6 +158,15 @@ int gpuckpt_settle(const struct cudrv *d, const pid_t *pids, size_t n, const str
 	return rc;
 }
 
+int gpuckpt_guard_settle(const pid_t *pids, size_t n, const struct gpuckpt_map *map, size_t nmap)
+{
+	if (!n)
+		return 0;
+	const struct cudrv *d = NULL;
+	const int rc = cudrv_load(&d);
+	return rc < 0 ? rc : gpuckpt_settle(d, pids, n, map, nmap, GPUCKPT_GUARD_SETTLE_MS, GPUCKPT_GUARD_MAX_S);
+}
+
 int gpuckpt_parse_uuid(const char *s, CUuuid *u)
 {
 	if (!strncmp(s, "GPU-", 4))

@@ -34,6 +34,13 @@ int gpuckpt_resume(const struct cudrv *d, const pid_t *pids, size_t n, const str
  * at most max_s seconds. A process gone counts as settled. */
 int gpuckpt_settle(const struct cudrv *d, const pid_t *pids, size_t n, const struct gpuckpt_map *map,
 		   size_t nmap, unsigned settle_ms, unsigned max_s);
+/* What both guards run once crest died holding a job: the driver loaded,
+ * then gpuckpt_settle with the guards' bounds, running for
+ * GPUCKPT_GUARD_SETTLE_MS in a row, watched for at most
+ * GPUCKPT_GUARD_MAX_S. 0 at once when n is 0. */
+#define GPUCKPT_GUARD_SETTLE_MS 3000
+#define GPUCKPT_GUARD_MAX_S 180
+int gpuckpt_guard_settle(const pid_t *pids, size_t n, const struct gpuckpt_map *map, size_t nmap);
 /* "GPU-xxxxxxxx-xxxx-..." as nvidia-smi prints it, to a CUuuid. */
 int gpuckpt_parse_uuid(const char *s, CUuuid *u);
 

@@ -30,10 +30,6 @@
 #define LOCK_FD (SPAWN_FD + 1)     /* DIR's lock */
 /* How long the guard waits for a CRIU crest left running. */
 #define CRIU_WAIT_S 600
-/* How long restored CUDA processes must stay running, and the most the
- * guard watches them (gpuckpt_settle). */
-#define SETTLE_MS 3000
-#define SETTLE_MAX_S 180
 /* The most CUDA processes, tree processes and GPU pairs the guard takes. */
 #define MAX_CUDA 65536u
 #define MAX_PAIRS 256u
@@ -240,13 +236,10 @@ static int gpu_back(const char *dir, const pid_t *cuda, size_t n, bool inner, co
 	} else {
 		memcpy(host, cuda, n * sizeof(*host));
 	}
-	const struct cudrv *d = NULL;
-	if (rc == 0)
-		rc = cudrv_load(&d);
 	if (rc == 0 && (rc = crest_fault_res("guard.gpu", 0)) < 0)   /* tests only: util/fault.h */
 		crest_errx(rc, "the fault hook failed it");
 	if (rc == 0)
-		rc = gpuckpt_settle(d, host, n, map, nmap, SETTLE_MS, SETTLE_MAX_S);
+		rc = gpuckpt_guard_settle(host, n, map, nmap);
 	free(host);
 	return rc;
 }
