@@ -530,8 +530,13 @@ fi
 # gpu_job DIR LOG [ref] ARGS...: a crest-workload-gpu job in the background,
 # its own session, its output in DIR/job.out, its pid in JOB; with "ref",
 # an uninterrupted run of it first, into DIR/ref.out, to compare with.
+# The job's errors go to LOG's name with .job.err for .log, never to LOG
+# itself: a restore in place puts back every file the job has open, at
+# its size at the snapshot, and would take with it the lines crest and
+# its guard wrote to LOG after the checkpoint (docs/SECURITY.md's known
+# limit on files a job shares with a live process).
 gpu_job() {
-	local dir=$1 log=$2
+	local dir=$1 log=${2%.log}.job.err
 	shift 2
 	if [ "$1" = ref ]; then
 		shift
