@@ -1,5 +1,5 @@
 #!/bin/sh
-# incremental.sh [GIB] [PCT] - issue 14's incremental library checkpoint on
+# incremental.sh [GIB] [PCT] [WORK] - issue 14's incremental library checkpoint on
 # the device machine, GPU hashing beside the CPU path, in one run. Both are
 # gpu_bench on GIB GiB (8) of device memory: a full checkpoint, an
 # unchanged one, and one after PCT percent (2) of the 4 KiB chunks were
@@ -9,11 +9,14 @@
 # RESULT lines of both and the ratios the issue's targets are stated in:
 # the incremental stall over the full-copy stall of the same run, and the
 # first stall with GPU hashing over the first without.
+# The stores are WORK-cpu and WORK-gpu (WORK: /tmp/crest-incr-bench, on the
+# root disk; /dev/shm/... puts them in tmpfs, where the disk does not bound
+# the first ingest).
 # Needs .gpu with gpu_bench and casctl (see gpu_bench.sh for bundling).
 set -u
 gib=${1:-8}
 pct=${2:-2}
-work=/tmp/crest-incr-bench
+work=${3:-/tmp/crest-incr-bench}
 for mode in cpu gpu; do
 	rm -rf "$work-$mode"
 	if [ "$mode" = cpu ]; then
