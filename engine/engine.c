@@ -641,11 +641,21 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 	const uint64_t t2 = time_now_ns();
 	if (rc == 0)
 		rc = cas_commit_encoded(e->store, ie, n, &enc, s->tag, s->res.id);
-	if (e->trace)
+	if (e->trace) {
+		/* The writer's share: with one writer, its busy time near the
+		 * chunks' time (and workers blocked on its queue) means it, not
+		 * the workers, bounds the ingest. */
+		pthread_mutex_lock(&e->wlock);
+		const uint64_t busy = e->t_wbusy, wbytes = e->w_bytes, full = e->t_wfull;
+		e->t_wbusy = e->w_bytes = e->t_wfull = 0;
+		pthread_mutex_unlock(&e->wlock);
 		fprintf(stderr, "crest trace: engine: snapshot's chunks done %.3f s after its begin; manifest built "
 			"and encoded %.3f s; writes durable %.3f s later; commit of %zu index entries and the "
-			"manifest %.3f s\n", (t0 - s->begin_ns) / 1e9, (t1 - t0) / 1e9, (t2 - t1) / 1e9, n,
-			(time_now_ns() - t2) / 1e9);
+			"manifest %.3f s; writer busy %.3f s for %.1f MB (%.2f GB/s), workers blocked on its "
+			"queue %.3f s summed\n", (t0 - s->begin_ns) / 1e9, (t1 - t0) / 1e9, (t2 - t1) / 1e9, n,
+			(time_now_ns() - t2) / 1e9, busy / 1e9, wbytes / 1e6, busy ? wbytes / (double)busy : 0.0,
+			full / 1e9);
+	}
 	if (rc == 0 && n) {
 		/* n == 0 when the snapshot added no chunk: pend may then still be
 		 * NULL, and memmove(NULL, ...) is undefined even for 0 bytes. */

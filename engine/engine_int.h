@@ -237,6 +237,10 @@ struct engine {
 	bool writer_started;
 	uint64_t writes, fault_write;  /* CREST_FAULT_WRITE: see writer_write (writer.c) */
 	bool trace;                    /* CREST_TRACE: each commit's phases on stderr */
+	/* CREST_TRACE, under wlock, since the last commit's trace line: the
+	 * writer's time in cas_pack_write and the bytes it wrote; the workers'
+	 * time blocked on a full write queue, summed over them. */
+	uint64_t t_wbusy, w_bytes, t_wfull;
 
 	struct stripe stripes[NSTRIPES];
 	/* seq_gen counts batches that left PENDING nodes (queued or dropped):

@@ -12,6 +12,7 @@
  */
 #include "engine/engine_int.h"
 #include "util/err.h"
+#include "util/progress.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -72,8 +73,13 @@ int eng_writer_enqueue(struct engine *e, struct batch *b, size_t from, size_t by
 	}
 	unsigned maxruns = 2;
 	pthread_mutex_lock(&e->wlock);
-	while (e->wq_bytes > e->o.write_queue_bytes && !e->werr)
-		pthread_cond_wait(&e->wcond, &e->wlock);
+	if (e->wq_bytes > e->o.write_queue_bytes && !e->werr) {
+		const uint64_t t = e->trace ? time_now_ns() : 0;
+		while (e->wq_bytes > e->o.write_queue_bytes && !e->werr)
+			pthread_cond_wait(&e->wcond, &e->wlock);
+		if (e->trace)
+			e->t_wfull += time_now_ns() - t;
+	}
 	int rc = e->werr;
 	if (rc) {
 		crest_errset_str(e->werrmsg);
@@ -200,8 +206,13 @@ void *eng_writer_main(void *arg)
 		if (n) {
 			bool failed = e->werr != 0;
 			pthread_mutex_unlock(&e->wlock);
+			const uint64_t t = e->trace ? time_now_ns() : 0;
 			int rc = failed ? 0 : writer_write(e, w, nw);
 			pthread_mutex_lock(&e->wlock);
+			if (e->trace) {
+				e->t_wbusy += time_now_ns() - t;
+				e->w_bytes += bytes;
+			}
 			if (rc < 0 && !e->werr) {
 				e->werr = rc;
 				crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
