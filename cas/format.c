@@ -11,8 +11,8 @@
 void cas_file_header(uint8_t h[CAS_FILE_HEADER], const char *magic, uint32_t version, uint32_t num)
 {
 	memcpy(h, magic, 8);
-	cas_le32_put(h + CAS_FILE_HDR_VERSION, version);
-	cas_le32_put(h + CAS_FILE_HDR_NUM, num);
+	le32_put(h + CAS_FILE_HDR_VERSION, version);
+	le32_put(h + CAS_FILE_HDR_NUM, num);
 }
 
 int cas_file_header_check(const uint8_t h[CAS_FILE_HEADER], const char *magic, uint32_t *version,
@@ -20,21 +20,17 @@ int cas_file_header_check(const uint8_t h[CAS_FILE_HEADER], const char *magic, u
 {
 	if (memcmp(h, magic, 8))
 		return -EBADMSG;
-	*version = cas_le32_get(h + CAS_FILE_HDR_VERSION);
-	*num = cas_le32_get(h + CAS_FILE_HDR_NUM);
+	*version = le32_get(h + CAS_FILE_HDR_VERSION);
+	*num = le32_get(h + CAS_FILE_HDR_NUM);
 	return 0;
 }
 
 void cas_loc_encode(const struct cas_loc *l, uint8_t b[CAS_LOC_BYTES])
 {
-	for (int i = 0; i < 4; i++)
-		b[i] = (uint8_t)(l->pack >> (8 * i));
-	for (int i = 0; i < 8; i++)
-		b[4 + i] = (uint8_t)(l->off >> (8 * i));
-	for (int i = 0; i < 4; i++)
-		b[12 + i] = (uint8_t)(l->stored >> (8 * i));
-	for (int i = 0; i < 4; i++)
-		b[16 + i] = (uint8_t)(l->raw >> (8 * i));
+	le32_put(b, l->pack);
+	le64_put(b + 4, l->off);
+	le32_put(b + 12, l->stored);
+	le32_put(b + 16, l->raw);
 	b[20] = l->codec;
 }
 
@@ -43,14 +39,10 @@ int cas_loc_decode(const uint8_t *b, size_t n, struct cas_loc *l)
 	if (n != CAS_LOC_BYTES)
 		return -EBADMSG;
 	memset(l, 0, sizeof(*l));
-	for (int i = 0; i < 4; i++)
-		l->pack |= (uint32_t)b[i] << (8 * i);
-	for (int i = 0; i < 8; i++)
-		l->off |= (uint64_t)b[4 + i] << (8 * i);
-	for (int i = 0; i < 4; i++)
-		l->stored |= (uint32_t)b[12 + i] << (8 * i);
-	for (int i = 0; i < 4; i++)
-		l->raw |= (uint32_t)b[16 + i] << (8 * i);
+	l->pack = le32_get(b);
+	l->off = le64_get(b + 4);
+	l->stored = le32_get(b + 12);
+	l->raw = le32_get(b + 16);
 	l->codec = b[20];
 	/* A damaged entry must not reach the pack tables (pack + 16 would
 	 * wrap in 32 bits) or a decoder that does not exist. */

@@ -10,6 +10,8 @@
 
 #include <stdint.h>
 
+#include "util/endian.h"   /* le32_put and the rest: the byte order above */
+
 /* STORE/FORMAT holds "crest-store N\n". Version 1: packs and the index.
  * Version 2 adds the meta log and the 'p' and 'q' index keys; a writer
  * upgrades a version 1 store when it opens it, and reads it as it was.
@@ -55,34 +57,6 @@ enum cas_meta_kind {
 	CAS_META_DELETE = 5,     /* gc deleted this id (and the tags naming it).
 				  * Payload: empty */
 };
-
-static inline void cas_le32_put(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint32_t cas_le32_get(const uint8_t *p)
-{
-	return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-static inline void cas_le64_put(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-static inline uint64_t cas_le64_get(const uint8_t *p)
-{
-	return (uint64_t)cas_le32_get(p) | (uint64_t)cas_le32_get(p + 4) << 32;
-}
-static inline void cas_be32_put(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (24 - 8 * i));
-}
-static inline uint32_t cas_be32_get(const uint8_t *p)
-{
-	return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | (uint32_t)p[3];
-}
 
 /* A file header for magic (8 bytes), version and file number. */
 void cas_file_header(uint8_t h[CAS_FILE_HEADER], const char *magic, uint32_t version, uint32_t num);

@@ -943,9 +943,9 @@ static int record_read(int fd, const struct cas_index_entry *e, uint8_t *buf)
 	if (pread(fd, buf, len, (off_t)e->loc.off) != (ssize_t)len)
 		return -EIO;
 	if (memcmp(buf, CAS_REC_MAGIC, 4) || buf[CAS_REC_CODEC] != e->loc.codec ||
-	    cas_le32_get(buf + CAS_REC_RAW) != e->loc.raw || cas_le32_get(buf + CAS_REC_STORED) != e->loc.stored ||
+	    le32_get(buf + CAS_REC_RAW) != e->loc.raw || le32_get(buf + CAS_REC_STORED) != e->loc.stored ||
 	    memcmp(buf + CAS_REC_SHA, e->sha, 32) ||
-	    crc32c(buf + CAS_REC_HEADER, e->loc.stored) != cas_le32_get(buf + CAS_REC_CRC))
+	    crc32c(buf + CAS_REC_HEADER, e->loc.stored) != le32_get(buf + CAS_REC_CRC))
 		return -EBADMSG;
 	return 0;
 }

@@ -89,15 +89,13 @@ static void w_u16(struct wbuf *w, uint16_t v) { uint8_t b[2] = { (uint8_t)v, (ui
 static void w_u32(struct wbuf *w, uint32_t v)
 {
 	uint8_t b[4];
-	for (int i = 0; i < 4; i++)
-		b[i] = (uint8_t)(v >> (8 * i));
+	le32_put(b, v);
 	w_bytes(w, b, 4);
 }
 static void w_u64(struct wbuf *w, uint64_t v)
 {
 	uint8_t b[8];
-	for (int i = 0; i < 8; i++)
-		b[i] = (uint8_t)(v >> (8 * i));
+	le64_put(b, v);
 	w_bytes(w, b, 8);
 }
 static void w_str(struct wbuf *w, const char *s)
@@ -152,7 +150,7 @@ static size_t ext_size(const struct cas_extent *e)
 static uint8_t *put_extent(uint8_t *p, const struct cas_extent *e)
 {
 	*p++ = e->hole;
-	cas_le64_put(p, e->len);
+	le64_put(p, e->len);
 	p += 8;
 	if (!e->hole) {
 		memcpy(p, e->sha, 32);
@@ -288,10 +286,10 @@ static int piece_put(struct par *par, void *tls, size_t i)
 	if (p->delta) {
 		*w++ = PIECE_DELTA;
 		memcpy(w, p->base, 32);
-		cas_le32_put(w + 32, (uint32_t)pl->cnt);
+		le32_put(w + 32, (uint32_t)pl->cnt);
 		w += 36;
 		for (uint64_t c = 0; c < pl->cnt; c++) {
-			cas_le32_put(w, pl->idx[c]);
+			le32_put(w, pl->idx[c]);
 			w = put_extent(w + 4, &e[pl->idx[c]]);
 		}
 	} else {
@@ -500,7 +498,7 @@ static int ext_run_decode(const uint8_t *p, size_t len, struct cas_extent *ext, 
 		if (p[0] > 1)
 			return -EBADMSG;
 		e->hole = p[0] != 0;
-		e->len = cas_le64_get(p + 1);
+		e->len = le64_get(p + 1);
 		if (e->hole) {
 			memset(e->sha, 0, 32);
 			p += EXT_HOLE_BYTES;
@@ -592,7 +590,7 @@ static int delta_apply(const uint8_t *p, size_t len, struct cas_extent *ext, uin
 	for (uint32_t c = 0; c < k; c++) {
 		if (len - pos < 4)
 			return -EBADMSG;
-		const uint32_t idx = cas_le32_get(p + pos);
+		const uint32_t idx = le32_get(p + pos);
 		pos += 4;
 		if (idx >= n || (c && idx <= chg[c - 1]))
 			return -EBADMSG;
@@ -638,7 +636,7 @@ int cas_manifest_piece_decode(struct cas_manifest *m, size_t i, const uint8_t *b
 	rc = ext_run_decode(bbuf, blen, ext, p->n, UINT64_MAX, &used, &bytes);
 	if (rc < 0 || used != blen)
 		return -EBADMSG;
-	const uint32_t k = cas_le32_get(buf + 33);
+	const uint32_t k = le32_get(buf + 33);
 	if (k > p->n || k > (len - DELTA_HEAD) / (4 + EXT_HOLE_BYTES))
 		return -EBADMSG;   /* before the allocation a bad count would size */
 	uint32_t *chg = malloc((k ? k : 1) * sizeof(*chg));

@@ -86,8 +86,8 @@ void cas_meta_rec(struct cas_meta_buf *b, uint8_t kind, const uint8_t sha[32], c
 	memset(h, 0, CAS_REC_HEADER);
 	memcpy(h, CAS_META_REC_MAGIC, 4);
 	h[4] = kind;
-	cas_le32_put(h + 8, (uint32_t)len);
-	cas_le32_put(h + CAS_REC_CRC, crc32c(p, len));
+	le32_put(h + 8, (uint32_t)len);
+	le32_put(h + CAS_REC_CRC, crc32c(p, len));
 	memcpy(h + CAS_REC_SHA, sha, 32);
 	if (len)
 		memcpy(h + CAS_REC_HEADER, p, len);
@@ -191,9 +191,9 @@ int cas_meta_walk(const struct cas_store *s, uint32_t num, uint64_t from,
 	 * which *end then points at. */
 	while (rc == 0 && off + CAS_REC_HEADER <= size) {
 		const uint8_t *r = buf + (off - base);
-		const uint32_t len = cas_le32_get(r + 8);
+		const uint32_t len = le32_get(r + 8);
 		if (memcmp(r, CAS_META_REC_MAGIC, 4) || len > size - off - CAS_REC_HEADER ||
-		    crc32c(r + CAS_REC_HEADER, len) != cas_le32_get(r + CAS_REC_CRC))
+		    crc32c(r + CAS_REC_HEADER, len) != le32_get(r + CAS_REC_CRC))
 			break;
 		const struct cas_meta_item it = { .kind = r[4], .sha = r + CAS_REC_SHA,
 						  .p = r + CAS_REC_HEADER, .len = len,

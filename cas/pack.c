@@ -308,9 +308,9 @@ void cas_rec_build(uint8_t *rec, const uint8_t sha[32], uint8_t codec, uint32_t 
 	memset(rec, 0, CAS_REC_HEADER);
 	memcpy(rec, CAS_REC_MAGIC, 4);
 	rec[CAS_REC_CODEC] = codec;
-	cas_le32_put(rec + CAS_REC_RAW, raw);
-	cas_le32_put(rec + CAS_REC_STORED, stored);
-	cas_le32_put(rec + CAS_REC_CRC, crc32c(rec + CAS_REC_HEADER, stored));
+	le32_put(rec + CAS_REC_RAW, raw);
+	le32_put(rec + CAS_REC_STORED, stored);
+	le32_put(rec + CAS_REC_CRC, crc32c(rec + CAS_REC_HEADER, stored));
 	memcpy(rec + CAS_REC_SHA, sha, 32);
 }
 
@@ -613,8 +613,8 @@ int cas_chunk_read_timed(struct cas_store *s, const uint8_t sha[32], const struc
 	uint64_t t1 = t ? time_now_ns() : 0;
 	if (t)
 		t->read_ns += t1 - t0;
-	const uint32_t hraw = cas_le32_get(h + CAS_REC_RAW), hstored = cas_le32_get(h + CAS_REC_STORED);
-	const uint32_t hcrc = cas_le32_get(h + CAS_REC_CRC);
+	const uint32_t hraw = le32_get(h + CAS_REC_RAW), hstored = le32_get(h + CAS_REC_STORED);
+	const uint32_t hcrc = le32_get(h + CAS_REC_CRC);
 	if (memcmp(h, CAS_REC_MAGIC, 4) || h[4] != loc->codec || hraw != loc->raw || hstored != loc->stored ||
 	    memcmp(h + CAS_REC_SHA, sha, 32)) {
 		cas_pack_path(s, loc->pack, path, sizeof(path));
@@ -708,7 +708,7 @@ int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off,
 		uint8_t h[CAS_REC_HEADER];
 		if (pread(fd, h, sizeof(h), (off_t)off) != (ssize_t)sizeof(h))
 			break;
-		const uint32_t raw = cas_le32_get(h + CAS_REC_RAW), stored = cas_le32_get(h + CAS_REC_STORED);
+		const uint32_t raw = le32_get(h + CAS_REC_RAW), stored = le32_get(h + CAS_REC_STORED);
 		if (memcmp(h, CAS_REC_MAGIC, 4) || h[4] > CAS_CODEC_LZ4 || raw > CAS_CHUNK_MAX ||
 		    stored > CAS_CHUNK_MAX || (h[4] == CAS_CODEC_RAW && raw != stored) ||
 		    off + CAS_REC_HEADER + stored > size)
@@ -724,7 +724,7 @@ int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off,
 		}
 		if (stored && pread(fd, data, stored, (off_t)(off + CAS_REC_HEADER)) != (ssize_t)stored)
 			break;
-		if (crc32c(data, stored) != cas_le32_get(h + CAS_REC_CRC))
+		if (crc32c(data, stored) != le32_get(h + CAS_REC_CRC))
 			break;
 		const struct cas_scan_rec r = {
 			.sha = h + CAS_REC_SHA, .data = data,

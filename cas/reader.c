@@ -110,9 +110,9 @@ struct rec {
 static void rec_parse(const uint8_t *h, struct rec *x)
 {
 	x->codec = h[4];
-	x->raw = cas_le32_get(h + 8);
-	x->stored = cas_le32_get(h + 12);
-	x->crc = cas_le32_get(h + CAS_REC_CRC);
+	x->raw = le32_get(h + 8);
+	x->stored = le32_get(h + 12);
+	x->crc = le32_get(h + CAS_REC_CRC);
 }
 
 static bool rec_fits(const struct rec *x, uint32_t len)

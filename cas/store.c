@@ -967,7 +967,7 @@ static int db_has(struct cas_store *s, const char *k, size_t kl)
 void cas_key_num(char k[5], char type, uint32_t num)
 {
 	k[0] = type;
-	cas_be32_put((uint8_t *)k + 1, num);
+	be32_put((uint8_t *)k + 1, num);
 }
 
 int cas_ends_load(struct cas_store *s, char type, struct cas_pack_end **out, size_t *n)
@@ -983,7 +983,7 @@ int cas_ends_load(struct cas_store *s, char type, struct cas_pack_end **out, siz
 		if (kl < 1 || k[0] != type)
 			break;
 		const char *v = rocksdb_iter_value(it, &vl);
-		if (kl != 5 || vl != 8 || cas_be32_get((const uint8_t *)k + 1) >= CAS_FILE_NUM_MAX) {
+		if (kl != 5 || vl != 8 || be32_get((const uint8_t *)k + 1) >= CAS_FILE_NUM_MAX) {
 			rc = crest_errx(-EBADMSG, "index of %s: a '%c' entry is damaged", s->dir, type);
 			break;
 		}
@@ -996,8 +996,8 @@ int cas_ends_load(struct cas_store *s, char type, struct cas_pack_end **out, siz
 			}
 			*out = nv;
 		}
-		(*out)[(*n)++] = (struct cas_pack_end){ cas_be32_get((const uint8_t *)k + 1),
-						       cas_le64_get((const uint8_t *)v) };
+		(*out)[(*n)++] = (struct cas_pack_end){ be32_get((const uint8_t *)k + 1),
+						       le64_get((const uint8_t *)v) };
 	}
 	char *err = NULL;
 	rocksdb_iter_get_error(it, &err);
@@ -1018,7 +1018,7 @@ void cas_batch_end(rocksdb_writebatch_t *b, char type, uint32_t num, uint64_t en
 	char k[5];
 	uint8_t v[8];
 	cas_key_num(k, type, num);
-	cas_le64_put(v, end);
+	le64_put(v, end);
 	rocksdb_writebatch_put(b, k, sizeof(k), (const char *)v, sizeof(v));
 }
 

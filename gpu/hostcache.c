@@ -1,6 +1,7 @@
 /* hostcache.c - the host copy of a job's device regions; see hostcache.h. */
 #include "gpu/hostcache.h"
 
+#include "util/endian.h"
 #include "util/err.h"
 #include "util/par.h"
 #include "util/sha256.h"
@@ -48,26 +49,6 @@ struct hostcache {
 	size_t nold;
 };
 
-static void le32_put(uint8_t *p, uint32_t v)
-{
-	for (int i = 0; i < 4; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static void le64_put(uint8_t *p, uint64_t v)
-{
-	for (int i = 0; i < 8; i++)
-		p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t le_get(const uint8_t *p, int n)
-{
-	uint64_t v = 0;
-	for (int i = n; i-- > 0;)
-		v = v << 8 | p[i];
-	return v;
-}
-
 int hostcache_name(const char *store, const uint8_t uuid[16], char *out, size_t cap)
 {
 	const size_t sl = strlen(store);
@@ -103,9 +84,9 @@ static int header_read(int fd, uint64_t file_len, struct entry **eout, size_t *n
 	uint8_t fixed[FIXED];
 	if (file_len < FIXED + SHA256_LEN || pread(fd, fixed, FIXED, 0) != FIXED)
 		return -EBADMSG;
-	const uint64_t h = le_get(fixed + 16, 8);
-	const uint32_t n = (uint32_t)le_get(fixed + 12, 4);
-	if (memcmp(fixed, MAGIC, 8) || le_get(fixed + 8, 4) != HOSTCACHE_VERSION || le_get(fixed + 24, 8) != file_len ||
+	const uint64_t h = le64_get(fixed + 16);
+	const uint32_t n = le32_get(fixed + 12);
+	if (memcmp(fixed, MAGIC, 8) || le32_get(fixed + 8) != HOSTCACHE_VERSION || le64_get(fixed + 24) != file_len ||
 	    n > HOSTCACHE_MAX_REGIONS || h < FIXED + SHA256_LEN || h > file_len - HINT ||
 	    h > FIXED + SHA256_LEN + (uint64_t)n * (18 + NAME_MAX_LEN))
 		return -EBADMSG;
@@ -123,8 +104,8 @@ static int header_read(int fd, uint64_t file_len, struct entry **eout, size_t *n
 			rc = -EBADMSG;
 			break;
 		}
-		const uint64_t off = le_get(b + at, 8), size = le_get(b + at + 8, 8);
-		const uint64_t nl = le_get(b + at + 16, 2);
+		const uint64_t off = le64_get(b + at), size = le64_get(b + at + 8);
+		const uint64_t nl = le16_get(b + at + 16);
 		at += 18;
 		if (nl < 1 || nl > NAME_MAX_LEN || at + nl > h - SHA256_LEN || off % HOSTCACHE_ALIGN || off < end ||
 		    size > file_len || off > file_len - size || memchr(b + at, 0, nl)) {

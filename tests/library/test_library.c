@@ -498,7 +498,7 @@ static void t_corrupt(const char *dir)
 	uint8_t hdr[CAS_REC_HEADER], data[4096];
 	for (int k = 0; k < 1000 && fseeko(f, (off_t)off, SEEK_SET) == 0 && fread(hdr, 1, sizeof(hdr), f) == sizeof(hdr);
 	     k++) {
-		const uint32_t stored = cas_le32_get(hdr + CAS_REC_STORED);
+		const uint32_t stored = le32_get(hdr + CAS_REC_STORED);
 		if (k == 999 && stored == 4096 && fread(data, 1, 4096, f) == 4096)
 			for (uint64_t o = 0; o < size; o += 4096)
 				if (!memcmp(r + o, data, 4096))
@@ -574,7 +574,7 @@ static bool raw_record(const char *pack, const uint8_t *r, size_t size, int skip
 	bool found = false;
 	for (uint64_t o = CAS_FILE_HEADER;
 	     !found && f && fseeko(f, (off_t)o, SEEK_SET) == 0 && fread(hdr, 1, sizeof(hdr), f) == sizeof(hdr);) {
-		const uint32_t stored = cas_le32_get(hdr + CAS_REC_STORED);
+		const uint32_t stored = le32_get(hdr + CAS_REC_STORED);
 		if (hdr[CAS_REC_CODEC] == CAS_CODEC_RAW && stored == 4096 && fread(data, 1, 4096, f) == 4096) {
 			uint64_t key, k;   /* a cheap first test: ASan makes memcmp a call */
 			memcpy(&key, data, 8);

@@ -283,7 +283,7 @@ static int forge(const char *path, uint64_t off)
 	uint8_t h[CAS_REC_HEADER];
 	if (fd < 0 || pread(fd, h, sizeof(h), (off_t)off) != (ssize_t)sizeof(h))
 		return die(path);
-	const uint32_t stored = cas_le32_get(h + CAS_REC_STORED);
+	const uint32_t stored = le32_get(h + CAS_REC_STORED);
 	uint8_t *d = malloc(stored ? stored : 1);
 	if (memcmp(h, CAS_REC_MAGIC, 4) || !stored || !d) {
 		fprintf(stderr, "store_tool: %s: no chunk record with data at %llu\n", path,
@@ -293,7 +293,7 @@ static int forge(const char *path, uint64_t off)
 	if (pread(fd, d, stored, (off_t)(off + CAS_REC_HEADER)) != (ssize_t)stored)
 		return die(path);
 	d[stored / 2] ^= 0xff;
-	cas_le32_put(h + CAS_REC_CRC, crc32c(d, stored));
+	le32_put(h + CAS_REC_CRC, crc32c(d, stored));
 	if (pwrite(fd, d, stored, (off_t)(off + CAS_REC_HEADER)) != (ssize_t)stored ||
 	    pwrite(fd, h, sizeof(h), (off_t)off) != (ssize_t)sizeof(h) || fsync(fd) < 0)
 		return die(path);
@@ -312,7 +312,7 @@ static int records(const char *path)
 	uint8_t h[CAS_REC_HEADER];
 	while (fseeko(f, (off_t)off, SEEK_SET) == 0 && fread(h, 1, sizeof(h), f) == sizeof(h) &&
 	       !memcmp(h, CAS_REC_MAGIC, 4)) {
-		const uint32_t stored = cas_le32_get(h + CAS_REC_STORED);
+		const uint32_t stored = le32_get(h + CAS_REC_STORED);
 		printf("%llu %u %u ", (unsigned long long)off, h[CAS_REC_CODEC], stored);
 		for (int i = 0; i < 32; i++)
 			printf("%02x", h[CAS_REC_SHA + i]);
