@@ -29,6 +29,7 @@
 #include "crest.h"
 #include "gpu/cudrv.h"
 #include "pattern.h"
+#include "util/progress.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -50,9 +51,7 @@ static uint8_t *changed;   /* one byte per chunk: rewritten for the second check
 
 static double now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+	return time_now_ns() / 1e9;
 }
 
 static int fail(const char *what, int rc)

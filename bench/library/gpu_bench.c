@@ -19,6 +19,7 @@
 #include "crest.h"
 #include "gpu/cudrv.h"
 #include "pattern.h"
+#include "util/progress.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -37,9 +38,7 @@ static const struct cudrv *d;
 
 static double now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+	return time_now_ns() / 1e9;
 }
 
 static void die(const char *what, int rc)

@@ -27,6 +27,7 @@
  */
 #include "gpu/cudrv.h"
 #include "util/crc32c.h"
+#include "util/progress.h"
 
 #include <dirent.h>
 #include <dlfcn.h>
@@ -82,9 +83,7 @@ struct worker {
 
 static double now(void)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+	return time_now_ns() / 1e9;
 }
 
 /* Piece k: file and offset, pieces numbered through the files in order. */
