@@ -1501,13 +1501,12 @@ static void cache_restore(crest_t *c, const struct cas_manifest *m, const uint8_
 			skip[i] = true;
 			*bytes += cr[i].size;
 		} else if (getenv("CREST_TRACE")) {
+			char why[160];
+			snprintf(why, sizeof(why), "the host cache differs in %llu chunks", (unsigned long long)nbad);
 			fprintf(stderr, "crest trace: crest_restore: region %s from the store: %s\n", cr[i].name,
 				rc == -ENOTSUP ? "no GPU hashing to check the host cache with" :
-				rc < 0 ? crest_errmsg() : "the host cache differs");
+				rc < 0 ? crest_errmsg() : why);
 		}
-		if (rc == 0 && nbad && getenv("CREST_TRACE"))
-			fprintf(stderr, "crest trace: crest_restore: %llu chunks of %s differ in the host cache\n",
-				(unsigned long long)nbad, cr[i].name);
 	}
 }
 
