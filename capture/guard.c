@@ -186,7 +186,7 @@ int tp_guard_main(int argc, char **argv)
 				if (!was && proc_state(t.pids[i]) == 'T')
 					kill(t.pids[i], SIGCONT);
 			}
-			const int rc = gpuckpt_guard_settle(cuda, ncuda, NULL, 0);
+			const int rc = gpuckpt_guard_settle(cuda, ncuda, NULL, 0, proc_gone);
 			fprintf(stderr, "crest: the checkpoint of pid %ld ended without crest (was it killed?): %s%s%s\n",
 				root, rc < 0 ? "its GPU state could not be brought back: " : "it runs again",
 				rc < 0 ? crest_errmsg() : "", traced ? " (CRIU still held it)" : "");

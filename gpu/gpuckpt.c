@@ -124,17 +124,17 @@ static bool all_running(const struct cudrv *d, const pid_t *pids, size_t n)
 /* The pids of v[0..n) still alive, moved to its front; how many. A process
  * that has exited has no GPU state left to bring back, and the driver
  * answers for it only with an error. */
-static size_t live_first(pid_t *v, size_t n)
+static size_t live_first(pid_t *v, size_t n, bool (*gone)(pid_t))
 {
 	size_t k = 0;
 	for (size_t i = 0; i < n; i++)
-		if (kill(v[i], 0) == 0 || errno != ESRCH)
+		if ((kill(v[i], 0) == 0 || errno != ESRCH) && !(gone && gone(v[i])))
 			v[k++] = v[i];
 	return k;
 }
 
 int gpuckpt_settle(const struct cudrv *d, const pid_t *pids, size_t n, const struct gpuckpt_map *map,
-		   size_t nmap, unsigned settle_ms, unsigned max_s)
+		   size_t nmap, unsigned settle_ms, unsigned max_s, bool (*gone)(pid_t))
 {
 	if (!n)
 		return 0;
@@ -148,7 +148,7 @@ int gpuckpt_settle(const struct cudrv *d, const pid_t *pids, size_t n, const str
 	while (stable < settle_ms && time_now_ns() < deadline) {
 		/* Only the ones still there: one that exited meanwhile would
 		 * fail every round, and the rest never count as settled. */
-		n = live_first(live, n);
+		n = live_first(live, n, gone);
 		rc = gpuckpt_resume(d, live, n, map, nmap);
 		stable = rc == 0 && all_running(d, live, n) ? stable + 100 : 0;
 		const struct timespec ms100 = { 0, 100 * 1000 * 1000 };
@@ -158,13 +158,14 @@ int gpuckpt_settle(const struct cudrv *d, const pid_t *pids, size_t n, const str
 	return rc;
 }
 
-int gpuckpt_guard_settle(const pid_t *pids, size_t n, const struct gpuckpt_map *map, size_t nmap)
+int gpuckpt_guard_settle(const pid_t *pids, size_t n, const struct gpuckpt_map *map, size_t nmap,
+			 bool (*gone)(pid_t))
 {
 	if (!n)
 		return 0;
 	const struct cudrv *d = NULL;
 	const int rc = cudrv_load(&d);
-	return rc < 0 ? rc : gpuckpt_settle(d, pids, n, map, nmap, GPUCKPT_GUARD_SETTLE_MS, GPUCKPT_GUARD_MAX_S);
+	return rc < 0 ? rc : gpuckpt_settle(d, pids, n, map, nmap, GPUCKPT_GUARD_SETTLE_MS, GPUCKPT_GUARD_MAX_S, gone);
 }
 
 int gpuckpt_parse_uuid(const char *s, CUuuid *u)

@@ -11,6 +11,7 @@
 #ifndef CREST_GPU_GPUCKPT_H
 #define CREST_GPU_GPUCKPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -31,16 +32,21 @@ int gpuckpt_resume(const struct cudrv *d, const pid_t *pids, size_t n, const str
  * crest died inside on its own, in the target, so a process that shows
  * running may be locked a moment later: the states are watched until all
  * have run for settle_ms in a row, each one brought back as it shows, for
- * at most max_s seconds. A process gone counts as settled. */
+ * at most max_s seconds. A process gone counts as settled: one whose pid
+ * is free, or for which gone(pid) is true (NULL: the pid test only). A
+ * zombie, or a process on its way out, has given its GPU state up and
+ * cannot have it back, and kill(pid, 0) still finds it: the guards pass
+ * os/proc.h's proc_gone, which this layer cannot call itself. */
 int gpuckpt_settle(const struct cudrv *d, const pid_t *pids, size_t n, const struct gpuckpt_map *map,
-		   size_t nmap, unsigned settle_ms, unsigned max_s);
+		   size_t nmap, unsigned settle_ms, unsigned max_s, bool (*gone)(pid_t));
 /* What both guards run once crest died holding a job: the driver loaded,
  * then gpuckpt_settle with the guards' bounds, running for
  * GPUCKPT_GUARD_SETTLE_MS in a row, watched for at most
  * GPUCKPT_GUARD_MAX_S. 0 at once when n is 0. */
 #define GPUCKPT_GUARD_SETTLE_MS 3000
 #define GPUCKPT_GUARD_MAX_S 180
-int gpuckpt_guard_settle(const pid_t *pids, size_t n, const struct gpuckpt_map *map, size_t nmap);
+int gpuckpt_guard_settle(const pid_t *pids, size_t n, const struct gpuckpt_map *map, size_t nmap,
+			 bool (*gone)(pid_t));
 /* "GPU-xxxxxxxx-xxxx-..." as nvidia-smi prints it, to a CUuuid. */
 int gpuckpt_parse_uuid(const char *s, CUuuid *u);
 

@@ -239,7 +239,7 @@ static int gpu_back(const char *dir, const pid_t *cuda, size_t n, bool inner, co
 	if (rc == 0 && (rc = crest_fault_res("guard.gpu", 0)) < 0)   /* tests only: util/fault.h */
 		crest_errx(rc, "the fault hook failed it");
 	if (rc == 0)
-		rc = gpuckpt_guard_settle(host, n, map, nmap);
+		rc = gpuckpt_guard_settle(host, n, map, nmap, proc_gone);
 	free(host);
 	return rc;
 }

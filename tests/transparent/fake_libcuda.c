@@ -10,7 +10,10 @@
  * its guards and the test all see one "driver", and appends each call to
  * $FAKE_CUDA_STATE/log. Like the driver it allows only lock (running ->
  * locked), checkpoint (locked -> checkpointed), restore (checkpointed ->
- * locked) and unlock (locked -> running), on a live pid. It moves no
+ * locked) and unlock (locked -> running), on a live pid; a zombie gets
+ * an error from every call, as from the driver 580 on the H100
+ * (CUDA_ERROR_NOT_INITIALIZED or _OPERATING_SYSTEM there; the stand-in
+ * says the first; tests/gpu/test_settle_gpu prints what it says). It moves no
  * memory and blocks no process: a test reads the state file to see where
  * a job was left. Two hooks:
  *  FAKE_CUDA_DIE=OP[:after]  the first call of OP (lock, checkpoint,
@@ -30,7 +33,7 @@ CUresult cuDriverGetVersion(int *v) { *v = 12020; return CUDA_SUCCESS; }
 CUresult cuGetErrorName(CUresult r, const char **s)
 {
 	*s = r == CUDA_ERROR_NOT_SUPPORTED ? "CUDA_ERROR_NOT_SUPPORTED"
-	     : r == 1 ? "CUDA_ERROR_INVALID_VALUE" : r == 401 ? "CUDA_ERROR_ILLEGAL_STATE" : "CUDA_ERROR_UNKNOWN";
+	     : r == 1 ? "CUDA_ERROR_INVALID_VALUE" : r == 3 ? "CUDA_ERROR_NOT_INITIALIZED" : r == 401 ? "CUDA_ERROR_ILLEGAL_STATE" : "CUDA_ERROR_UNKNOWN";
 	return CUDA_SUCCESS;
 }
 CUresult cuGetErrorString(CUresult r, const char **s)
@@ -73,6 +76,7 @@ STUB(cuDeviceGet) STUB(cuDeviceGetName) STUB(cuDeviceGetUuid)
 #include <unistd.h>
 
 #define CUDA_ERROR_INVALID_VALUE 1
+#define CUDA_ERROR_NOT_INITIALIZED 3
 #define CUDA_ERROR_ILLEGAL_STATE 401
 #define CUDA_ERROR_UNKNOWN 999
 enum { RUNNING, LOCKED, CHECKPOINTED };   /* CUprocessState's numbers */
@@ -162,10 +166,30 @@ static void die_hook(const char *op, int after, int pid)
 	raise(SIGKILL);
 }
 
-static CUresult step(int pid, const char *op, int from, int to)
+/* What the driver answers a pid with no process it can reach: a free pid,
+ * or a zombie (exited, not reaped: its GPU contexts are gone); 0 for a
+ * live one. */
+static CUresult unreachable(int pid)
 {
 	if (pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH))
 		return CUDA_ERROR_INVALID_VALUE;
+	char path[64], buf[512];
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	const int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	const char *rp = strrchr(buf, ')');   /* comm may hold anything */
+	return rp && (rp[2] == 'Z' || rp[2] == 'X') ? CUDA_ERROR_NOT_INITIALIZED : CUDA_SUCCESS;
+}
+
+static CUresult step(int pid, const char *op, int from, int to)
+{
+	const CUresult u = unreachable(pid);
+	if (u != CUDA_SUCCESS)
+		return u;
 	die_hook(op, 0, pid);
 	const char *fail = getenv("FAKE_CUDA_FAIL");
 	if (fail && !strcmp(fail, op)) {
@@ -185,8 +209,9 @@ static CUresult step(int pid, const char *op, int from, int to)
 
 CUresult cuCheckpointProcessGetState(int pid, int *st)
 {
-	if (pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH))
-		return CUDA_ERROR_INVALID_VALUE;
+	const CUresult u = unreachable(pid);
+	if (u != CUDA_SUCCESS)
+		return u;
 	*st = state_of(pid);
 	return CUDA_SUCCESS;
 }
