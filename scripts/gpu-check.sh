@@ -14,6 +14,8 @@
 #               and compared by SHA-256; tiny extent-list pieces (CREST_PIECE_*)
 #   gpusha      tests/gpu/test_gpusha: the GPU SHA-256 kernels against OpenSSL,
 #               the changed-chunk list against a model, packing changed chunks
+#   gpu_settle  tests/gpu/test_settle_gpu: the guards' settle with a zombie CUDA
+#               process beside a live one; prints what the driver says of both
 #   gpu_multi's checkpoints hash device regions on the GPU and copy only the
 #               chunks that changed (CREST_TRACE must show it did, at least once)
 #   gpu_cpuhash gpu_multi with CREST_GPU_HASH=0: every region copied whole and
@@ -86,7 +88,8 @@ if [ "${1:-}" = --bundle ]; then
 	fi
 	if [ -z "$tool" ] || [ ! -x "$tool" ]; then echo "gpu-check: no gpu-bundle tool found; set GPU_BUNDLE" >&2; exit 1; fi
 	files=(build/cli/crest build/cli/casctl build/cli/crest-workload-gpu build/tests/library/test_gpu
-	       build/tests/library/gpu_multi build/tests/gpu/test_gpusha build/bench/library/cache_bench
+	       build/tests/library/gpu_multi build/tests/gpu/test_gpusha build/tests/gpu/test_settle_gpu
+	       build/bench/library/cache_bench
 	       build/lib/libcrest.so)
 	for f in "${files[@]}"; do
 		[ -e "$f" ] || { echo "gpu-check: $f is missing: build first (crest-workload-gpu needs nvcc)" >&2; exit 1; }
@@ -127,7 +130,8 @@ else
 	declare -A where=([crest]=build/cli/crest [casctl]=build/cli/casctl
 		[crest-workload-gpu]=build/cli/crest-workload-gpu
 		[test_gpu]=build/tests/library/test_gpu [gpu_multi]=build/tests/library/gpu_multi
-		[test_gpusha]=build/tests/gpu/test_gpusha [cache_bench]=build/bench/library/cache_bench)
+		[test_gpusha]=build/tests/gpu/test_gpusha [test_settle_gpu]=build/tests/gpu/test_settle_gpu
+		[cache_bench]=build/bench/library/cache_bench)
 	bin() { echo "$ROOT/${where[$1]}"; }
 	RUN=()
 	LIBCREST=$ROOT/build/lib/libcrest.so
@@ -272,6 +276,9 @@ DETAIL='^gpu: restored' CREST_TEST_KEEP_STORE=1 lib_check test_gpu "$WORK/test_g
 
 # 1b. The GPU SHA-256 kernels against OpenSSL.
 DETAIL='GB/s' lib_check gpusha "$WORK/gpusha" 180 test_gpusha
+
+# 1b. The guards' settle with a zombie CUDA process beside a live one.
+DETAIL='settled in' lib_check gpu_settle "$WORK/settle" 60 test_settle_gpu
 
 # 2. Six snapshots of several device regions, every one restored; tiny pieces.
 # Device regions are hashed on the GPU, and only changed chunks copied.
