@@ -92,7 +92,8 @@ static void round_run(const struct cudrv *d, unsigned r, uint64_t *rs)
 	unsetenv("FAKE_CUDA_FAIL");
 	char what[64] = "";
 	for (unsigned i = 0; i < n; i++)
-		snprintf(what + strlen(what), sizeof(what) - strlen(what), "%s%c%d", i ? " " : "", "lrz"[kind[i]], st0[i]);
+		snprintf(what + strlen(what), sizeof(what) - strlen(what), "%s%c%d", i ? " " : "", "lrz"[kind[i]],
+			 st0[i]);
 	if (fail && live_ckpt) {
 		CHECK(rc < 0, "round %u (%s, restores failing): settle reported success with a live process "
 		      "left checkpointed", r, what);
