@@ -639,8 +639,14 @@ rk_round() {  # rk_round NAME [ENV...]: sets RK_ERR, RK_SAID
 	mark=$(wc -l <"$rl")
 	env "$@" "${RUN[@]}" "$(bin crest)" --store "$rw/store" --quiet restore "$name" >>"$rl" 2>&1 &
 	rs=$!
-	# The job's processes appear while CRIU restores them.
-	for i in $(seq 1 3000); do rp=$(pgrep -f -- "$me" | head -1); [ -n "$rp" ] && break; sleep 0.01; done
+	# The job's processes appear while CRIU restores them (before crest
+	# can die of the fault hook; looked for again below if missed).
+	for i in $(seq 1 3000); do
+		rp=$(pgrep -f -- "$me" | head -1)
+		[ -n "$rp" ] && break
+		kill -0 "$rs" 2>/dev/null || break
+		sleep 0.01
+	done
 	if [ $# -eq 0 ]; then
 		# crest serves CRIU its images, so a kill before CRIU is done
 		# fails the restore (files put back: the other guard's case).
@@ -650,16 +656,18 @@ rk_round() {  # rk_round NAME [ENV...]: sets RK_ERR, RK_SAID
 		kill -9 "$rs" 2>/dev/null
 	fi
 	wait "$rs" 2>/dev/null
-	[ -n "$rp" ] || { RK_ERR="$name: the restored job never appeared"; return; }
 	if [ "$name" = fail ]; then
-		# The guard's driver restore fails at once: it must end the job.
-		for i in $(seq 1 300); do kill -0 "$rp" 2>/dev/null || break; sleep 0.1; done
-		if kill -0 "$rp" 2>/dev/null; then
-			RK_ERR="fail: the job whose GPU state could not come back still runs 30 s after crest's death"
+		# The guard's driver restore fails at once and it ends the job,
+		# often before the pgrep above has seen it (the job lives for a
+		# few milliseconds): what counts is that no such job runs once
+		# the guard is done.
+		for i in $(seq 1 300); do pgrep -x crest-rguard >/dev/null || break; sleep 0.1; done
+		rp=$(pgrep -f -- "$me" | head -1)
+		if [ -n "$rp" ]; then
+			RK_ERR="fail: the job whose GPU state could not come back still runs after its guard (30 s)"
 			kill -9 "$rp" 2>/dev/null
 			return
 		fi
-		for i in $(seq 1 100); do pgrep -x crest-rguard >/dev/null || break; sleep 0.1; done
 		RK_SAID=$(tail -n +"$((mark + 1))" "$rl" | grep -o "the restore ended without crest.*" | head -1)
 		[[ "$RK_SAID" == *"so the guard ended them"* && "$RK_SAID" != *"not all of them"* ]] ||
 			{ RK_ERR="fail: the guard did not say it ended the job (and put any files back): ${RK_SAID:-nothing}"; return; }
@@ -668,6 +676,8 @@ rk_round() {  # rk_round NAME [ENV...]: sets RK_ERR, RK_SAID
 		rp=$(pgrep -f -- "$me" | head -1)
 		[ -n "$rp" ] || { RK_ERR="fail: the second restore's job is not running"; return; }
 	fi
+	[ -n "$rp" ] || rp=$(pgrep -f -- "$me" | head -1)
+	[ -n "$rp" ] || { RK_ERR="$name: the restored job never appeared"; return; }
 	for i in $(seq 1 900); do kill -0 "$rp" 2>/dev/null || break; sleep 0.1; done
 	if kill -0 "$rp" 2>/dev/null; then
 		RK_ERR="$name: the restored job did not end within 90 s ($(wc -l <"$rw/job.out") lines)"
