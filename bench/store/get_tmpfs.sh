@@ -15,7 +15,6 @@ w=$dir/crest-get-bench
 rm -rf "$w" && mkdir -p "$w/src" "$w/out" "$w/cp"
 echo "get_tmpfs: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cpus, $gib GiB in $dir ($(findmnt -no FSTYPE,OPTIONS -T "$dir")), $(crest --version | head -1)"
 store_tool memory "$w/src/mem" "${gib}G" 7 >/dev/null
-rate() { awk -v b="$1" -v t0="$2" -v t1="$3" 'BEGIN { printf "%.2f", b / (t1 - t0) / 1e9 }'; }
 bytes=$((gib * 1073741824))
 t0=$(now); cp "$w/src/mem" "$w/cp/mem"; t1=$(now)
 cpr=$(rate $bytes "$t0" "$t1")

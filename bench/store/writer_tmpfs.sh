@@ -19,7 +19,6 @@ rm -rf "$w" && mkdir -p "$w/src" "$w/dd"
 echo "writer_tmpfs: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cpus, $gib GiB in $dir ($(findmnt -no FSTYPE,OPTIONS -T "$dir")), $(crest --version | head -1)"
 store_tool memory "$w/src/mem" "${gib}G" 7 >/dev/null
 bytes=$((gib * 1073741824))
-rate() { awk -v b="$1" -v t0="$2" -v t1="$3" 'BEGIN { printf "%.2f", b / (t1 - t0) / 1e9 }'; }
 # ddn N: the source's bytes written to N files by N dds at once, each its
 # own share (bs 4 MiB).
 ddn() {
