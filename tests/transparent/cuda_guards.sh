@@ -86,12 +86,17 @@ capture_round() {  # capture_round STEP
 	settled "crest checkpoint killed in the driver's $1" "$JOB" "__capture-guard $JOB "
 }
 n=0
-restore_round() {  # restore_round STEP
+# killed_job: a new job, checkpointed with --kill as snapshot r$n (n counted
+# up) and gone: what a restore round brings back.
+killed_job() {
 	n=$((n + 1))
 	cuda_job
 	"$CREST" --store "$S" --quiet checkpoint --pid "$JOB" --kill --tag "r$n" >/dev/null ||
 		fail "the checkpoint before restore round $n failed"
 	kill_gone "$JOB"
+}
+restore_round() {  # restore_round STEP
+	killed_job
 	[ "$(state "$JOB")" = 2 ] || fail "a checkpoint with --kill left the job ${names[$(state "$JOB")]}, not checkpointed"
 	FAKE_CUDA_DIE=$1 "$CREST" --store "$S" --quiet restore "r$n" >/dev/null 2>restore.err &
 	local cpid=$! pid
@@ -105,11 +110,7 @@ restore_round() {  # restore_round STEP
 }
 
 restore_fail_round() {
-	n=$((n + 1))
-	cuda_job
-	"$CREST" --store "$S" --quiet checkpoint --pid "$JOB" --kill --tag "r$n" >/dev/null ||
-		fail "the checkpoint before restore round $n failed"
-	kill_gone "$JOB"
+	killed_job
 	cp job.log job.log.before
 	FAKE_CUDA_DIE=restore CREST_FAULT_SITE=guard.gpu:1:EIO "$CREST" --store "$S" --quiet restore "r$n" \
 		>/dev/null 2>restore.err &
