@@ -142,11 +142,20 @@ int cas_pack_drop_cache(struct cas_store *s);
 
 /* Writer side. cas_rec_build lays out a record (header, then the stored
  * bytes already at rec + CAS_REC_HEADER) in the caller's memory, so that the
- * threads that make chunks also checksum them. cas_pack_reserve assigns a
- * record's place (thread-safe; rolls to a new pack past the size limit):
- * records reserved one after another lie back to back unless a pack rolls.
- * cas_pack_write writes runs of such records to their places with io_uring;
- * one thread calls it. cas_pack_sync makes all written records durable. */
+ * threads that make chunks also checksum them.
+ *
+ * Records go to lanes: each lane has a pack of its own being written, so
+ * that one thread per lane writes several packs at once (the kernel writes
+ * one file at a time: a single pack writer bounds ingest at what one thread
+ * copies into the page cache). cas_pack_reserve assigns a record's place in
+ * a lane (thread-safe; a lane rolls to a new pack, numbered after every pack
+ * of the session, past the size limit): records reserved one after another
+ * in a lane lie back to back unless it rolls. The caller must commit the
+ * records of each lane in the order it reserved them (cas_pack_discard and
+ * a writer's close rely on it). cas_pack_write writes runs of one lane's
+ * records to their places with io_uring; one thread at a time calls it for
+ * a lane, and cas_pack_sync, which makes that lane's records durable. */
+#define CAS_LANES_MAX 8
 void cas_rec_build(uint8_t *rec, const uint8_t sha[32], uint8_t codec, uint32_t raw, uint32_t stored);
 struct cas_write {
 	uint32_t pack;
@@ -154,15 +163,18 @@ struct cas_write {
 	const void *data;  /* len bytes: whole records, back to back */
 	size_t len;
 };
-int cas_pack_reserve(struct cas_store *s, uint32_t stored, uint32_t raw, uint8_t codec,
+/* The lanes reservations may use from now on, 1 to CAS_LANES_MAX (clamped;
+ * returned). Only while nothing is being reserved or written. */
+unsigned cas_pack_lanes_set(struct cas_store *s, unsigned n);
+int cas_pack_reserve(struct cas_store *s, unsigned lane, uint32_t stored, uint32_t raw, uint8_t codec,
 		     struct cas_loc *loc);
-int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n);
-int cas_pack_sync(struct cas_store *s);
+int cas_pack_write(struct cas_store *s, unsigned lane, const struct cas_write *w, unsigned n);
+int cas_pack_sync(struct cas_store *s, unsigned lane);
 /* After a failed write or sync: forgets every record written since the last
  * commit (the caller commits none of them), cuts them from the packs and
- * goes on in a fresh pack, so later records never share a file with bytes
- * whose fate is unknown and a failed sync is not reported again. Only while
- * nothing is being reserved or written. */
+ * has every lane go on in a fresh pack, so later records never share a file
+ * with bytes whose fate is unknown and a failed sync is not reported again.
+ * Only while nothing is being reserved or written. */
 int cas_pack_discard(struct cas_store *s);
 
 /* Sequential reads for restores of large streams (regions): no SHA-256 per

@@ -11,6 +11,33 @@
 #define CAS_PACK_HEADER CAS_FILE_HEADER
 #define CAS_PACK_LIMIT_DEFAULT (1ull << 30)
 
+/* One lane of the write side. Under reserve_lock: cur_pack and cur_off
+ * (where the next record goes; cur_pack 0: the next reservation takes a new
+ * pack), mark_pack and mark_off (the end of the lane's last committed
+ * record; mark_pack 0: none). The rest belongs to the lane's thread.
+ * Invariant: within a lane, records are reserved in the order they are
+ * committed (the engine commits a prefix of its seqs, and reserves a job's
+ * records in one lane under one lock with its seq), so whatever lies past
+ * the lane's mark is referenced by nothing once no commit is in flight. */
+struct cas_lane {
+	uint32_t cur_pack;
+	uint64_t cur_off;
+	uint32_t mark_pack;
+	uint64_t mark_off;
+	struct io_uring ring;
+	bool ring_ready;
+	int wfd;              /* descriptor of wfd_pack, the pack being written */
+	uint32_t wfd_pack;
+	struct cas_pack_fd *unsynced; /* other packs written since the last sync */
+	unsigned nunsynced;
+	unsigned ring_inflight;       /* requests in the ring besides writes */
+	bool dirty;           /* wfd written since the last sync */
+	bool dir_dirty;       /* a pack created since the last sync */
+	uint64_t wb_from;     /* wfd's writeback is started up to here */
+	uint64_t wb_end;      /* and written up to here */
+	bool wb_inflight;     /* a writeback request for wfd is in the ring */
+};
+
 /* A pack's committed end, as the index records it ('p' keys). */
 struct cas_pack_end {
 	uint32_t pack;
@@ -39,26 +66,21 @@ struct cas_store {
 	int *rfds;
 	uint32_t nrfds;
 
-	/* Write side. reserve_lock guards cur_pack/cur_off; the rest belongs to
-	 * the one thread that calls cas_pack_write and cas_pack_sync. */
+	/* Write side, in lanes (cas.h): each lane has a current pack of its own
+	 * and is written by one thread at a time, so that several packs are
+	 * written at once. reserve_lock guards next_pack, pack_lane and each
+	 * lane's cursor and mark (struct cas_lane says which is which); the rest
+	 * of a lane belongs to the thread that calls cas_pack_write and
+	 * cas_pack_sync for it. */
 	pthread_mutex_t reserve_lock;
-	uint32_t cur_pack;
-	uint64_t cur_off;
 	uint64_t pack_limit;
 	uint32_t first_pack;  /* the first pack this writer created */
-	uint32_t mark_pack;   /* end of the last committed record: what lies */
-	uint64_t mark_off;    /* beyond it at close is referenced by nothing */
-	struct io_uring ring;
-	bool ring_ready;
-	int wfd;              /* descriptor of wfd_pack, the pack being written */
-	uint32_t wfd_pack;
-	struct cas_pack_fd *unsynced; /* other packs written since the last sync */
-	unsigned nunsynced;
-	unsigned ring_inflight;       /* requests in the ring besides writes */
-	bool dirty;           /* wfd written since the last sync */
-	uint64_t wb_from;     /* wfd's writeback is started up to here */
-	uint64_t wb_end;      /* and written up to here */
-	bool wb_inflight;     /* a writeback request for wfd is in the ring */
+	uint32_t next_pack;   /* the number the next new pack takes */
+	uint8_t *pack_lane;   /* the lane of pack first_pack + i, i < npack_lane */
+	uint32_t npack_lane;
+	unsigned nlanes;      /* lanes reservations may use (cas_pack_lanes_set) */
+	bool writer_ready;    /* cas_pack_open_writer succeeded */
+	struct cas_lane lanes[CAS_LANES_MAX];
 
 	/* Commit state (store.c). ends: the committed end of each pack this
 	 * writer committed records to, as its 'p' keys say. lost: packs the

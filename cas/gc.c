@@ -890,7 +890,7 @@ static int writer_flush(struct cas_store *s, struct writer *w)
 		return 0;
 	w->w.data = w->buf;
 	w->w.len = w->len;
-	const int rc = cas_pack_write(s, &w->w, 1);
+	const int rc = cas_pack_write(s, 0, &w->w, 1);
 	w->len = 0;
 	return rc;
 }
@@ -899,7 +899,7 @@ static int writer_flush(struct cas_store *s, struct writer *w)
  * new packs' ends recorded and the old packs retired, in one batch. */
 static int group_commit(struct cas_store *s, struct cas_index_entry *e, size_t n, const uint32_t *old, size_t nold)
 {
-	int rc = cas_pack_sync(s);
+	int rc = cas_pack_sync(s, 0);
 	struct cas_pack_end *ends = NULL;
 	size_t nends = 0;
 	if (rc == 0 && n)
@@ -1026,12 +1026,12 @@ static int copy_pack(struct cas_store *s, uint32_t p, struct cas_index_entry *v,
 			break;
 		}
 		struct cas_loc nl;
-		rc = cas_pack_reserve(s, e->loc.stored, e->loc.raw, e->loc.codec, &nl);
+		rc = cas_pack_reserve(s, 0, e->loc.stored, e->loc.raw, e->loc.codec, &nl);
 		if (rc == 0 && w->len && (nl.pack != w->w.pack || nl.off != w->w.off + w->len || w->len + len > WBUF_BYTES))
 			rc = writer_flush(s, w);
 		if (rc == 0 && len > WBUF_BYTES) {   /* larger than the buffer: alone */
 			const struct cas_write big = { .pack = nl.pack, .off = nl.off, .data = rec, .len = len };
-			rc = cas_pack_write(s, &big, 1);
+			rc = cas_pack_write(s, 0, &big, 1);
 		} else if (rc == 0) {
 			if (!w->len)
 				w->w = (struct cas_write){ .pack = nl.pack, .off = nl.off };

@@ -10,9 +10,10 @@
  * against it on every read and rebuilt from it if lost; the CRC32C lets
  * restores check the bytes without re-hashing them (see cas_reader_get).
  *
- * Invariant: each writer session creates a new pack (numbered one past the
- * highest on disk) and only ever writes records at places cas_pack_reserve
- * handed out, so no two records overlap and nothing committed is rewritten.
+ * Invariant: each writer session creates new packs only (numbered past the
+ * highest on disk, in the order its lanes need them) and only ever writes
+ * records at places cas_pack_reserve handed out, so no two records overlap
+ * and nothing committed is rewritten.
  */
 #include "cas/cas_int.h"
 #include "cas/format.h"
@@ -101,6 +102,48 @@ static int pack_open_w(struct cas_store *s, uint32_t pack, int *fd_out)
 	return 0;
 }
 
+/* Under reserve_lock: a new pack number for lane, noted in pack_lane.
+ * Numbers are handed out in reservation order across all lanes, which is
+ * what recovery relies on (store.c's notes): a pack none of whose records
+ * is committed is numbered above every pack with a committed record. */
+static int lane_new_pack(struct cas_store *s, unsigned lane, uint32_t *pack)
+{
+	const uint32_t p = s->next_pack, i = p - s->first_pack;
+	if (p >= CAS_FILE_NUM_MAX)
+		return crest_errx(-EFBIG, "store %s has run out of pack numbers", s->dir);
+	if (i >= s->npack_lane) {
+		const uint32_t n = s->npack_lane ? 2 * s->npack_lane : 64;
+		uint8_t *v = realloc(s->pack_lane, n);
+		if (!v)
+			return crest_errf(-ENOMEM, "starting a new pack in %s", s->dir);
+		memset(v + s->npack_lane, 0xff, n - s->npack_lane);
+		s->pack_lane = v;
+		s->npack_lane = n;
+	}
+	s->pack_lane[i] = (uint8_t)lane;
+	s->next_pack = p + 1;
+	*pack = p;
+	return 0;
+}
+
+/* Under reserve_lock: the lane of a pack this writer created, or -1. */
+static int lane_of(const struct cas_store *s, uint32_t pack)
+{
+	const uint32_t i = pack - s->first_pack;
+	return pack >= s->first_pack && i < s->npack_lane && s->pack_lane[i] < CAS_LANES_MAX ? s->pack_lane[i] : -1;
+}
+
+static int lane_ring(struct cas_store *s, struct cas_lane *l)
+{
+	if (l->ring_ready)
+		return 0;
+	const int rc = io_uring_queue_init(2 * RING_DEPTH, &l->ring, 0);  /* a batch and a kick */
+	if (rc < 0)
+		return crest_errf(rc, "cannot set up io_uring for %s", s->dir);
+	l->ring_ready = true;
+	return 0;
+}
+
 int cas_pack_open_writer(struct cas_store *s, uint32_t floor)
 {
 	char path[4096];
@@ -114,73 +157,117 @@ int cas_pack_open_writer(struct cas_store *s, uint32_t floor)
 	/* Never below a number the index records (see store.c's notes). */
 	if (floor > max + 1)
 		max = floor - 1;
-	s->cur_pack = s->first_pack = s->mark_pack = max + 1;
-	s->cur_off = s->mark_off = CAS_PACK_HEADER;
-	rc = io_uring_queue_init(2 * RING_DEPTH, &s->ring, 0);  /* a batch and a kick */
-	if (rc < 0)
-		return crest_errf(rc, "cannot set up io_uring for %s", s->dir);
-	s->ring_ready = true;
-	/* Create the first pack now, so that a store we cannot write to fails at
-	 * open rather than in the middle of a snapshot. */
-	rc = pack_open_w(s, s->cur_pack, &s->wfd);
+	s->first_pack = s->next_pack = max + 1;
+	s->nlanes = 1;
+	struct cas_lane *l = &s->lanes[0];
+	rc = lane_ring(s, l);
 	if (rc < 0)
 		return rc;
-	s->wfd_pack = s->cur_pack;
-	s->wb_from = s->wb_end = CAS_PACK_HEADER;
-	s->dirty = true;  /* its directory entry is not durable yet */
+	s->writer_ready = true;
+	/* Create lane 0's first pack now, so that a store we cannot write to
+	 * fails at open rather than in the middle of a snapshot. The other
+	 * lanes create theirs when first used. */
+	pthread_mutex_lock(&s->reserve_lock);
+	rc = lane_new_pack(s, 0, &l->cur_pack);
+	pthread_mutex_unlock(&s->reserve_lock);
+	if (rc < 0)
+		return rc;
+	l->cur_off = CAS_PACK_HEADER;
+	rc = pack_open_w(s, l->cur_pack, &l->wfd);
+	if (rc < 0)
+		return rc;
+	l->wfd_pack = l->cur_pack;
+	l->wb_from = l->wb_end = CAS_PACK_HEADER;
+	l->dir_dirty = true;  /* its directory entry is not durable yet */
 	return 0;
+}
+
+unsigned cas_pack_lanes_set(struct cas_store *s, unsigned n)
+{
+	if (n < 1)
+		n = 1;
+	if (n > CAS_LANES_MAX)
+		n = CAS_LANES_MAX;
+	pthread_mutex_lock(&s->reserve_lock);
+	s->nlanes = n;
+	pthread_mutex_unlock(&s->reserve_lock);
+	return n;
 }
 
 void cas_pack_mark(struct cas_store *s, const struct cas_index_entry *e, size_t n)
 {
 	pthread_mutex_lock(&s->reserve_lock);
 	for (size_t i = 0; i < n; i++) {
-		uint64_t end = e[i].loc.off + CAS_REC_HEADER + e[i].loc.stored;
-		if (e[i].loc.pack > s->mark_pack || (e[i].loc.pack == s->mark_pack && end > s->mark_off)) {
-			s->mark_pack = e[i].loc.pack;
-			s->mark_off = end;
+		const int lane = lane_of(s, e[i].loc.pack);
+		assert(lane >= 0);   /* a commit names only records this writer reserved */
+		if (lane < 0)
+			continue;
+		struct cas_lane *l = &s->lanes[lane];
+		const uint64_t end = e[i].loc.off + CAS_REC_HEADER + e[i].loc.stored;
+		if (e[i].loc.pack > l->mark_pack || (e[i].loc.pack == l->mark_pack && end > l->mark_off)) {
+			l->mark_pack = e[i].loc.pack;
+			l->mark_off = end;
 		}
 	}
 	pthread_mutex_unlock(&s->reserve_lock);
 }
 
-/* Cuts what this writer wrote past its last commit: records of snapshots
- * that failed or were abandoned. Records are reserved in the order they are
- * committed, so everything past the mark is unreferenced, and nothing is in
- * flight once the store is being closed. Without this, a job checkpointed
- * every few minutes into a full disk would fill it further with each try. */
+/* Cuts what this writer wrote past its last commit, lane by lane: records
+ * of snapshots that failed or were abandoned. Past a lane's mark nothing is
+ * referenced (struct cas_lane's invariant), and nothing is in flight once
+ * the store is being closed or discards. A lane that committed nothing
+ * leaves no pack at all, not even an empty one. Without this, a job
+ * checkpointed every few minutes into a full disk would fill it further
+ * with each try. */
 static void pack_rollback(struct cas_store *s)
 {
 	char path[4096];
-	for (uint32_t p = s->mark_pack + 1; p <= s->cur_pack; p++) {
+	for (uint32_t p = s->first_pack; p < s->next_pack; p++) {
+		const int lane = lane_of(s, p);
+		if (lane < 0)
+			continue;
+		const struct cas_lane *l = &s->lanes[lane];
 		cas_pack_path(s, p, path, sizeof(path));
-		unlink(path);
+		if (p > l->mark_pack)
+			unlink(path);
+		else if (p == l->mark_pack)
+			truncate(path, (off_t)l->mark_off);
 	}
-	cas_pack_path(s, s->mark_pack, path, sizeof(path));
-	if (s->mark_pack == s->first_pack && s->mark_off == CAS_PACK_HEADER)
-		unlink(path);  /* this writer committed nothing: leave no empty pack */
-	else
-		truncate(path, (off_t)s->mark_off);
+}
+
+/* Closes a lane's descriptors; with ring, its ring too. */
+static void lane_close(struct cas_lane *l, bool ring)
+{
+	for (unsigned i = 0; i < l->nunsynced; i++)
+		close(l->unsynced[i].fd);
+	l->nunsynced = 0;
+	if (l->wfd >= 0)
+		close(l->wfd);
+	l->wfd = -1;
+	l->wfd_pack = 0;
+	l->dirty = false;
+	if (ring) {
+		free(l->unsynced);
+		l->unsynced = NULL;
+		if (l->ring_ready)
+			io_uring_queue_exit(&l->ring);
+		l->ring_ready = false;
+	}
 }
 
 void cas_pack_close_writer(struct cas_store *s)
 {
 	/* A broken store (a failed commit that could not be undone) may have
-	 * index entries past the mark in its WAL: leave its packs whole for
+	 * index entries past the marks in its WAL: leave its packs whole for
 	 * the next writer, which reconciles them with what the index holds. */
-	if (s->ring_ready && !s->broken)
+	if (s->writer_ready && !s->broken)
 		pack_rollback(s);
-	if (s->ring_ready)
-		io_uring_queue_exit(&s->ring);
-	s->ring_ready = false;
-	for (unsigned i = 0; i < s->nunsynced; i++)
-		close(s->unsynced[i].fd);
-	free(s->unsynced);
-	s->unsynced = NULL;
-	s->nunsynced = 0;
-	if (s->wfd >= 0)
-		close(s->wfd);
-	s->wfd = -1;
+	s->writer_ready = false;
+	for (unsigned i = 0; i < CAS_LANES_MAX; i++)
+		lane_close(&s->lanes[i], true);
+	free(s->pack_lane);
+	s->pack_lane = NULL;
+	s->npack_lane = 0;
 }
 
 void cas_pack_close_readers(struct cas_store *s)
@@ -193,20 +280,31 @@ void cas_pack_close_readers(struct cas_store *s)
 	s->nrfds = 0;
 }
 
-int cas_pack_reserve(struct cas_store *s, uint32_t stored, uint32_t raw, uint8_t codec,
+int cas_pack_reserve(struct cas_store *s, unsigned lane, uint32_t stored, uint32_t raw, uint8_t codec,
 		     struct cas_loc *loc)
 {
-	if (s->mode != CAS_WRITE)
-		return crest_errx(-EROFS, "store %s is open read-only", s->dir);
+	if (s->mode != CAS_WRITE || !s->writer_ready)
+		return crest_errx(-EROFS, "store %s is not open for writing", s->dir);
 	const uint64_t rec = CAS_REC_HEADER + (uint64_t)stored;
 	pthread_mutex_lock(&s->reserve_lock);
-	if (s->cur_off > CAS_PACK_HEADER && s->cur_off + rec > s->pack_limit) {
-		s->cur_pack++;
-		s->cur_off = CAS_PACK_HEADER;
+	assert(lane < s->nlanes);
+	if (lane >= s->nlanes) {
+		pthread_mutex_unlock(&s->reserve_lock);
+		return crest_errx(-EINVAL, "store %s: lane %u of %u", s->dir, lane, s->nlanes);
 	}
-	loc->pack = s->cur_pack;
-	loc->off = s->cur_off;
-	s->cur_off += rec;
+	struct cas_lane *l = &s->lanes[lane];
+	if (!l->cur_pack || (l->cur_off > CAS_PACK_HEADER && l->cur_off + rec > s->pack_limit)) {
+		const int rc = lane_new_pack(s, lane, &l->cur_pack);
+		if (rc < 0) {
+			l->cur_pack = 0;
+			pthread_mutex_unlock(&s->reserve_lock);
+			return rc;
+		}
+		l->cur_off = CAS_PACK_HEADER;
+	}
+	loc->pack = l->cur_pack;
+	loc->off = l->cur_off;
+	l->cur_off += rec;
 	pthread_mutex_unlock(&s->reserve_lock);
 	loc->stored = stored;
 	loc->raw = raw;
@@ -214,90 +312,96 @@ int cas_pack_reserve(struct cas_store *s, uint32_t stored, uint32_t raw, uint8_t
 	return 0;
 }
 
-/* Adds fd (of pack) to the packs the next sync must cover. */
-static int pack_defer(struct cas_store *s, int fd, uint32_t pack)
+/* Adds fd (of pack) to the packs the lane's next sync must cover. */
+static int pack_defer(struct cas_lane *l, int fd, uint32_t pack)
 {
-	struct cas_pack_fd *nu = realloc(s->unsynced, (s->nunsynced + 1) * sizeof(*nu));
+	struct cas_pack_fd *nu = realloc(l->unsynced, (l->nunsynced + 1) * sizeof(*nu));
 	if (!nu)
 		return crest_errf(-ENOMEM, "switching packs");
-	s->unsynced = nu;
-	s->unsynced[s->nunsynced++] = (struct cas_pack_fd){ .fd = fd, .pack = pack, .state = PFD_DIRTY };
+	l->unsynced = nu;
+	l->unsynced[l->nunsynced++] = (struct cas_pack_fd){ .fd = fd, .pack = pack, .state = PFD_DIRTY };
 	return 0;
 }
 
-/* Makes pack the current write target; the previous one waits for a sync. */
-static int pack_switch(struct cas_store *s, uint32_t pack)
+/* Makes pack the lane's current write target; the previous one, if any,
+ * waits for a sync. */
+static int pack_switch(struct cas_store *s, struct cas_lane *l, uint32_t pack)
 {
 	int fd;
 	int rc = pack_open_w(s, pack, &fd);
 	if (rc < 0)
 		return rc;
-	rc = pack_defer(s, s->wfd, s->wfd_pack);
-	if (rc < 0) {
-		close(fd);
-		return rc;
+	if (l->wfd >= 0) {
+		rc = pack_defer(l, l->wfd, l->wfd_pack);
+		if (rc < 0) {
+			close(fd);
+			return rc;
+		}
 	}
-	s->wfd = fd;
-	s->wfd_pack = pack;
-	s->wb_from = s->wb_end = CAS_PACK_HEADER;
+	l->wfd = fd;
+	l->wfd_pack = pack;
+	l->wb_from = l->wb_end = CAS_PACK_HEADER;
+	l->dir_dirty = true;   /* its directory entry */
 	return 0;
 }
 
-/* Starts writeback of what was written to the current pack since the last
- * start, once that is WB_BYTES, without waiting for it. Otherwise the kernel
- * holds a whole snapshot's packs dirty (under its dirty limits, gigabytes)
- * and the commit's fdatasync writes them all while the job waits: measured,
- * 3.5 s of a 13 s ingest of 4 GiB. The request runs in the ring's async
- * workers, so the writer does not block on the disk here; at most one is in
- * flight, so the rings never overflow. Its completion carries KICK_TAG. */
-static void pack_kick(struct cas_store *s)
+/* Starts writeback of what was written to the lane's current pack since the
+ * last start, once that is WB_BYTES, without waiting for it. Otherwise the
+ * kernel holds a whole snapshot's packs dirty (under its dirty limits,
+ * gigabytes) and the commit's fdatasync writes them all while the job
+ * waits: measured, 3.5 s of a 13 s ingest of 4 GiB. The request runs in the
+ * ring's async workers, so the writer does not block on the disk here; at
+ * most one is in flight, so the rings never overflow. Its completion
+ * carries KICK_TAG. */
+static void pack_kick(struct cas_lane *l)
 {
-	if (s->wb_inflight || s->wb_end - s->wb_from < WB_BYTES)
+	if (l->wb_inflight || l->wb_end - l->wb_from < WB_BYTES)
 		return;
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
 	if (!sqe)
 		return;   /* only a hint: the commit's sync does the work anyway */
-	io_uring_prep_sync_file_range(sqe, s->wfd, (unsigned)(s->wb_end - s->wb_from),
-				      s->wb_from, SYNC_FILE_RANGE_WRITE);
+	io_uring_prep_sync_file_range(sqe, l->wfd, (unsigned)(l->wb_end - l->wb_from),
+				      l->wb_from, SYNC_FILE_RANGE_WRITE);
 	io_uring_sqe_set_data64(sqe, KICK_TAG);
-	s->wb_inflight = true;
-	s->ring_inflight++;
-	s->wb_from = s->wb_end;
+	l->wb_inflight = true;
+	l->ring_inflight++;
+	l->wb_from = l->wb_end;
 }
 
-/* Starts the data sync of packs finished before the last batch: no write to
- * them can still be in the ring (every batch is reaped before the next), and
- * a straggler for one reopens it (pack_defer again). Syncing a pack as soon
- * as it is done spreads over the ingest what the commit would otherwise do
- * while the job waits: the journal commit and the tail of each pack. */
-static void pack_sync_finished(struct cas_store *s)
+/* Starts the data sync of the lane's packs finished before the last batch:
+ * no write to them can still be in the ring (every batch is reaped before
+ * the next), and a straggler for one reopens it (pack_defer again). Syncing
+ * a pack as soon as it is done spreads over the ingest what the commit
+ * would otherwise do while the job waits: the journal commit and the tail
+ * of each pack. */
+static void pack_sync_finished(struct cas_lane *l)
 {
-	for (unsigned i = 0; i < s->nunsynced && s->ring_inflight < RING_DEPTH / 2; i++) {
-		struct cas_pack_fd *p = &s->unsynced[i];
+	for (unsigned i = 0; i < l->nunsynced && l->ring_inflight < RING_DEPTH / 2; i++) {
+		struct cas_pack_fd *p = &l->unsynced[i];
 		if (p->state != PFD_DIRTY)
 			continue;
-		struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
 		if (!sqe)
 			return;
 		io_uring_prep_fsync(sqe, p->fd, IORING_FSYNC_DATASYNC);
 		io_uring_sqe_set_data64(sqe, SYNC_TAG | i);
 		p->state = PFD_SYNCING;
-		s->ring_inflight++;
+		l->ring_inflight++;
 	}
 }
 
 /* Notes the completion of a kick or an early sync. A failed kick costs
  * nothing (it only starts writeback; it reports no write error); a failed
  * sync is kept for cas_pack_sync to report. */
-static void pack_note(struct cas_store *s, uint64_t tag, int res)
+static void pack_note(struct cas_lane *l, uint64_t tag, int res)
 {
-	assert(s->ring_inflight > 0);
-	s->ring_inflight--;
+	assert(l->ring_inflight > 0);
+	l->ring_inflight--;
 	if (tag == KICK_TAG) {
-		s->wb_inflight = false;
+		l->wb_inflight = false;
 		return;
 	}
-	struct cas_pack_fd *p = &s->unsynced[tag & ~SYNC_TAG];
+	struct cas_pack_fd *p = &l->unsynced[tag & ~SYNC_TAG];
 	res = crest_fault_res("pack.sync", res);   /* tests only: util/fault.h */
 	p->state = res == 0 ? PFD_SYNCED : PFD_FAILED;
 	p->err = res;
@@ -329,34 +433,44 @@ static int write_rest(int fd, const uint8_t *p, size_t len, size_t done, uint64_
 	return 0;
 }
 
-/* The descriptor to write pack with: the current one, a new current one,
- * or, for records that arrive after their pack was left (a run reserved
- * just before a roll), the old pack reopened. */
-static int pack_wfd(struct cas_store *s, uint32_t pack, int *fd)
+/* The descriptor to write pack with: the lane's current one, a new current
+ * one, or, for records that arrive after their pack was left (a run
+ * reserved just before a roll), the old pack reopened. */
+static int pack_wfd(struct cas_store *s, struct cas_lane *l, uint32_t pack, int *fd)
 {
-	if (pack == s->wfd_pack) {
-		*fd = s->wfd;
+	if (pack == l->wfd_pack && l->wfd >= 0) {
+		*fd = l->wfd;
 		return 0;
 	}
-	if (pack > s->wfd_pack) {
-		int rc = pack_switch(s, pack);
-		*fd = s->wfd;
+#ifndef NDEBUG
+	pthread_mutex_lock(&s->reserve_lock);
+	assert(lane_of(s, pack) == (int)(l - s->lanes));   /* a lane writes only its own packs */
+	pthread_mutex_unlock(&s->reserve_lock);
+#endif
+	if (pack > l->wfd_pack) {
+		int rc = pack_switch(s, l, pack);
+		*fd = l->wfd;
 		return rc;
 	}
 	int rc = pack_open_w(s, pack, fd);
 	if (rc < 0)
 		return rc;
-	rc = pack_defer(s, *fd, pack);
+	rc = pack_defer(l, *fd, pack);
 	if (rc < 0)
 		close(*fd);
 	return rc;
 }
 
-int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
+int cas_pack_write(struct cas_store *s, unsigned lane, const struct cas_write *w, unsigned n)
 {
+	assert(lane < CAS_LANES_MAX);
+	struct cas_lane *l = &s->lanes[lane];
 	int fds[RING_DEPTH];
 	unsigned done = 0;
-	pack_sync_finished(s);
+	int rc = lane_ring(s, l);
+	if (rc < 0)
+		return rc;
+	pack_sync_finished(l);
 	while (done < n) {
 		unsigned batch = n - done < RING_DEPTH ? n - done : RING_DEPTH;
 		/* Every descriptor first (one may roll to a new pack, whose
@@ -364,9 +478,9 @@ int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
 		 * in the ring, where the next submit would run it, and must
 		 * submit the syncs already queued, which pack_reap waits for. */
 		for (unsigned i = 0; i < batch; i++) {
-			const int rc = pack_wfd(s, w[done + i].pack, &fds[i]);
+			rc = pack_wfd(s, l, w[done + i].pack, &fds[i]);
 			if (rc < 0) {
-				io_uring_submit(&s->ring);
+				io_uring_submit(&l->ring);
 				return rc;
 			}
 		}
@@ -374,26 +488,26 @@ int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
 			const struct cas_write *r = &w[done + i];
 			/* batch <= RING_DEPTH and every batch is reaped before the
 			 * next: the submission queue always has room. */
-			struct io_uring_sqe *sqe = io_uring_get_sqe(&s->ring);
+			struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
 			assert(sqe);
 			io_uring_prep_write(sqe, fds[i], r->data, (unsigned)r->len, r->off);
 			io_uring_sqe_set_data64(sqe, i);
 		}
-		pack_kick(s);
-		int rc = io_uring_submit_and_wait(&s->ring, batch);
+		pack_kick(l);
+		rc = io_uring_submit_and_wait(&l->ring, batch);
 		if (rc < 0)
 			return crest_errf(rc, "submitting pack writes in %s", s->dir);
 		int first_err = 0;
 		for (unsigned got = 0; got < batch;) {
 			struct io_uring_cqe *cqe;
-			rc = io_uring_wait_cqe(&s->ring, &cqe);
+			rc = io_uring_wait_cqe(&l->ring, &cqe);
 			if (rc < 0)
 				return crest_errf(rc, "waiting for pack writes in %s", s->dir);
 			const uint64_t tag = io_uring_cqe_get_data64(cqe);
 			int res = cqe->res;
-			io_uring_cqe_seen(&s->ring, cqe);
+			io_uring_cqe_seen(&l->ring, cqe);
 			if (tag == KICK_TAG || (tag & SYNC_TAG)) {
-				pack_note(s, tag, res);
+				pack_note(l, tag, res);
 				continue;
 			}
 			const unsigned i = (unsigned)tag;
@@ -407,43 +521,44 @@ int cas_pack_write(struct cas_store *s, const struct cas_write *w, unsigned n)
 				cas_pack_path(s, r->pack, path, sizeof(path));
 				first_err = crest_errf(res, "writing chunks to pack %s", path);
 			}
-			if (fds[i] == s->wfd && r->off + r->len > s->wb_end)
-				s->wb_end = r->off + r->len;
+			if (fds[i] == l->wfd && r->off + r->len > l->wb_end)
+				l->wb_end = r->off + r->len;
 		}
 		if (first_err)
 			return first_err;
 		done += batch;
 	}
-	s->dirty = true;
+	l->dirty = true;
 	return 0;
 }
 
-/* Waits for every kick and early sync in the ring: an entry's state is
- * final only then, and unsynced may not shrink under them. */
-static int pack_reap(struct cas_store *s)
+/* Waits for every kick and early sync in the lane's ring: an entry's state
+ * is final only then, and unsynced may not shrink under them. */
+static int pack_reap(struct cas_store *s, struct cas_lane *l)
 {
-	while (s->ring_inflight > 0) {
+	while (l->ring_inflight > 0) {
 		struct io_uring_cqe *cqe;
-		int rc = io_uring_wait_cqe(&s->ring, &cqe);
+		int rc = io_uring_wait_cqe(&l->ring, &cqe);
 		if (rc < 0)
 			return crest_errf(rc, "waiting for pack syncs in %s", s->dir);
 		const uint64_t tag = io_uring_cqe_get_data64(cqe);
 		const int res = cqe->res;
-		io_uring_cqe_seen(&s->ring, cqe);
-		pack_note(s, tag, res);
+		io_uring_cqe_seen(&l->ring, cqe);
+		pack_note(l, tag, res);
 	}
 	return 0;
 }
 
-int cas_pack_sync(struct cas_store *s)
+int cas_pack_sync(struct cas_store *s, unsigned lane)
 {
+	assert(lane < CAS_LANES_MAX);
+	struct cas_lane *l = &s->lanes[lane];
 	char path[4096];
-	int rc = pack_reap(s);
+	int rc = pack_reap(s, l);
 	if (rc < 0)
 		return rc;
-	const bool new_packs = s->nunsynced > 0;
-	while (s->nunsynced > 0) {
-		const struct cas_pack_fd *p = &s->unsynced[s->nunsynced - 1];
+	while (l->nunsynced > 0) {
+		const struct cas_pack_fd *p = &l->unsynced[l->nunsynced - 1];
 		const int err = p->state == PFD_FAILED ? p->err
 				: p->state == PFD_DIRTY && fdatasync(p->fd) < 0 ? -errno : 0;
 		if (err < 0) {
@@ -451,26 +566,22 @@ int cas_pack_sync(struct cas_store *s)
 			return crest_errf(err, "cannot sync pack %s", path);
 		}
 		close(p->fd);
-		s->nunsynced--;
+		l->nunsynced--;
 	}
-	if (s->dirty && s->wfd >= 0 && fdatasync(s->wfd) < 0) {
-		cas_pack_path(s, s->wfd_pack, path, sizeof(path));
+	if (l->dirty && l->wfd >= 0 && fdatasync(l->wfd) < 0) {
+		cas_pack_path(s, l->wfd_pack, path, sizeof(path));
 		return crest_errf(-errno, "cannot sync pack %s", path);
 	}
-	if (s->dirty || new_packs) {
+	l->dirty = false;
+	if (l->dir_dirty) {
 		/* New packs' directory entries must be durable before the index
 		 * points into them. */
 		snprintf(path, sizeof(path), "%s/packs", s->dir);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0 || fsync(fd) < 0) {
-			int err = -errno;
-			if (fd >= 0)
-				close(fd);
-			return crest_errf(err, "cannot sync %s", path);
-		}
-		close(fd);
+		rc = cas_fsync_path(path);
+		if (rc < 0)
+			return crest_errf(rc, "cannot sync %s", path);
+		l->dir_dirty = false;
 	}
-	s->dirty = false;
 	return 0;
 }
 
@@ -507,35 +618,29 @@ int cas_pack_open_read(const struct cas_store *s, uint32_t pack)
 
 int cas_pack_discard(struct cas_store *s)
 {
-	if (!s->ring_ready)
+	if (!s->writer_ready)
 		return crest_errx(-EROFS, "store %s is not open for writing", s->dir);
 	if (s->broken)   /* its packs stay whole: see cas_pack_close_writer */
 		return crest_errx(-EIO, "store %s: a commit failed earlier in this process; open it again",
 				  s->dir);
-	int rc = pack_reap(s);
-	if (rc < 0)
-		return rc;
-	/* Unsynced packs hold nothing committed: dropped unsynced, failed
-	 * syncs with them (they are final, see PFD_FAILED). */
-	for (unsigned i = 0; i < s->nunsynced; i++)
-		close(s->unsynced[i].fd);
-	s->nunsynced = 0;
-	if (s->wfd >= 0)
-		close(s->wfd);
-	s->wfd = -1;
-	/* Everything past the mark is unreferenced now: cut it, which also
-	 * gives back the space a full disk needs. */
-	pack_rollback(s);
-	const uint32_t pack = s->cur_pack + 1;
-	rc = pack_open_w(s, pack, &s->wfd);
-	if (rc < 0)
-		return rc;
-	s->wfd_pack = pack;
-	s->wb_from = s->wb_end = CAS_PACK_HEADER;
-	s->dirty = true;   /* its directory entry */
+	for (unsigned i = 0; i < CAS_LANES_MAX; i++) {
+		struct cas_lane *l = &s->lanes[i];
+		if (l->ring_ready) {
+			const int rc = pack_reap(s, l);
+			if (rc < 0)
+				return rc;
+		}
+		/* Unsynced packs hold nothing committed: dropped unsynced,
+		 * failed syncs with them (they are final, see PFD_FAILED). */
+		lane_close(l, false);
+	}
+	/* Everything past each lane's mark is unreferenced now: cut it, which
+	 * also gives back the space a full disk needs. Each lane's next
+	 * reservation takes a new pack. */
 	pthread_mutex_lock(&s->reserve_lock);
-	s->cur_pack = pack;
-	s->cur_off = CAS_PACK_HEADER;
+	pack_rollback(s);
+	for (unsigned i = 0; i < CAS_LANES_MAX; i++)
+		s->lanes[i].cur_pack = 0;
 	pthread_mutex_unlock(&s->reserve_lock);
 	return 0;
 }

@@ -7,8 +7,9 @@
  *     record names, is committed again if every chunk and piece it needs
  *     is there, else reported and left out;
  *   - a revoke record undoes its commit, if RocksDB brought it back;
- *   - pack bytes past the last committed end, and packs past the last one
- *     the index records, are cut (never in repair, which deletes nothing).
+ *   - pack bytes past each pack's committed end, and packs past the last
+ *     one the index records, are cut (never in repair, which deletes
+ *     nothing).
  * Nothing here trusts a byte that does not check out: records are taken
  * up to the first one whose header or CRC32C is wrong, manifests and
  * pieces by their SHA-256.
@@ -476,17 +477,17 @@ static int packs_check(struct cas_store *s, const struct cas_pack_end *p, size_t
 	return 0;
 }
 
-/* Cuts what no committed snapshot can name: bytes past the last recorded
- * pack's end and packs past it. */
+/* Cuts what no committed snapshot can name: packs past the last one the
+ * index records, and bytes past each recorded pack's end. A writer with
+ * several lanes leaves an uncommitted tail in each lane's last pack, so
+ * such tails may lie in packs below the last one recorded (store.c's
+ * notes say why no pack below it can lack an end). */
 static void packs_reclaim(struct cas_store *s, const struct cas_pack_end *p, size_t np)
 {
 	uint32_t max, last = 0;
-	uint64_t end = 0;
 	for (size_t i = 0; i < np; i++)
-		if (p[i].pack >= last) {
+		if (p[i].pack > last)
 			last = p[i].pack;
-			end = p[i].end;
-		}
 	if (cas_pack_max_on_disk(s, &max) < 0)
 		return;
 	/* A pack gc retired ('r') may still be read by a reader that opened
@@ -506,10 +507,12 @@ static void packs_reclaim(struct cas_store *s, const struct cas_pack_end *p, siz
 		unlink(path);
 	}
 	free(r);
-	struct stat st;
-	cas_pack_path(s, last, path, sizeof(path));
-	if (last && lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > end)
-		truncate(path, (off_t)end);
+	for (size_t i = 0; i < np; i++) {
+		struct stat st;
+		cas_pack_path(s, p[i].pack, path, sizeof(path));
+		if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > p[i].end)
+			truncate(path, (off_t)p[i].end);
+	}
 }
 
 static bool index_has_chunks(struct cas_store *s)

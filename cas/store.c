@@ -681,7 +681,8 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	s->lock_fd = -1;
 	s->wants_fd = -1;
 	s->readers_fd = -1;
-	s->wfd = -1;
+	for (unsigned i = 0; i < CAS_LANES_MAX; i++)
+		s->lanes[i].wfd = -1;
 	s->meta_fd = -1;
 	s->pack_limit = CAS_PACK_LIMIT_DEFAULT;
 	/* CREST_PACK_LIMIT is a test knob: tests/store/model.c sets 64 KiB so a
@@ -934,7 +935,14 @@ static int db_has(struct cas_store *s, const char *k, size_t kl)
  *  - Bytes past a pack's committed end, or whole packs past the last one the
  *    index records: a killed or failed ingest. Nothing names them; the next
  *    writer cuts them off (their pack numbers may then be used again, since
- *    nothing can refer to them).
+ *    nothing can refer to them). A writer with several lanes (cas.h) leaves
+ *    such a tail in the last pack of each lane, which may lie below the last
+ *    pack recorded; but no pack below that lacks a recorded end, so none is
+ *    mistaken for a format 1 pack and kept whole: a writer numbers its packs
+ *    in the order of the reservations that open them, across lanes, and
+ *    commits a prefix of its reservations, so a pack none of whose records
+ *    is committed was opened after every committed record was reserved, and
+ *    is numbered above every pack holding one.
  *  - Meta records past a log's committed end: a commit killed between steps
  *    2 and 3, or a batch RocksDB lost (a damaged WAL drops the batches after
  *    the damage). Their data is durable, so the next writer finds the chunk

@@ -642,19 +642,19 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 	if (rc == 0)
 		rc = cas_commit_encoded(e->store, ie, n, &enc, s->tag, s->res.id);
 	if (e->trace) {
-		/* The writer's share: with one writer, its busy time near the
-		 * chunks' time (and workers blocked on its queue) means it, not
-		 * the workers, bounds the ingest. */
+		/* The writers' share: their busy time (summed over the lanes)
+		 * near the lanes times the chunks' time, and workers blocked on
+		 * their queues, mean they, not the workers, bound the ingest. */
 		pthread_mutex_lock(&e->wlock);
 		const uint64_t busy = e->t_wbusy, wbytes = e->w_bytes, full = e->t_wfull;
 		e->t_wbusy = e->w_bytes = e->t_wfull = 0;
 		pthread_mutex_unlock(&e->wlock);
 		fprintf(stderr, "crest trace: engine: snapshot's chunks done %.3f s after its begin; manifest built "
 			"and encoded %.3f s; writes durable %.3f s later; commit of %zu index entries and the "
-			"manifest %.3f s; writer busy %.3f s for %.1f MB (%.2f GB/s), workers blocked on its "
-			"queue %.3f s summed\n", (t0 - s->begin_ns) / 1e9, (t1 - t0) / 1e9, (t2 - t1) / 1e9, n,
-			(time_now_ns() - t2) / 1e9, busy / 1e9, wbytes / 1e6, busy ? wbytes / (double)busy : 0.0,
-			full / 1e9);
+			"manifest %.3f s; %u writer%s busy %.3f s summed for %.1f MB (%.2f GB/s each), workers "
+			"blocked on their queues %.3f s summed\n", (t0 - s->begin_ns) / 1e9, (t1 - t0) / 1e9,
+			(t2 - t1) / 1e9, n, (time_now_ns() - t2) / 1e9, e->nlanes, e->nlanes == 1 ? "" : "s",
+			busy / 1e9, wbytes / 1e6, busy ? wbytes / (double)busy : 0.0, full / 1e9);
 	}
 	if (rc == 0 && n) {
 		/* n == 0 when the snapshot added no chunk: pend may then still be
@@ -796,6 +796,8 @@ int engine_open(struct cas_store *store, const struct engine_opts *o, struct eng
 			e->o.segment_bytes = o->segment_bytes;
 		if (o->write_queue_bytes)
 			e->o.write_queue_bytes = o->write_queue_bytes;
+		if (o->lanes)
+			e->o.lanes = o->lanes;
 		if (o->file_chunking.avg)
 			e->o.file_chunking = o->file_chunking;
 		if (o->memory_chunking.avg)
@@ -805,6 +807,18 @@ int engine_open(struct cas_store *store, const struct engine_opts *o, struct eng
 		e->o.segment_bytes = e->o.file_chunking.max > e->o.memory_chunking.max
 					     ? e->o.file_chunking.max : e->o.memory_chunking.max;
 	e->store = store;
+	/* Lanes: one writer thread each. One thread copies about 2.3 GB/s into
+	 * the page cache, four 7.8 (bench/store/pack_write.c, 16 cores), and
+	 * the workers need the cores too: a quarter of them, up to four.
+	 * CREST_PACK_LANES (1 to CAS_LANES_MAX) is for tests and benchmarks. */
+	if (!e->o.lanes) {
+		e->o.lanes = e->o.workers / 4;
+		e->o.lanes = e->o.lanes < 1 ? 1 : e->o.lanes > 4 ? 4 : e->o.lanes;
+	}
+	const char *lanes = getenv("CREST_PACK_LANES");
+	if (lanes && atoi(lanes) > 0)
+		e->o.lanes = (unsigned)atoi(lanes);
+	e->nlanes = cas_pack_lanes_set(store, e->o.lanes);
 	e->trace = getenv("CREST_TRACE") != NULL;
 	const char *fault = getenv("CREST_FAULT_WRITE");
 	if (fault)
@@ -832,8 +846,12 @@ int engine_open(struct cas_store *store, const struct engine_opts *o, struct eng
 	for (int i = 0; i < NSTRIPES; i++)
 		pthread_mutex_init(&e->stripes[i].lock, NULL);
 
-	int rc = pthread_create(&e->writer, NULL, eng_writer_main, e);
-	e->writer_started = rc == 0;
+	int rc = 0;
+	for (unsigned i = 0; rc == 0 && i < e->nlanes; i++) {
+		e->lanes[i].e = e;
+		rc = pthread_create(&e->lanes[i].thread, NULL, eng_writer_main, &e->lanes[i]);
+		e->lanes[i].started = rc == 0;
+	}
 	if (rc == 0) {
 		rc = pthread_create(&e->committer, NULL, committer_main, e);
 		e->committer_started = rc == 0;
@@ -878,8 +896,9 @@ void engine_close(struct engine *e)
 	e->wstop = true;
 	pthread_cond_broadcast(&e->wcond);
 	pthread_mutex_unlock(&e->wlock);
-	if (e->writer_started)
-		pthread_join(e->writer, NULL);
+	for (unsigned i = 0; i < e->nlanes; i++)
+		if (e->lanes[i].started)
+			pthread_join(e->lanes[i].thread, NULL);
 
 	for (size_t i = 0; i < e->nfree; i++)
 		free(e->free_bufs[i]);

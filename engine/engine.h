@@ -47,7 +47,9 @@ struct engine_opts {
 	unsigned workers;            /* 0: one per online core */
 	size_t staging_bytes;        /* file-read buffers in flight; 0: 256 MiB */
 	size_t segment_bytes;        /* unit of parallel work; 0: ENGINE_SEGMENT_BYTES */
-	size_t write_queue_bytes;    /* compressed chunks waiting for the writer; 0: 128 MiB */
+	size_t write_queue_bytes;    /* compressed chunks waiting for the writers; 0: 128 MiB */
+	unsigned lanes;              /* packs written at once (cas.h); 0: a quarter of the
+	                              * workers, 1 to 4; CREST_PACK_LANES overrides */
 	struct dedup_params file_chunking;    /* for files; kind 0 & avg 0: defaults */
 	struct dedup_params memory_chunking;  /* for regions and images */
 };

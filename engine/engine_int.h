@@ -18,7 +18,8 @@
  *                        store has it, compress new ones into the worker's
  *                        arena as finished pack records, and queue the
  *                        segment's new records as one job (wq);
- *   writer (1)           writes queued jobs to packs, syncs on request;
+ *   writers (1 a lane)   write queued jobs to their lane's packs, sync on
+ *                        request;
  *   committer (1)        commits snapshots in begin order.
  *
  * Dedup of a chunk, in order of cost: all zeros (a hole, no hash needed
@@ -40,13 +41,17 @@
  * failed batch holds it PENDING until its next job: until then it puts off
  * its other waits (item_resolve) rather than wait with that chunk in hand.
  *
- * Write ordering. Every job queued for the writer gets a sequence number
- * (seq) under wlock, in queue order; the writer completes them in that order,
- * so "completed_seq >= n" means every chunk up to n is written. A snapshot
- * remembers the highest seq it references (max_seq), whether it queued that
- * chunk or found it in the table. Before committing, the committer asks the
- * writer to sync up to max_seq; only then are index entries (all pending up
- * to synced_seq) and the manifest written in one synced batch.
+ * Write ordering. Every job queued for the writers gets a sequence number
+ * (seq) under wlock, and goes to one lane (cas.h), in whose pack its
+ * records are reserved under the same lock; each lane's writer writes its
+ * jobs in seq order, so a lane has written every job up to n when the
+ * first it has not written is past n. A snapshot remembers the highest seq
+ * it references (max_seq), whether it queued that chunk or found it in the
+ * table. Before committing, the committer asks for a sync up to max_seq;
+ * each lane syncs once it has written its jobs up to that, and synced_seq
+ * is the lowest of the lanes' synced seqs. Only then are index entries
+ * (all pending up to synced_seq) and the manifest written in one synced
+ * batch.
  *
  * A failed write or sync (werr) fails every snapshot that commits after it:
  * any of them may reference a chunk it lost. Once none is left (the commit
@@ -163,6 +168,18 @@ struct stripe {
 	size_t nb, n;
 };
 
+/* A writer lane: its thread, its queue of jobs (in seq order) and the bytes
+ * in it, the first seq of the batch it is writing (0: none), and the seq up
+ * to which its jobs are durable. Under wlock, but the thread. */
+struct wlane {
+	struct engine *e;
+	pthread_t thread;
+	bool started;
+	struct wjob *head, *tail;
+	size_t bytes;
+	uint64_t busy_seq, synced;
+};
+
 /* A segment's new records, back to back in arena, for the writer. */
 struct wjob {
 	struct wjob *next;
@@ -222,9 +239,10 @@ struct engine {
 
 	pthread_mutex_t wlock;
 	pthread_cond_t wcond;
-	struct wjob *wq_head, *wq_tail;
-	size_t wq_bytes;
-	uint64_t enq_seq, completed_seq, synced_seq, sync_target;
+	struct wlane lanes[CAS_LANES_MAX];
+	unsigned nlanes;
+	size_t wq_bytes;               /* in all the lanes' queues */
+	uint64_t enq_seq, synced_seq, sync_target;
 	bool wstop;
 	int werr;
 	char werrmsg[1024];
@@ -233,13 +251,12 @@ struct engine {
 	void **arenas;                 /* arenas the writer is done with */
 	size_t *arena_caps;
 	size_t narenas, caparenas;
-	pthread_t writer;
-	bool writer_started;
 	uint64_t writes, fault_write;  /* CREST_FAULT_WRITE: see writer_write (writer.c) */
 	bool trace;                    /* CREST_TRACE: each commit's phases on stderr */
 	/* CREST_TRACE, under wlock, since the last commit's trace line: the
-	 * writer's time in cas_pack_write and the bytes it wrote; the workers'
-	 * time blocked on a full write queue, summed over them. */
+	 * writers' time in cas_pack_write and the bytes they wrote, summed
+	 * over the lanes; the workers' time blocked on a full write queue,
+	 * summed over them. */
 	uint64_t t_wbusy, w_bytes, t_wfull;
 
 	struct stripe stripes[NSTRIPES];
@@ -268,7 +285,8 @@ int eng_pending_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq, co
 void eng_pending_remove(struct engine *e, const uint8_t sha[32], const struct batch *owner);
 void eng_pending_clear(struct engine *e);
 
-/* writer.c: the writer thread and what it owns (wlock). */
+/* writer.c: the writer threads and what they own (wlock).
+ * eng_writer_main's argument is its struct wlane. */
 void eng_writer_arena_get(struct engine *e, struct batch *b);
 int eng_writer_enqueue(struct engine *e, struct batch *b, size_t from, size_t bytes, uint64_t *seq);
 void *eng_writer_main(void *arg);

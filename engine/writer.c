@@ -1,14 +1,22 @@
 /*
- * writer.c - the writer thread: it writes the workers' jobs to packs in seq
- * order (one cas_pack_write per batch of runs, through the store's
- * io_uring), syncs on the committer's request, and keeps the index entries
- * of what it wrote (pend) until a commit takes them.
+ * writer.c - the writer threads, one per lane of the store (cas.h): each
+ * writes its lane's jobs to packs in seq order (one cas_pack_write per
+ * batch of runs, through the lane's io_uring) and syncs its lane on the
+ * committer's request; together they keep the index entries of what was
+ * written (pend) until a commit takes them.
  *
- * Owns: everything under e->wlock (the job queue and its byte budget, the
- * seqs, werr, pend, the spare arenas). Promises: completed_seq >= n means
- * every job up to n is written, synced_seq >= n that it is durable; after a
- * failure, werr stays set, and nothing is written, until eng_writer_recover.
+ * Owns: everything under e->wlock (the lanes' job queues and the byte
+ * budget, the seqs, werr, pend, the spare arenas). Promises: a seq n is
+ * written once every lane has written its jobs up to n (lane_done), and
+ * synced_seq >= n means every job up to n is durable; after a failure,
+ * werr stays set, and nothing is written, until eng_writer_recover.
  * Calls only the store (cas_pack_*), never the other parts.
+ *
+ * Why each lane's jobs are reserved and written in seq order: the store
+ * requires a lane's records to be committed in the order they were
+ * reserved (its rollback cuts each lane's packs at the last committed
+ * record), and the committer commits the durable prefix of pend, which is
+ * in seq order.
  */
 #include "engine/engine_int.h"
 #include "util/err.h"
@@ -98,12 +106,22 @@ int eng_writer_enqueue(struct engine *e, struct batch *b, size_t from, size_t by
 		e->cappend = cap;
 	}
 	j->seq = *seq = ++e->enq_seq;
+	/* The lane with the fewest bytes queued, the first of equals turning
+	 * with the seq (seq 1: lane 0, whose pack the store made at open): a
+	 * lane whose disk is slow gets less. */
+	unsigned lane = (unsigned)((j->seq - 1) % e->nlanes);
+	for (unsigned k = 1; k < e->nlanes; k++) {
+		const unsigned c = (unsigned)((j->seq - 1 + k) % e->nlanes);
+		if (e->lanes[c].bytes < e->lanes[lane].bytes)
+			lane = c;
+	}
+	struct wlane *L = &e->lanes[lane];
 	for (size_t i = from; i < b->n; i++) {
 		const struct bitem *x = &b->it[i];
 		if (x->state != B_NEW)
 			continue;
 		struct pend *p = &e->pend[e->npend];
-		rc = cas_pack_reserve(e->store, x->stored, x->raw, x->codec, &p->ie.loc);
+		rc = cas_pack_reserve(e->store, lane, x->stored, x->raw, x->codec, &p->ie.loc);
 		if (rc < 0)
 			goto fail;   /* the pend entries so far are harmless: never synced, never committed */
 		memcpy(p->ie.sha, x->sha, 32);
@@ -131,11 +149,12 @@ int eng_writer_enqueue(struct engine *e, struct batch *b, size_t from, size_t by
 	j->arena_cap = b->cap;
 	j->bytes = bytes;
 	j->runs = runs;
-	if (e->wq_tail)
-		e->wq_tail->next = j;
+	if (L->tail)
+		L->tail->next = j;
 	else
-		e->wq_head = j;
-	e->wq_tail = j;
+		L->head = j;
+	L->tail = j;
+	L->bytes += bytes;
 	e->wq_bytes += bytes;
 	pthread_cond_broadcast(&e->wcond);
 	pthread_mutex_unlock(&e->wlock);
@@ -156,99 +175,135 @@ fail:
 	return rc;
 }
 
-/* Writes a batch of runs. For tests, CREST_FAULT_WRITE=N (read once per
- * engine) fails this engine's Nth batch without writing it, as a full or
- * failing disk would: the places it reserved stay holes in the pack. */
-static int writer_write(struct engine *e, const struct cas_write *w, unsigned n)
+/* Under wlock: every job of lane L up to this seq is written. */
+static uint64_t lane_done(const struct engine *e, const struct wlane *L)
 {
-	if (++e->writes == e->fault_write)
-		return crest_errx(-EIO, "writing chunks to the store: failure injected by CREST_FAULT_WRITE=%llu",
-				  (unsigned long long)e->fault_write);
-	return cas_pack_write(e->store, w, n);
+	if (L->busy_seq)
+		return L->busy_seq - 1;
+	return L->head ? L->head->seq - 1 : e->enq_seq;
 }
 
+/* Under wlock: the lowest of the lanes' synced seqs. */
+static void synced_update(struct engine *e)
+{
+	uint64_t m = UINT64_MAX;
+	for (unsigned i = 0; i < e->nlanes; i++)
+		if (e->lanes[i].synced < m)
+			m = e->lanes[i].synced;
+	e->synced_seq = m;
+}
+
+/* Under wlock: keeps the first failure. */
+static void writer_fail(struct engine *e, int rc)
+{
+	if (rc < 0 && !e->werr) {
+		e->werr = rc;
+		crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
+	}
+}
+
+/* Writes a batch of runs. For tests, CREST_FAULT_WRITE=N (read once per
+ * engine) fails this engine's Nth batch, counted over all lanes, without
+ * writing it, as a full or failing disk would: the places it reserved stay
+ * holes in the pack. */
+static int writer_write(struct engine *e, unsigned lane, bool inject, const struct cas_write *w, unsigned n)
+{
+	if (inject)
+		return crest_errx(-EIO, "writing chunks to the store: failure injected by CREST_FAULT_WRITE=%llu",
+				  (unsigned long long)e->fault_write);
+	return cas_pack_write(e->store, lane, w, n);
+}
+
+/* One lane's thread: it syncs when the committer waits for a seq the lane
+ * has written everything up to (before writing later jobs, which would
+ * only make the commit wait longer), else writes the lane's jobs. */
 void *eng_writer_main(void *arg)
 {
-	struct engine *e = arg;
+	struct wlane *L = arg;
+	struct engine *e = L->e;
+	const unsigned lane = (unsigned)(L - e->lanes);
 	struct wjob *batch[WRITE_BATCH];
 	struct cas_write *w = NULL;
 	unsigned capw = 0;
 	pthread_mutex_lock(&e->wlock);
 	for (;;) {
-		while (!e->wq_head && !(e->sync_target > e->synced_seq) && !e->wstop)
+		const bool want_sync = e->sync_target > L->synced && (!L->head || L->head->seq > e->sync_target);
+		if (!want_sync && !L->head && !e->wstop) {
 			pthread_cond_wait(&e->wcond, &e->wlock);
+			continue;
+		}
+		if (want_sync) {
+			const uint64_t upto = lane_done(e, L);
+			const bool failed = e->werr != 0;
+			pthread_mutex_unlock(&e->wlock);
+			const int rc = failed ? 0 : cas_pack_sync(e->store, lane);
+			pthread_mutex_lock(&e->wlock);
+			writer_fail(e, rc);
+			L->synced = upto;
+			synced_update(e);
+			pthread_cond_broadcast(&e->wcond);
+			continue;
+		}
+		if (!L->head)
+			break;   /* wstop, and nothing left */
 		unsigned n = 0, nw = 0;
 		size_t bytes = 0;
 		/* Up to WRITE_BATCH runs, or one job of more (tiny packs). */
-		while (e->wq_head && n < WRITE_BATCH && (n == 0 || nw + e->wq_head->nruns <= WRITE_BATCH)) {
-			struct wjob *j = e->wq_head;
+		while (L->head && n < WRITE_BATCH && (n == 0 || nw + L->head->nruns <= WRITE_BATCH)) {
+			struct wjob *j = L->head;
 			if (nw + j->nruns > capw) {
 				unsigned cap = nw + j->nruns > WRITE_BATCH ? nw + j->nruns : WRITE_BATCH;
 				struct cas_write *nwp = realloc(w, cap * sizeof(*nwp));
 				if (!nwp) {
-					if (!e->werr) {
-						e->werr = crest_errf(-ENOMEM, "writing chunks");
-						crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
-					}
+					writer_fail(e, crest_errf(-ENOMEM, "writing chunks"));
 					break;
 				}
 				w = nwp;
 				capw = cap;
 			}
-			e->wq_head = j->next;
+			L->head = j->next;
 			batch[n++] = j;
 			for (unsigned r = 0; r < j->nruns; r++)
 				w[nw++] = j->runs[r];
 			bytes += j->bytes;
 		}
-		if (!e->wq_head)
-			e->wq_tail = NULL;
-		if (n) {
-			bool failed = e->werr != 0;
-			pthread_mutex_unlock(&e->wlock);
-			const uint64_t t = e->trace ? time_now_ns() : 0;
-			int rc = failed ? 0 : writer_write(e, w, nw);
-			pthread_mutex_lock(&e->wlock);
-			if (e->trace) {
-				e->t_wbusy += time_now_ns() - t;
-				e->w_bytes += bytes;
-			}
-			if (rc < 0 && !e->werr) {
-				e->werr = rc;
-				crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
-			}
-			e->completed_seq = batch[n - 1]->seq;
-			for (unsigned i = 0; i < n; i++) {
-				arena_put(e, batch[i]->arena, batch[i]->arena_cap);
-				free(batch[i]->runs);
-				free(batch[i]);
-			}
-			e->wq_bytes -= bytes;
-			pthread_cond_broadcast(&e->wcond);
-			continue;
+		if (!L->head)
+			L->tail = NULL;
+		if (!n) {   /* no memory for the first job's runs: it fails unwritten */
+			struct wjob *j = L->head;
+			L->head = j->next;
+			if (!L->head)
+				L->tail = NULL;
+			batch[n++] = j;
+			bytes = j->bytes;
+			nw = 0;
 		}
-		if (e->sync_target > e->synced_seq) {
-			uint64_t upto = e->completed_seq;
-			bool failed = e->werr != 0;
-			pthread_mutex_unlock(&e->wlock);
-			int rc = failed ? 0 : cas_pack_sync(e->store);
-			pthread_mutex_lock(&e->wlock);
-			if (rc < 0 && !e->werr) {
-				e->werr = rc;
-				crest_errcpy(e->werrmsg, sizeof(e->werrmsg));
-			}
-			e->synced_seq = upto;
-			pthread_cond_broadcast(&e->wcond);
-			continue;
+		L->busy_seq = batch[0]->seq;
+		const bool failed = e->werr != 0;
+		const bool inject = !failed && nw && ++e->writes == e->fault_write;
+		pthread_mutex_unlock(&e->wlock);
+		const uint64_t t = e->trace ? time_now_ns() : 0;
+		const int rc = failed || !nw ? 0 : writer_write(e, lane, inject, w, nw);
+		pthread_mutex_lock(&e->wlock);
+		if (e->trace) {
+			e->t_wbusy += time_now_ns() - t;
+			e->w_bytes += bytes;
 		}
-		if (e->wstop)
-			break;
+		writer_fail(e, rc);
+		L->busy_seq = 0;
+		for (unsigned i = 0; i < n; i++) {
+			arena_put(e, batch[i]->arena, batch[i]->arena_cap);
+			free(batch[i]->runs);
+			free(batch[i]);
+		}
+		L->bytes -= bytes;
+		e->wq_bytes -= bytes;
+		pthread_cond_broadcast(&e->wcond);
 	}
 	pthread_mutex_unlock(&e->wlock);
 	free(w);
 	return NULL;
 }
-
 
 /* For the committer: asks for a sync up to need and waits for it, then
  * sets *ie (the caller frees it) to a copy of the first *n pending index
@@ -309,8 +364,14 @@ bool eng_writer_recover(struct engine *e)
 	}
 	/* Jobs of failed snapshots may still be queued (not written after a
 	 * failure), or a write or sync begun before it still running. */
-	while (e->wq_head || e->completed_seq != e->enq_seq || e->synced_seq < e->sync_target)
+	for (;;) {
+		bool busy = e->synced_seq < e->sync_target;
+		for (unsigned i = 0; i < e->nlanes && !busy; i++)
+			busy = e->lanes[i].head || e->lanes[i].busy_seq;
+		if (!busy)
+			break;
 		pthread_cond_wait(&e->wcond, &e->wlock);
+	}
 	int rc = cas_pack_discard(e->store);
 	if (rc < 0) {
 		e->werr = rc;

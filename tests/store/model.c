@@ -7,8 +7,8 @@
  *    one byte, just off every chunk, piece and segment boundary; sparse
  *    files; symlinks; directories; in-place edits, insertions, truncations,
  *    mode changes) and put, whole or in part, through the engine with a
- *    random chunker (fixed of several sizes, or cdc), segment size, parent
- *    and tag, as `crest put` does;
+ *    random chunker (fixed of several sizes, or cdc), segment size, lanes,
+ *    parent and tag, as `crest put` does;
  *  - host regions of odd sizes are registered, changed and checkpointed
  *    through libcrest with random blobs, tags and several checkpoints in
  *    flight, and random earlier checkpoints are restored into the regions
@@ -1008,10 +1008,11 @@ static void op_put(void)
 		o.segment_bytes = (size_t)65536 << below(5);
 		o.staging_bytes = chance(50) ? 2 * o.segment_bytes : 0;
 		o.write_queue_bytes = chance(50) ? 2 * o.segment_bytes : 0;
+		o.lanes = 1 + (unsigned)below(4);   /* packs written at once (cas.h) */
 		if (dedup_params_init(&o.file_chunking, kind, avg) < 0)
 			fail("dedup_params_init: %s", crest_errmsg());
-		oplog("put %s (%s %u, segment %zu, %u workers%s%s)", topname, dedup_kind_name(kind), avg,
-		      o.segment_bytes, o.workers, tag >= 0 ? ", tag " : "", tag >= 0 ? tagname : "");
+		oplog("put %s (%s %u, segment %zu, %u workers, %u lanes%s%s)", topname, dedup_kind_name(kind), avg,
+		      o.segment_bytes, o.workers, o.lanes, tag >= 0 ? ", tag " : "", tag >= 0 ? tagname : "");
 		struct engine *e;
 		int rc = engine_open(S, &o, &e);
 		if (rc < 0)
