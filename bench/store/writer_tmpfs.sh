@@ -1,13 +1,14 @@
 #!/bin/sh
 # writer_tmpfs.sh [GIB [DIR]] - what bounds an ingest into a store on tmpfs:
 # crest put of GIB GiB (8) of new memory-like data into a store in DIR
-# (/dev/shm) with CREST_TRACE, whose engine line says how long the one
-# writer thread was busy for how many bytes; beside it, in the same run,
-# what tmpfs takes from one writing thread against several: the same bytes
-# written to one file by one dd, and split over 4 and 8 files by as many
-# dds at once. If crest's writer is busy for about the whole of the chunks'
-# time at about one dd's rate, the writer bounds the ingest, and several
-# writers (packs written at once) could go as far as the 4- or 8-file rate.
+# (/dev/shm) with CREST_TRACE, once for each lane count in LANES ("1 2 4
+# 8": CREST_PACK_LANES, packs written at once by as many writer threads),
+# whose engine line says how long the writers were busy for how many bytes;
+# beside it, in the same run, what tmpfs takes from one writing thread
+# against several: the same bytes written to one file by one dd, and split
+# over 4 and 8 files by as many dds at once. If crest's writers are busy for
+# about the whole of the chunks' time at about one dd's rate each, they
+# bound the ingest; more lanes can then go as far as the 4- or 8-file rate.
 # Runs from the repository root with binaries from .gpu/ or build/
 # (bins.sh).
 set -u
@@ -38,13 +39,20 @@ ddn 1 >/dev/null   # warm-up: the first pass over fresh tmpfs pages is slower he
 d1=$(ddn 1); d4=$(ddn 4); d8=$(ddn 8)
 rm -rf "$w/dd"
 echo "tmpfs write: 1 file by 1 dd $d1 GB/s; 4 files by 4 dds $d4 GB/s; 8 files by 8 dds $d8 GB/s"
-t0=$(now)
-CREST_TRACE=1 crest --store "$w/st" --quiet put "$w/src/mem" >/dev/null 2>"$w/trace" || { echo "crest put failed"; cat "$w/trace"; exit 1; }
-t1=$(now)
-put=$(rate $bytes "$t0" "$t1")
-grep -E "crest trace: (engine|cas_commit)" "$w/trace"
-busy=$(sed -n 's/.*writer busy \([0-9.]*\) s.*/\1/p' "$w/trace" | head -1)
-chunks=$(sed -n 's/.*chunks done \([0-9.]*\) s.*/\1/p' "$w/trace" | head -1)
-wrate=$(sed -n 's/.*MB (\([0-9.]*\) GB\/s).*/\1/p' "$w/trace" | head -1)
-echo "RESULT put_new_GBps=$put chunks_s=$chunks writer_busy_s=$busy writer_GBps=$wrate dd1_GBps=$d1 dd4_GBps=$d4 dd8_GBps=$d8 busy_over_chunks=$(awk -v a="$busy" -v b="$chunks" 'BEGIN { printf "%.2f", a / b }')"
+for lanes in ${LANES:-1 2 4 8}; do
+	rm -rf "$w/st"
+	t0=$(now)
+	CREST_PACK_LANES=$lanes CREST_TRACE=1 crest --store "$w/st" --quiet put "$w/src/mem" >/dev/null 2>"$w/trace" ||
+		{ echo "crest put failed"; cat "$w/trace"; exit 1; }
+	t1=$(now)
+	put=$(rate $bytes "$t0" "$t1")
+	grep -E "crest trace: (engine|cas_commit)" "$w/trace"
+	# "N writers busy X s summed for Y MB (Z GB/s each)"
+	busy=$(sed -n 's/.* busy \([0-9.]*\) s summed.*/\1/p' "$w/trace" | head -1)
+	chunks=$(sed -n 's/.*chunks done \([0-9.]*\) s.*/\1/p' "$w/trace" | head -1)
+	wrate=$(sed -n 's/.*MB (\([0-9.]*\) GB\/s each).*/\1/p' "$w/trace" | head -1)
+	echo "RESULT lanes=$lanes put_new_GBps=$put chunks_s=$chunks writers_busy_s=$busy writer_GBps_each=$wrate" \
+		"dd1_GBps=$d1 dd4_GBps=$d4 dd8_GBps=$d8" \
+		"busy_over_lanes_x_chunks=$(awk -v a="$busy" -v b="$chunks" -v l="$lanes" 'BEGIN { printf "%.2f", a / (l * b) }')"
+done
 rm -rf "$w"
