@@ -27,6 +27,12 @@
  *   store_tool damage-piece STORE flip|drop   the same to the first piece of
  *                                             an extent list, or delete it;
  *                                             prints the piece's SHA-256
+ *   store_tool ends STORE                     one line per pack on disk or
+ *                                             with a 'p' key: "PACK SIZE END",
+ *                                             SIZE the file's ("-": none),
+ *                                             END the 'p' end, "r" (retired)
+ *                                             or "-" (neither); the index is
+ *                                             opened read-only
  *
  * Data comes from xoshiro256** so that a GiB takes well under a second to
  * make (urandom takes several): tests make their data fresh every run and
@@ -36,6 +42,7 @@
 #include "cas/format.h"
 #include "util/crc32c.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <rocksdb/c.h>
@@ -405,6 +412,163 @@ static int damage_index(const char *store, char type, const char *prefix, int dr
 	return 0;
 }
 
+/* What one pack number has: a file in packs/ and its size, a 'p' end, an
+ * 'r' key (cas/FORMAT.md, "Index keys"). */
+struct pack_row {
+	uint32_t pack;
+	int has_file, has_p, has_r;
+	uint64_t size, end;
+};
+
+/* A new row for pack, appended: a pack seen on disk and in the index has
+ * a row from each, merged once they are sorted. */
+static struct pack_row *row_add(struct pack_row **v, size_t *n, size_t *cap, uint32_t pack)
+{
+	if (*n == *cap) {
+		size_t nc = *cap ? *cap * 2 : 64;
+		struct pack_row *nv = realloc(*v, nc * sizeof(*nv));
+		if (!nv)
+			return NULL;
+		*v = nv;
+		*cap = nc;
+	}
+	(*v)[*n] = (struct pack_row){ .pack = pack };
+	return &(*v)[(*n)++];
+}
+
+static int row_cmp(const void *a, const void *b)
+{
+	uint32_t x = ((const struct pack_row *)a)->pack, y = ((const struct pack_row *)b)->pack;
+	return x < y ? -1 : x > y;
+}
+
+/* Each pack's file size beside its committed end: what a writer's open
+ * leaves (every pack recorded and cut back to its end, or retired) can be
+ * checked from a script. The index is opened read-only, so looking never
+ * changes the store (a writer's open would cut the packs it is asked about). */
+static int ends(const char *store)
+{
+	char path[4096], *err = NULL;
+	struct pack_row *v = NULL;
+	size_t n = 0, cap = 0;
+	snprintf(path, sizeof(path), "%s/packs", store);
+	DIR *d = opendir(path);
+	if (!d)
+		return die(path);
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		/* NNNNNNNN.pack: the number in at least eight decimal digits
+		 * (FORMAT.md, "Files"; cas_pack_path). */
+		const char *nm = de->d_name;
+		const size_t digits = strspn(nm, "0123456789");
+		if (digits < 8 || digits > 10 || strcmp(nm + digits, ".pack"))
+			continue;
+		struct stat sb;
+		snprintf(path, sizeof(path), "%s/packs/%s", store, nm);
+		if (stat(path, &sb) < 0) {
+			closedir(d);
+			return die(path);
+		}
+		struct pack_row *r = row_add(&v, &n, &cap, (uint32_t)strtoul(nm, NULL, 10));
+		if (!r) {
+			closedir(d);
+			return die("malloc");
+		}
+		r->has_file = 1;
+		r->size = (uint64_t)sb.st_size;
+	}
+	closedir(d);
+
+	snprintf(path, sizeof(path), "%s/index", store);
+	rocksdb_options_t *o = rocksdb_options_create();
+	rocksdb_t *db = rocksdb_open_for_read_only(o, path, 0, &err);
+	if (!db) {
+		fprintf(stderr, "store_tool: cannot open %s read-only: %s\n", path, err);
+		free(err);
+		rocksdb_options_destroy(o);
+		free(v);
+		return 1;
+	}
+	rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+	int rc = 0;
+	static const char types[] = { 'p', 'r' };
+	for (size_t t = 0; t < sizeof(types) && !rc; t++) {
+		rocksdb_iterator_t *it = rocksdb_create_iterator(db, ro);
+		for (rocksdb_iter_seek(it, &types[t], 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+			size_t kl, vl;
+			const char *k = rocksdb_iter_key(it, &kl);
+			if (kl < 1 || k[0] != types[t])
+				break;
+			const char *val = rocksdb_iter_value(it, &vl);
+			/* 'p'/'r' + u32 pack (BE) -> u64 (LE). */
+			if (kl != 5 || vl != 8) {
+				fprintf(stderr, "store_tool: %s: a '%c' key of %zu bytes with a value of %zu: "
+						"not a pack end\n", path, types[t], kl, vl);
+				rc = 1;
+				break;
+			}
+			struct pack_row *r = row_add(&v, &n, &cap, be32_get((const uint8_t *)k + 1));
+			if (!r) {
+				rc = die("malloc");
+				break;
+			}
+			if (types[t] == 'p') {
+				r->has_p = 1;
+				r->end = le64_get((const uint8_t *)val);
+			} else {
+				r->has_r = 1;
+			}
+		}
+		if (!rc) {
+			rocksdb_iter_get_error(it, &err);
+			if (err) {
+				fprintf(stderr, "store_tool: scanning %s: %s\n", path, err);
+				free(err);
+				rc = 1;
+			}
+		}
+		rocksdb_iter_destroy(it);
+	}
+	rocksdb_readoptions_destroy(ro);
+	rocksdb_close(db);
+	rocksdb_options_destroy(o);
+	if (!rc) {
+		qsort(v, n, sizeof(*v), row_cmp);
+		size_t m = 0;   /* rows of the same pack merged */
+		for (size_t i = 0; i < n; i++) {
+			if (m && v[m - 1].pack == v[i].pack) {
+				struct pack_row *r = &v[m - 1];
+				if (v[i].has_file) {
+					r->has_file = 1;
+					r->size = v[i].size;
+				}
+				if (v[i].has_p) {
+					r->has_p = 1;
+					r->end = v[i].end;
+				}
+				r->has_r |= v[i].has_r;
+			} else {
+				v[m++] = v[i];
+			}
+		}
+		for (size_t i = 0; i < m; i++) {
+			/* A retired pack gone from disk has nothing left to check. */
+			if (!v[i].has_file && !v[i].has_p)
+				continue;
+			char size[24] = "-", end[24] = "-";
+			if (v[i].has_file)
+				snprintf(size, sizeof(size), "%llu", (unsigned long long)v[i].size);
+			if (v[i].has_p)
+				snprintf(end, sizeof(end), "%llu", (unsigned long long)v[i].end);
+			else if (v[i].has_r)
+				snprintf(end, sizeof(end), "r");
+			printf("%u %s %s\n", v[i].pack, size, end);
+		}
+	}
+	free(v);
+	return rc;
+}
+
 int main(int argc, char **argv)
 {
 	uint64_t a, b;
@@ -428,9 +592,11 @@ int main(int argc, char **argv)
 		return damage_index(argv[2], 'm', argv[3], 0);
 	if (!strcmp(cmd, "damage-piece") && argc == 4 && (!strcmp(argv[3], "flip") || !strcmp(argv[3], "drop")))
 		return damage_index(argv[2], 'l', "", !strcmp(argv[3], "drop"));
+	if (!strcmp(cmd, "ends") && argc == 3)
+		return ends(argv[2]);
 	fprintf(stderr, "usage: store_tool random|memory PATH SIZE SEED | scatter PATH FRACTION SEED |\n"
 			"       insert SRC DST COUNT SEED |\n"
 			"       flip PATH OFFSET | forge PACK OFFSET | records PACK | damage-manifest STORE IDPREFIX |\n"
-			"       damage-piece STORE flip|drop | format NAME\n");
+			"       damage-piece STORE flip|drop | format NAME | ends STORE\n");
 	return 2;
 }
