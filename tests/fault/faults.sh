@@ -82,9 +82,11 @@ run_op() {
 	case $op in
 	# put and lib roll packs every MiB: pack switches, the early syncs of
 	# finished packs (uring:pack.sync) and multi-pack rollbacks get tried.
-	put) cmd=(env CREST_PACK_LIMIT=1048576 "$CREST" --store "$st" --quiet put --tag "$tag" "$T/src1") ;;
-	dedup) cmd=("$CREST" --store "$st" --quiet put --tag "$tag" "$T/src2") ;;
-	lib) cmd=(env CREST_PACK_LIMIT=1048576 "$FAULT_LIB" ckpt "$st" "$tag" 2) ;;
+	# Both write 3 packs at once (lanes, cas.h); dedup and ckpt one.
+	put) cmd=(env CREST_PACK_LIMIT=1048576 CREST_PACK_LANES=3
+		  "$CREST" --store "$st" --quiet put --tag "$tag" "$T/src1") ;;
+	dedup) cmd=(env CREST_PACK_LANES=1 "$CREST" --store "$st" --quiet put --tag "$tag" "$T/src2") ;;
+	lib) cmd=(env CREST_PACK_LIMIT=1048576 CREST_PACK_LANES=3 "$FAULT_LIB" ckpt "$st" "$tag" 2) ;;
 	ckpt) cmd=("$CREST" --store "$st" --quiet checkpoint --pid "$JOB" --tag "$tag") ;;
 	esac
 	# -k: crest checkpoint finishes the round in flight on SIGTERM, so a
