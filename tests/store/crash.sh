@@ -33,17 +33,6 @@ crest put --tag crash-0 "$T/src-0" "$T/shared" >/dev/null
 full_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 echo "   one put takes $full_ms ms; kills fall in 0 to $((full_ms * 6 / 5)) ms"
 
-# Each pack's size, "NAME BYTES" lines; pack_growth BEFORE sums what packs
-# gained since that listing (a new pack counts whole). Gains, not the total:
-# the put opening as writer first cuts back what a killed put left behind.
-pack_sizes() { [ -d "$S/packs" ] && find "$S/packs" -name '*.pack' -printf '%f %s\n' || true; }
-pack_growth() {
-	awk 'NR == FNR { was[$1] = $2; next } $2 > was[$1] { g += $2 - was[$1] } END { print g + 0 }' \
-		<(printf '%s\n' "$1") <(pack_sizes)
-}
-# Whether pid $1, a child of this shell, is still running (not a zombie).
-running() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [ -n "$st" ] && [ "${st#Z}" = "$st" ]; }
-
 killed=0 midway=0
 for i in $(seq 1 20); do
 	mksrc "$i"
@@ -52,17 +41,8 @@ for i in $(seq 1 20); do
 	delay=$(( delay % (full_ms * 6 / 5 + 1) ))
 	b0=$(pack_sizes)
 	"$CREST" --quiet put --tag "crash-$i" "$T/src-$i" "$T/shared" >/dev/null 2>"$T/put-$i.err" &
-	pid=$!
-	sleep "$(awk -v d="$delay" 'BEGIN { printf "%.3f", d / 1000 }')"
-	# Just before the kill: was the put still running, had it written packs?
-	alive=0
-	running "$pid" && alive=1
-	grew=$(pack_growth "$b0")
-	kill -9 "$pid" 2>/dev/null || true
-	rc=0
-	{ wait "$pid"; } 2>/dev/null || rc=$?
-	# The exit status says which came first: 137 is the kill (a put that had
-	# already exited is a zombie, and kill succeeds on it too).
+	kill_midway $! "$delay" "$b0"
+	rc=$KILL_RC alive=$KILL_ALIVE grew=$KILL_GREW
 	case $rc in
 	137) killed=$((killed + 1)); state=killed ;;
 	0) state="had finished" ;;

@@ -35,7 +35,6 @@ seed=${CREST_TEST_SEED:-$(( (RANDOM << 15 | RANDOM) % 1000000 ))}
 RANDOM=$seed
 echo "seed $seed (CREST_TEST_SEED=$seed replays it)"
 rounds=24
-hdr=$("$STORE_TOOL" format CAS_FILE_HEADER)
 # Killed puts (and the timed one) put 16 MiB: of their 80 ms or so, about
 # half is pack writes; the others put 2 to 8 MiB.
 kill_bytes=$(scaled $((16 << 20)))
@@ -125,16 +124,6 @@ check_store() {
 	echo "   $*: $n snapshots and $nc checkpoints listed, each restored bit-exact; verify passes"
 }
 
-pack_sizes() { [ -d "$S/packs" ] && find "$S/packs" -name '*.pack' -printf '%f %s\n' || true; }
-# Chunk bytes packs gained since the listing BEFORE (a new pack counts past
-# its header: a writer's open creates lane 0's first pack, empty).
-pack_growth() {
-	awk -v h="$hdr" 'NR == FNR { was[$1] = $2; next }
-		!($1 in was) { if ($2 > h) g += $2 - h; next }
-		$2 > was[$1] { g += $2 - was[$1] } END { print g + 0 }' \
-		<(printf '%s\n' "$1") <(pack_sizes)
-}
-running() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [ -n "$st" ] && [ "${st#Z}" = "$st" ]; }
 human() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
 ms_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 
@@ -240,15 +229,8 @@ for i in $(seq 1 $rounds); do
 			ckpt "$S" "$kib" "$change"
 			"${CKPT[@]}" >/dev/null 2>"$T/put.err" &
 		fi
-		pid=$!
-		sleep "$(awk -v d="$delay" 'BEGIN { printf "%.3f", d / 1000 }')"
-		# Just before the kill: was it still running, had it written packs?
-		alive=0
-		running "$pid" && alive=1
-		grew=$(pack_growth "$b0")
-		kill -9 "$pid" 2>/dev/null || true
-		rc=0
-		{ wait "$pid"; } 2>/dev/null || rc=$?
+		kill_midway $! "$delay" "$b0"
+		rc=$KILL_RC alive=$KILL_ALIVE grew=$KILL_GREW
 		case $rc in
 		137) kills=$((kills + 1)); state=killed ;;
 		0) [ "$what" = ckpt ] || must[$tag]=1; state="had finished" ;;

@@ -83,3 +83,32 @@ expect_error() {
 	[ "$(wc -l <"$T/err.stderr")" -eq 1 ] || fail "$what: expected one line on stderr, got: $ERR"
 	echo "   $what -> rc $rc: $ERR"
 }
+
+# For the kill tests (crash.sh, lanes.sh). pack_sizes: each pack of $S,
+# "NAME BYTES" lines. pack_growth BEFORE: the chunk bytes packs gained
+# since that listing (a new pack counts past its header: a writer's open
+# creates one, empty). Gains, not the total: a writer's open first cuts
+# back what a killed writer left behind.
+pack_sizes() { [ -d "$S/packs" ] && find "$S/packs" -name '*.pack' -printf '%f %s\n' || true; }
+pack_growth() {
+	awk -v h="$("$STORE_TOOL" format CAS_FILE_HEADER)" 'NR == FNR { was[$1] = $2; next }
+		!($1 in was) { if ($2 > h) g += $2 - h; next }
+		$2 > was[$1] { g += $2 - was[$1] } END { print g + 0 }' \
+		<(printf '%s\n' "$1") <(pack_sizes)
+}
+# Whether pid $1, a child of this shell, is still running (not a zombie).
+running() { local st; st=$(ps -o stat= -p "$1" 2>/dev/null) && [ -n "$st" ] && [ "${st#Z}" = "$st" ]; }
+# kill_midway PID MS BEFORE: MS milliseconds on, kill -9 of PID (a child of
+# this shell), reaped. KILL_RC: its exit status (137: the kill came first;
+# one that had exited is a zombie, and the kill succeeds on it too).
+# KILL_ALIVE: 1 when it was still running just before the kill. KILL_GREW:
+# the chunk bytes packs had gained since the listing BEFORE by then.
+kill_midway() {
+	sleep "$(awk -v d="$2" 'BEGIN { printf "%.3f", d / 1000 }')"
+	KILL_ALIVE=0
+	running "$1" && KILL_ALIVE=1
+	KILL_GREW=$(pack_growth "$3")
+	kill -9 "$1" 2>/dev/null || true
+	KILL_RC=0
+	{ wait "$1"; } 2>/dev/null || KILL_RC=$?
+}
