@@ -264,8 +264,10 @@ struct cas_index_entry {
 	struct cas_loc loc;
 };
 
-/* Encodes m, commits entries + manifest + summary (+ tag when non-NULL) in
- * one synced batch, and returns the new id. Sorts e by id on the way.
+/* Encodes m, commits entries + manifest + summary (+ tag when non-NULL),
+ * and returns the new id; the commit point is one synced batch (a big
+ * commit's entries reach the index just before it: store.c's notes). May
+ * reorder e.
  * base (or NULL), a manifest loaded whole from this store, usually m's
  * parent, lets long extent lists be stored as deltas against its pieces
  * (manifest.h); a delta whose base the index no longer has is not written. */

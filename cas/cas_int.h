@@ -151,6 +151,22 @@ int cas_db_scan(struct cas_store *s, char type,
 		int (*cb)(const char *k, size_t kl, const char *v, size_t vl, void *arg), void *arg);
 /* Sorts e by id (RocksDB inserts a batch's keys in order far faster). */
 void cas_entries_sort(struct cas_index_entry *e, size_t n);
+/* Commits of at least this many chunk entries index them with
+ * cas_entries_ingest (CREST_COMMIT_INGEST_MIN; else 65536). */
+size_t cas_ingest_min(void);
+/* Puts e's 'c' entries and the pack ends into the index as table files,
+ * built by several threads and added in one atomic, durable ingest
+ * (ingest.c; step 2 in store.c's notes). 0, or -EIO or -ENOMEM with a
+ * message: the ingest may then have happened or not. */
+int cas_entries_ingest(struct cas_store *s, const struct cas_index_entry *e, size_t n,
+		       const struct cas_pack_end *ends, size_t nends);
+/* Removes the table files a killed ingest left in index_dir (a writer's
+ * open, under the lock). */
+void cas_ingest_clean(const char *index_dir);
+/* Whether store dir has the files of an ingest that failed or was killed
+ * (ingest.c): the one case in which a writer rebuilds an index that does
+ * not open. */
+bool cas_ingest_left(const char *dir);
 /* s->ends with the ends of e's records merged in (a new array). */
 int cas_ends_merge(const struct cas_store *s, const struct cas_index_entry *e, size_t n,
 		   struct cas_pack_end **out, size_t *nout);

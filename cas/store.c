@@ -506,6 +506,32 @@ static void db_files_private(const char *path)
 	closedir(d);
 }
 
+/* What db_open made, undone (it may have failed half-way). */
+static void db_free(struct cas_store *s)
+{
+	if (s->db)
+		rocksdb_close(s->db);
+	if (s->ropts)
+		rocksdb_readoptions_destroy(s->ropts);
+	if (s->ropts_nofill)
+		rocksdb_readoptions_destroy(s->ropts_nofill);
+	if (s->wopts)
+		rocksdb_writeoptions_destroy(s->wopts);
+	if (s->opts)
+		rocksdb_options_destroy(s->opts);
+	if (s->topts)
+		rocksdb_block_based_options_destroy(s->topts);  /* frees the bloom policy */
+	if (s->cache)
+		rocksdb_cache_destroy(s->cache);
+	s->db = NULL;
+	s->ropts = s->ropts_nofill = NULL;
+	s->wopts = NULL;
+	s->opts = NULL;
+	s->topts = NULL;
+	s->bloom = NULL;
+	s->cache = NULL;
+}
+
 static int db_open(struct cas_store *s)
 {
 	char path[4096], *err = NULL;
@@ -593,8 +619,10 @@ static int db_open(struct cas_store *s)
 	 * them readable by all, where the CLI (umask 077) makes 0600. The
 	 * directory, 0700 whatever the umask, keeps them from others; their
 	 * own modes are brought to the CLI's here. */
-	if (s->mode != CAS_READ)
+	if (s->mode != CAS_READ) {
+		cas_ingest_clean(path);
 		db_files_private(path);
+	}
 	return 0;
 }
 
@@ -621,6 +649,49 @@ static int index_set_aside(struct cas_store *s)
 			break;
 	}
 	return crest_errf(-errno, "cannot move %s aside to %s", from, to);
+}
+
+/* After db_open failed on an index that a failed ingest may have left
+ * naming files RocksDB removed (ingest.c): the index is set aside and a
+ * new one opened, for the caller to fill with cas_recover(full). */
+static int index_rebuild_open(struct cas_store *s)
+{
+	char why[1024];
+	crest_errcpy(why, sizeof(why));
+	fprintf(stderr, "crest: %s\ncrest: a commit to %s failed while adding its index entries; rebuilding the "
+		"index from the packs and meta logs (as casctl repair does)\n", why, s->dir);
+	db_free(s);
+	int rc = index_set_aside(s);
+	if (rc == 0)
+		rc = db_open(s);
+	return rc;
+}
+
+/* A writer whose ingest failed leaves an index that opens: closed and
+ * opened again here, under the writer lock, and rebuilt when it does not
+ * open, so that readers (which cannot rebuild it) find it whole. Best
+ * effort: the next writer's open does the same. */
+static void index_after_failed_ingest(struct cas_store *s)
+{
+	char msg[1024];   /* the failure the caller reports stays its message */
+	crest_errcpy(msg, sizeof(msg));
+	db_free(s);
+	int rc = db_open(s);
+	if (rc < 0) {
+		uint32_t floor;
+		rc = index_rebuild_open(s);
+		if (rc == 0)
+			rc = cas_recover(s, true, &floor);
+		if (rc < 0)
+			fprintf(stderr, "crest: rebuilding the index of %s: %s (the next writer tries again)\n", s->dir,
+				crest_errmsg());
+	}
+	if (rc == 0) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/index", s->dir);
+		cas_ingest_clean(path);
+	}
+	crest_errset_str(msg);
 }
 
 bool cas_store_damaged(const struct cas_store *s)
@@ -708,11 +779,21 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 		rc = index_set_aside(s);
 	if (rc == 0)
 		rc = db_open(s);
+	/* An index that names table files it does not have, left so by an
+	 * ingest that failed (ingest.c says how RocksDB can), is rebuilt from
+	 * the packs and meta logs, as casctl repair would: they hold every
+	 * commit. Only then: any other failure to open stays the user's to
+	 * look at. */
+	bool rebuild = false;
+	if (rc < 0 && mode == CAS_WRITE && s->format >= 2 && cas_ingest_left(s->dir)) {
+		rc = index_rebuild_open(s);
+		rebuild = rc == 0;
+	}
 	/* A writer puts the index right before it writes anything (recover.c;
 	 * the notes at cas_commit). */
 	uint32_t floor = 1;
 	if (rc == 0 && mode != CAS_READ)
-		rc = cas_recover(s, mode == CAS_REPAIR, &floor);
+		rc = cas_recover(s, mode == CAS_REPAIR || rebuild, &floor);
 	if (rc == 0 && mode != CAS_READ && s->format < CAS_FORMAT_VERSION) {
 		if (s->format < 2)
 			rc = cas_upgrade_from_1(s);
@@ -757,6 +838,8 @@ void cas_close(struct cas_store *s)
 	if (!s)
 		return;
 	cas_pack_close_writer(s);
+	if (s->mode == CAS_WRITE && s->broken && cas_ingest_left(s->dir))
+		index_after_failed_ingest(s);
 	cas_pack_close_readers(s);
 	cas_meta_close(s);
 	free(s->ends);
@@ -783,20 +866,7 @@ void cas_close(struct cas_store *s)
 		snprintf(path, sizeof(path), "%s/index", s->dir);
 		db_files_private(path);
 	}
-	if (s->db)
-		rocksdb_close(s->db);
-	if (s->ropts)
-		rocksdb_readoptions_destroy(s->ropts);
-	if (s->ropts_nofill)
-		rocksdb_readoptions_destroy(s->ropts_nofill);
-	if (s->wopts)
-		rocksdb_writeoptions_destroy(s->wopts);
-	if (s->opts)
-		rocksdb_options_destroy(s->opts);
-	if (s->topts)
-		rocksdb_block_based_options_destroy(s->topts);  /* frees the bloom policy */
-	if (s->cache)
-		rocksdb_cache_destroy(s->cache);
+	db_free(s);
 	if (s->wants_fd >= 0)
 		close(s->wants_fd);
 	if (s->lock_fd >= 0)
@@ -916,19 +986,28 @@ static int db_has(struct cas_store *s, const char *k, size_t kl)
  *
  * NOTES ON THE DESIGN: what is durable when, and what a reader may trust.
  *
- * A snapshot is committed by four writes, each made durable before the next
- * begins:
+ * A snapshot is committed by up to four writes, each made durable before
+ * the next begins:
  *   1. its new chunk records, in packs (the engine; cas_pack_sync);
- *   2. its manifest, the extent-list pieces the index lacks, and its tag, as
+ *   2. for a commit of cas_ingest_min() chunks or more: their 'c' entries
+ *      and the new pack ends ('p'), as table files added by one RocksDB
+ *      ingest (ingest.c), all or none, synced when it returns. RocksDB
+ *      inserting 2 M entries into its memtable took 2 s on one thread;
+ *      files built by 8 threads and ingested take a tenth of that;
+ *   3. its manifest, the extent-list pieces the index lacks, and its tag, as
  *      records of this writer's meta log (cas_meta_append, one fdatasync);
- *   3. one synced RocksDB batch: the chunks' 'c' entries, the 'l' pieces,
- *      'm' and 'i' for the manifest, 't' for the tag, and the new committed
- *      ends of the packs ('p') and of the meta log ('q') it wrote to;
- *   4. nothing else: the batch is the commit point. cas_commit returns 0
- *      only once it is durable.
+ *   4. one synced RocksDB batch: the 'c' entries step 2 did not add, the
+ *      'l' pieces, 'm' and 'i' for the manifest, 't' for the tag, and the
+ *      new committed ends of the packs ('p') and of the meta log ('q') it
+ *      wrote to. This batch is the commit point: cas_commit returns 0 only
+ *      once it is durable.
  * So everything the index names lies below a committed end it also records,
  * in files whose data was synced before it: a reader that trusts the index
- * reads only durable bytes.
+ * reads only durable bytes. Step 2 keeps that: the ingest adds entries and
+ * the ends covering them at once. Entries it added without their commit
+ * (a kill or failure after it) are like a revoked commit's (below): sound
+ * for dedup, and gc's to remove. A commit killed after step 3 is in doubt
+ * as below, and finds its chunks indexed by step 2 or past the ends.
  *
  * What a crash or a failure may leave, and what the next writer does about
  * it (recover.c, run by every writer open before it writes anything):
@@ -944,7 +1023,7 @@ static int db_has(struct cas_store *s, const char *k, size_t kl)
  *    is committed was opened after every committed record was reserved, and
  *    is numbered above every pack holding one.
  *  - Meta records past a log's committed end: a commit killed between steps
- *    2 and 3, or a batch RocksDB lost (a damaged WAL drops the batches after
+ *    3 and 4, or a batch RocksDB lost (a damaged WAL drops the batches after
  *    the damage). Their data is durable, so the next writer finds the chunk
  *    records past the packs' ends, checks that every chunk each manifest
  *    needs is there, and commits the snapshot again, saying so; one that is
@@ -952,7 +1031,14 @@ static int db_has(struct cas_store *s, const char *k, size_t kl)
  *    readers do not list such a commit, and `crest ls` and `casctl verify`
  *    say that the index lacks it (verify fails): a store in that state is
  *    not reported whole.
- *  - A batch that failed in step 3 (an error from the WAL's write or sync).
+ *  - An ingest that failed in step 2. It may have landed, so the handle is
+ *    broken as below and its packs stay whole; nothing is in the meta log
+ *    to revoke. RocksDB 7.8 can leave the index unable to open then (a
+ *    MANIFEST record naming files it removed: ingest.c), so the handle
+ *    reopens the index before it closes, and the index is rebuilt from the
+ *    packs and meta logs if it does not open (index_after_failed_ingest);
+ *    a writer killed before that leaves it to the next writer's open.
+ *  - A batch that failed in step 4 (an error from the WAL's write or sync).
  *    It may be in RocksDB's memtable and WAL nonetheless, and reappear at
  *    the next open. The commit then appends a revoke record for the id to
  *    the meta log (synced) and marks the handle broken: RocksDB refuses
@@ -1189,21 +1275,25 @@ int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n,
 		cas_encoded_free(&enc);
 		return broken_refusal(s);
 	}
-	uint64_t tt[6];   /* CREST_TRACE: the phases below */
+	uint64_t tt[7];   /* CREST_TRACE: the phases below */
 	tt[1] = time_now_ns();
 	tt[0] = tt[1] - enc.encode_ns;
 	int rc = 0;
-	/* In key order: RocksDB's memtable inserts a batch's keys in order
-	 * cheaply (its skip list resumes from the last place), random SHA-256
-	 * keys each from the top. Measured, 400K entries: 1.31 s unsorted,
-	 * 0.38 s sorted, sort included. */
-	cas_entries_sort(e, n);
+	/* A big commit's entries go in as table files (step 2), a small
+	 * one's in the batch, in key order: RocksDB's memtable inserts a
+	 * batch's keys in order cheaply (its skip list resumes from the last
+	 * place), random SHA-256 keys each from the top. Measured, 400K
+	 * entries: 1.31 s unsorted, 0.38 s sorted, sort included. */
+	const bool ingest = n && n >= cas_ingest_min();
 	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+	if (!ingest) {
+		cas_entries_sort(e, n);
+		for (size_t i = 0; i < n; i++)
+			cas_batch_entry(b, e[i].sha, &e[i].loc);
+	}
 	size_t new_pieces = 0, new_piece_bytes = 0;
 	struct cas_meta_buf mb = { 0 };
 	cas_meta_rec(&mb, CAS_META_MANIFEST, id, enc.buf, enc.len);
-	for (size_t i = 0; i < n; i++)
-		cas_batch_entry(b, e[i].sha, &e[i].loc);
 	char k[1 + 256];
 	/* Pieces go in the same batch as the manifest that names them: a
 	 * manifest is never visible without its pieces. */
@@ -1243,10 +1333,20 @@ int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	if (rc == 0)
 		rc = cas_ends_merge(s, e, n, &ends, &nends);
 	tt[3] = time_now_ns();
+	bool ingested = false;   /* the ingest was tried: it may have landed */
+	if (rc == 0 && ingest) {
+		ingested = true;
+		rc = cas_entries_ingest(s, e, n, ends, nends);
+		/* A failed ingest may have landed nonetheless (below). Nothing
+		 * is in the meta log yet, so there is nothing to revoke. */
+	}
+	tt[4] = time_now_ns();
 	if (rc == 0)
 		rc = cas_meta_append(s, &mb);
-	tt[4] = time_now_ns();
+	tt[5] = time_now_ns();
 	free(mb.p);
+	if (rc < 0 && ingested)
+		s->broken = rc;   /* entries ingested name the packs' bytes: keep them whole */
 	if (rc < 0) {
 		rocksdb_writebatch_destroy(b);
 		cas_encoded_free(&enc);
@@ -1268,12 +1368,13 @@ int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n,
 		cas_batch_end(b, 'p', ends[i].pack, ends[i].end);
 	cas_batch_end(b, 'q', s->meta_num, s->meta_end);
 	rc = cas_batch_write(s, b, "committing a snapshot");
-	tt[5] = time_now_ns();
+	tt[6] = time_now_ns();
 	if (getenv("CREST_TRACE"))
-		fprintf(stderr, "crest trace: cas_commit: encode %.3f s; %zu entries sorted, %zu of %zu pieces new "
-			"(%.1f MB) %.3f s; pack ends %.3f s; meta log %.1f MB %.3f s; index batch %.3f s\n",
-			(tt[1] - tt[0]) / 1e9, n, new_pieces, enc.npieces, new_piece_bytes / 1e6, (tt[2] - tt[1]) / 1e9,
-			(tt[3] - tt[2]) / 1e9, mb.len / 1e6, (tt[4] - tt[3]) / 1e9, (tt[5] - tt[4]) / 1e9);
+		fprintf(stderr, "crest trace: cas_commit: encode %.3f s; %zu entries %s, %zu of %zu pieces new "
+			"(%.1f MB) %.3f s; pack ends %.3f s; entries ingested %.3f s; meta log %.1f MB %.3f s; "
+			"index batch %.3f s\n", (tt[1] - tt[0]) / 1e9, n, ingest ? "for table files" : "sorted",
+			new_pieces, enc.npieces, new_piece_bytes / 1e6, (tt[2] - tt[1]) / 1e9, (tt[3] - tt[2]) / 1e9,
+			(tt[4] - tt[3]) / 1e9, mb.len / 1e6, (tt[5] - tt[4]) / 1e9, (tt[6] - tt[5]) / 1e9);
 	rocksdb_writebatch_destroy(b);
 	cas_encoded_free(&enc);
 	if (rc < 0) {

@@ -82,12 +82,18 @@ run_op() {
 	case $op in
 	# put and lib roll packs every MiB: pack switches, the early syncs of
 	# finished packs (uring:pack.sync) and multi-pack rollbacks get tried.
-	# Both write 3 packs at once (lanes, cas.h); dedup and ckpt one.
-	put) cmd=(env CREST_PACK_LIMIT=1048576 CREST_PACK_LANES=3
+	# Both write 3 packs at once (lanes, cas.h); dedup and ckpt one. put
+	# and ckpt add their chunk entries to the index as table files (the
+	# ingest, cas/ingest.c), which else only commits of 64 K chunks do;
+	# dedup and lib in the commit's batch.
+	put) cmd=(env CREST_PACK_LIMIT=1048576 CREST_PACK_LANES=3 CREST_COMMIT_INGEST_MIN=8
 		  "$CREST" --store "$st" --quiet put --tag "$tag" "$T/src1") ;;
-	dedup) cmd=(env CREST_PACK_LANES=1 "$CREST" --store "$st" --quiet put --tag "$tag" "$T/src2") ;;
-	lib) cmd=(env CREST_PACK_LIMIT=1048576 CREST_PACK_LANES=3 "$FAULT_LIB" ckpt "$st" "$tag" 2) ;;
-	ckpt) cmd=("$CREST" --store "$st" --quiet checkpoint --pid "$JOB" --tag "$tag") ;;
+	dedup) cmd=(env CREST_PACK_LANES=1 CREST_COMMIT_INGEST_MIN=1000000000
+		    "$CREST" --store "$st" --quiet put --tag "$tag" "$T/src2") ;;
+	lib) cmd=(env CREST_PACK_LIMIT=1048576 CREST_PACK_LANES=3 CREST_COMMIT_INGEST_MIN=1000000000
+		  "$FAULT_LIB" ckpt "$st" "$tag" 2) ;;
+	ckpt) cmd=(env CREST_COMMIT_INGEST_MIN=8
+		   "$CREST" --store "$st" --quiet checkpoint --pid "$JOB" --tag "$tag") ;;
 	esac
 	# -k: crest checkpoint finishes the round in flight on SIGTERM, so a
 	# hung one would outlive a plain timeout and the whole test with it.
