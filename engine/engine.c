@@ -656,6 +656,7 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 			(t2 - t1) / 1e9, n, (time_now_ns() - t2) / 1e9, e->nlanes, e->nlanes == 1 ? "" : "s",
 			busy / 1e9, wbytes / 1e6, busy ? wbytes / (double)busy : 0.0, full / 1e9);
 	}
+	const uint64_t t3 = time_now_ns();
 	if (rc == 0 && n) {
 		/* n == 0 when the snapshot added no chunk: pend may then still be
 		 * NULL, and memmove(NULL, ...) is undefined even for 0 bytes. */
@@ -664,6 +665,8 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 			eng_pending_remove(e, ie[i].sha, NULL);
 	}
 	free(ie);
+	if (e->trace)
+		fprintf(stderr, "crest trace: engine: %zu pending entries forgotten %.3f s\n", n, (time_now_ns() - t3) / 1e9);
 	return rc;
 }
 
