@@ -154,12 +154,17 @@ void cas_entries_sort(struct cas_index_entry *e, size_t n);
 /* Commits of at least this many chunk entries index them with
  * cas_entries_ingest (CREST_COMMIT_INGEST_MIN; else 65536). */
 size_t cas_ingest_min(void);
-/* Puts e's 'c' entries and the pack ends into the index as table files,
- * built by several threads and added in one atomic, durable ingest
- * (ingest.c; step 2 in store.c's notes). 0, or -EIO or -ENOMEM with a
- * message: the ingest may then have happened or not. */
+/* Puts e's 'c' entries, the pieces pv ('l') and the pack ends into the
+ * index as table files, built by several threads and added in one atomic,
+ * durable ingest (ingest.c; step 2 in store.c's notes). 0, or -EIO or
+ * -ENOMEM with a message: the ingest may then have happened or not. */
+struct cas_ingest_piece {
+	const uint8_t *sha;
+	const uint8_t *p;
+	size_t len;
+};
 int cas_entries_ingest(struct cas_store *s, const struct cas_index_entry *e, size_t n,
-		       const struct cas_pack_end *ends, size_t nends);
+		       struct cas_ingest_piece *pv, size_t npv, const struct cas_pack_end *ends, size_t nends);
 /* Removes the table files a killed ingest left in index_dir (a writer's
  * open, under the lock). */
 void cas_ingest_clean(const char *index_dir);

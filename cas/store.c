@@ -989,15 +989,16 @@ static int db_has(struct cas_store *s, const char *k, size_t kl)
  * A snapshot is committed by up to four writes, each made durable before
  * the next begins:
  *   1. its new chunk records, in packs (the engine; cas_pack_sync);
- *   2. for a commit of cas_ingest_min() chunks or more: their 'c' entries
- *      and the new pack ends ('p'), as table files added by one RocksDB
+ *   2. for a commit of cas_ingest_min() chunks or more: their 'c' entries,
+ *      the pieces the index lacks ('l') and the new pack ends ('p'), as
+ *      table files added by one RocksDB
  *      ingest (ingest.c), all or none, synced when it returns. RocksDB
  *      inserting 2 M entries into its memtable took 2 s on one thread;
  *      files built by 8 threads and ingested take a tenth of that;
  *   3. its manifest, the extent-list pieces the index lacks, and its tag, as
  *      records of this writer's meta log (cas_meta_append, one fdatasync);
- *   4. one synced RocksDB batch: the 'c' entries step 2 did not add, the
- *      'l' pieces, 'm' and 'i' for the manifest, 't' for the tag, and the
+ *   4. one synced RocksDB batch: the 'c' entries and 'l' pieces step 2 did
+ *      not add, 'm' and 'i' for the manifest, 't' for the tag, and the
  *      new committed ends of the packs ('p') and of the meta log ('q') it
  *      wrote to. This batch is the commit point: cas_commit returns 0 only
  *      once it is durable.
@@ -1295,8 +1296,14 @@ int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	struct cas_meta_buf mb = { 0 };
 	cas_meta_rec(&mb, CAS_META_MANIFEST, id, enc.buf, enc.len);
 	char k[1 + 256];
-	/* Pieces go in the same batch as the manifest that names them: a
-	 * manifest is never visible without its pieces. */
+	/* Pieces go in the same batch as the manifest that names them, or
+	 * before it in a big commit's ingest: a manifest is never visible
+	 * without its pieces. (A first checkpoint of 8 GiB has 86 MB of them,
+	 * which the batch took 0.28 s to log and insert.) */
+	struct cas_ingest_piece *pv = ingest ? malloc((enc.npieces ? enc.npieces : 1) * sizeof(*pv)) : NULL;
+	size_t npv = 0;
+	if (ingest && !pv)
+		rc = crest_errf(-ENOMEM, "committing to %s", s->dir);
 	k[0] = 'l';
 	for (size_t i = 0; rc == 0 && i < enc.npieces; i++) {
 		const struct cas_piece *p = &enc.pieces[i];
@@ -1305,7 +1312,10 @@ int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n,
 		if (has < 0) {
 			rc = has;
 		} else if (!has) {   /* a piece already stored is skipped, never the rest */
-			rocksdb_writebatch_put(b, k, 33, (const char *)enc.pbuf + p->off, p->len);
+			if (pv)
+				pv[npv++] = (struct cas_ingest_piece){ p->sha, enc.pbuf + p->off, p->len };
+			else
+				rocksdb_writebatch_put(b, k, 33, (const char *)enc.pbuf + p->off, p->len);
 			cas_meta_rec(&mb, CAS_META_PIECE, p->sha, enc.pbuf + p->off, p->len);
 			new_pieces++;
 			new_piece_bytes += p->len;
@@ -1336,10 +1346,11 @@ int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	bool ingested = false;   /* the ingest was tried: it may have landed */
 	if (rc == 0 && ingest) {
 		ingested = true;
-		rc = cas_entries_ingest(s, e, n, ends, nends);
+		rc = cas_entries_ingest(s, e, n, pv, npv, ends, nends);
 		/* A failed ingest may have landed nonetheless (below). Nothing
 		 * is in the meta log yet, so there is nothing to revoke. */
 	}
+	free(pv);
 	tt[4] = time_now_ns();
 	if (rc == 0)
 		rc = cas_meta_append(s, &mb);
