@@ -661,8 +661,7 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 		/* n == 0 when the snapshot added no chunk: pend may then still be
 		 * NULL, and memmove(NULL, ...) is undefined even for 0 bytes. */
 		eng_writer_committed(e, n);
-		for (size_t i = 0; i < n; i++)
-			eng_pending_remove(e, ie[i].sha, NULL);
+		eng_pending_forget(e, ie, n);
 	}
 	free(ie);
 	if (e->trace)

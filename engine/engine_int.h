@@ -283,6 +283,9 @@ struct stripe *eng_pending_stripe(struct engine *e, const uint8_t sha[32]);
 struct node *eng_pending_find(struct stripe *s, const uint8_t sha[32]);
 int eng_pending_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq, const struct batch *owner);
 void eng_pending_remove(struct engine *e, const uint8_t sha[32], const struct batch *owner);
+/* eng_pending_remove(e, ie[i].sha, NULL) for every i, a big commit's on
+ * several threads (each stripe on one). */
+void eng_pending_forget(struct engine *e, const struct cas_index_entry *ie, size_t n);
 void eng_pending_clear(struct engine *e);
 
 /* writer.c: the writer threads and what they own (wlock).

@@ -11,6 +11,7 @@
  * node. Calls nothing else of the engine.
  */
 #include "engine/engine_int.h"
+#include "util/par.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -97,6 +98,62 @@ void eng_pending_remove(struct engine *e, const uint8_t sha[32], const struct ba
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* eng_pending_forget: the ids of one stripe are taken by one thread, under
+ * that stripe's lock once. */
+struct forget {
+	struct engine *e;
+	const struct cas_index_entry *ie;
+	const uint32_t *idx;     /* indexes into ie, grouped by stripe */
+	size_t start[NSTRIPES + 1];
+};
+
+static int forget_stripe(struct par *p, void *tls, size_t i)
+{
+	(void)tls;
+	const struct forget *f = p->arg;
+	struct stripe *s = &f->e->stripes[i];
+	pthread_mutex_lock(&s->lock);
+	for (size_t x = f->start[i]; x < f->start[i + 1] && s->nb; x++) {
+		const uint8_t *sha = f->ie[f->idx[x]].sha;
+		for (struct node **pp = &s->b[bucket_of(s, sha)]; *pp; pp = &(*pp)->next) {
+			struct node *n = *pp;
+			if (!memcmp(n->sha, sha, 32)) {
+				*pp = n->next;
+				free(n);
+				s->n--;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&s->lock);
+	return 0;
+}
+
+void eng_pending_forget(struct engine *e, const struct cas_index_entry *ie, size_t n)
+{
+	/* One by one, 2 M ids of a first 8 GiB checkpoint took 0.56 s on the
+	 * 16-core host (a cache miss and a free each), after its commit and
+	 * before the checkpoint counted as ingested. Small commits, or no
+	 * memory for the grouping: one by one. */
+	uint32_t *idx = n >= 65536 && n < UINT32_MAX ? malloc(n * sizeof(*idx)) : NULL;
+	if (!idx) {
+		for (size_t i = 0; i < n; i++)
+			eng_pending_remove(e, ie[i].sha, NULL);
+		return;
+	}
+	struct forget f = { .e = e, .ie = ie, .idx = idx };
+	for (size_t i = 0; i < n; i++)
+		f.start[ie[i].sha[0] % NSTRIPES + 1]++;
+	for (size_t b = 0; b < NSTRIPES; b++)
+		f.start[b + 1] += f.start[b];
+	size_t at[NSTRIPES];
+	memcpy(at, f.start, sizeof(at));
+	for (size_t i = 0; i < n; i++)
+		idx[at[ie[i].sha[0] % NSTRIPES]++] = (uint32_t)i;
+	struct par p = { .n = NSTRIPES, .fn = forget_stripe, .arg = &f };
+	par_run(&p, 0, NULL, 0);   /* no item fails */
+	free(idx);
+}
 
 /* Forgets every node (engine_recover: none is PENDING then). */
 void eng_pending_clear(struct engine *e)
