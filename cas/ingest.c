@@ -73,6 +73,46 @@ struct job {
 	struct part *parts;
 };
 
+/* One table file being written: its writer and the first error, after
+ * which puts do nothing and table_close reports it. */
+struct table {
+	rocksdb_envoptions_t *eo;
+	rocksdb_sstfilewriter_t *w;
+	const char *path;
+	char *err;
+};
+
+static void table_open(struct table *t, const struct cas_store *s, const char *path)
+{
+	t->eo = rocksdb_envoptions_create();
+	t->w = rocksdb_sstfilewriter_create(t->eo, s->opts);
+	t->path = path;
+	t->err = NULL;
+	rocksdb_sstfilewriter_open(t->w, path, &t->err);
+}
+
+static void table_put(struct table *t, const void *k, size_t kl, const void *v, size_t vl)
+{
+	if (!t->err)
+		rocksdb_sstfilewriter_put(t->w, k, kl, v, vl, &t->err);
+}
+
+/* Finishes the file: 0, or -EIO with a message saying what it held. */
+static int table_close(struct table *t, const char *what)
+{
+	if (!t->err)
+		rocksdb_sstfilewriter_finish(t->w, &t->err);
+	rocksdb_sstfilewriter_destroy(t->w);
+	rocksdb_envoptions_destroy(t->eo);
+	if (t->err) {
+		const int rc = crest_errx(-EIO, "writing %s to %s: %s", what, t->path, t->err);
+		free(t->err);
+		return rc;
+	}
+	chmod(t->path, 0600);   /* as db_files_private makes the index's files */
+	return 0;
+}
+
 static int part_write(struct par *p, void *tls, size_t i)
 {
 	(void)tls;
@@ -80,14 +120,12 @@ static int part_write(struct par *p, void *tls, size_t i)
 	struct part *pt = &j->parts[i];
 	struct cas_index_entry *e = j->t + pt->from;
 	cas_entries_sort(e, pt->n);
-	char *err = NULL;
-	rocksdb_envoptions_t *eo = rocksdb_envoptions_create();
-	rocksdb_sstfilewriter_t *w = rocksdb_sstfilewriter_create(eo, j->s->opts);
-	rocksdb_sstfilewriter_open(w, pt->path, &err);
+	struct table t;
+	table_open(&t, j->s, pt->path);
 	char k[33];
 	uint8_t v[CAS_LOC_BYTES];
 	k[0] = 'c';
-	for (size_t x = 0; x < pt->n && !err; x++) {
+	for (size_t x = 0; x < pt->n && !t.err; x++) {
 		/* A table's keys must rise strictly. An id twice in one commit
 		 * (each copy a committed record) keeps one of its places, as
 		 * a batch would. */
@@ -95,20 +133,12 @@ static int part_write(struct par *p, void *tls, size_t i)
 			continue;
 		memcpy(k + 1, e[x].sha, 32);
 		cas_loc_encode(&e[x].loc, v);
-		rocksdb_sstfilewriter_put(w, k, sizeof(k), (const char *)v, sizeof(v), &err);
+		table_put(&t, k, sizeof(k), v, sizeof(v));
 	}
-	if (!err)
-		rocksdb_sstfilewriter_finish(w, &err);
-	rocksdb_sstfilewriter_destroy(w);
-	rocksdb_envoptions_destroy(eo);
-	if (err) {
-		const int rc = crest_errx(-EIO, "writing index entries to %s: %s", pt->path, err);
-		free(err);
-		return rc;
-	}
-	chmod(pt->path, 0600);   /* as db_files_private makes the index's files */
-	p->bytes += pt->n;
-	return 0;
+	const int rc = table_close(&t, "index entries");
+	if (rc == 0)
+		p->bytes += pt->n;
+	return rc;
 }
 
 static int end_cmp(const void *a, const void *b)
@@ -126,29 +156,17 @@ static int piece_cmp(const void *a, const void *b)
 static int pieces_write(struct cas_store *s, struct cas_ingest_piece *pv, size_t npv, const char *path)
 {
 	qsort(pv, npv, sizeof(*pv), piece_cmp);
-	char *err = NULL;
-	rocksdb_envoptions_t *eo = rocksdb_envoptions_create();
-	rocksdb_sstfilewriter_t *w = rocksdb_sstfilewriter_create(eo, s->opts);
-	rocksdb_sstfilewriter_open(w, path, &err);
+	struct table t;
+	table_open(&t, s, path);
 	char k[33];
 	k[0] = 'l';
-	for (size_t i = 0; i < npv && !err; i++) {
+	for (size_t i = 0; i < npv && !t.err; i++) {
 		if (i + 1 < npv && !memcmp(pv[i].sha, pv[i + 1].sha, 32))
 			continue;   /* the same piece twice in one manifest */
 		memcpy(k + 1, pv[i].sha, 32);
-		rocksdb_sstfilewriter_put(w, k, sizeof(k), (const char *)pv[i].p, pv[i].len, &err);
+		table_put(&t, k, sizeof(k), pv[i].p, pv[i].len);
 	}
-	if (!err)
-		rocksdb_sstfilewriter_finish(w, &err);
-	rocksdb_sstfilewriter_destroy(w);
-	rocksdb_envoptions_destroy(eo);
-	if (err) {
-		const int rc = crest_errx(-EIO, "writing extent-list pieces to %s: %s", path, err);
-		free(err);
-		return rc;
-	}
-	chmod(path, 0600);
-	return 0;
+	return table_close(&t, "extent-list pieces");
 }
 
 /* The ends as the last table: 'p' and the pack number big-endian sort
@@ -160,29 +178,17 @@ static int ends_write(struct cas_store *s, const struct cas_pack_end *ends, size
 		return crest_errf(-ENOMEM, "indexing a commit in %s", s->dir);
 	memcpy(v, ends, nends * sizeof(*v));
 	qsort(v, nends, sizeof(*v), end_cmp);
-	char *err = NULL;
-	rocksdb_envoptions_t *eo = rocksdb_envoptions_create();
-	rocksdb_sstfilewriter_t *w = rocksdb_sstfilewriter_create(eo, s->opts);
-	rocksdb_sstfilewriter_open(w, path, &err);
-	for (size_t i = 0; i < nends && !err; i++) {
+	struct table t;
+	table_open(&t, s, path);
+	for (size_t i = 0; i < nends && !t.err; i++) {
 		char k[5];
 		uint8_t val[8];
 		cas_key_num(k, 'p', v[i].pack);
 		le64_put(val, v[i].end);
-		rocksdb_sstfilewriter_put(w, k, sizeof(k), (const char *)val, sizeof(val), &err);
+		table_put(&t, k, sizeof(k), val, sizeof(val));
 	}
-	if (!err)
-		rocksdb_sstfilewriter_finish(w, &err);
-	rocksdb_sstfilewriter_destroy(w);
-	rocksdb_envoptions_destroy(eo);
 	free(v);
-	if (err) {
-		const int rc = crest_errx(-EIO, "writing pack ends to %s: %s", path, err);
-		free(err);
-		return rc;
-	}
-	chmod(path, 0600);
-	return 0;
+	return table_close(&t, "pack ends");
 }
 
 int cas_entries_ingest(struct cas_store *s, const struct cas_index_entry *e, size_t n,
