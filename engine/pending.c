@@ -17,9 +17,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+static size_t stripe_of(const uint8_t sha[32])
+{
+	return sha[0] % NSTRIPES;
+}
+
 struct stripe *eng_pending_stripe(struct engine *e, const uint8_t sha[32])
 {
-	return &e->stripes[sha[0] % NSTRIPES];
+	return &e->stripes[stripe_of(sha)];
 }
 
 static size_t bucket_of(const struct stripe *s, const uint8_t sha[32])
@@ -78,23 +83,29 @@ int eng_pending_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq, co
 
 /* Removes sha's node: any (owner NULL: its commit made it durable), or only
  * the PENDING node owner entered (its batch gave it up). */
+/* eng_pending_remove under the stripe's lock. */
+static void stripe_remove(struct stripe *s, const uint8_t sha[32], const struct batch *owner)
+{
+	if (!s->nb)
+		return;
+	for (struct node **pp = &s->b[bucket_of(s, sha)]; *pp; pp = &(*pp)->next) {
+		struct node *n = *pp;
+		if (!memcmp(n->sha, sha, 32)) {
+			if (!owner || (n->owner == owner && n->seq == PENDING)) {
+				*pp = n->next;
+				free(n);
+				s->n--;
+			}
+			return;
+		}
+	}
+}
+
 void eng_pending_remove(struct engine *e, const uint8_t sha[32], const struct batch *owner)
 {
 	struct stripe *s = eng_pending_stripe(e, sha);
 	pthread_mutex_lock(&s->lock);
-	if (s->nb) {
-		for (struct node **pp = &s->b[bucket_of(s, sha)]; *pp; pp = &(*pp)->next) {
-			struct node *n = *pp;
-			if (!memcmp(n->sha, sha, 32)) {
-				if (!owner || (n->owner == owner && n->seq == PENDING)) {
-					*pp = n->next;
-					free(n);
-					s->n--;
-				}
-				break;
-			}
-		}
-	}
+	stripe_remove(s, sha, owner);
 	pthread_mutex_unlock(&s->lock);
 }
 
@@ -113,18 +124,8 @@ static int forget_stripe(struct par *p, void *tls, size_t i)
 	const struct forget *f = p->arg;
 	struct stripe *s = &f->e->stripes[i];
 	pthread_mutex_lock(&s->lock);
-	for (size_t x = f->start[i]; x < f->start[i + 1] && s->nb; x++) {
-		const uint8_t *sha = f->ie[f->idx[x]].sha;
-		for (struct node **pp = &s->b[bucket_of(s, sha)]; *pp; pp = &(*pp)->next) {
-			struct node *n = *pp;
-			if (!memcmp(n->sha, sha, 32)) {
-				*pp = n->next;
-				free(n);
-				s->n--;
-				break;
-			}
-		}
-	}
+	for (size_t x = f->start[i]; x < f->start[i + 1]; x++)
+		stripe_remove(s, f->ie[f->idx[x]].sha, NULL);
 	pthread_mutex_unlock(&s->lock);
 	return 0;
 }
@@ -143,13 +144,13 @@ void eng_pending_forget(struct engine *e, const struct cas_index_entry *ie, size
 	}
 	struct forget f = { .e = e, .ie = ie, .idx = idx };
 	for (size_t i = 0; i < n; i++)
-		f.start[ie[i].sha[0] % NSTRIPES + 1]++;
+		f.start[stripe_of(ie[i].sha) + 1]++;
 	for (size_t b = 0; b < NSTRIPES; b++)
 		f.start[b + 1] += f.start[b];
 	size_t at[NSTRIPES];
 	memcpy(at, f.start, sizeof(at));
 	for (size_t i = 0; i < n; i++)
-		idx[at[ie[i].sha[0] % NSTRIPES]++] = (uint32_t)i;
+		idx[at[stripe_of(ie[i].sha)]++] = (uint32_t)i;
 	struct par p = { .n = NSTRIPES, .fn = forget_stripe, .arg = &f };
 	par_run(&p, 0, NULL, 0);   /* no item fails */
 	free(idx);
