@@ -686,11 +686,8 @@ static void index_after_failed_ingest(struct cas_store *s)
 			fprintf(stderr, "crest: rebuilding the index of %s: %s (the next writer tries again)\n", s->dir,
 				crest_errmsg());
 	}
-	if (rc == 0) {
-		char path[4096];
-		snprintf(path, sizeof(path), "%s/index", s->dir);
-		cas_ingest_clean(path);
-	}
+	/* An index that opened has lost the leftover files (db_open); a
+	 * rebuilt one never had them. */
 	crest_errset_str(msg);
 }
 
