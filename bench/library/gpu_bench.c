@@ -14,7 +14,8 @@
  * snapshot twice and from the third once. Last, a child process holding GIB GiB is checkpointed and
  * restored by the driver (cuCheckpointProcessLock/Checkpoint/Restore/Unlock)
  * and checks its memory afterwards. Lines starting with RESULT are the
- * figures for bench/RESULTS.md.
+ * figures for bench/RESULTS.md. GPU_BENCH_RESTORES=N restores the first
+ * snapshot N times (2); GPU_BENCH_DRIVER=0 leaves the driver's out.
  */
 #include "crest.h"
 #include "gpu/cudrv.h"
@@ -302,7 +303,9 @@ int main(int argc, char **argv)
 	changed = NULL;
 	free(chg);
 
-	for (int rep = 1; rep <= 2; rep++) {
+	const char *re = getenv("GPU_BENCH_RESTORES");
+	const int restores = re && atoi(re) > 0 ? atoi(re) : 2;
+	for (int rep = 1; rep <= restores; rep++) {
 		CU(d->MemsetD8(dp, 0, bytes));
 		CU(d->CtxSynchronize());
 		struct crest_restore_result rr;
@@ -317,6 +320,8 @@ int main(int argc, char **argv)
 	CU(d->CtxSetCurrent(ctx));
 	d->MemFree(dp);
 	d->MemFreeHost(pin);
-	driver_checkpoint(bytes, "/proc/self/exe");
+	const char *de = getenv("GPU_BENCH_DRIVER");
+	if (!de || strcmp(de, "0"))
+		driver_checkpoint(bytes, "/proc/self/exe");
 	return 0;
 }
