@@ -99,6 +99,7 @@ struct worker {
 	uint64_t t_table, t_locate, t_direct, t_walk, t_miss, t_wait, t_hash, t_write;
 	uint64_t direct, direct_reads, direct_bytes, walked, missed, windows;
 	uint64_t inflight_len[2];    /* bytes of each buffer's copy, for c->phases */
+	uint64_t t_begin, t_filled, t_end; /* when it began, filled its last window, ended */
 	uint64_t spliced_end;        /* the pipe may still hold wbuf's pages up to here */
 };
 
@@ -769,6 +770,7 @@ static void *worker_main(void *arg)
 	struct job *j = wk->j;
 	const struct cudrv *d = j->o->d;
 	int rc = 0, b = 0;
+	wk->t_begin = time_now_ns();
 	while (!atomic_load(&j->stop)) {
 		struct window w;
 		bool got;
@@ -800,6 +802,7 @@ static void *worker_main(void *arg)
 		}
 		wk->inflight[b] = true;
 		wk->inflight_len[b] = w.len;
+		wk->t_filled = time_now_ns();
 		atomic_fetch_add(&j->done, w.len);
 		b ^= 1;
 	}
@@ -819,11 +822,12 @@ static void *worker_main(void *arg)
 			job_fail(j, src);
 	}
 	worker_drop_ctx(wk);
+	wk->t_end = time_now_ns();
 	return NULL;
 }
 
 /* One line per thread and a sum, on stderr: where a restore's time went. */
-static void trace_workers(const struct worker *wk, unsigned n, uint64_t wall_ns)
+static void trace_workers(const struct worker *wk, unsigned n, uint64_t t_start, uint64_t wall_ns)
 {
 	struct worker sum = { 0 };
 	uint64_t reads = 0, read_bytes = 0;
@@ -831,13 +835,16 @@ static void trace_workers(const struct worker *wk, unsigned n, uint64_t wall_ns)
 		const struct worker *w = &wk[i];
 		fprintf(stderr, "crest trace: restore thread %u: table %.3f locate %.3f direct %.3f walk %.3f "
 			"miss %.3f wait %.3f hash %.3f write %.3f s; %llu windows, %llu chunks direct, "
-			"%llu records walked, %llu missed, %llu preadvs and %llu preads, %.1f MB read\n",
+			"%llu records walked, %llu missed, %llu preadvs and %llu preads, %.1f MB read; "
+			"began %.3f, last window filled %.3f, ended %.3f s after the start\n",
 			i, w->t_table / 1e9, w->t_locate / 1e9, w->t_direct / 1e9, w->t_walk / 1e9, w->t_miss / 1e9,
 			w->t_wait / 1e9, w->t_hash / 1e9, w->t_write / 1e9, (unsigned long long)w->windows,
 			(unsigned long long)w->direct,
 			(unsigned long long)w->walked, (unsigned long long)w->missed,
 			(unsigned long long)w->direct_reads, (unsigned long long)w->span.nreads,
-			(w->direct_bytes + w->span.read_bytes) / 1e6);
+			(w->direct_bytes + w->span.read_bytes) / 1e6,
+			w->t_begin ? (w->t_begin - t_start) / 1e9 : 0.0, w->t_filled ? (w->t_filled - t_start) / 1e9 : 0.0,
+			w->t_end ? (w->t_end - t_start) / 1e9 : 0.0);
 		sum.t_direct += w->t_direct;
 		sum.t_walk += w->t_walk;
 		sum.t_wait += w->t_wait;
@@ -994,7 +1001,7 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 	if (c->progress)
 		progress_update(c->progress, c->progress_base + atomic_load(&j.done));
 	if (getenv("CREST_TRACE"))
-		trace_workers(wk, started + ran, time_now_ns() - t_start);
+		trace_workers(wk, started + ran, t_start, time_now_ns() - t_start);
 	for (unsigned i = 0; wk && i < threads; i++) {
 		free(wk[i].scratch);
 		free(wk[i].span.buf);
