@@ -655,6 +655,13 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 			"blocked on their queues %.3f s summed\n", (t0 - s->begin_ns) / 1e9, (t1 - t0) / 1e9,
 			(t2 - t1) / 1e9, n, (time_now_ns() - t2) / 1e9, e->nlanes, e->nlanes == 1 ? "" : "s",
 			busy / 1e9, wbytes / 1e6, busy ? wbytes / (double)busy : 0.0, full / 1e9);
+		uint64_t wt[ENG_WT_N];
+		for (int i = 0; i < ENG_WT_N; i++)
+			wt[i] = atomic_exchange(&e->t_work[i], 0);
+		fprintf(stderr, "crest trace: engine: %u workers busy %.3f s summed: zero check and hashing %.3f s, "
+			"parent and pending table %.3f s, index look-ups %.3f s, new chunks entered and compressed "
+			"%.3f s, batches flushed %.3f s\n", e->nworkers, wt[ENG_WT_ALL] / 1e9, wt[ENG_WT_HASH] / 1e9,
+			wt[ENG_WT_KNOWN] / 1e9, wt[ENG_WT_LOOKUP] / 1e9, wt[ENG_WT_NEW] / 1e9, wt[ENG_WT_FLUSH] / 1e9);
 	}
 	const uint64_t t3 = time_now_ns();
 	if (rc == 0 && n) {

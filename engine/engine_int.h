@@ -75,6 +75,11 @@
 #include <stdio.h>
 
 #define NSTRIPES 64
+/* What a worker's time is traced as: all of it on segments; the zero
+ * check and hashing; the parent's manifest and the pending table; index
+ * look-ups; entering and compressing new chunks; flushing a segment's
+ * batch to the writers. */
+enum { ENG_WT_ALL, ENG_WT_HASH, ENG_WT_KNOWN, ENG_WT_LOOKUP, ENG_WT_NEW, ENG_WT_FLUSH, ENG_WT_N };
 #define PENDING UINT64_MAX      /* a table node's seq until its job is queued */
 
 struct release_ref {
@@ -258,6 +263,9 @@ struct engine {
 	 * over the lanes; the workers' time blocked on a full write queue,
 	 * summed over them. */
 	uint64_t t_wbusy, w_bytes, t_wfull;
+	/* CREST_TRACE: the workers' time, by ENG_WT_*,
+	 * summed over them, added once a segment. */
+	atomic_uint_fast64_t t_work[ENG_WT_N];
 
 	struct stripe stripes[NSTRIPES];
 	/* seq_gen counts batches that left PENDING nodes (queued or dropped):

@@ -14,6 +14,7 @@
  */
 #include "engine/engine_int.h"
 #include "util/err.h"
+#include "util/progress.h"
 #include "util/sha256.h"
 
 #include <errno.h>
@@ -31,7 +32,14 @@ static void atomic_max(atomic_uint_fast64_t *a, uint64_t v)
 struct worker_ctx {
 	struct sha256_hasher *h;
 	struct batch b;
+	bool trace;
+	uint64_t t[ENG_WT_N];   /* CREST_TRACE: this segment's, in ns */
 };
+
+static uint64_t wt_now(const struct worker_ctx *w)
+{
+	return w->trace ? time_now_ns() : 0;
+}
 
 static int seg_push_extent(struct seg *sg, uint64_t len, const uint8_t *sha)
 {
@@ -184,8 +192,10 @@ static int chunk_ingest(struct engine *e, struct worker_ctx *w, struct seg *sg, 
 			size_t n, uint64_t off, const uint8_t *id)
 {
 	struct engine_snap *snap = sg->st->snap;
+	const uint64_t t0 = wt_now(w);
 	if (dedup_is_zero(p, n)) {
 		atomic_fetch_add(&snap->zero_bytes, n);
+		w->t[ENG_WT_HASH] += wt_now(w) - t0;
 		return seg_push_extent(sg, n, NULL);
 	}
 	uint8_t sha[32];
@@ -194,17 +204,23 @@ static int chunk_ingest(struct engine *e, struct worker_ctx *w, struct seg *sg, 
 		memcpy(sha, id, 32);
 	else
 		rc = sha256_hash(w->h, p, n, sha);
+	const uint64_t t1 = wt_now(w);
+	w->t[ENG_WT_HASH] += t1 - t0;
 	if (rc < 0)
 		return rc;
 	atomic_fetch_add(&snap->chunks, 1);
-	if (hint_match(sg->st, off, n, sha))
+	if (hint_match(sg->st, off, n, sha)) {
+		w->t[ENG_WT_KNOWN] += wt_now(w) - t1;
 		return seg_push_extent(sg, n, sha);
+	}
 
 	struct stripe *s = eng_pending_stripe(e, sha);
 	pthread_mutex_lock(&s->lock);
 	struct node *nd = eng_pending_find(s, sha);
 	const uint64_t seq = nd ? nd->seq : 0;
 	pthread_mutex_unlock(&s->lock);
+	const uint64_t t2 = wt_now(w);
+	w->t[ENG_WT_KNOWN] += t2 - t1;
 	if (nd && seq != PENDING)
 		atomic_max(&snap->max_seq, seq);
 	else if (nd)
@@ -212,8 +228,11 @@ static int chunk_ingest(struct engine *e, struct worker_ctx *w, struct seg *sg, 
 	else {
 		struct cas_loc loc;
 		rc = cas_chunk_lookup(e->store, sha, &loc);
+		const uint64_t t3 = wt_now(w);
+		w->t[ENG_WT_LOOKUP] += t3 - t2;
 		if (rc == -ENOENT)
 			rc = chunk_new(e, w, snap, p, n, sha);
+		w->t[ENG_WT_NEW] += wt_now(w) - t3;
 	}
 	if (rc < 0)
 		return rc;
@@ -337,6 +356,14 @@ static int batch_flush(struct engine *e, struct worker_ctx *w, struct engine_sna
 	return 0;
 }
 
+static int batch_flush_timed(struct engine *e, struct worker_ctx *w, struct engine_snap *snap)
+{
+	const uint64_t t0 = wt_now(w);
+	const int rc = batch_flush(e, w, snap);
+	w->t[ENG_WT_FLUSH] += wt_now(w) - t0;
+	return rc;
+}
+
 /* The parent's chunk that covers [off, off + n) of the stream, into the
  * segment's extents: a hole that covers it, or a chunk of exactly that
  * place and length. *x is a cursor over the parent's extents, moved
@@ -407,7 +434,7 @@ static int seg_sparse(struct engine *e, struct worker_ctx *w, struct seg *sg)
 		batch_drop(e, &w->b, 0);
 		return rc;
 	}
-	return batch_flush(e, w, st->snap);
+	return batch_flush_timed(e, w, st->snap);
 }
 
 /* A file segment's bytes into its staging buffer. */
@@ -458,7 +485,7 @@ static int seg_process(struct engine *e, struct worker_ctx *w, struct seg *sg)
 		}
 		off += n;
 	}
-	return batch_flush(e, w, sg->st->snap);
+	return batch_flush_timed(e, w, sg->st->snap);
 }
 
 void eng_worker_staging_put(struct engine *e, void *buf)
@@ -511,7 +538,7 @@ static void seg_release(struct engine *e, struct seg *sg)
 void *eng_worker_main(void *arg)
 {
 	struct engine *e = arg;
-	struct worker_ctx w = { 0 };
+	struct worker_ctx w = { .trace = e->trace };
 	int hrc = sha256_hasher_new(&w.h);
 	w.b.lz = LZ4_createStream();   /* NULL: LZ4_compress_default instead */
 	char hmsg[1024];
@@ -530,7 +557,15 @@ void *eng_worker_main(void *arg)
 		bool skip = snap->err || snap->aborted;
 		pthread_mutex_unlock(&e->lock);
 
+		const uint64_t tw = wt_now(&w);
 		int rc = skip ? 0 : hrc < 0 ? hrc : seg_process(e, &w, sg);
+		if (w.trace) {
+			w.t[ENG_WT_ALL] = time_now_ns() - tw;
+			for (int i = 0; i < ENG_WT_N; i++) {
+				atomic_fetch_add_explicit(&e->t_work[i], w.t[i], memory_order_relaxed);
+				w.t[i] = 0;
+			}
+		}
 		char msg[1024];
 		if (rc < 0)
 			crest_errcpy(msg, sizeof(msg));
