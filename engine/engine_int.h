@@ -74,7 +74,12 @@
 #include <stdatomic.h>
 #include <stdio.h>
 
-#define NSTRIPES 64
+/* Stripes of the pending table. Each is locked for every look-up and
+ * doubles under its lock. Entering a first 8 GiB checkpoint's 2 M chunks
+ * on the H100 host, 16 workers spent 13.4-15.4 s summed before the index
+ * (hashing and this table) and 2.1-2.5 s flushing with 64 stripes, and
+ * 11.6-11.9 s and 1.3 s with 1024; the chunks were done 10-17% sooner. */
+#define NSTRIPES 1024
 /* What a worker's time is traced as: all of it on segments; the zero
  * check and hashing; the parent's manifest and the pending table; index
  * look-ups; entering and compressing new chunks; flushing a segment's

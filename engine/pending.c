@@ -19,7 +19,7 @@
 
 static size_t stripe_of(const uint8_t sha[32])
 {
-	return sha[0] % NSTRIPES;
+	return (size_t)(sha[0] | sha[1] << 8) % NSTRIPES;
 }
 
 struct stripe *eng_pending_stripe(struct engine *e, const uint8_t sha[32])

@@ -34,6 +34,10 @@ struct worker_ctx {
 	struct batch b;
 	bool trace;
 	uint64_t t[ENG_WT_N];   /* CREST_TRACE: this segment's, in ns */
+	/* This segment's chunks and zero bytes, added to its snapshot's
+	 * counters once at its end, not one atomic add a chunk on the
+	 * snapshot's cache line from every worker at once. */
+	uint64_t chunks, zero;
 };
 
 static uint64_t wt_now(const struct worker_ctx *w)
@@ -194,7 +198,7 @@ static int chunk_ingest(struct engine *e, struct worker_ctx *w, struct seg *sg, 
 	struct engine_snap *snap = sg->st->snap;
 	const uint64_t t0 = wt_now(w);
 	if (dedup_is_zero(p, n)) {
-		atomic_fetch_add(&snap->zero_bytes, n);
+		w->zero += n;
 		w->t[ENG_WT_HASH] += wt_now(w) - t0;
 		return seg_push_extent(sg, n, NULL);
 	}
@@ -208,7 +212,7 @@ static int chunk_ingest(struct engine *e, struct worker_ctx *w, struct seg *sg, 
 	w->t[ENG_WT_HASH] += t1 - t0;
 	if (rc < 0)
 		return rc;
-	atomic_fetch_add(&snap->chunks, 1);
+	w->chunks++;
 	if (hint_match(sg->st, off, n, sha)) {
 		w->t[ENG_WT_KNOWN] += wt_now(w) - t1;
 		return seg_push_extent(sg, n, sha);
@@ -559,6 +563,9 @@ void *eng_worker_main(void *arg)
 
 		const uint64_t tw = wt_now(&w);
 		int rc = skip ? 0 : hrc < 0 ? hrc : seg_process(e, &w, sg);
+		atomic_fetch_add(&snap->chunks, w.chunks);
+		atomic_fetch_add(&snap->zero_bytes, w.zero);
+		w.chunks = w.zero = 0;
 		if (w.trace) {
 			w.t[ENG_WT_ALL] = time_now_ns() - tw;
 			for (int i = 0; i < ENG_WT_N; i++) {
