@@ -36,6 +36,7 @@ struct ctxset {
 	CUstream *s;
 	unsigned ns;
 	CUevent *ev;                  /* ev[slice index] */
+	CUevent *ev_ids;              /* ev_ids[slice index]: its ids copied, on hs */
 	struct gpusha *sha;           /* NULL: not loaded yet, or sha_off */
 	bool sha_off;                 /* the kernels cannot be had here */
 	CUstream hs;                  /* hashing, and the packed copies */
@@ -104,6 +105,8 @@ struct copied {
 	uint32_t cnt;                 /* how many */
 	uint8_t *cache;               /* whole: the slice's place in the host cache;
 				       * sparse: the region's; NULL: none */
+	CUevent ev_ids;               /* whole, hashed on the GPU: the slice's ids are
+				       * in sl->ids once this is done; NULL: no ids */
 };
 
 /* One capture_regions call: the FIFO of copied slices. */
@@ -112,7 +115,7 @@ struct fifo {
 	struct copied *q;
 	size_t head, n, cap;
 	uint64_t wait_ns, copied;
-	unsigned rounds, next_stream, hashed, sparse;
+	unsigned rounds, next_stream, hashed, sparse, whole_ids;
 };
 
 int capture_copier_open(const struct cudrv *d, struct pool *pool, unsigned copy_streams, bool gpu_hash,
@@ -149,9 +152,11 @@ static int ctxset_get(struct capture_copier *cp, CUcontext ctx, struct ctxset **
 	cs->ns = cp->copy_streams;
 	cs->s = calloc(cs->ns, sizeof(*cs->s));
 	cs->ev = calloc(pool_nslices(cp->pool), sizeof(*cs->ev));
-	if (!cs->s || !cs->ev) {
+	cs->ev_ids = calloc(pool_nslices(cp->pool), sizeof(*cs->ev_ids));
+	if (!cs->s || !cs->ev || !cs->ev_ids) {
 		free(cs->s);
 		free(cs->ev);
+		free(cs->ev_ids);
 		return crest_errf(-ENOMEM, "allocating copy streams");
 	}
 	cp->nctx++;   /* counted now: close frees whatever was created */
@@ -159,9 +164,13 @@ static int ctxset_get(struct capture_copier *cp, CUcontext ctx, struct ctxset **
 	for (unsigned i = 0; rc == 0 && i < cs->ns; i++)
 		rc = cudrv_check(d, d->StreamCreate(&cs->s[i], CU_STREAM_NON_BLOCKING),
 				 "creating a copy stream (cuStreamCreate)");
-	for (unsigned i = 0; rc == 0 && i < pool_nslices(cp->pool); i++)
+	for (unsigned i = 0; rc == 0 && i < pool_nslices(cp->pool); i++) {
 		rc = cudrv_check(d, d->EventCreate(&cs->ev[i], CU_EVENT_DISABLE_TIMING),
 				 "creating a copy event (cuEventCreate)");
+		if (rc == 0)
+			rc = cudrv_check(d, d->EventCreate(&cs->ev_ids[i], CU_EVENT_DISABLE_TIMING),
+					 "creating a copy event (cuEventCreate)");
+	}
 	*out = cs;
 	return rc;
 }
@@ -185,12 +194,16 @@ static void ctxset_free(const struct cudrv *d, struct ctxset *cs, unsigned nev)
 				d->StreamSynchronize(cs->s[i]);
 				d->StreamDestroy(cs->s[i]);
 			}
-		for (unsigned i = 0; i < nev; i++)
+		for (unsigned i = 0; i < nev; i++) {
 			if (cs->ev[i])
 				d->EventDestroy(cs->ev[i]);
+			if (cs->ev_ids[i])
+				d->EventDestroy(cs->ev_ids[i]);
+		}
 	}
 	free(cs->s);
 	free(cs->ev);
+	free(cs->ev_ids);
 }
 
 void capture_copier_close(struct capture_copier *cp)
@@ -296,6 +309,9 @@ static int fifo_flush_one(struct fifo *f)
 	if (x.ev)
 		rc = cudrv_check(f->cp->d, f->cp->d->EventSynchronize(x.ev),
 				 "waiting for a device-to-host copy (cuEventSynchronize)");
+	if (rc == 0 && x.ev_ids)
+		rc = cudrv_check(f->cp->d, f->cp->d->EventSynchronize(x.ev_ids),
+				 "waiting for a slice's ids (cuEventSynchronize)");
 	if (rc < 0) {
 		if (x.sl)
 			pool_give(x.sl);
@@ -306,7 +322,10 @@ static int fifo_flush_one(struct fifo *f)
 	void (*rel)(void *);
 	void *arg;
 	release_for(f->cp, &x, 0, &rel, &arg);
-	/* The engine calls rel once, even when this fails. */
+	/* The engine calls rel once, even when this fails. With the ids the
+	 * GPU computed, its workers do not hash the slice again. */
+	if (x.ev_ids)
+		return engine_stream_add_chunks(x.st, x.len, NULL, 0, x.sl->p, x.sl->ids, rel, arg);
 	return engine_stream_add_memory(x.st, x.sl->p, x.len, rel, arg);
 }
 
@@ -319,6 +338,8 @@ static void fifo_drain(struct fifo *f)
 		f->n--;
 		if (x.ev)
 			f->cp->d->EventSynchronize(x.ev);
+		if (x.ev_ids)
+			f->cp->d->EventSynchronize(x.ev_ids);
 		if (x.sl)
 			pool_give(x.sl);
 	}
@@ -490,11 +511,12 @@ void capture_digests_free(const struct cudrv *d, struct capture_digests *g)
  * with token. When the slot has the digests of the snapshot's parent, and
  * the engine the parent's chunks of this stream, finds the chunks that
  * changed: *nchanged, and *sparse when copying only those is worth it
- * (less than half the region). The hash runs on cs->hs; without *sparse
- * the caller copies the region whole meanwhile, and capture_regions waits
- * for the hash before it returns. */
+ * (less than half the region). The hash runs on cs->hs, into *dig;
+ * without *sparse the caller copies the region whole meanwhile, and
+ * capture_regions waits for the hash before it returns. */
 static int region_hash(struct fifo *f, struct ctxset *cs, const struct capture_region *r, struct engine_stream *st,
-		       uint32_t chunk, uint64_t token, struct capture_digests **gout, bool *sparse, uint32_t *nchanged)
+		       uint32_t chunk, uint64_t token, struct capture_digests **gout, CUdeviceptr *dig, bool *sparse,
+		       uint32_t *nchanged)
 {
 	const struct cudrv *d = f->cp->d;
 	struct capture_digests *g = NULL;
@@ -510,6 +532,7 @@ static int region_hash(struct fifo *f, struct ctxset *cs, const struct capture_r
 		return rc;
 	g->token = token;
 	*gout = g;
+	*dig = g->dig[nw];
 	uint8_t pid[32];
 	uint64_t psize;
 	if (!g->prev_ok || !engine_stream_parent(st, pid, &psize) || psize != r->size || memcmp(pid, g->prev_id, 32))
@@ -594,12 +617,13 @@ static int copy_region(struct fifo *f, const struct capture_region *r, struct en
 			return crest_errctx(rc, "region %s", r->name);
 	}
 	const uint32_t chunk = engine_stream_fixed_chunk(st);
+	CUdeviceptr dig = 0;   /* the region's ids on the GPU, for a whole copy; 0: none */
 	if (gpu_hashed(f->cp, cs, r, chunk)) {
 		struct capture_digests *g = NULL;
 		bool sparse = false;
 		uint32_t k = 0;
 		cs->hashing = true;   /* whatever was launched is waited for */
-		if (region_hash(f, cs, r, st, chunk, token, &g, &sparse, &k) < 0) {
+		if (region_hash(f, cs, r, st, chunk, token, &g, &dig, &sparse, &k) < 0) {
 			/* No digests (no device memory for them, say): the
 			 * region is copied whole, as without kernels. */
 			(void)crest_errctx(-EIO, "region %s: hashing on the GPU", r->name);
@@ -607,6 +631,7 @@ static int copy_region(struct fifo *f, const struct capture_region *r, struct en
 			if (*r->dig)
 				(*r->dig)->token = 0;
 			sparse = false;
+			dig = 0;
 		} else {
 			f->hashed++;
 		}
@@ -617,6 +642,11 @@ static int copy_region(struct fifo *f, const struct capture_region *r, struct en
 		}
 	}
 	const size_t slice = pool_slice_bytes(f->cp->pool);
+	/* A slice's ids go with it when its room holds them: each slice
+	 * starts at a multiple of the chunk (slices are whole segments). */
+	if ((uint64_t)(slice + chunk - 1) / (chunk ? chunk : 1) * 32 > pool_ids_bytes(f->cp->pool))
+		dig = 0;
+	f->whole_ids += dig != 0;
 	for (size_t off = 0; off < r->size; off += slice) {
 		const size_t n = r->size - off < slice ? r->size - off : slice;
 		struct pool_slice *sl;
@@ -631,8 +661,19 @@ static int copy_region(struct fifo *f, const struct capture_region *r, struct en
 					 "copying to staging (cuMemcpyDtoHAsync)");
 			if (rc == 0)
 				rc = cudrv_check(d, d->EventRecord(x.ev, s), "cuEventRecord");
+			/* Its ids on the hashing stream, after the hash. */
+			if (rc == 0 && dig) {
+				x.ev_ids = cs->ev_ids[sl->idx];
+				rc = cudrv_check(d, d->MemcpyDtoHAsync(sl->ids, dig + off / chunk * 32,
+								       (n + chunk - 1) / chunk * 32, cs->hs),
+						 "copying a slice's ids to staging (cuMemcpyDtoHAsync)");
+				if (rc == 0)
+					rc = cudrv_check(d, d->EventRecord(x.ev_ids, cs->hs), "cuEventRecord");
+			}
 			if (rc < 0) {
 				d->StreamSynchronize(s);
+				if (dig)
+					d->StreamSynchronize(cs->hs);
 				pool_give(sl);
 				return crest_errctx(rc, "region %s, offset %zu", r->name, off);
 			}
@@ -700,6 +741,7 @@ int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const s
 		stats->copied = f.copied;
 		stats->hashed = f.hashed;
 		stats->sparse = f.sparse;
+		stats->whole_ids = f.whole_ids;
 	}
 	return rc;
 }

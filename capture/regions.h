@@ -70,6 +70,8 @@ struct capture_stats {
 	uint64_t copied;              /* region bytes copied to staging */
 	unsigned hashed, sparse;      /* device regions hashed on the GPU; of them,
 				       * copied as changed chunks only */
+	unsigned whole_ids;           /* and copied whole, each slice with the ids
+				       * of its chunks (the engine does not hash them) */
 };
 
 /* One REGION stream per region in snap ("mem=host" or "mem=device"), its

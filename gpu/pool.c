@@ -11,7 +11,8 @@
 struct pool {
 	const struct cudrv *d;       /* non-NULL: base is pinned */
 	uint8_t *base;
-	size_t bytes, slice;
+	uint8_t *ids;                /* pinned: ids_bytes for each slice, or NULL */
+	size_t bytes, slice, ids_bytes;
 	unsigned n;
 	struct pool_slice *slices;
 	pthread_mutex_t lock;
@@ -47,6 +48,15 @@ int pool_open(const struct cudrv *d, size_t bytes, size_t slice_bytes, struct po
 		}
 		p->d = d;
 		p->base = b;
+		/* 1/128 more for ids. Without it the CPU hashes what the GPU
+		 * did (capture/regions.c): slower, not wrong, so a failure
+		 * here does not fail the open. */
+		const size_t ib = slice_bytes / POOL_IDS_CHUNK * 32;
+		b = NULL;
+		if (ib && d->MemHostAlloc(&b, ib * p->n, CU_MEMHOSTALLOC_PORTABLE) == CUDA_SUCCESS) {
+			p->ids = b;
+			p->ids_bytes = ib;
+		}
 	} else {
 		/* MAP_POPULATE faults every page in now, not during a checkpoint. */
 		void *b = mmap(NULL, p->bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE,
@@ -61,7 +71,8 @@ int pool_open(const struct cudrv *d, size_t bytes, size_t slice_bytes, struct po
 	pthread_mutex_init(&p->lock, NULL);
 	pthread_cond_init(&p->cond, NULL);
 	for (unsigned i = 0; i < p->n; i++) {
-		p->slices[i] = (struct pool_slice){ .pool = p, .idx = i, .p = p->base + (size_t)i * p->slice };
+		p->slices[i] = (struct pool_slice){ .pool = p, .idx = i, .p = p->base + (size_t)i * p->slice,
+						    .ids = p->ids ? p->ids + (size_t)i * p->ids_bytes : NULL };
 		p->free_idx[p->nfree++] = p->n - 1 - i;   /* slice 0 comes out first */
 	}
 	*out = p;
@@ -72,6 +83,8 @@ void pool_close(struct pool *p)
 {
 	if (!p)
 		return;
+	if (p->ids)
+		p->d->MemFreeHost(p->ids);
 	if (p->base) {
 		if (p->d)
 			p->d->MemFreeHost(p->base);
@@ -88,6 +101,11 @@ void pool_close(struct pool *p)
 size_t pool_slice_bytes(const struct pool *p)
 {
 	return p->slice;
+}
+
+size_t pool_ids_bytes(const struct pool *p)
+{
+	return p->ids_bytes;
 }
 
 unsigned pool_nslices(const struct pool *p)

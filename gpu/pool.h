@@ -7,6 +7,9 @@
  * ordinary memory, touched once at open so that no checkpoint pays page
  * faults. A slice is taken by the copying thread and given back by whoever
  * is done with it last (an engine worker, through the release callback).
+ * A pinned pool also gives each slice pinned room for the SHA-256 ids of
+ * its chunks (POOL_IDS_CHUNK bytes or larger), which the GPU computes for
+ * a region copied whole: they travel and are given back with the slice.
  */
 #ifndef CREST_GPU_POOL_H
 #define CREST_GPU_POOL_H
@@ -19,10 +22,14 @@
 
 struct pool;
 
+/* The smallest chunk whose ids a slice has room for. */
+#define POOL_IDS_CHUNK 4096u
+
 struct pool_slice {
 	struct pool *pool;
 	unsigned idx;
 	uint8_t *p;
+	uint8_t *ids;                 /* pool_ids_bytes of pinned room; NULL: none */
 };
 
 /* bytes is rounded down to whole slices of slice_bytes (at least 2).
@@ -32,6 +39,10 @@ int pool_open(const struct cudrv *d, size_t bytes, size_t slice_bytes, struct po
 void pool_close(struct pool *p);
 
 size_t pool_slice_bytes(const struct pool *p);
+/* Each slice's room for ids: 32 bytes for every POOL_IDS_CHUNK of the
+ * slice; 0 when slices have none (a pageable pool, or no pinned memory
+ * for it). */
+size_t pool_ids_bytes(const struct pool *p);
 unsigned pool_nslices(const struct pool *p);
 bool pool_pinned(const struct pool *p);
 

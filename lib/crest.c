@@ -1300,8 +1300,9 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 	if (getenv("CREST_TRACE") && c->copier) {
 		const char *why = capture_gpu_hash_why(c->copier);
 		fprintf(stderr, "crest trace: crest_checkpoint %llu: %.3f GB copied; %u device regions hashed on the "
-			"GPU, %u of them copied as changed chunks only%s%s\n", (unsigned long long)c->next_ckpt,
-			cs.copied / 1e9, cs.hashed, cs.sparse, why ? "; no GPU hashing: " : "", why ? why : "");
+			"GPU, %u of them copied as changed chunks only and %u whole with their ids%s%s\n",
+			(unsigned long long)c->next_ckpt, cs.copied / 1e9, cs.hashed, cs.sparse, cs.whole_ids,
+			why ? "; no GPU hashing: " : "", why ? why : "");
 	}
 	if (rc == 0)
 		rc = capture_blobs(snap, blobs, o->nblobs);

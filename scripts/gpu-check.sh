@@ -254,19 +254,27 @@ multi_extra() {  # multi_extra STORE LOG
 
 # gpu_multi with GPU hashing: its trace (CREST_TRACE) must show checkpoints
 # that copied only the changed chunks of device regions. Its second one does,
-# whatever the seed (tests/library/gpu_multi.c says why).
+# whatever the seed (tests/library/gpu_multi.c says why). Its first copies
+# them whole, with the ids the GPU computed, which the engine trusts: casctl
+# verify (below) hashes every chunk of the store again with OpenSSL.
 hash_extra() {  # hash_extra STORE LOG
-	local more n sparse why
+	local more n sparse whole why
 	more=$(multi_extra "$@") || { echo "$more"; return 1; }
 	n=$(grep -c 'crest trace: crest_checkpoint' "$2")
 	sparse=$(grep 'crest trace: crest_checkpoint' "$2" | sed -n 's/.*, \([0-9]*\) of them copied as changed chunks only.*/\1/p' |
+		awk '$1 > 0' | wc -l)
+	whole=$(grep 'crest trace: crest_checkpoint' "$2" | sed -n 's/.* \([0-9]*\) whole with their ids.*/\1/p' |
 		awk '$1 > 0' | wc -l)
 	why=$(grep -o 'no GPU hashing: .*' "$2" | head -1)
 	if [ "$sparse" -eq 0 ]; then
 		echo "none of $n checkpoints copied changed chunks only${why:+ ($why)}"
 		return 1
 	fi
-	echo "$more; $sparse of $n checkpoints copied changed chunks only"
+	if [ "$whole" -eq 0 ]; then
+		echo "none of $n checkpoints copied a region whole with its ids${why:+ ($why)}"
+		return 1
+	fi
+	echo "$more; $sparse of $n checkpoints copied changed chunks only, $whole copied regions whole with their ids"
 }
 
 STORES=()
