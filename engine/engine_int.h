@@ -215,7 +215,7 @@ enum { B_NEW, B_WAIT };
 
 /* A worker's records for the segment at hand. */
 struct batch {
-	LZ4_stream_t *lz;            /* the worker's compression state, or NULL */
+	LZ4_stream_t *lz;            /* the worker's compression state */
 	uint8_t *arena;
 	size_t len, cap;
 	struct bitem *it;

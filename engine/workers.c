@@ -17,6 +17,7 @@
 #include "util/progress.h"
 #include "util/sha256.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +33,7 @@ static void atomic_max(atomic_uint_fast64_t *a, uint64_t v)
 struct worker_ctx {
 	struct sha256_hasher *h;
 	struct batch b;
+	LZ4_stream_t lzs;       /* b.lz */
 	bool trace;
 	uint64_t t[ENG_WT_N];   /* CREST_TRACE: this segment's, in ns */
 	/* This segment's chunks and zero bytes, added to its snapshot's
@@ -115,8 +117,21 @@ static int batch_push(struct batch *b, const uint8_t sha[32], const uint8_t *p, 
 	return 0;
 }
 
+/* p[0..n) LZ4-compressed into dst (room for LZ4_compressBound(n)): the
+ * compressed length, or 0 when LZ4 fails. LZ4_compress_default clears a
+ * 16 KiB table for every chunk, as much memory as a 4-8 KiB chunk itself;
+ * a fast reset of the worker's own state only moves its offsets, and the
+ * output does not depend on what it compressed before. Each chunk is still
+ * a block of its own (no dictionary), as LZ4_decompress_safe reads it. */
+static int lz_block(struct batch *b, const uint8_t *p, size_t n, char *dst, size_t room)
+{
+	LZ4_resetStream_fast(b->lz);
+	return LZ4_compress_fast_continue(b->lz, (const char *)p, dst, (int)n, (int)room, 1);
+}
+
 /* Compresses a new chunk into the arena as a finished record (kept raw when
- * LZ4 does not shrink it) and records it B_NEW. */
+ * LZ4 does not shrink it, or its first ENGINE_LZ4_PROBE bytes: engine.h)
+ * and records it B_NEW. */
 static int batch_record(struct engine *e, struct batch *b, const uint8_t sha[32], const uint8_t *p, size_t n)
 {
 	const size_t bound = (size_t)LZ4_compressBound((int)n);
@@ -137,17 +152,14 @@ static int batch_record(struct engine *e, struct batch *b, const uint8_t sha[32]
 		return rc;
 	b->holds = true;
 	uint8_t *rec = b->arena + b->len;
-	/* LZ4_compress_default clears a 16 KiB table for every chunk, as much
-	 * memory as a 4-8 KiB chunk itself; a fast reset of the worker's own
-	 * state only moves its offsets. Each chunk is still a block of its own
-	 * (no dictionary), as LZ4_decompress_safe reads it. */
 	char *dst = (char *)rec + CAS_REC_HEADER;
-	int c;
-	if (b->lz) {
-		LZ4_resetStream_fast(b->lz);
-		c = LZ4_compress_fast_continue(b->lz, (const char *)p, dst, (int)n, (int)bound, 1);
+	int c = 0;
+	if (n <= ENGINE_LZ4_PROBE) {
+		c = lz_block(b, p, n, dst, bound);
 	} else {
-		c = LZ4_compress_default((const char *)p, dst, (int)n, (int)bound);
+		const int probe = lz_block(b, p, ENGINE_LZ4_PROBE, dst, bound);   /* dst is overwritten below */
+		if (probe > 0 && probe < ENGINE_LZ4_PROBE)
+			c = lz_block(b, p, n, dst, bound);
 	}
 	struct bitem *x = &b->it[b->n - 1];
 	x->at = b->len;
@@ -544,7 +556,8 @@ void *eng_worker_main(void *arg)
 	struct engine *e = arg;
 	struct worker_ctx w = { .trace = e->trace };
 	int hrc = sha256_hasher_new(&w.h);
-	w.b.lz = LZ4_createStream();   /* NULL: LZ4_compress_default instead */
+	w.b.lz = LZ4_initStream(&w.lzs, sizeof(w.lzs));   /* never NULL: in place, aligned */
+	assert(w.b.lz);
 	char hmsg[1024];
 	crest_errcpy(hmsg, sizeof(hmsg));
 	pthread_mutex_lock(&e->lock);
@@ -593,7 +606,5 @@ void *eng_worker_main(void *arg)
 	sha256_hasher_free(w.h);
 	free(w.b.arena);
 	free(w.b.it);
-	if (w.b.lz)
-		LZ4_freeStream(w.b.lz);
 	return NULL;
 }

@@ -21,6 +21,16 @@
  *             past the parent's end, or with no parent, must fail the
  *             snapshot (or the call) and commit nothing.
  *
+ *   lz4       which new chunks are stored compressed, against a model of
+ *             engine.h's rule (ENGINE_LZ4_PROBE): distinct chunks of random
+ *             kinds (random bytes; a repeated pattern; a pattern after a
+ *             random head longer than the probe; a pattern head and random
+ *             rest) and random lengths, put whole; each chunk's codec in the
+ *             index must be the model's (liblz4 asked here), and the
+ *             snapshot must restore to the model's bytes. Fails if the
+ *             engine compresses fewer chunks than the rule says
+ *             (compressible data stored raw) or more (the rule not applied).
+ *
  * Exits 0 on success, 1 on failure (a hang included: waits are bounded).
  * SEED (else $CREST_TEST_SEED, else the clock) is printed; pass it to replay.
  */
@@ -29,6 +39,8 @@
 #include "util/err.h"
 #include "util/sha256.h"
 #include "tests/check.h"
+
+#include <lz4.h>
 
 #include <errno.h>
 #include <inttypes.h>
@@ -425,6 +437,93 @@ static void t_chunks(const char *dir, uint64_t seed)
 	cas_close(store);
 }
 
+/* ---- lz4 ---- */
+
+/* Whether LZ4 shrinks p[0..n), asked here as the engine asks it: a block
+ * of its own from a stream state reset fast (whose output does not depend
+ * on what the state compressed before; LZ4_compress_default's, which picks
+ * a smaller table for small input, can differ by a few bytes). */
+static bool lz_shrinks(LZ4_stream_t *lz, const uint8_t *p, size_t n)
+{
+	char *out = malloc((size_t)LZ4_compressBound((int)n));
+	LZ4_resetStream_fast(lz);
+	const int c = LZ4_compress_fast_continue(lz, (const char *)p, out, (int)n, LZ4_compressBound((int)n), 1);
+	free(out);
+	return c > 0 && (size_t)c < n;
+}
+
+static void t_lz4(const char *dir, uint64_t seed)
+{
+	struct cas_store *store = fresh_store(dir);
+	struct engine_opts o;
+	opts(&o, 1 + (unsigned)(rng() % 4));
+	/* Chunked by content (avg CHUNK), so that chunks of many lengths,
+	 * below the probe and far above it, meet the rule. */
+	dedup_params_init(&o.memory_chunking, DEDUP_CDC, CHUNK);
+	struct engine *e;
+	OK(engine_open(store, &o, &e));
+	const uint64_t len = 64 * CHUNK + rng() % (192 * CHUNK);
+	uint8_t *model = malloc(len), *back = malloc(len);
+	fill(model, len & ~(uint64_t)7);
+	memset(model + (len & ~(uint64_t)7), 0x5a, len & 7);
+	/* Stretches of random kinds and lengths over random bytes: left
+	 * random; a 16-byte pattern repeated; a random head longer than the
+	 * probe, then the pattern; the pattern for as long, then random. A
+	 * counter every 512 bytes keeps chunks distinct. */
+	for (uint64_t at = 0; at < len;) {
+		const uint64_t n = 64 + rng() % (3 * CHUNK), end = at + n < len ? at + n : len;
+		const uint64_t head = at + ENGINE_LZ4_PROBE + rng() % 512;
+		uint64_t from = end, to = end;   /* [from, to): the pattern */
+		switch (rng() % 4) {
+		case 1: from = at + 16, to = end; break;
+		case 2: from = head + 16, to = end; break;
+		case 3: from = at + 16, to = head < end ? head : end; break;
+		}
+		for (uint64_t i = from; i < to; i++)
+			model[i] = model[i - 16];
+		for (uint64_t i = at; i + 8 <= end; i += 512)
+			memcpy(model + i, &i, 8);
+		at = end;
+	}
+	uint8_t id[32];
+	OK(snap_whole(e, model, len, id));
+	engine_close(e);
+	struct cas_manifest *m = NULL;
+	OK(read_stream(store, id, "r", back, len, &m));
+	CHECK(!memcmp(back, model, len), "the snapshot does not restore to the model's bytes (seed %" PRIu64 ")",
+	      seed);
+	const struct cas_stream *st = m ? cas_manifest_find(m, "r") : NULL;
+	LZ4_stream_t *lz = LZ4_createStream();
+	uint64_t bad = 0, nlz = 0, want_lz = 0, n = 0, off = 0;
+	for (uint64_t i = 0; st && i < st->nextents; off += st->ext[i].len, i++) {
+		const struct cas_extent *x = &st->ext[i];
+		if (x->hole)
+			continue;
+		const uint8_t *p = model + off;
+		const bool want = x->len <= ENGINE_LZ4_PROBE ? lz_shrinks(lz, p, x->len)
+				  : lz_shrinks(lz, p, ENGINE_LZ4_PROBE) && lz_shrinks(lz, p, x->len);
+		struct cas_loc loc;
+		const int rc = cas_chunk_lookup(store, x->sha, &loc);
+		CHECK(rc == 0, "chunk at %" PRIu64 " is not in the index (seed %" PRIu64 ")", off, seed);
+		const bool got = rc == 0 && loc.codec == CAS_CODEC_LZ4;
+		if (rc == 0 && got != want && !bad++)
+			fprintf(stderr, "lz4: the %" PRIu64 "-byte chunk at %" PRIu64 " is stored %s, the model "
+				"says %s\n", (uint64_t)x->len, off, got ? "LZ4" : "raw", want ? "LZ4" : "raw");
+		nlz += got;
+		want_lz += want;
+		n++;
+	}
+	printf("lz4: %" PRIu64 " bytes, %" PRIu64 " chunks, %u workers: %" PRIu64 " stored LZ4, the model %" PRIu64
+	       "\n", len, n, o.workers, nlz, want_lz);
+	CHECK(st && bad == 0, "%" PRIu64 " chunks stored otherwise than the model says (seed %" PRIu64 ")", bad,
+	      seed);
+	LZ4_freeStream(lz);
+	cas_manifest_free(m);
+	free(model);
+	free(back);
+	cas_close(store);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -443,6 +542,8 @@ int main(int argc, char **argv)
 		t_deadlock(argv[2], seed);
 	else if (!strcmp(argv[1], "chunks"))
 		t_chunks(argv[2], seed);
+	else if (!strcmp(argv[1], "lz4"))
+		t_lz4(argv[2], seed);
 	else {
 		fprintf(stderr, "unknown case %s\n", argv[1]);
 		return 2;
