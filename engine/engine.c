@@ -817,12 +817,15 @@ int engine_open(struct cas_store *store, const struct engine_opts *o, struct eng
 					     ? e->o.file_chunking.max : e->o.memory_chunking.max;
 	e->store = store;
 	/* Lanes: one writer thread each. One thread copies about 2.3 GB/s into
-	 * the page cache, four 7.8 (bench/store/pack_write.c, 16 cores), and
-	 * the workers need the cores too: a quarter of them, up to four.
+	 * the page cache, four 7.8 (bench/store/pack_write.c, 16 cores). Once
+	 * the GPU's ids spared the workers the hashing, 4 lanes bound a first
+	 * 8 GiB library checkpoint on the H100 host (its 16 workers blocked on
+	 * the queues 6-7 s summed; ingest 2.32-2.48 s), and 8 did not (2.19-
+	 * 2.26 s): half the workers, up to CAS_LANES_MAX.
 	 * CREST_PACK_LANES (1 to CAS_LANES_MAX) is for tests and benchmarks. */
 	if (!e->o.lanes) {
-		e->o.lanes = e->o.workers / 4;
-		e->o.lanes = e->o.lanes < 1 ? 1 : e->o.lanes > 4 ? 4 : e->o.lanes;
+		e->o.lanes = e->o.workers / 2;
+		e->o.lanes = e->o.lanes < 1 ? 1 : e->o.lanes > CAS_LANES_MAX ? CAS_LANES_MAX : e->o.lanes;
 	}
 	const char *lanes = getenv("CREST_PACK_LANES");
 	if (lanes && atoi(lanes) > 0)

@@ -56,8 +56,8 @@ struct engine_opts {
 	size_t staging_bytes;        /* file-read buffers in flight; 0: 256 MiB */
 	size_t segment_bytes;        /* unit of parallel work; 0: ENGINE_SEGMENT_BYTES */
 	size_t write_queue_bytes;    /* compressed chunks waiting for the writers; 0: 128 MiB */
-	unsigned lanes;              /* packs written at once (cas.h); 0: a quarter of the
-	                              * workers, 1 to 4; CREST_PACK_LANES overrides */
+	unsigned lanes;              /* packs written at once (cas.h); 0: half the
+	                              * workers, 1 to 8; CREST_PACK_LANES overrides */
 	struct dedup_params file_chunking;    /* for files; kind 0 & avg 0: defaults */
 	struct dedup_params memory_chunking;  /* for regions and images */
 };
