@@ -130,8 +130,8 @@ static int lz_block(struct batch *b, const uint8_t *p, size_t n, char *dst, size
 }
 
 /* Compresses a new chunk into the arena as a finished record (kept raw when
- * LZ4 does not shrink it, or its first ENGINE_LZ4_PROBE bytes: engine.h)
- * and records it B_NEW. */
+ * LZ4 does not shrink it, or, for a chunk of a page or two, its first
+ * ENGINE_LZ4_PROBE bytes: engine.h) and records it B_NEW. */
 static int batch_record(struct engine *e, struct batch *b, const uint8_t sha[32], const uint8_t *p, size_t n)
 {
 	const size_t bound = (size_t)LZ4_compressBound((int)n);
@@ -154,7 +154,7 @@ static int batch_record(struct engine *e, struct batch *b, const uint8_t sha[32]
 	uint8_t *rec = b->arena + b->len;
 	char *dst = (char *)rec + CAS_REC_HEADER;
 	int c = 0;
-	if (n <= ENGINE_LZ4_PROBE) {
+	if (n <= ENGINE_LZ4_PROBE || n > ENGINE_LZ4_PROBE_UPTO) {
 		c = lz_block(b, p, n, dst, bound);
 	} else {
 		const int probe = lz_block(b, p, ENGINE_LZ4_PROBE, dst, bound);   /* dst is overwritten below */

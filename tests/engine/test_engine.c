@@ -22,7 +22,7 @@
  *             snapshot (or the call) and commit nothing.
  *
  *   lz4       which new chunks are stored compressed, against a model of
- *             engine.h's rule (ENGINE_LZ4_PROBE): distinct chunks of random
+ *             engine.h's rule (ENGINE_LZ4_PROBE, _UPTO): distinct chunks of random
  *             kinds (random bytes; a repeated pattern; a pattern after a
  *             random head longer than the probe; a pattern head and random
  *             rest) and random lengths, put whole; each chunk's codec in the
@@ -494,14 +494,15 @@ static void t_lz4(const char *dir, uint64_t seed)
 	      seed);
 	const struct cas_stream *st = m ? cas_manifest_find(m, "r") : NULL;
 	LZ4_stream_t *lz = LZ4_createStream();
-	uint64_t bad = 0, nlz = 0, want_lz = 0, n = 0, off = 0;
+	uint64_t bad = 0, nlz = 0, want_lz = 0, n = 0, off = 0, nprobed = 0;
 	for (uint64_t i = 0; st && i < st->nextents; off += st->ext[i].len, i++) {
 		const struct cas_extent *x = &st->ext[i];
 		if (x->hole)
 			continue;
 		const uint8_t *p = model + off;
-		const bool want = x->len <= ENGINE_LZ4_PROBE ? lz_shrinks(lz, p, x->len)
-				  : lz_shrinks(lz, p, ENGINE_LZ4_PROBE) && lz_shrinks(lz, p, x->len);
+		const bool probed = x->len > ENGINE_LZ4_PROBE && x->len <= ENGINE_LZ4_PROBE_UPTO;
+		const bool want = (!probed || lz_shrinks(lz, p, ENGINE_LZ4_PROBE)) && lz_shrinks(lz, p, x->len);
+		nprobed += probed;
 		struct cas_loc loc;
 		const int rc = cas_chunk_lookup(store, x->sha, &loc);
 		CHECK(rc == 0, "chunk at %" PRIu64 " is not in the index (seed %" PRIu64 ")", off, seed);
@@ -513,8 +514,10 @@ static void t_lz4(const char *dir, uint64_t seed)
 		want_lz += want;
 		n++;
 	}
-	printf("lz4: %" PRIu64 " bytes, %" PRIu64 " chunks, %u workers: %" PRIu64 " stored LZ4, the model %" PRIu64
-	       "\n", len, n, o.workers, nlz, want_lz);
+	printf("lz4: %" PRIu64 " bytes, %" PRIu64 " chunks (%" PRIu64 " probed), %u workers: %" PRIu64 " stored LZ4, "
+	       "the model %" PRIu64 "\n", len, n, nprobed, o.workers, nlz, want_lz);
+	CHECK(nprobed > 0 && nprobed < n, "%" PRIu64 " of %" PRIu64 " chunks in the probe's range: the data should "
+	      "hold some of each kind (seed %" PRIu64 ")", nprobed, n, seed);
 	CHECK(st && bad == 0, "%" PRIu64 " chunks stored otherwise than the model says (seed %" PRIu64 ")", bad,
 	      seed);
 	LZ4_freeStream(lz);
