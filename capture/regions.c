@@ -644,7 +644,7 @@ static int copy_region(struct fifo *f, const struct capture_region *r, struct en
 	const size_t slice = pool_slice_bytes(f->cp->pool);
 	/* A slice's ids go with it when its room holds them: each slice
 	 * starts at a multiple of the chunk (slices are whole segments). */
-	if ((uint64_t)(slice + chunk - 1) / (chunk ? chunk : 1) * 32 > pool_ids_bytes(f->cp->pool))
+	if (dig && gpusha_nchunks(slice, chunk) * GPUSHA_DIGEST > pool_ids_bytes(f->cp->pool))
 		dig = 0;
 	f->whole_ids += dig != 0;
 	for (size_t off = 0; off < r->size; off += slice) {
@@ -664,8 +664,8 @@ static int copy_region(struct fifo *f, const struct capture_region *r, struct en
 			/* Its ids on the hashing stream, after the hash. */
 			if (rc == 0 && dig) {
 				x.ev_ids = cs->ev_ids[sl->idx];
-				rc = cudrv_check(d, d->MemcpyDtoHAsync(sl->ids, dig + off / chunk * 32,
-								       (n + chunk - 1) / chunk * 32, cs->hs),
+				rc = cudrv_check(d, d->MemcpyDtoHAsync(sl->ids, dig + off / chunk * GPUSHA_DIGEST,
+								       gpusha_nchunks(n, chunk) * GPUSHA_DIGEST, cs->hs),
 						 "copying a slice's ids to staging (cuMemcpyDtoHAsync)");
 				if (rc == 0)
 					rc = cudrv_check(d, d->EventRecord(x.ev_ids, cs->hs), "cuEventRecord");

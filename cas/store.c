@@ -988,8 +988,8 @@ static int db_has(struct cas_store *s, const char *k, size_t kl)
  *   1. its new chunk records, in packs (the engine; cas_pack_sync);
  *   2. for a commit of cas_ingest_min() chunks or more: their 'c' entries,
  *      the pieces the index lacks ('l') and the new pack ends ('p'), as
- *      table files added by one RocksDB
- *      ingest (ingest.c), all or none, synced when it returns. RocksDB
+ *      table files added by one RocksDB ingest (ingest.c), all or none,
+ *      synced when it returns. RocksDB
  *      inserting 2 M entries into its memtable took 2 s on one thread;
  *      files built by 8 threads and ingested take a tenth of that;
  *   3. its manifest, the extent-list pieces the index lacks, and its tag, as

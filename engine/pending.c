@@ -81,9 +81,9 @@ int eng_pending_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq, co
 	return 0;
 }
 
-/* Removes sha's node: any (owner NULL: its commit made it durable), or only
- * the PENDING node owner entered (its batch gave it up). */
-/* eng_pending_remove under the stripe's lock. */
+/* Removes sha's node from s, under its lock: any (owner NULL: its commit
+ * made it durable), or only the PENDING node owner entered (its batch gave
+ * it up). */
 static void stripe_remove(struct stripe *s, const uint8_t sha[32], const struct batch *owner)
 {
 	if (!s->nb)
