@@ -10,6 +10,7 @@
  * registered and a size mismatch must fail clearly.
  */
 #include "crest.h"
+#include "cas/format.h"
 #include "gpu/cudrv.h"
 #include "tests/check.h"
 #include "tests/gpu_here.h"
@@ -28,9 +29,9 @@
 static const struct cudrv *d;
 
 /* Flips one byte in the stored data of every every-th record of each pack
- * in dir (cas/format.h: a 16-byte file header, then records of a 56-byte
- * header and their stored bytes), never in a header, so that only a check
- * of the data finds it: how many. */
+ * in dir (cas/format.h: a file header, then records of a header and their
+ * stored bytes), never in a header, so that only a check of the data finds
+ * it: how many. */
 static int flip_data(const char *dir, unsigned every)
 {
 	DIR *dh = opendir(dir);
@@ -39,18 +40,18 @@ static int flip_data(const char *dir, unsigned every)
 		char path[4200 + 256];
 		snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
 		const int fd = strstr(de->d_name, ".pack") ? open(path, O_RDWR) : -1;
-		uint8_t h[56];
-		off_t at = 16;
-		for (unsigned k = 0; fd >= 0 && pread(fd, h, sizeof(h), at) == (ssize_t)sizeof(h) && !memcmp(h, "CRCK", 4); k++) {
-			uint32_t stored;
-			memcpy(&stored, h + 12, 4);   /* little-endian, as crest runs here */
+		uint8_t h[CAS_REC_HEADER];
+		off_t at = CAS_FILE_HEADER;
+		for (unsigned k = 0; fd >= 0 && pread(fd, h, sizeof(h), at) == (ssize_t)sizeof(h) &&
+				     !memcmp(h, CAS_REC_MAGIC, 4); k++) {
+			const uint32_t stored = le32_get(h + CAS_REC_STORED);
 			uint8_t b;
-			const off_t x = at + 56 + stored / 2;
+			const off_t x = at + CAS_REC_HEADER + stored / 2;
 			if (k % every == 0 && stored && pread(fd, &b, 1, x) == 1) {
 				b ^= 0x55;
 				n += pwrite(fd, &b, 1, x) == 1;
 			}
-			at += 56 + (off_t)stored;
+			at += CAS_REC_HEADER + (off_t)stored;
 		}
 		if (fd >= 0)
 			close(fd);
