@@ -659,9 +659,10 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 		for (int i = 0; i < ENG_WT_N; i++)
 			wt[i] = atomic_exchange(&e->t_work[i], 0);
 		fprintf(stderr, "crest trace: engine: %u workers busy %.3f s summed: zero check and hashing %.3f s, "
-			"parent and pending table %.3f s, index look-ups %.3f s, new chunks entered and compressed "
-			"%.3f s, batches flushed %.3f s\n", e->nworkers, wt[ENG_WT_ALL] / 1e9, wt[ENG_WT_HASH] / 1e9,
-			wt[ENG_WT_KNOWN] / 1e9, wt[ENG_WT_LOOKUP] / 1e9, wt[ENG_WT_NEW] / 1e9, wt[ENG_WT_FLUSH] / 1e9);
+			"the parent's chunks %.3f s, index look-ups %.3f s, new chunks: entered in the pending table %.3f s, "
+			"compressed %.3f s; batches flushed %.3f s\n", e->nworkers, wt[ENG_WT_ALL] / 1e9, wt[ENG_WT_HASH] / 1e9,
+			wt[ENG_WT_KNOWN] / 1e9, wt[ENG_WT_LOOKUP] / 1e9, wt[ENG_WT_TABLE] / 1e9, wt[ENG_WT_NEW] / 1e9,
+			wt[ENG_WT_FLUSH] / 1e9);
 	}
 	const uint64_t t3 = time_now_ns();
 	if (rc == 0 && n) {
@@ -832,6 +833,9 @@ int engine_open(struct cas_store *store, const struct engine_opts *o, struct eng
 		e->o.lanes = (unsigned)atoi(lanes);
 	e->nlanes = cas_pack_lanes_set(store, e->o.lanes);
 	e->trace = getenv("CREST_TRACE") != NULL;
+	const char *sl = getenv("CREST_TEST_LOOKUP_SLEEP_US");
+	if (sl)
+		e->lookup_sleep_us = (unsigned)strtoul(sl, NULL, 10);
 	const char *fault = getenv("CREST_FAULT_WRITE");
 	if (fault)
 		e->fault_write = strtoull(fault, NULL, 10);

@@ -22,10 +22,11 @@
  *                        request;
  *   committer (1)        commits snapshots in begin order.
  *
- * Dedup of a chunk, in order of cost: all zeros (a hole, no hash needed
- * beyond the zero test), the parent snapshot's chunk at the same offset
- * (a memory compare), the table of chunks written but not yet committed,
- * then the RocksDB index.
+ * Dedup of a chunk, in order: all zeros (a hole, no hash needed beyond the
+ * zero test), the parent snapshot's chunk at the same offset (a memory
+ * compare), the RocksDB index, then the table of chunks written but not
+ * yet committed, visited once under its stripe lock to find the chunk or
+ * enter it (forget_gen, below, says why that order loses nothing).
  *
  * A segment's new records go to the pack back to back, in stream order: a
  * restore of the stream then reads each pack span once, instead of picking
@@ -81,10 +82,10 @@
  * 11.6-11.9 s and 1.3 s with 1024; the chunks were done 10-17% sooner. */
 #define NSTRIPES 1024
 /* What a worker's time is traced as: all of it on segments; the zero
- * check and hashing; the parent's manifest and the pending table; index
- * look-ups; entering and compressing new chunks; flushing a segment's
- * batch to the writers. */
-enum { ENG_WT_ALL, ENG_WT_HASH, ENG_WT_KNOWN, ENG_WT_LOOKUP, ENG_WT_NEW, ENG_WT_FLUSH, ENG_WT_N };
+ * check and hashing; the parent's manifest; index look-ups; the pending
+ * table's visits of new chunks; compressing them into the arena; flushing
+ * a segment's batch to the writers. */
+enum { ENG_WT_ALL, ENG_WT_HASH, ENG_WT_KNOWN, ENG_WT_LOOKUP, ENG_WT_TABLE, ENG_WT_NEW, ENG_WT_FLUSH, ENG_WT_N };
 #define PENDING UINT64_MAX      /* a table node's seq until its job is queued */
 
 struct release_ref {
@@ -165,11 +166,23 @@ struct engine_snap {
 	struct engine_result res;
 };
 
+/* A node is read under its stripe's lock. Its seq alone is also set
+ * without it, once (PENDING -> the job's seq), by eng_writer_enqueue under
+ * wlock: taking the lock and finding the node again for each of a first
+ * checkpoint's 2 M chunks took 3.2-4.2 s of the workers' 17-20 s. The
+ * owner keeps the node's address in its batch (bitem.nd) until then, which
+ * is safe because nothing else removes a PENDING node before its entry is
+ * queued (eng_pending_forget takes only ids whose entries a commit took,
+ * and a commit takes entries only from the queue), and a stripe's growth
+ * moves buckets, not nodes. After it, a commit of any snapshot may take
+ * the entry and forget the node at once: the batch never touches it
+ * again. (Setting the seq after enqueue returned did: store.model under
+ * ASan found the write to a node already freed.) */
 struct node {
 	struct node *next;
 	uint8_t sha[32];
-	uint64_t seq;                /* PENDING until owner's job is queued */
-	const struct batch *owner;   /* the batch that holds it while PENDING */
+	_Atomic uint64_t seq;        /* PENDING until owner's job is queued */
+	const struct batch *owner;   /* the batch that holds it while PENDING (stale after) */
 };
 
 struct stripe {
@@ -206,6 +219,7 @@ struct wjob {
 struct bitem {
 	uint8_t sha[32];
 	const uint8_t *data;         /* the chunk (alive until the segment is done) */
+	struct node *nd;             /* B_NEW: its PENDING node in the table */
 	size_t at;                   /* B_NEW: the record's place in the arena */
 	uint32_t raw, stored;
 	uint8_t codec;
@@ -263,6 +277,10 @@ struct engine {
 	size_t narenas, caparenas;
 	uint64_t writes, fault_write;  /* CREST_FAULT_WRITE: see writer_write (writer.c) */
 	bool trace;                    /* CREST_TRACE: each commit's phases on stderr */
+	/* For tests, CREST_TEST_LOOKUP_SLEEP_US (read at open): a worker sleeps
+	 * this long between a chunk's index look-up and its table visit,
+	 * widening the window forget_gen covers (test_engine once). */
+	unsigned lookup_sleep_us;
 	/* CREST_TRACE, under wlock, since the last commit's trace line: the
 	 * writers' time in cas_pack_write and the bytes they wrote, summed
 	 * over the lanes; the workers' time blocked on a full write queue,
@@ -278,6 +296,12 @@ struct engine {
 	pthread_mutex_t seq_lock;
 	pthread_cond_t seq_cond;
 	uint64_t seq_gen;
+	/* Counts the removals of committed ids from the table (forget, clear),
+	 * bumped before the first node goes. A worker looks a chunk up in the
+	 * index first and in the table after: when this moved in between, the
+	 * chunk may have left the table for the index unseen, and it looks in
+	 * the index again (chunk_new). */
+	atomic_uint_fast64_t forget_gen;
 };
 
 /* Keeps a snapshot's first error: workers and the committer both fail
@@ -294,7 +318,9 @@ static inline void eng_snap_fail(struct engine_snap *snap, int err, const char *
 /* pending.c: the table of chunks written but not committed. */
 struct stripe *eng_pending_stripe(struct engine *e, const uint8_t sha[32]);
 struct node *eng_pending_find(struct stripe *s, const uint8_t sha[32]);
-int eng_pending_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq, const struct batch *owner);
+/* Enters sha (under s's lock): the new node in *out, or -ENOMEM. */
+int eng_pending_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq, const struct batch *owner,
+		       struct node **out);
 void eng_pending_remove(struct engine *e, const uint8_t sha[32], const struct batch *owner);
 /* eng_pending_remove(e, ie[i].sha, NULL) for every i, a big commit's on
  * several threads (each stripe on one). */

@@ -45,7 +45,8 @@ struct node *eng_pending_find(struct stripe *s, const uint8_t sha[32])
 	return NULL;
 }
 
-int eng_pending_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq, const struct batch *owner)
+int eng_pending_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq, const struct batch *owner,
+		       struct node **out)
 {
 	if (s->n >= s->nb) {
 		size_t nb = s->nb ? s->nb * 2 : 1024;
@@ -72,12 +73,13 @@ int eng_pending_insert(struct stripe *s, const uint8_t sha[32], uint64_t seq, co
 	if (!n)
 		return -ENOMEM;
 	memcpy(n->sha, sha, 32);
-	n->seq = seq;
+	atomic_init(&n->seq, seq);
 	n->owner = owner;
 	size_t k = bucket_of(s, sha);
 	n->next = s->b[k];
 	s->b[k] = n;
 	s->n++;
+	*out = n;
 	return 0;
 }
 
@@ -91,7 +93,7 @@ static void stripe_remove(struct stripe *s, const uint8_t sha[32], const struct 
 	for (struct node **pp = &s->b[bucket_of(s, sha)]; *pp; pp = &(*pp)->next) {
 		struct node *n = *pp;
 		if (!memcmp(n->sha, sha, 32)) {
-			if (!owner || (n->owner == owner && n->seq == PENDING)) {
+			if (!owner || (n->owner == owner && atomic_load(&n->seq) == PENDING)) {
 				*pp = n->next;
 				free(n);
 				s->n--;
@@ -136,6 +138,7 @@ void eng_pending_forget(struct engine *e, const struct cas_index_entry *ie, size
 	 * 16-core host (a cache miss and a free each), after its commit and
 	 * before the checkpoint counted as ingested. Small commits, or no
 	 * memory for the grouping: one by one. */
+	atomic_fetch_add(&e->forget_gen, 1);
 	uint32_t *idx = n >= 65536 && n < UINT32_MAX ? malloc(n * sizeof(*idx)) : NULL;
 	if (!idx) {
 		for (size_t i = 0; i < n; i++)
@@ -159,6 +162,7 @@ void eng_pending_forget(struct engine *e, const struct cas_index_entry *ie, size
 /* Forgets every node (engine_recover: none is PENDING then). */
 void eng_pending_clear(struct engine *e)
 {
+	atomic_fetch_add(&e->forget_gen, 1);
 	for (int i = 0; i < NSTRIPES; i++) {
 		struct stripe *st = &e->stripes[i];
 		pthread_mutex_lock(&st->lock);

@@ -112,6 +112,7 @@ static int batch_push(struct batch *b, const uint8_t sha[32], const uint8_t *p, 
 	struct bitem *x = &b->it[b->n++];
 	memcpy(x->sha, sha, 32);
 	x->data = p;
+	x->nd = NULL;   /* chunk_new sets a B_NEW item's */
 	x->raw = (uint32_t)n;
 	x->state = state;
 	return 0;
@@ -175,31 +176,64 @@ static int batch_record(struct engine *e, struct batch *b, const uint8_t sha[32]
 	return 0;
 }
 
-/* A chunk neither the table nor the index has: entered PENDING under this
- * batch and recorded, unless another worker entered it meanwhile. */
-static int chunk_new(struct engine *e, struct worker_ctx *w, struct engine_snap *snap, const uint8_t *p,
-		     size_t n, const uint8_t sha[32])
+/* Wakes the workers waiting for a PENDING node to move (item_resolve). */
+static void seq_moved(struct engine *e)
 {
+	pthread_mutex_lock(&e->seq_lock);
+	e->seq_gen++;
+	pthread_cond_broadcast(&e->seq_cond);
+	pthread_mutex_unlock(&e->seq_lock);
+}
+
+/* A chunk the index did not have when looked up (gen: e->forget_gen read
+ * before that look-up): found in the table, or entered PENDING under this
+ * batch and recorded. One locked visit of the table a new chunk: the index
+ * first, then the table (engine_int.h, forget_gen, says why that order
+ * misses nothing). */
+static int chunk_new(struct engine *e, struct worker_ctx *w, struct engine_snap *snap, const uint8_t *p,
+		     size_t n, const uint8_t sha[32], uint64_t gen)
+{
+	const uint64_t t0 = wt_now(w);
 	struct stripe *s = eng_pending_stripe(e, sha);
 	pthread_mutex_lock(&s->lock);
 	struct node *nd = eng_pending_find(s, sha);
 	if (nd) {
-		const uint64_t seq = nd->seq;
+		const uint64_t seq = atomic_load(&nd->seq);
 		pthread_mutex_unlock(&s->lock);
+		w->t[ENG_WT_TABLE] += wt_now(w) - t0;
 		if (seq != PENDING) {
 			atomic_max(&snap->max_seq, seq);
 			return 0;
 		}
 		return batch_push(&w->b, sha, p, n, B_WAIT);
 	}
-	int rc = eng_pending_insert(s, sha, PENDING, &w->b);
+	int rc = eng_pending_insert(s, sha, PENDING, &w->b, &nd);
 	pthread_mutex_unlock(&s->lock);
 	if (rc < 0)
 		return crest_errf(rc, "recording a new chunk");
+	const uint64_t t = wt_now(w);
+	w->t[ENG_WT_TABLE] += t - t0;
+	if (atomic_load(&e->forget_gen) != gen) {
+		/* A commit took ids out of the table since the look-up: this
+		 * one may be among them, in the index now. Rare (a commit
+		 * between two steps of one chunk), so the node is entered and
+		 * taken out again rather than the look-up done under the lock. */
+		struct cas_loc loc;
+		rc = cas_chunk_lookup(e->store, sha, &loc);
+		if (rc != -ENOENT) {
+			eng_pending_remove(e, sha, &w->b);
+			seq_moved(e);   /* whoever found the node waits for it to move */
+			return rc;      /* 0: it is in the index */
+		}
+	}
 	rc = batch_record(e, &w->b, sha, p, n);
-	if (rc < 0)
+	w->t[ENG_WT_NEW] += wt_now(w) - t;
+	if (rc < 0) {
 		eng_pending_remove(e, sha, &w->b);   /* a waiter finds it gone and stores it */
-	return rc;
+		return rc;
+	}
+	w->b.it[w->b.n - 1].nd = nd;
+	return 0;
 }
 
 /* One chunk of data at stream offset off; id, unless NULL, its SHA-256
@@ -230,37 +264,20 @@ static int chunk_ingest(struct engine *e, struct worker_ctx *w, struct seg *sg, 
 		return seg_push_extent(sg, n, sha);
 	}
 
-	struct stripe *s = eng_pending_stripe(e, sha);
-	pthread_mutex_lock(&s->lock);
-	struct node *nd = eng_pending_find(s, sha);
-	const uint64_t seq = nd ? nd->seq : 0;
-	pthread_mutex_unlock(&s->lock);
 	const uint64_t t2 = wt_now(w);
 	w->t[ENG_WT_KNOWN] += t2 - t1;
-	if (nd && seq != PENDING)
-		atomic_max(&snap->max_seq, seq);
-	else if (nd)
-		rc = batch_push(&w->b, sha, p, n, B_WAIT);
-	else {
-		struct cas_loc loc;
-		rc = cas_chunk_lookup(e->store, sha, &loc);
-		const uint64_t t3 = wt_now(w);
-		w->t[ENG_WT_LOOKUP] += t3 - t2;
-		if (rc == -ENOENT)
-			rc = chunk_new(e, w, snap, p, n, sha);
-		w->t[ENG_WT_NEW] += wt_now(w) - t3;
+	const uint64_t gen = atomic_load(&e->forget_gen);
+	struct cas_loc loc;
+	rc = cas_chunk_lookup(e->store, sha, &loc);
+	w->t[ENG_WT_LOOKUP] += wt_now(w) - t2;
+	if (rc == -ENOENT) {
+		if (e->lookup_sleep_us)
+			usleep(e->lookup_sleep_us);
+		rc = chunk_new(e, w, snap, p, n, sha, gen);
 	}
 	if (rc < 0)
 		return rc;
 	return seg_push_extent(sg, n, sha);
-}
-
-static void seq_moved(struct engine *e)
-{
-	pthread_mutex_lock(&e->seq_lock);
-	e->seq_gen++;
-	pthread_cond_broadcast(&e->seq_cond);
-	pthread_mutex_unlock(&e->seq_lock);
 }
 
 /* Gives up the batch's records (the segment failed): their PENDING nodes go,
@@ -292,9 +309,10 @@ static int item_resolve(struct engine *e, struct worker_ctx *w, struct engine_sn
 		pthread_mutex_lock(&e->seq_lock);
 		const uint64_t gen = e->seq_gen;
 		pthread_mutex_unlock(&e->seq_lock);
+		const uint64_t fgen = atomic_load(&e->forget_gen);
 		pthread_mutex_lock(&s->lock);
 		const struct node *nd = eng_pending_find(s, x.sha);
-		const uint64_t seq = nd ? nd->seq : 0;
+		const uint64_t seq = nd ? atomic_load(&nd->seq) : 0;
 		pthread_mutex_unlock(&s->lock);
 		if (nd && seq != PENDING) {
 			atomic_max(&snap->max_seq, seq);
@@ -303,9 +321,11 @@ static int item_resolve(struct engine *e, struct worker_ctx *w, struct engine_sn
 		if (nd && w->b.holds)   /* mine included: only the holder sets owner */
 			return batch_push(&w->b, x.sha, x.data, x.raw, B_WAIT);
 		if (!nd) {
+			/* Committed, or its batch dropped it: the index, then
+			 * the table again (chunk_new). */
 			struct cas_loc loc;
 			int rc = cas_chunk_lookup(e->store, x.sha, &loc);
-			return rc == -ENOENT ? chunk_new(e, w, snap, x.data, x.raw, x.sha) : rc;
+			return rc == -ENOENT ? chunk_new(e, w, snap, x.data, x.raw, x.sha, fgen) : rc;
 		}
 		pthread_mutex_lock(&e->seq_lock);
 		while (e->seq_gen == gen)
@@ -336,19 +356,8 @@ static int batch_flush(struct engine *e, struct worker_ctx *w, struct engine_sna
 			rc = eng_writer_enqueue(e, b, from, bytes, &seq);
 			if (rc < 0)
 				break;
-			for (size_t i = from; i < end; i++) {
-				const struct bitem *x = &b->it[i];
-				if (x->state != B_NEW)
-					continue;
-				struct stripe *s = eng_pending_stripe(e, x->sha);
-				pthread_mutex_lock(&s->lock);
-				struct node *nd = eng_pending_find(s, x->sha);
-				if (nd && nd->owner == b && nd->seq == PENDING) {
-					nd->seq = seq;
-					nd->owner = NULL;
-				}
-				pthread_mutex_unlock(&s->lock);
-			}
+			/* The nodes have their seq (eng_writer_enqueue set it):
+			 * waiters read it after seq_moved below. */
 			b->holds = false;   /* every B_NEW item so far is queued */
 			seq_moved(e);
 			atomic_max(&snap->max_seq, seq);

@@ -156,6 +156,15 @@ int eng_writer_enqueue(struct engine *e, struct batch *b, size_t from, size_t by
 	L->tail = j;
 	L->bytes += bytes;
 	e->wq_bytes += bytes;
+	/* The records' nodes get the seq here, under wlock, in the step that
+	 * makes their entries a commit's to take: once wlock is let go, any
+	 * snapshot's commit may take them (it takes every entry durable by
+	 * then) and forget, and free, the nodes. The batch must not touch
+	 * them after this (engine_int.h, struct node). Only on success: a
+	 * failed enqueue leaves them PENDING for batch_drop to take out. */
+	for (size_t i = from; i < b->n; i++)
+		if (b->it[i].state == B_NEW)
+			atomic_store(&b->it[i].nd->seq, j->seq);
 	pthread_cond_broadcast(&e->wcond);
 	pthread_mutex_unlock(&e->wlock);
 	b->arena = NULL;

@@ -31,6 +31,17 @@
  *             engine compresses fewer chunks than the rule says
  *             (compressible data stored raw) or more (the rule not applied).
  *
+ *   once      every distinct chunk stored once, with snapshots in flight
+ *             while the ones before them commit: rounds of snapshots, each
+ *             begun before the last commits, whose chunks are mostly the
+ *             last one's (written, not yet committed), with new and repeated
+ *             ones among them, while CREST_TEST_LOOKUP_SLEEP_US holds each
+ *             worker between its index look-up and its visit to the table
+ *             of uncommitted chunks. The new chunks the snapshots report
+ *             must sum to the distinct chunks put (a commit taking a chunk
+ *             from that table to the index in the gap must not make it
+ *             stored twice), and every snapshot must restore to its bytes.
+ *
  * Exits 0 on success, 1 on failure (a hang included: waits are bounded).
  * SEED (else $CREST_TEST_SEED, else the clock) is printed; pass it to replay.
  */
@@ -527,6 +538,85 @@ static void t_lz4(const char *dir, uint64_t seed)
 	cas_close(store);
 }
 
+/* ---- once ---- */
+
+static void t_once(const char *dir, uint64_t seed)
+{
+	enum { POOL = 192, ROUNDS = 8, MAXLEN = 160 };
+	char us[32];
+	snprintf(us, sizeof(us), "%u", 200 + (unsigned)(rng() % 1800));
+	setenv("CREST_TEST_LOOKUP_SLEEP_US", us, 1);
+	struct cas_store *store = fresh_store(dir);
+	struct engine_opts o;
+	opts(&o, 2 + (unsigned)(rng() % 3));
+	struct engine *e;
+	OK(engine_open(store, &o, &e));
+	unsetenv("CREST_TEST_LOOKUP_SLEEP_US");
+	printf("once: %u workers, %s us between look-up and table\n", o.workers, us);
+	uint8_t *pool = malloc((size_t)POOL * CHUNK);
+	fill(pool, (size_t)POOL * CHUNK);
+	uint8_t used[POOL] = { 0 };
+	uint32_t prev[MAXLEN], cur[MAXLEN];
+	size_t nprev = 0;
+	uint8_t *bytes[ROUNDS];
+	size_t lens[ROUNDS];
+	struct engine_snap *snaps[ROUNDS];
+	for (int r = 0; r < ROUNDS; r++) {
+		/* Mostly the last round's chunks, in another order; some new
+		 * (possibly twice in this round), some from any earlier round. */
+		const size_t n = 16 + rng() % (MAXLEN - 16);
+		for (size_t i = 0; i < n; i++) {
+			const unsigned k = (unsigned)(rng() % 10);
+			cur[i] = nprev && k < 7 ? prev[rng() % nprev] : (uint32_t)(rng() % POOL);
+		}
+		uint8_t *b = malloc(n * CHUNK);
+		for (size_t i = 0; i < n; i++) {
+			memcpy(b + i * CHUNK, pool + (size_t)cur[i] * CHUNK, CHUNK);
+			used[cur[i]] = 1;
+		}
+		uint8_t *copy = malloc(n * CHUNK);
+		memcpy(copy, b, n * CHUNK);
+		bytes[r] = b;
+		lens[r] = n * CHUNK;
+		struct engine_stream *st;
+		OK(engine_snapshot_begin(e, "once", &snaps[r]));
+		OK(engine_stream_open(snaps[r], "r", CAS_STREAM_REGION, true, &st));
+		OK(engine_stream_add_memory(st, copy, n * CHUNK, free_cb, copy));
+		OK(engine_stream_close(st));
+		engine_snapshot_seal(snaps[r]);   /* the next begins before this commits */
+		memcpy(prev, cur, n * sizeof(*cur));
+		nprev = n;
+	}
+	uint64_t new_chunks = 0, distinct = 0;
+	for (int i = 0; i < POOL; i++)
+		distinct += used[i];
+	for (int r = 0; r < ROUNDS; r++) {
+		wait_bounded(snaps[r], now_ns() + 60ull * 1000000000u, "a snapshot", seed);
+		struct engine_result res;
+		const int rc = engine_snapshot_wait(snaps[r], &res);
+		CHECK(rc == 0, "round %d: the snapshot failed: %s (seed %" PRIu64 ")", r, crest_errmsg(), seed);
+		if (rc < 0)
+			continue;
+		new_chunks += res.new_chunks;
+		uint8_t *back = malloc(lens[r]);
+		struct cas_manifest *m = NULL;
+		const int rrc = read_stream(store, res.id, "r", back, lens[r], &m);
+		CHECK(rrc == 0 && !memcmp(back, bytes[r], lens[r]), "round %d: the snapshot does not restore to "
+		      "its bytes (seed %" PRIu64 ")", r, seed);
+		cas_manifest_free(m);
+		free(back);
+	}
+	CHECK(new_chunks == distinct, "%" PRIu64 " distinct chunks put, but the snapshots stored %" PRIu64
+	      " new chunks: a chunk was stored %s (seed %" PRIu64 ")", distinct, new_chunks,
+	      new_chunks > distinct ? "twice" : "by none", seed);
+	printf("once: %d snapshots, %" PRIu64 " distinct chunks stored once each\n", ROUNDS, distinct);
+	engine_close(e);
+	for (int r = 0; r < ROUNDS; r++)
+		free(bytes[r]);
+	free(pool);
+	cas_close(store);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -547,6 +637,8 @@ int main(int argc, char **argv)
 		t_chunks(argv[2], seed);
 	else if (!strcmp(argv[1], "lz4"))
 		t_lz4(argv[2], seed);
+	else if (!strcmp(argv[1], "once"))
+		t_once(argv[2], seed);
 	else {
 		fprintf(stderr, "unknown case %s\n", argv[1]);
 		return 2;
