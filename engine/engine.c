@@ -618,10 +618,15 @@ static int snap_build_manifest(struct engine_snap *s)
 	return 0;
 }
 
-static int snap_commit(struct engine *e, struct engine_snap *s)
+/* Commits s. Its index entries are left in *iep (*np of them) for the
+ * caller to forget from the pending table once s is done (committer_main),
+ * or NULL. */
+static int snap_commit(struct engine *e, struct engine_snap *s, struct cas_index_entry **iep, size_t *np)
 {
 	struct cas_index_entry *ie;
 	size_t n;
+	*iep = NULL;
+	*np = 0;
 	/* Every chunk is named (the workers are done with the snapshot), so
 	 * the manifest is built and encoded while the writer's last writes
 	 * become durable, not after. */
@@ -664,17 +669,33 @@ static int snap_commit(struct engine *e, struct engine_snap *s)
 			wt[ENG_WT_KNOWN] / 1e9, wt[ENG_WT_LOOKUP] / 1e9, wt[ENG_WT_TABLE] / 1e9, wt[ENG_WT_NEW] / 1e9,
 			wt[ENG_WT_FLUSH] / 1e9);
 	}
-	const uint64_t t3 = time_now_ns();
 	if (rc == 0 && n) {
 		/* n == 0 when the snapshot added no chunk: pend may then still be
 		 * NULL, and memmove(NULL, ...) is undefined even for 0 bytes. */
 		eng_writer_committed(e, n);
-		eng_pending_forget(e, ie, n);
+		*iep = ie;
+		*np = n;
+	} else {
+		free(ie);
 	}
+	return rc;
+}
+
+/* Takes a committed snapshot's ids out of the pending table. After the
+ * snapshot is done, not before: the index has them, and a worker that
+ * still finds them in the table finds them written (a seq), so nothing
+ * waits for this but the next commit (the committer's own thread). For a
+ * first 8 GiB checkpoint that is 2 M ids, 0.1 s on the 16-core host. */
+static void snap_forget(struct engine *e, struct cas_index_entry *ie, size_t n)
+{
+	if (!ie)
+		return;
+	const uint64_t t = time_now_ns();
+	eng_pending_forget(e, ie, n);
 	free(ie);
 	if (e->trace)
-		fprintf(stderr, "crest trace: engine: %zu pending entries forgotten %.3f s\n", n, (time_now_ns() - t3) / 1e9);
-	return rc;
+		fprintf(stderr, "crest trace: engine: %zu pending entries forgotten %.3f s, after the commit\n", n,
+			(time_now_ns() - t) / 1e9);
 }
 
 /* Under e->lock, with the commit queue empty: no snapshot is in flight
@@ -710,7 +731,9 @@ static void *committer_main(void *arg)
 		bool aborted = s->aborted;
 		pthread_mutex_unlock(&e->lock);
 
-		int rc = err || aborted ? 0 : snap_commit(e, s);
+		struct cas_index_entry *ie = NULL;
+		size_t nie = 0;
+		int rc = err || aborted ? 0 : snap_commit(e, s, &ie, &nie);
 		char msg[1024];
 		if (rc < 0)
 			crest_errcpy(msg, sizeof(msg));
@@ -737,6 +760,11 @@ static void *committer_main(void *arg)
 			pthread_mutex_lock(&e->lock);
 		}
 		pthread_cond_broadcast(&e->snap_cond);
+		if (ie) {
+			pthread_mutex_unlock(&e->lock);
+			snap_forget(e, ie, nie);
+			pthread_mutex_lock(&e->lock);
+		}
 	}
 out:
 	pthread_mutex_unlock(&e->lock);
