@@ -74,6 +74,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <sys/resource.h>
 
 /* Stripes of the pending table. Each is locked for every look-up and
  * doubles under its lock. Entering a first 8 GiB checkpoint's 2 M chunks
@@ -163,6 +164,7 @@ struct engine_snap {
 	atomic_uint_fast64_t max_seq, bytes_done, expect;
 	atomic_uint_fast64_t zero_bytes, new_bytes, stored_bytes, chunks, new_chunks;
 	uint64_t begin_ns;
+	struct rusage ru0;           /* CREST_TRACE: the process's at begin */
 	struct engine_result res;
 };
 
