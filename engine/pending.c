@@ -135,8 +135,8 @@ static int forget_stripe(struct par *p, void *tls, size_t i)
 void eng_pending_forget(struct engine *e, const struct cas_index_entry *ie, size_t n)
 {
 	/* One by one, 2 M ids of a first 8 GiB checkpoint took 0.56 s on the
-	 * 16-core host (a cache miss and a free each), after its commit and
-	 * before the checkpoint counted as ingested. Small commits, or no
+	 * 16-core host (a cache miss and a free each), on the committer's
+	 * thread, which the next commit waits for. Small commits, or no
 	 * memory for the grouping: one by one. */
 	atomic_fetch_add(&e->forget_gen, 1);
 	uint32_t *idx = n >= 65536 && n < UINT32_MAX ? malloc(n * sizeof(*idx)) : NULL;

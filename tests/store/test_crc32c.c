@@ -36,7 +36,7 @@ static size_t pick_len(uint64_t *st)
 	switch (r % 4) {
 	case 0: return edge[(r >> 8) % (sizeof(edge) / sizeof(edge[0]))];
 	case 1: return 512 + (r >> 8) % 4096;
-	case 2: return ((r >> 8) % 1100) * 64 + (r >> 40) % 3 - 1 + 1;   /* near multiples of 64 */
+	case 2: return ((r >> 8) % 1100 + 1) * 64 + (r >> 40) % 3 - 1;   /* 64 k - 1, 64 k, 64 k + 1 */
 	default: return (r >> 8) % (70 * 1024);
 	}
 }
