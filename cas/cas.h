@@ -256,7 +256,9 @@ int cas_reader_get(struct cas_reader *r, const uint8_t sha[32], void *dst, uint3
 ssize_t cas_reader_readv(struct cas_reader *r, uint32_t pack, uint64_t off, const struct iovec *iov, int n);
 /* 0 when hdr (CAS_REC_HEADER bytes read from a pack) heads a raw record of
  * chunk sha, len bytes, and data (its stored bytes) match the header's
- * CRC32C: the check cas_reader_take makes. -EBADMSG, no message, if not. */
+ * CRC32C: the check cas_reader_take makes. 1 when it heads an intact raw
+ * record of len bytes of another chunk (the next record then starts right
+ * after it). -EBADMSG, no message, if neither. */
 int cas_reader_check_raw(const uint8_t *hdr, const uint8_t sha[32], const void *data, uint32_t len);
 
 struct cas_index_entry {

@@ -275,7 +275,7 @@ int cas_reader_check_raw(const uint8_t *hdr, const uint8_t sha[32], const void *
 	struct rec x;
 	rec_parse(hdr, &x);
 	if (memcmp(hdr, CAS_REC_MAGIC, 4) || x.codec != CAS_CODEC_RAW || !rec_fits(&x, len) ||
-	    memcmp(hdr + CAS_REC_SHA, sha, 32) || crc32c(data, len) != x.crc)
+	    crc32c(data, len) != x.crc)
 		return -EBADMSG;
-	return 0;
+	return memcmp(hdr + CAS_REC_SHA, sha, 32) ? 1 : 0;
 }

@@ -97,7 +97,7 @@ struct worker {
 	 * chunks read direct and the preadvs and bytes that took, records
 	 * walked, chunks missed, windows. */
 	uint64_t t_table, t_locate, t_direct, t_walk, t_miss, t_wait, t_hash, t_write;
-	uint64_t direct, direct_reads, direct_bytes, walked, missed, windows;
+	uint64_t direct, skipped, direct_reads, direct_bytes, walked, missed, windows;
 	uint64_t inflight_len[2];    /* bytes of each buffer's copy, for c->phases */
 	uint64_t t_begin, t_filled, t_end; /* when it began, filled its last window, ended */
 	uint64_t spliced_end;        /* the pipe may still hold wbuf's pages up to here */
@@ -292,12 +292,18 @@ static size_t want_done(struct winstate *ws, struct want *x, uint8_t *buf)
  * run->off (the first chunk's record) to run->end (the end of the last
  * one's). The sizes only say the layout may hold; it is trusted one record
  * at a time, so that no header is believed but at a record's start: the
- * first record is where the index says, and each one that checks out (its
- * header names the wanted chunk, raw, len bytes; its data match the CRC32C)
- * ends where the next begins. The first that does not (damaged, compressed,
- * another chunk, a short read) ends the direct read with run->off at it:
- * the walk and cas_reader_get go on from there, name what is wrong and
- * fill again what was read into buf for it and after it. A run holding a
+ * first record is where the index says, and each one that checks out (raw,
+ * len bytes, its data match the CRC32C) ends where the next begins.
+ * One that names another chunk is what a later snapshot leaves where it
+ * changed a chunk in place: the records around it are still the run's, so
+ * its wanted chunk is only skipped, for cas_reader_get to fetch from where
+ * the change put it. (Without this, a snapshot with 2% of its chunks
+ * changed was walked almost whole: 0.58 s to restore 8 GiB against 0.36
+ * s for its parent.) The first that does not check out (damaged,
+ * compressed, another length, a short read) ends the direct read with
+ * run->off at it: the walk and cas_reader_get go on from there, name what
+ * is wrong and fill again what was read into buf for it and after it, as
+ * they fill the skipped ones. A run holding a
  * chunk seen earlier in the window is left to the walk: that chunk has no
  * record of its own there, so the layout does not hold, and its place,
  * filled by a copy, must not be read over. Returns the wanted chunks
@@ -332,14 +338,19 @@ static size_t run_direct(struct worker *wk, const struct cas_stream *st, size_t 
 		uint64_t pos = 0;   /* bytes of the batch checked */
 		for (int b = 0; b < n; b++, k++) {
 			struct want *x = &ws->w[k];
-			if (got < 0 || pos + CAS_REC_HEADER + x->len > (uint64_t)got ||
-			    cas_reader_check_raw(wk->hdr + (size_t)b * CAS_REC_HEADER, st->ext[x->ext].sha,
-						 buf + x->at, x->len) < 0) {
+			const int ck = got < 0 || pos + CAS_REC_HEADER + x->len > (uint64_t)got
+					       ? -EIO
+					       : cas_reader_check_raw(wk->hdr + (size_t)b * CAS_REC_HEADER,
+								      st->ext[x->ext].sha, buf + x->at, x->len);
+			if (ck < 0) {
 				run->off += pos;
 				return filled;
 			}
 			pos += CAS_REC_HEADER + x->len;
-			filled += want_done(ws, x, buf);
+			if (ck == 0)
+				filled += want_done(ws, x, buf);
+			else
+				wk->skipped++;   /* changed in place: fetched by look-up */
 		}
 		run->off += pos;
 	}
@@ -835,11 +846,11 @@ static void trace_workers(const struct worker *wk, unsigned n, uint64_t t_start,
 		const struct worker *w = &wk[i];
 		fprintf(stderr, "crest trace: restore thread %u: table %.3f locate %.3f direct %.3f walk %.3f "
 			"miss %.3f wait %.3f hash %.3f write %.3f s; %llu windows, %llu chunks direct, "
-			"%llu records walked, %llu missed, %llu preadvs and %llu preads, %.1f MB read; "
+			"%llu skipped there, %llu records walked, %llu missed, %llu preadvs and %llu preads, %.1f MB read; "
 			"began %.3f, last window filled %.3f, ended %.3f s after the start\n",
 			i, w->t_table / 1e9, w->t_locate / 1e9, w->t_direct / 1e9, w->t_walk / 1e9, w->t_miss / 1e9,
 			w->t_wait / 1e9, w->t_hash / 1e9, w->t_write / 1e9, (unsigned long long)w->windows,
-			(unsigned long long)w->direct,
+			(unsigned long long)w->direct, (unsigned long long)w->skipped,
 			(unsigned long long)w->walked, (unsigned long long)w->missed,
 			(unsigned long long)w->direct_reads, (unsigned long long)w->span.nreads,
 			(w->direct_bytes + w->span.read_bytes) / 1e6,
@@ -849,16 +860,20 @@ static void trace_workers(const struct worker *wk, unsigned n, uint64_t t_start,
 		sum.t_walk += w->t_walk;
 		sum.t_wait += w->t_wait;
 		sum.direct += w->direct;
+		sum.skipped += w->skipped;
 		sum.walked += w->walked;
+		sum.missed += w->missed;
 		sum.direct_reads += w->direct_reads;
 		sum.direct_bytes += w->direct_bytes;
 		reads += w->span.nreads;
 		read_bytes += w->span.read_bytes;
 	}
 	fprintf(stderr, "crest trace: restore: %u threads, %.3f s wall; direct %.3f s, walk %.3f s, wait %.3f s "
-		"summed; %llu chunks direct, %llu records walked; %.1f MB read: %.1f MB in %llu preadvs, "
+		"summed; %llu chunks direct, %llu records walked, %llu skipped in direct reads, %llu chunks "
+		"looked up one by one; %.1f MB read: %.1f MB in %llu preadvs, "
 		"%.1f MB in %llu preads\n", n, wall_ns / 1e9, sum.t_direct / 1e9, sum.t_walk / 1e9,
 		sum.t_wait / 1e9, (unsigned long long)sum.direct, (unsigned long long)sum.walked,
+		(unsigned long long)sum.skipped, (unsigned long long)sum.missed,
 		(sum.direct_bytes + read_bytes) / 1e6, sum.direct_bytes / 1e6,
 		(unsigned long long)sum.direct_reads, read_bytes / 1e6, (unsigned long long)reads);
 }

@@ -108,6 +108,14 @@ static void walk(void)
 			CHECK(rc == 0 || rc == -EBADMSG);
 			if (rc == 0)
 				CHECK(!memcmp(raw, rec.hdr + CAS_REC_HEADER, rec.raw));
+			/* Asked for another chunk's id, the record is never
+			 * taken for it: 1 (intact, another chunk's) exactly
+			 * when it checked out above, else damaged. */
+			uint8_t other[32];
+			memcpy(other, rec.sha, 32);
+			other[0] ^= 1;
+			const int rc2 = cas_reader_check_raw(rec.hdr, other, rec.hdr + CAS_REC_HEADER, rec.raw);
+			CHECK(rc2 == (rc == 0 ? 1 : -EBADMSG));
 		}
 	}
 }
