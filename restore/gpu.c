@@ -357,6 +357,66 @@ static size_t run_direct(struct worker *wk, const struct cas_stream *st, size_t 
 	return filled;
 }
 
+/* How far in from a run's ends run_anchors looks for chunks to anchor it. */
+#define ANCHOR_TRIES 3
+
+/* Where the run ws->w[first..last] can be read direct: 0 with *a..*b (at
+ * most ANCHOR_TRIES - 1 chunks in from either end) and *fc from the record
+ * of *a to the end of that of *b (fc->end), when those two lie in one pack
+ * exactly as far apart as the records of *a..*b would. Only the run's ends
+ * are looked up, so a later snapshot that changed its first or last chunk
+ * (now in another pack) left the whole run to the walk; the next chunks in
+ * are tried instead, and what lies outside *a..*b is fetched by look-up.
+ * 1 with *fc at the first chunk's record (fc->end 0: walked) when no pair
+ * fits; -ENOENT when the first chunk is not found either; another negative
+ * errno when the index cannot be read. */
+static int run_anchors(struct worker *wk, const struct cas_stream *st, size_t first, size_t last, size_t *a,
+		       size_t *b, struct cas_cursor *fc)
+{
+	const struct winstate *ws = &wk->ws;
+	struct cas_cursor at[2][ANCHOR_TRIES];
+	int got[2][ANCHOR_TRIES] = { { 1, 1, 1 }, { 1, 1, 1 } };   /* 1: not looked up yet */
+	_Static_assert(ANCHOR_TRIES == 3, "got[][] is initialized for 3 tries");
+	uint64_t span = 0;
+	for (size_t k = first; k <= last; k++)
+		span += CAS_REC_HEADER + (uint64_t)ws->w[k].len;
+	for (size_t skip = 0; skip < ANCHOR_TRIES; skip++) {
+		for (size_t da = 0; da <= skip; da++) {
+			const size_t db = skip - da;
+			if (first + da > last - db || last - first < db)
+				continue;
+			const size_t x = first + da, y = last - db;
+			for (int e = 0; e < 2; e++) {
+				const size_t d = e ? db : da, k = e ? y : x;
+				if (got[e][d] == 1) {
+					got[e][d] = cas_reader_locate(wk->j->rd, st->ext[ws->w[k].ext].sha, &at[e][d]);
+					if (got[e][d] < 0 && got[e][d] != -ENOENT)
+						return got[e][d];
+				}
+			}
+			if (got[0][da] || got[1][db] || at[0][da].pack != at[1][db].pack || at[1][db].off < at[0][da].off)
+				continue;
+			uint64_t want = span;
+			for (size_t k = first; k < x; k++)
+				want -= CAS_REC_HEADER + (uint64_t)ws->w[k].len;
+			for (size_t k = y + 1; k <= last; k++)
+				want -= CAS_REC_HEADER + (uint64_t)ws->w[k].len;
+			if (at[1][db].end - at[0][da].off != want)
+				continue;
+			*a = x;
+			*b = y;
+			*fc = at[0][da];
+			fc->end = at[1][db].end;
+			return 0;
+		}
+	}
+	if (got[0][0] != 0)
+		return -ENOENT;
+	*fc = at[0][0];
+	fc->end = 0;
+	return 1;
+}
+
 static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, bool host)
 {
 	const struct job *j = wk->j;
@@ -427,27 +487,24 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 	uint64_t t_direct = 0;
 	for (size_t i = 0; i < ws->n && !atomic_load(&j->stop); i += RUN_CHUNKS) {
 		const size_t last = i + RUN_CHUNKS < ws->n ? i + RUN_CHUNKS - 1 : ws->n - 1;
-		struct cas_cursor lc;
-		rc = cas_reader_locate(j->rd, st->ext[ws->w[last].ext].sha, &lc);
-		if (rc == 0 || rc == -ENOENT) {
-			const bool have_last = rc == 0;
-			struct cas_cursor *fc = &ws->starts[nstart];
-			rc = cas_reader_locate(j->rd, st->ext[ws->w[i].ext].sha, fc);
-			if (rc == 0) {
-				/* The run's records lie back to back (one ingest job
-				 * per segment): the walk reads up to its last one and
-				 * not, as it once did, MISS_MAX records past it. */
-				fc->end = have_last && lc.pack == fc->pack && lc.off >= fc->off ? lc.end : 0;
-				if (fc->end) {
-					const uint64_t td = time_now_ns();
-					const size_t got = run_direct(wk, st, i, last, buf, fc);
-					left -= got;
-					wk->direct += got;
-					t_direct += time_now_ns() - td;
-				}
-				if (!fc->end || fc->off < fc->end)
-					nstart++;   /* not read whole: walked */
-			}
+		struct cas_cursor *fc = &ws->starts[nstart];
+		size_t a, b;
+		rc = run_anchors(wk, st, i, last, &a, &b, fc);
+		if (rc == 0) {
+			/* The run's records lie back to back (one ingest job
+			 * per segment): what the direct read leaves is walked
+			 * up to its last one and not, as it once was, MISS_MAX
+			 * records past it. */
+			const uint64_t td = time_now_ns();
+			const size_t got = run_direct(wk, st, a, b, buf, fc);
+			left -= got;
+			wk->direct += got;
+			t_direct += time_now_ns() - td;
+			if (fc->off < fc->end)
+				nstart++;   /* not read whole: walked */
+		} else if (rc == 1) {
+			nstart++;
+			rc = 0;
 		}
 		if (rc < 0 && rc != -ENOENT)
 			return crest_errctx(rc, "snapshot %s, stream %s, offset %llu", j->c->snapshot, st->name,

@@ -532,10 +532,14 @@ static void t_corrupt(const char *dir)
 }
 
 /* The CREST_TRACE summary line of one restore, caught from stderr: the
- * chunks read direct (restore/gpu.c, run_direct) and the records walked.
- * Returns what crest_restore returned. */
-static int traced_restore(crest_t *c, const char *dir, const char *snap, unsigned long long *direct,
-			  unsigned long long *walked)
+ * chunks read direct (restore/gpu.c, run_direct), the records walked, the
+ * chunks a direct read skipped and those looked up one by one. */
+struct restore_sum {
+	unsigned long long direct, walked, skipped, lookups;
+};
+
+/* Returns what crest_restore returned. */
+static int traced_restore(crest_t *c, const char *dir, const char *snap, struct restore_sum *sum)
 {
 	char path[2100], text[8192], line[1024] = "";
 	snprintf(path, sizeof(path), "%s.trace", dir);
@@ -556,8 +560,11 @@ static int traced_restore(crest_t *c, const char *dir, const char *snap, unsigne
 	if (l)
 		snprintf(line, sizeof(line), "%.*s", (int)strcspn(l, "\n"), l);
 	const char *p = strstr(line, "summed; ");
-	*direct = *walked = 0;
-	CHECK(p && sscanf(p, "summed; %llu chunks direct, %llu records walked", direct, walked) == 2,
+	*sum = (struct restore_sum){ 0 };
+	CHECK(p && sscanf(p,
+			  "summed; %llu chunks direct, %llu records walked, %llu skipped in direct reads, "
+			  "%llu chunks looked up one by one",
+			  &sum->direct, &sum->walked, &sum->skipped, &sum->lookups) == 4,
 	      "no restore summary in the trace: %s", text);
 	printf("  %s\n", line);
 	return rc;
@@ -629,17 +636,18 @@ static void t_direct(const char *dir)
 	OK(crest_checkpoint(c, &(struct crest_checkpoint_opts){ .tag = "d1" }, &ck));
 	OK(crest_wait(c, ck, &res));
 
-	unsigned long long direct, walked;
+	struct restore_sum sum;
 	memset(w, 0xa5, size);
 	memset(d, 0xa5, dsize);
 	memset(t, 0xa5, tsize);
-	OK(traced_restore(c, dir, "d1", &direct, &walked));
+	OK(traced_restore(c, dir, "d1", &sum));
 	CHECK(!memcmp(w, wref, size) && !memcmp(d, dref, dsize) && !memcmp(t, tref, tsize),
 	      "a region differs after restore");
 	/* Every run of weights is read direct; none of dups (a chunk met
 	 * twice in each run) or of text (compressed). */
-	CHECK(direct == size / 4096, "%llu chunks read direct, not the %zu of weights", direct, size / 4096);
-	CHECK(walked >= (dsize + tsize) / 4096 - 2, "only %llu records walked", walked);
+	CHECK(sum.direct == size / 4096, "%llu chunks read direct, not the %zu of weights", sum.direct,
+	      size / 4096);
+	CHECK(sum.walked >= (dsize + tsize) / 4096 - 2, "only %llu records walked", sum.walked);
 
 	/* The 700th chunk of weights in the pack: in the middle of a run and
 	 * of a direct read, so the walk takes over there. */
@@ -655,7 +663,7 @@ static void t_direct(const char *dir)
 	for (int k = 0; k < 2; k++) {
 		flip(pack, bad[k]);
 		memset(w, 0xa5, size);
-		const int rc = traced_restore(c, dir, "d1", &direct, &walked);
+		const int rc = traced_restore(c, dir, "d1", &sum);
 		const char *m = crest_errmsg();
 		printf("direct: byte %llu of %s flipped: %d: %s\n", (unsigned long long)bad[k],
 		       strrchr(pack, '/') + 1, rc, m);
@@ -665,13 +673,13 @@ static void t_direct(const char *dir)
 		/* The damaged record was not taken from the direct read. (How
 		 * many others were depends on when the error stopped the
 		 * other threads: no lower bound.) */
-		CHECK(direct < size / 4096, "%llu chunks read direct, the damaged one among them", direct);
+		CHECK(sum.direct < size / 4096, "%llu chunks read direct, the damaged one among them", sum.direct);
 		flip(pack, bad[k]);
 	}
 	memset(w, 0xa5, size);
-	OK(traced_restore(c, dir, "d1", &direct, &walked));
+	OK(traced_restore(c, dir, "d1", &sum));
 	CHECK(!memcmp(w, wref, size), "weights differ after the damage was undone");
-	CHECK(direct == size / 4096, "%llu chunks read direct after the damage was undone", direct);
+	CHECK(sum.direct == size / 4096, "%llu chunks read direct after the damage was undone", sum.direct);
 	OK(crest_close(c));
 	munmap(w, size);
 	munmap(d, dsize);
@@ -722,8 +730,8 @@ static void t_scatter(const char *dir)
 			       size);
 		}
 		memset(r, 0x33, size);
-		unsigned long long direct, walked;
-		OK(traced_restore(c, dir, "s2", &direct, &walked));
+		struct restore_sum sum;
+		OK(traced_restore(c, dir, "s2", &sum));
 		CHECK(!memcmp(r, ref2, size), "s2 differs after restore (%s threads)", t ? "default" : "1");
 		/* s2's unchanged chunks lie where s1 wrote them, its changed
 		 * ones' old records between them: the direct reads skip those
@@ -735,8 +743,8 @@ static void t_scatter(const char *dir)
 			static const uint8_t zero[4096];
 			unchanged += !memcmp(ref1 + p, ref2 + p, 4096) && memcmp(ref2 + p, zero, 4096);
 		}
-		CHECK(direct >= unchanged * 2 / 3, "s2: %llu chunks read direct of its %zu unchanged", direct,
-		      unchanged);
+		CHECK(sum.direct >= unchanged * 2 / 3, "s2: %llu chunks read direct of its %zu unchanged",
+		      sum.direct, unchanged);
 		memset(r, 0x33, size);
 		OK(crest_restore(c, "s1", NULL));
 		CHECK(!memcmp(r, ref1, size), "s1 differs after restore (%s threads)", t ? "default" : "1");
@@ -748,10 +756,75 @@ static void t_scatter(const char *dir)
 	free(ref2);
 }
 
+/* A later snapshot that changed the first or last chunk of runs (pages
+ * 1024k and 1024k + 1023: restore/gpu.c looks runs up by their ends, every
+ * RUN_CHUNKS = 1024 chunks from a window's start, and windows start at
+ * multiples of the engine's 4 MiB segment) and a random 2% of the others:
+ * its restore reads the unchanged chunks direct all the same (run_anchors
+ * anchors the run one chunk in) and looks up only about the changed ones.
+ * Random data, changes and thread count from a printed seed
+ * (CREST_TEST_SEED replays it); bit-exact either way. */
+static void t_ends(const char *dir)
+{
+	const char *se = getenv("CREST_TEST_SEED");
+	const unsigned seed = se ? (unsigned)strtoul(se, NULL, 10) : (unsigned)(time(NULL) ^ getpid());
+	printf("ends: seed %u (CREST_TEST_SEED=%u replays it)\n", seed, seed);
+	srand(seed);
+	/* A fresh store: in one kept from an earlier run, a pack may fill up
+	 * within a run of e1's records, and a run split across two packs
+	 * is walked and looked up whole (1024 chunks), as it would be in a
+	 * store of any age. */
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	CHECK(system(cmd) == 0, "cannot remove %s", dir);
+	const size_t pages = 6144, size = pages * 4096;
+	uint8_t *r = big(size), *ref = malloc(size);
+	fill(r, size, seed);
+	struct crest_options o;
+	crest_options_init(&o);
+	o.staging_bytes = 32 * MiB;
+	o.flags = CREST_OPEN_NO_GPU;
+	o.restore_threads = 1 + (unsigned)(rand() % 4);
+	crest_t *c;
+	OK(crest_open(dir, &o, &c));
+	crest_region_t h;
+	OK(crest_register(c, "state", r, size, CREST_MEM_HOST, &h));
+	crest_ckpt_t ck;
+	struct crest_result res;
+	OK(crest_checkpoint(c, &(struct crest_checkpoint_opts){ .tag = "e1" }, &ck));
+	OK(crest_wait(c, ck, &res));
+	OK(crest_close(c));   /* the changes go to a new pack */
+	OK(crest_open(dir, &o, &c));
+	OK(crest_register(c, "state", r, size, CREST_MEM_HOST, &h));
+	size_t changed = 0;
+	for (size_t p = 0; p < pages; p++) {
+		if (p % 1024 == 0 || p % 1024 == 1023 || rand() % 50 == 0) {
+			r[p * 4096 + (size_t)rand() % 4096] ^= (uint8_t)(1 + rand() % 255);
+			changed++;
+		}
+	}
+	memcpy(ref, r, size);
+	OK(crest_checkpoint(c, &(struct crest_checkpoint_opts){ .tag = "e2" }, &ck));
+	OK(crest_wait(c, ck, &res));
+	memset(r, 0x33, size);
+	struct restore_sum sum;
+	OK(traced_restore(c, dir, "e2", &sum));
+	CHECK(!memcmp(r, ref, size), "e2 differs after restore (%u threads)", o.restore_threads);
+	printf("ends: %zu of %zu chunks changed, %u restore threads\n", changed, pages, o.restore_threads);
+	CHECK(sum.direct >= (pages - changed) * 9 / 10, "%llu chunks read direct of the %zu unchanged", sum.direct,
+	      pages - changed);
+	CHECK(sum.lookups <= changed + pages / 100, "%llu chunks looked up one by one; %zu changed", sum.lookups,
+	      changed);
+	OK(crest_unregister(c, h));
+	OK(crest_close(c));
+	munmap(r, size);
+	free(ref);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: test_library roundtrip|dedup|stall|errors|rounds|corrupt|direct|scatter|recover|nogpu|cli "
+		fprintf(stderr, "usage: test_library roundtrip|dedup|stall|errors|rounds|corrupt|direct|scatter|ends|recover|nogpu|cli "
 			"STORE [CREST CASCTL]\n");
 		return 2;
 	}
@@ -777,6 +850,8 @@ int main(int argc, char **argv)
 		t_direct(dir);
 	else if (!strcmp(t, "scatter"))
 		t_scatter(dir);
+	else if (!strcmp(t, "ends"))
+		t_ends(dir);
 	else if (!strcmp(t, "recover"))
 		t_recover(dir);
 	else if (!strcmp(t, "nogpu"))
