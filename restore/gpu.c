@@ -234,7 +234,9 @@ static int ws_reserve(struct winstate *ws, size_t n)
 	uint32_t *sl = realloc(ws->slot, nslot * sizeof(*sl));
 	if (sl)
 		ws->slot = sl;
-	struct cas_cursor *st = realloc(ws->starts, (n / RUN_CHUNKS + 2) * sizeof(*st));
+	/* Two starts a run at most: what its direct read left, and where
+	 * the chunks it skipped lie (skipped_start). */
+	struct cas_cursor *st = realloc(ws->starts, 2 * (n / RUN_CHUNKS + 2) * sizeof(*st));
 	if (st)
 		ws->starts = st;
 	if (!w || !sl || !st)
@@ -303,13 +305,14 @@ static size_t want_done(struct winstate *ws, struct want *x, uint8_t *buf)
  * compressed, another length, a short read) ends the direct read with
  * run->off at it: the walk and cas_reader_get go on from there, name what
  * is wrong and fill again what was read into buf for it and after it, as
- * they fill the skipped ones. A run holding a
+ * they fill the skipped ones (skip[0] and skip[1]: the first and last,
+ * left SIZE_MAX when none). A run holding a
  * chunk seen earlier in the window is left to the walk: that chunk has no
  * record of its own there, so the layout does not hold, and its place,
  * filled by a copy, must not be read over. Returns the wanted chunks
  * filled, copies included. */
 static size_t run_direct(struct worker *wk, const struct cas_stream *st, size_t first, size_t last,
-			 uint8_t *buf, struct cas_cursor *run)
+			 uint8_t *buf, struct cas_cursor *run, size_t skip[2])
 {
 	struct winstate *ws = &wk->ws;
 	uint64_t span = 0;
@@ -347,14 +350,51 @@ static size_t run_direct(struct worker *wk, const struct cas_stream *st, size_t 
 				return filled;
 			}
 			pos += CAS_REC_HEADER + x->len;
-			if (ck == 0)
+			if (ck == 0) {
 				filled += want_done(ws, x, buf);
-			else
-				wk->skipped++;   /* changed in place: fetched by look-up */
+			} else {   /* changed in place: found by look-up */
+				if (skip[0] == SIZE_MAX)
+					skip[0] = k;
+				skip[1] = k;
+				wk->skipped++;
+			}
 		}
 		run->off += pos;
 	}
 	return filled;
+}
+
+/* The chunks a later snapshot changed in a run were stored together, in
+ * the run's order (one ingest job per segment): when the first and last
+ * that the direct read skipped (skip[0], skip[1]) lie in one pack with
+ * little else between, *sc is a walk over just that stretch (*n counts
+ * it), and the chunks are found by two look-ups rather than one each.
+ * 0 also when they do not lie so (then each is looked up); a negative
+ * errno when the index cannot be read. */
+static int skipped_start(struct worker *wk, const struct cas_stream *st, const size_t skip[2], struct cas_cursor *sc,
+			 size_t *n)
+{
+	const struct winstate *ws = &wk->ws;
+	struct cas_cursor l;
+	int rc = cas_reader_locate(wk->j->rd, st->ext[ws->w[skip[1]].ext].sha, &l);
+	if (rc == 0)
+		rc = cas_reader_locate(wk->j->rd, st->ext[ws->w[skip[0]].ext].sha, sc);
+	if (rc == -ENOENT)
+		return 0;
+	if (rc < 0)
+		return rc;
+	/* Records between them beyond twice what the skipped ones would fill:
+	 * the changes were not stored together; reading that stretch would
+	 * cost more than the look-ups. */
+	uint64_t bytes = 0;
+	for (size_t k = skip[0]; k <= skip[1]; k++)
+		if (!ws->w[k].done)   /* between the two, only the skipped are not */
+			bytes += CAS_REC_HEADER + (uint64_t)ws->w[k].len;
+	if (l.pack != sc->pack || l.off < sc->off || l.end - sc->off > 2 * bytes)
+		return 0;
+	sc->end = l.end;
+	(*n)++;
+	return 0;
 }
 
 /* How far in from a run's ends run_anchors looks for chunks to anchor it. */
@@ -496,12 +536,15 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 			 * up to its last one and not, as it once was, MISS_MAX
 			 * records past it. */
 			const uint64_t td = time_now_ns();
-			const size_t got = run_direct(wk, st, a, b, buf, fc);
+			size_t skip[2] = { SIZE_MAX, SIZE_MAX };
+			const size_t got = run_direct(wk, st, a, b, buf, fc, skip);
 			left -= got;
 			wk->direct += got;
 			t_direct += time_now_ns() - td;
 			if (fc->off < fc->end)
 				nstart++;   /* not read whole: walked */
+			if (skip[0] != SIZE_MAX)
+				rc = skipped_start(wk, st, skip, &ws->starts[nstart], &nstart);
 		} else if (rc == 1) {
 			nstart++;
 			rc = 0;
