@@ -52,6 +52,7 @@ static int drv_fill(void *h)
 	SYM(MemcpyDtoHAsync, "cuMemcpyDtoHAsync_v2", 1);
 	SYM(MemcpyHtoDAsync, "cuMemcpyHtoDAsync_v2", 1);
 	SYM(MemsetD8, "cuMemsetD8_v2", 1);
+	SYM(Memcpy2DAsync, "cuMemcpy2DAsync_v2", 0);
 	SYM(MemGetAddressRange, "cuMemGetAddressRange_v2", 1);
 	SYM(PointerGetAttribute, "cuPointerGetAttribute", 1);
 	SYM(ModuleLoadDataEx, "cuModuleLoadDataEx", 0);

@@ -44,6 +44,8 @@ struct cudrv {
 	CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
 	CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
 	CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
+	/* Pitched copies (restore/gpu.c); NULL if missing. */
+	CUresult (*Memcpy2DAsync)(const CUDA_MEMCPY2D *, CUstream);
 	CUresult (*MemGetAddressRange)(CUdeviceptr *, size_t *, CUdeviceptr);
 	CUresult (*PointerGetAttribute)(void *, CUpointer_attribute, CUdeviceptr);
 	/* Modules and launches (gpu/gpusha.c); NULL if missing. */

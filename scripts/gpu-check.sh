@@ -23,6 +23,10 @@
 #   gpu_held    gpu_multi with the store let go after every checkpoint
 #               (CREST_STORE_IDLE_MS=0): each checkpoint is held in host
 #               memory and ingested by the session's keeper, as while gc runs
+#   gpu_pitched gpu_multi through a 1 GiB staging pool: restore windows of
+#               whole segments, read as records whole into pitched slots and
+#               copied to the device by one pitched copy (restore/gpu.c);
+#               CREST_TRACE must show pitched windows
 #   gpu_cache   bench/library/cache_bench all: a job with a host cache
 #               (crest_options.host_cache in /dev/shm) checkpoints 2 GiB twice
 #               and ends as a crash would; a new process restores from the
@@ -300,11 +304,26 @@ CREST_GPU_HASH=0 DETAIL='^gpu_multi: ok' lib_check gpu_cpuhash "$WORK/cpuhash" 1
 # go in between, as when gc or another writer waits for it).
 CREST_STORE_IDLE_MS=0 DETAIL='^gpu_multi: ok' lib_check gpu_held "$WORK/held" 180 gpu_multi "$WORK/held" 256
 
-# 2c. The host cache: restore after a crash from host memory, checked.
+# 2c. The same through a 1 GiB pool: restore windows large enough to be
+# pitched (16 MiB gives one-segment windows, which never are).
+pitched_extra() {  # pitched_extra STORE LOG
+	local more p
+	more=$(multi_extra "$@") || { echo "$more"; return 1; }
+	p=$(sed -n 's/.* \([0-9]*\) windows pitched;.*/\1/p' "$2" | awk '{ s += $1 } END { print s + 0 }')
+	if [ "$p" -eq 0 ]; then
+		echo "no restore window was pitched"
+		return 1
+	fi
+	echo "$more; $p restore windows pitched"
+}
+CREST_TRACE=1 GPU_MULTI_STAGING_MIB=1024 CREST_PIECE_MIN_EXTENTS=4 CREST_PIECE_SPAN=65536 DETAIL='^gpu_multi: ok' \
+	EXTRA=pitched_extra lib_check gpu_pitched "$WORK/pitched" 180 gpu_multi "$WORK/pitched" 256
+
+# 2d. The host cache: restore after a crash from host memory, checked.
 HC=$(mktemp -d /dev/shm/crest-gpu-check.XXXXXX 2>/dev/null || mktemp -d "$WORK/hc.XXXXXX")
 DETAIL='^cache_bench: ok' lib_check gpu_cache "$WORK/cache" 240 cache_bench all "$WORK/cache" "$HC" 2 "$RANDOM"
 rm -rf "$HC"
-# 2d. The same with the cache's tmpfs far too small (64 MiB for 1 GiB): the
+# 2e. The same with the cache's tmpfs far too small (64 MiB for 1 GiB): the
 # job must live (a store into a tmpfs page that cannot be had is a SIGBUS),
 # and the restore come from the store.
 if ! wanted gpu_cache_full; then
