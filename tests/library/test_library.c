@@ -67,6 +67,22 @@ static crest_t *open_store(const char *dir, size_t staging)
 	return c;
 }
 
+/* A handle on dir without a GPU, a 32 MiB pool, restore_threads threads
+ * (0: one a core), and r registered as the one host region "state". */
+static crest_t *open_state(const char *dir, unsigned restore_threads, void *r, size_t size)
+{
+	struct crest_options o;
+	crest_options_init(&o);
+	o.staging_bytes = 32 * MiB;
+	o.flags = CREST_OPEN_NO_GPU;
+	o.restore_threads = restore_threads;
+	crest_t *c;
+	OK(crest_open(dir, &o, &c));
+	crest_region_t h;
+	OK(crest_register(c, "state", r, size, CREST_MEM_HOST, &h));
+	return c;
+}
+
 /* Several host regions, odd sizes and zero pages among them, through a
  * checkpoint, a scribble and a restore, also from a fresh handle. */
 static void t_roundtrip(const char *dir)
@@ -702,15 +718,7 @@ static void t_scatter(const char *dir)
 	memset(r + 5 * MiB, 0, 3 * MiB + 4096);   /* a hole across windows */
 	memcpy(ref1, r, size);
 	for (int t = 0; t < 2; t++) {
-		struct crest_options o;
-		crest_options_init(&o);
-		o.staging_bytes = 32 * MiB;
-		o.flags = CREST_OPEN_NO_GPU;
-		o.restore_threads = t ? 0 : 1;
-		crest_t *c;
-		OK(crest_open(dir, &o, &c));
-		crest_region_t h;
-		OK(crest_register(c, "state", r, size, CREST_MEM_HOST, &h));
+		crest_t *c = open_state(dir, t ? 0 : 1, r, size);
 		crest_ckpt_t ck;
 		struct crest_result res;
 		if (t == 0) {
@@ -719,8 +727,7 @@ static void t_scatter(const char *dir)
 			/* A new writer starts a new pack: the changed chunks are
 			 * out of every walk's reach and found by look-up. */
 			OK(crest_close(c));
-			OK(crest_open(dir, &o, &c));
-			OK(crest_register(c, "state", r, size, CREST_MEM_HOST, &h));
+			c = open_state(dir, 1, r, size);
 			for (size_t p = 3; p * 4096 < size; p += 37)
 				r[p * 4096 + (p % 4000)] ^= 0x5a;   /* scattered pages */
 			memcpy(ref2, r, size);
@@ -748,7 +755,6 @@ static void t_scatter(const char *dir)
 		memset(r, 0x33, size);
 		OK(crest_restore(c, "s1", NULL));
 		CHECK(!memcmp(r, ref1, size), "s1 differs after restore (%s threads)", t ? "default" : "1");
-		OK(crest_unregister(c, h));
 		OK(crest_close(c));
 	}
 	munmap(r, size);
@@ -781,22 +787,14 @@ static void t_ends(const char *dir)
 	const size_t pages = 6144, size = pages * 4096;
 	uint8_t *r = big(size), *ref = malloc(size);
 	fill(r, size, seed);
-	struct crest_options o;
-	crest_options_init(&o);
-	o.staging_bytes = 32 * MiB;
-	o.flags = CREST_OPEN_NO_GPU;
-	o.restore_threads = 1 + (unsigned)(rand() % 4);
-	crest_t *c;
-	OK(crest_open(dir, &o, &c));
-	crest_region_t h;
-	OK(crest_register(c, "state", r, size, CREST_MEM_HOST, &h));
+	const unsigned threads = 1 + (unsigned)(rand() % 4);
+	crest_t *c = open_state(dir, threads, r, size);
 	crest_ckpt_t ck;
 	struct crest_result res;
 	OK(crest_checkpoint(c, &(struct crest_checkpoint_opts){ .tag = "e1" }, &ck));
 	OK(crest_wait(c, ck, &res));
 	OK(crest_close(c));   /* the changes go to a new pack */
-	OK(crest_open(dir, &o, &c));
-	OK(crest_register(c, "state", r, size, CREST_MEM_HOST, &h));
+	c = open_state(dir, threads, r, size);
 	size_t changed = 0;
 	for (size_t p = 0; p < pages; p++) {
 		if (p % 1024 == 0 || p % 1024 == 1023 || rand() % 50 == 0) {
@@ -810,15 +808,14 @@ static void t_ends(const char *dir)
 	memset(r, 0x33, size);
 	struct restore_sum sum;
 	OK(traced_restore(c, dir, "e2", &sum));
-	CHECK(!memcmp(r, ref, size), "e2 differs after restore (%u threads)", o.restore_threads);
-	printf("ends: %zu of %zu chunks changed, %u restore threads\n", changed, pages, o.restore_threads);
+	CHECK(!memcmp(r, ref, size), "e2 differs after restore (%u threads)", threads);
+	printf("ends: %zu of %zu chunks changed, %u restore threads\n", changed, pages, threads);
 	CHECK(sum.direct >= (pages - changed) * 9 / 10, "%llu chunks read direct of the %zu unchanged", sum.direct,
 	      pages - changed);
 	/* The changed chunks of a run lie together in the new pack: found by
 	 * a walk between the first and last of them (two look-ups a run);
 	 * only those at the runs' ends are looked up one by one. */
 	CHECK(sum.lookups <= changed / 4, "%llu chunks looked up one by one; %zu changed", sum.lookups, changed);
-	OK(crest_unregister(c, h));
 	OK(crest_close(c));
 	munmap(r, size);
 	free(ref);
