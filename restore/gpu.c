@@ -452,10 +452,10 @@ static int run_anchors(struct worker *wk, const struct cas_stream *st, size_t fi
 	uint64_t span = 0;
 	for (size_t k = first; k <= last; k++)
 		span += CAS_REC_HEADER + (uint64_t)ws->w[k].len;
-	for (size_t skip = 0; skip < ANCHOR_TRIES; skip++) {
+	for (size_t skip = 0; skip <= 2 * (ANCHOR_TRIES - 1); skip++) {
 		for (size_t da = 0; da <= skip; da++) {
 			const size_t db = skip - da;
-			if (first + da > last - db || last - first < db)
+			if (da >= ANCHOR_TRIES || db >= ANCHOR_TRIES || first + da > last - db || last - first < db)
 				continue;
 			const size_t x = first + da, y = last - db;
 			for (int e = 0; e < 2; e++) {

@@ -763,9 +763,10 @@ static void t_scatter(const char *dir)
 }
 
 /* A later snapshot that changed the first or last chunk of runs (pages
- * 1024k and 1024k + 1023: restore/gpu.c looks runs up by their ends, every
- * RUN_CHUNKS = 1024 chunks from a window's start, and windows start at
- * multiples of the engine's 4 MiB segment) and a random 2% of the others:
+ * 1024k and 1024k + 1023, and some next to them: restore/gpu.c looks runs
+ * up by their ends, every RUN_CHUNKS = 1024 chunks from a window's start,
+ * and windows start at multiples of the engine's 4 MiB segment) and a
+ * random 2% of the others:
  * its restore reads the unchanged chunks direct all the same (run_anchors
  * anchors the run one chunk in), and the changed ones by a walk over where
  * they lie together (skipped_start), not by a look-up each.
@@ -795,9 +796,17 @@ static void t_ends(const char *dir)
 	OK(crest_wait(c, ck, &res));
 	OK(crest_close(c));   /* the changes go to a new pack */
 	c = open_state(dir, threads, r, size);
+	/* Each run's first and last chunk changed; in every other run its
+	 * second too, in every third its last but one (so that the anchors
+	 * are one or two in, at either end); 2% of the rest at random, but
+	 * never the two next to either end: three changed at one end would
+	 * leave the run to the walk (restore/gpu.c tries ANCHOR_TRIES = 3). */
 	size_t changed = 0;
 	for (size_t p = 0; p < pages; p++) {
-		if (p % 1024 == 0 || p % 1024 == 1023 || rand() % 50 == 0) {
+		const size_t q = p % 1024, k = p / 1024;
+		const bool near = q == 1 || q == 2 || q == 1021 || q == 1022;
+		if (q == 0 || q == 1023 || (q == 1 && k % 2) || (q == 1022 && k % 3 == 0) ||
+		    (!near && rand() % 50 == 0)) {
 			r[p * 4096 + (size_t)rand() % 4096] ^= (uint8_t)(1 + rand() % 255);
 			changed++;
 		}
