@@ -1565,10 +1565,7 @@ static int restore_locked(crest_t *c, const char *snapshot, struct crest_restore
 	if (rc == 0)
 		rc = restore_regions(&rctx, m, rr, c->nregions, skip, c->d, c->pool);
 	free(skip);
-	if (getenv("CREST_TRACE"))
-		fprintf(stderr, "crest trace: crest_restore: manifest and checks %.3f s, host cache %.3f s (%.3f GB "
-			"checked and kept), regions %.3f s\n", (t1 - t0) / 1e9, (t2 - t1) / 1e9, cache_bytes / 1e9,
-			(time_now_ns() - t2) / 1e9);
+	const uint64_t t3 = time_now_ns();
 	if (c->d)
 		c->d->CtxSetCurrent(saved);
 	free(rr);
@@ -1584,6 +1581,10 @@ static int restore_locked(crest_t *c, const char *snapshot, struct crest_restore
 	c->branch = branch;
 	parent_set(c, id, m);   /* takes m */
 	c->parent_from = c->next_ckpt;
+	if (getenv("CREST_TRACE"))
+		fprintf(stderr, "crest trace: crest_restore: manifest and checks %.3f s, host cache %.3f s (%.3f GB "
+			"checked and kept), regions %.3f s, then %.3f s\n", (t1 - t0) / 1e9, (t2 - t1) / 1e9,
+			cache_bytes / 1e9, (t3 - t2) / 1e9, (time_now_ns() - t3) / 1e9);
 	if (res) {
 		memset(res, 0, sizeof(*res));
 		memcpy(res->snapshot, hex, sizeof(res->snapshot));

@@ -37,7 +37,7 @@ struct job {
 	uint8_t **map;               /* files written by several threads: dst[i]'s mapping, or NULL */
 	const struct restore_gpu_opts *o;
 	struct cas_reader *rd;
-	uint32_t maxchunk;
+	size_t buf_cap;              /* the most one window's buffer holds (a chunk larger than win goes alone) */
 	size_t win;                  /* bytes per window, at most */
 	size_t buf_bytes;            /* bytes of each device staging buffer */
 	bool pitch;                  /* device windows may be pitched (window_fill) */
@@ -81,7 +81,8 @@ struct winstate {
 struct worker {
 	struct job *j;
 	uint8_t *buf[2];
-	uint8_t *scratch;            /* bounce buffer for host regions */
+	uint8_t *scratch;            /* bounce buffer for host regions: scratch_cap bytes */
+	size_t scratch_cap;
 	uint8_t *wbuf;               /* files: the window, checked before it is written */
 	struct sha256_hasher *h;     /* files: each chunk's SHA-256 */
 	struct winstate ws;
@@ -167,7 +168,7 @@ static int job_next(struct job *j, struct window *w, bool *got)
 					j->cur_ext++;
 					j->cur_in = 0;
 				}
-			} else if (x->len <= cap - w->len || (w->len == 0 && x->len <= j->win)) {
+			} else if (x->len <= cap - w->len || (w->len == 0 && x->len <= j->buf_cap)) {
 				/* (A chunk larger than a guided window: alone.) */
 				w->len += x->len;
 				j->cur_ext++;
@@ -494,11 +495,11 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 	const struct job *j = wk->j;
 	const struct cas_stream *st = j->dst[w->dst].st;
 	struct winstate *ws = &wk->ws;
-	void *bounce = host ? wk->scratch : NULL;
 
 	/* The window's chunks; pitched when all are 4 KiB, and so are its
 	 * holes, and the slots fit the buffer. */
 	size_t n = 0;
+	uint64_t maxlen = 0;
 	bool pitched = pitch && w->in % PITCH_DATA == 0 && w->len / PITCH_DATA * PITCH_REC <= j->buf_bytes;
 	uint64_t o = 0, in = w->in;
 	for (uint64_t e = w->ext; o < w->len; e++, in = 0) {
@@ -510,9 +511,23 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 			continue;
 		}
 		pitched = pitched && x->len == PITCH_DATA;
+		if (x->len > maxlen)
+			maxlen = x->len;
 		n++;
 		o += x->len;
 	}
+	if (maxlen > CAS_CHUNK_MAX)
+		return crest_errx(-EBADMSG, "snapshot %s, stream %s: a chunk of %llu bytes is larger than any crest "
+				  "writes", j->c->snapshot, st->name, (unsigned long long)maxlen);
+	/* The bounce buffer, as large as the window's largest chunk. */
+	if (host && maxlen > wk->scratch_cap) {
+		void *sc = realloc(wk->scratch, maxlen);
+		if (!sc)
+			return crest_errf(-ENOMEM, "allocating a restore buffer");
+		wk->scratch = sc;
+		wk->scratch_cap = maxlen;
+	}
+	void *bounce = host ? wk->scratch : NULL;
 	ws->pitched = pitched;
 	wk->pitched += pitched;
 	/* Holes zeroed (whole slots, when pitched). A file's holes are never
@@ -1055,6 +1070,7 @@ static void unmap_files(struct job *j)
 int restore_streams_to_device(const struct restore_ctx *c, const struct restore_gpu_dst *dst, size_t n,
 			      const struct restore_gpu_opts *o)
 {
+	const uint64_t t_entry = time_now_ns();
 	bool device = false, file = false;
 	for (size_t i = 0; i < n; i++) {
 		device |= !dst[i].host && !dst[i].file;
@@ -1068,10 +1084,10 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 	struct job j = { .c = c, .dst = dst, .n = n, .o = o, .win = o->buf_bytes ? o->buf_bytes : 8u << 20 };
 	for (size_t i = 0; i < n; i++)
 		j.left += dst[i].st->size;
-	for (size_t i = 0; i < n; i++)
-		for (uint64_t e = 0; e < dst[i].st->nextents; e++)
-			if (!dst[i].st->ext[e].hole && dst[i].st->ext[e].len > j.maxchunk)
-				j.maxchunk = (uint32_t)dst[i].st->ext[e].len;
+	/* No pass over every extent here (2 M of them, 96 MB, took 10-13 ms
+	 * of an 8 GiB restore's 0.33 s): each window's table is built from
+	 * its own, and checks them. */
+	j.buf_cap = j.win;
 	if (device && o->d->Memcpy2DAsync) {
 		/* Windows whose pitched slots (window_fill) fill a buffer, in
 		 * whole segments: windows that begin where the engine's runs
@@ -1083,15 +1099,13 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 		size_t win = j.win / PITCH_REC * PITCH_DATA;
 		if (o->win_step)
 			win -= win % o->win_step;
-		if (win >= j.maxchunk && win > 0 && win >= j.win / 4 * 3) {
+		if (win > 0 && win >= j.win / 4 * 3) {
 			j.pitch = true;
 			j.buf_bytes = j.win;
 			j.win = win;
 		}
 	}
 	j.win_step = o->win_step && o->win_step < j.win ? o->win_step : 0;
-	if (j.maxchunk > CAS_CHUNK_MAX)
-		return crest_errx(-EBADMSG, "snapshot %s: a chunk is larger than any crest writes", c->snapshot);
 	unsigned threads = c->threads;
 	if (!threads)
 		threads = par_cores();
@@ -1149,7 +1163,6 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 			wk[i].buf[0] = o->bufs[2 * i];
 			wk[i].buf[1] = o->bufs[2 * i + 1];
 		}
-		wk[i].scratch = malloc(j.maxchunk ? j.maxchunk : 1);
 		wk[i].span.buf = malloc(SPAN_BYTES);
 		wk[i].span.cap = SPAN_BYTES;
 		wk[i].iov = malloc(2 * DIRECT_RECS * sizeof(*wk[i].iov));
@@ -1160,7 +1173,7 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 		}
 		if (rc < 0)
 			break;
-		if (!wk[i].scratch || !wk[i].span.buf || !wk[i].iov || !wk[i].hdr || (file && !wk[i].wbuf)) {
+		if (!wk[i].span.buf || !wk[i].iov || !wk[i].hdr || (file && !wk[i].wbuf)) {
 			rc = crest_errf(-ENOMEM, "allocating restore buffers");
 			break;
 		}
@@ -1197,8 +1210,10 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 	}
 	if (c->progress)
 		progress_update(c->progress, c->progress_base + atomic_load(&j.done));
-	if (getenv("CREST_TRACE"))
-		trace_workers(wk, started + ran, t_start, time_now_ns() - t_start);
+	const bool trace = getenv("CREST_TRACE") != NULL;
+	const uint64_t t_joined = time_now_ns();
+	if (trace)
+		trace_workers(wk, started + ran, t_start, t_joined - t_start);
 	for (unsigned i = 0; wk && i < threads; i++) {
 		free(wk[i].scratch);
 		free(wk[i].span.buf);
@@ -1217,6 +1232,9 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 		cas_reader_close(j.rd);
 	pthread_mutex_destroy(&j.lock);
 	pthread_cond_destroy(&j.turn);
+	if (trace)
+		fprintf(stderr, "crest trace: restore: %.3f s before the threads began, %.3f s after they ended\n",
+			(t_start - t_entry) / 1e9, (time_now_ns() - t_joined) / 1e9);
 	if (j.err) {
 		crest_errset_str(j.msg);
 		return j.err;
