@@ -440,9 +440,10 @@ static int skipped_start(struct worker *wk, const struct cas_stream *st, const s
  * are looked up, so a later snapshot that changed its first or last chunk
  * (now in another pack) left the whole run to the walk; the next chunks in
  * are tried instead, and what lies outside *a..*b is fetched by look-up.
- * 1 with *fc at the first chunk's record (fc->end 0: walked) when no pair
- * fits; -ENOENT when the first chunk is not found either; another negative
- * errno when the index cannot be read. */
+ * 1 with *fc at the first chunk's record, to be walked, when no pair fits
+ * (fc->end the last one's end, when it lies after it in the same pack, as
+ * the walk's bound; else 0); -ENOENT when the first chunk is not found
+ * either; another negative errno when the index cannot be read. */
 static int run_anchors(struct worker *wk, const struct cas_stream *st, size_t first, size_t last, size_t *a,
 		       size_t *b, struct cas_cursor *fc)
 {
@@ -485,8 +486,11 @@ static int run_anchors(struct worker *wk, const struct cas_stream *st, size_t fi
 	}
 	if (got[0][0] != 0)
 		return -ENOENT;
+	/* The walk goes up to the last chunk's record where that lies after
+	 * the first's in the same pack (a run of compressed records, whose
+	 * sizes the manifest does not give), else MISS_MAX records past. */
 	*fc = at[0][0];
-	fc->end = 0;
+	fc->end = got[1][0] == 0 && at[1][0].pack == fc->pack && at[1][0].off >= fc->off ? at[1][0].end : 0;
 	return 1;
 }
 

@@ -664,6 +664,9 @@ static void t_direct(const char *dir)
 	CHECK(sum.direct == size / 4096, "%llu chunks read direct, not the %zu of weights", sum.direct,
 	      size / 4096);
 	CHECK(sum.walked >= (dsize + tsize) / 4096 - 2, "only %llu records walked", sum.walked);
+	/* and no further: a run that cannot be read direct is walked up to its
+	 * last chunk's record, not MISS_MAX records past it */
+	CHECK(sum.walked <= (dsize + tsize) / 4096, "%llu records walked: past the runs' ends", sum.walked);
 
 	/* The 700th chunk of weights in the pack: in the middle of a run and
 	 * of a direct read, so the walk takes over there. */
