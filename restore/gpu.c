@@ -37,9 +37,8 @@ struct job {
 	uint8_t **map;               /* files written by several threads: dst[i]'s mapping, or NULL */
 	const struct restore_gpu_opts *o;
 	struct cas_reader *rd;
-	size_t buf_cap;              /* the most one window's buffer holds (a chunk larger than win goes alone) */
+	size_t buf_cap;              /* bytes of each window's buffer (a chunk larger than win goes alone) */
 	size_t win;                  /* bytes per window, at most */
-	size_t buf_bytes;            /* bytes of each device staging buffer */
 	bool pitch;                  /* device windows may be pitched (window_fill) */
 	size_t win_step;             /* windows are multiples of it (0: any size) */
 	unsigned threads;
@@ -504,7 +503,7 @@ static int window_fill(struct worker *wk, const struct window *w, uint8_t *buf, 
 	 * holes, and the slots fit the buffer. */
 	size_t n = 0;
 	uint64_t maxlen = 0;
-	bool pitched = pitch && w->in % PITCH_DATA == 0 && w->len / PITCH_DATA * PITCH_REC <= j->buf_bytes;
+	bool pitched = pitch && w->in % PITCH_DATA == 0 && w->len / PITCH_DATA * PITCH_REC <= j->buf_cap;
 	uint64_t o = 0, in = w->in;
 	for (uint64_t e = w->ext; o < w->len; e++, in = 0) {
 		const struct cas_extent *x = &st->ext[e];
@@ -1105,7 +1104,6 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 			win -= win % o->win_step;
 		if (win > 0 && win >= j.win / 4 * 3) {
 			j.pitch = true;
-			j.buf_bytes = j.win;
 			j.win = win;
 		}
 	}
