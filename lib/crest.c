@@ -1570,21 +1570,23 @@ static int restore_locked(crest_t *c, const char *snapshot, struct crest_restore
 		c->d->CtxSetCurrent(saved);
 	free(rr);
 	free(cr);
-	if (rc < 0) {
+	if (rc == 0) {
+		/* The job goes on from the snapshot: on its branch, as its
+		 * child; the checkpoints in flight become no parent. */
+		free(c->branch);
+		c->branch = branch;
+		parent_set(c, id, m);   /* takes m */
+		c->parent_from = c->next_ckpt;
+	} else {
 		cas_manifest_free(m);
 		free(branch);
-		return crest_errctx(rc, "restore");
 	}
-	/* The job goes on from the snapshot: on its branch, as its child; the
-	 * checkpoints in flight become no parent. */
-	free(c->branch);
-	c->branch = branch;
-	parent_set(c, id, m);   /* takes m */
-	c->parent_from = c->next_ckpt;
-	if (getenv("CREST_TRACE"))
+	if (getenv("CREST_TRACE"))   /* a failed restore's too */
 		fprintf(stderr, "crest trace: crest_restore: manifest and checks %.3f s, host cache %.3f s (%.3f GB "
 			"checked and kept), regions %.3f s, then %.3f s\n", (t1 - t0) / 1e9, (t2 - t1) / 1e9,
 			cache_bytes / 1e9, (t3 - t2) / 1e9, (time_now_ns() - t3) / 1e9);
+	if (rc < 0)
+		return crest_errctx(rc, "restore");
 	if (res) {
 		memset(res, 0, sizeof(*res));
 		memcpy(res->snapshot, hex, sizeof(res->snapshot));
