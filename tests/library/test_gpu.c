@@ -61,6 +61,42 @@ static int flip_data(const char *dir, unsigned every)
 	return n;
 }
 
+/* A handle on dir as o, but with a pool of `staging` bytes and `threads`
+ * restore threads, and main's three device regions and its host region
+ * registered. */
+static crest_t *open_registered(const char *dir, const struct crest_options *o, size_t staging, unsigned threads,
+				const CUdeviceptr dp[3], const size_t sizes[3], const char *const names[3], void *host,
+				size_t hsize)
+{
+	struct crest_options o2 = *o;
+	o2.staging_bytes = staging;
+	o2.restore_threads = threads;
+	crest_t *c;
+	OK(crest_open(dir, &o2, &c));
+	crest_region_t h;
+	for (int i = 0; i < 3; i++)
+		OK(crest_register(c, names[i], (void *)(uintptr_t)dp[i], sizes[i], CREST_MEM_DEVICE, &h));
+	OK(crest_register(c, "host", host, hsize, CREST_MEM_HOST, &h));
+	return c;
+}
+
+/* How many of the three device regions differ from ref, each named with
+ * what the restore was (`how`). */
+static int device_diffs(const CUdeviceptr dp[3], uint8_t *const back[3], uint8_t *const ref[3], const size_t sizes[3],
+			const char *const names[3], const char *how)
+{
+	int bad = 0;
+	for (int i = 0; i < 3; i++) {
+		CU(d->MemcpyDtoHAsync(back[i], dp[i], sizes[i], NULL));
+		CU(d->CtxSynchronize());
+		if (memcmp(back[i], ref[i], sizes[i])) {
+			printf("FAIL: device region %s differs after %s\n", names[i], how);
+			bad++;
+		}
+	}
+	return bad;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2) {
@@ -130,14 +166,7 @@ int main(int argc, char **argv)
 	struct crest_restore_result rr;
 	OK(crest_restore(c, "gpu-1", &rr));
 	printf("gpu: restored %llu bytes in %.1f ms\n", (unsigned long long)rr.bytes, rr.ns / 1e6);
-	for (int i = 0; i < 3; i++) {
-		CU(d->MemcpyDtoHAsync(back[i], dp[i], sizes[i], NULL));
-		CU(d->CtxSynchronize());
-		if (memcmp(back[i], ref[i], sizes[i])) {
-			printf("FAIL: device region %s differs after restore\n", names[i]);
-			failures++;
-		}
-	}
+	failures += device_diffs(dp, back, ref, sizes, names, "restore");
 	if (memcmp(host, host_ref, sizeof(host))) {
 		printf("FAIL: host region differs after restore\n");
 		failures++;
@@ -159,29 +188,14 @@ int main(int argc, char **argv)
 		 * slots, one pitched copy to the device): bit-exact. */
 		{
 			snprintf(copy, sizeof(copy), "%s.damaged", argv[1]);
-			struct crest_options o3 = o;
-			o3.staging_bytes = 1024 * (size_t)MiB;
-			crest_t *c3;
-			OK(crest_open(copy, &o3, &c3));
-			crest_region_t h3;
-			for (int i = 0; i < 3; i++) {
+			for (int i = 0; i < 3; i++)
 				CU(d->MemsetD8(dp[i], 0xee, sizes[i]));
-				OK(crest_register(c3, names[i], (void *)(uintptr_t)dp[i], sizes[i], CREST_MEM_DEVICE,
-						  &h3));
-			}
-			OK(crest_register(c3, "host", host, sizeof(host), CREST_MEM_HOST, &h3));
+			crest_t *c3 = open_registered(copy, &o, 1024 * (size_t)MiB, o.restore_threads, dp, sizes, names,
+						      host, sizeof(host));
 			OK(crest_restore(c3, "gpu-1", &rr));
 			printf("gpu: restored %llu bytes in %.1f ms through a pool of 1024 MiB\n",
 			       (unsigned long long)rr.bytes, rr.ns / 1e6);
-			for (int i = 0; i < 3; i++) {
-				CU(d->MemcpyDtoHAsync(back[i], dp[i], sizes[i], NULL));
-				CU(d->CtxSynchronize());
-				if (memcmp(back[i], ref[i], sizes[i])) {
-					printf("FAIL: device region %s differs after restore through 1024 MiB\n",
-					       names[i]);
-					failures++;
-				}
-			}
+			failures += device_diffs(dp, back, ref, sizes, names, "restore through 1024 MiB");
 			OK(crest_close(c3));
 		}
 		snprintf(copy, sizeof(copy), "%s.damaged/packs", argv[1]);
@@ -194,16 +208,8 @@ int main(int argc, char **argv)
 		 * that the error must come from a pitched window. */
 		const size_t pools[2] = { o.staging_bytes, 1024 * (size_t)MiB };
 		for (int p = 0; p < 2; p++) {
-			struct crest_options o2 = o;
-			o2.staging_bytes = pools[p];
-			o2.restore_threads = p ? 1 : o.restore_threads;
-			crest_t *c2;
-			OK(crest_open(copy, &o2, &c2));
-			crest_region_t h2;
-			for (int i = 0; i < 3; i++)
-				OK(crest_register(c2, names[i], (void *)(uintptr_t)dp[i], sizes[i], CREST_MEM_DEVICE,
-						  &h2));
-			OK(crest_register(c2, "host", host, sizeof(host), CREST_MEM_HOST, &h2));
+			crest_t *c2 = open_registered(copy, &o, pools[p], p ? 1 : o.restore_threads, dp, sizes, names,
+						      host, sizeof(host));
 			const int rc2 = crest_restore(c2, "gpu-1", NULL);
 			printf("gpu: restore (pool of %zu MiB) from a store with %d records' data damaged -> %d: %s\n",
 			       pools[p] / MiB, flipped, rc2, rc2 ? crest_errmsg() : "(succeeded)");
