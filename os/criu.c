@@ -9,17 +9,23 @@
 #include <net/if.h>
 #include <poll.h>
 #include <sched.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/user.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 #ifndef CREST_SOURCE_DIR
 #define CREST_SOURCE_DIR "."
@@ -71,8 +77,8 @@ static void fd_onto(long fd, int target)
  * is held for ever in the child: an interposed libc call (a sanitizer's, a
  * preloaded library's) that takes such a lock would wait for good, and
  * crest in its wait for criu with it. So only system calls, made raw. */
-static void __attribute__((noreturn)) child_exec(char *const argv[], const char *out_path, const int *keep,
-						  size_t nkeep, int net_fd)
+static void __attribute__((noreturn)) child_exec(char *const argv[], char *const envp[], const char *out_path,
+						  const int *keep, size_t nkeep, int net_fd)
 {
 	const long fd = syscall(SYS_openat, AT_FDCWD, out_path ? out_path : "/dev/null",
 				O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
@@ -89,7 +95,7 @@ static void __attribute__((noreturn)) child_exec(char *const argv[], const char 
 		syscall(SYS_fcntl, keep[i], F_SETFD, 0);
 	if (net_fd >= 0 && syscall(SYS_setns, net_fd, CLONE_NEWNET) < 0)
 		syscall(SYS_exit_group, 126);
-	syscall(SYS_execve, argv[0], argv, environ);
+	syscall(SYS_execve, argv[0], argv, envp);
 	syscall(SYS_exit_group, 127);
 	__builtin_unreachable();
 }
@@ -100,8 +106,8 @@ static void __attribute__((noreturn)) child_exec(char *const argv[], const char 
  * ended, if it has not finished by then (-ESRCH). Where pidfds are missing
  * (Linux < 5.3) it is simply waited for. net_fd >= 0: argv runs in that
  * network namespace (exit 126 when it cannot join it). */
-static int run_wait(char *const argv[], const char *out_path, pid_t watch, const int *keep, size_t nkeep,
-		    int net_fd, void (*started)(void *, pid_t), void *started_arg)
+static int run_wait(char *const argv[], char *const envp[], const char *out_path, pid_t watch, const int *keep,
+		    size_t nkeep, int net_fd, void (*started)(void *, pid_t), void *started_arg)
 {
 	const int wfd = watch > 0 ? pidfd_of(watch) : -1;
 	pid_t pid = fork();
@@ -112,7 +118,7 @@ static int run_wait(char *const argv[], const char *out_path, pid_t watch, const
 		return crest_errf(err, "cannot start %s", argv[0]);
 	}
 	if (pid == 0)
-		child_exec(argv, out_path, keep, nkeep, net_fd);
+		child_exec(argv, envp, out_path, keep, nkeep, net_fd);
 	if (started)
 		started(started_arg, pid);
 	const int cfd = wfd >= 0 ? pidfd_of(pid) : -1;
@@ -181,7 +187,7 @@ static int criu_probe(struct criu *c, const char *path)
 		return crest_errf(-errno, "cannot create a temporary file");
 	close(fd);
 	char *argv[] = { (char *)path, "--version", NULL };
-	int rc = run_wait(argv, out, 0, NULL, 0, -1, NULL, NULL);
+	int rc = run_wait(argv, environ, out, 0, NULL, 0, -1, NULL, NULL);
 	char buf[256] = "";
 	FILE *f = fopen(out, "re");
 	if (f) {
@@ -201,7 +207,118 @@ static int criu_probe(struct criu *c, const char *path)
 				  "(scripts/install-criu.sh installs it, CREST_CRIU names another)",
 				  path, c->major, c->minor);
 	snprintf(c->path, sizeof(c->path), "%s", path);
+	/* Asked now, while crest has few threads, rather than at the dump. */
+	(void)criu_breakpoints_fire();
 	return 0;
+}
+
+/* Whether a hardware breakpoint set through ptrace stops a process here.
+ *
+ * compel, CRIU's code for running its parasite in a task, ends that work
+ * (the parasite's cure after a dump; the restorer's last sigreturn after a
+ * restore) by setting an execute breakpoint where the task returns and
+ * waiting for the trap, with no time limit. Some virtual machines take the
+ * debug registers (PTRACE_POKEUSER succeeds) but never raise the trap. Seen
+ * on the development VM at kernel 6.18.44-fc-v782: every criu dump and
+ * restore, of `sleep` too, then waited in wait4 for good, the task running
+ * on under criu's ptrace (os/CRIU-NOTES.md). criu has a switch for that
+ * case, the fault code FI_NO_BREAKPOINTS (CRIU_FAULT=130): compel then
+ * steps the task to its rt_sigreturn with PTRACE_SYSCALL instead, a few
+ * more stops for the same result. Nothing in criu 4.1.1 finds out by
+ * itself that the trap never comes, so crest asks the kernel once, in a
+ * child it traces: a breakpoint on a function the child then calls must
+ * stop it before it exits. A failure anywhere in the probe counts as "no":
+ * the way without breakpoints works wherever ptrace does. */
+static void __attribute__((noinline)) bp_target(void)
+{
+	__asm__ volatile("" ::: "memory");
+}
+
+static bool hw_breakpoints_fire(void)
+{
+#if defined(__x86_64__)
+	/* Called through this pointer, so that the address that runs is the
+	 * one the breakpoint is set on, whatever the compiler makes of it. */
+	void (*volatile target)(void) = bp_target;
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return false;
+	const pid_t pid = fork();
+	if (pid == 0) {
+		/* Raw system calls only: see child_exec. */
+		char go;
+		while (syscall(SYS_read, p[0], &go, 1) < 0)
+			;
+		target();
+		syscall(SYS_exit_group, 0);
+	}
+	close(p[0]);
+	if (pid < 0) {
+		close(p[1]);
+		return false;
+	}
+	bool fired = false, reaped = false;
+	int st;
+	if (ptrace(PTRACE_SEIZE, pid, NULL, NULL) == 0 && ptrace(PTRACE_INTERRUPT, pid, NULL, NULL) == 0 &&
+	    waitpid(pid, &st, __WALL) == pid && WIFSTOPPED(st) &&
+	    ptrace(PTRACE_POKEUSER, pid, (void *)offsetof(struct user, u_debugreg), (void *)target) == 0 &&
+	    ptrace(PTRACE_POKEUSER, pid, (void *)(offsetof(struct user, u_debugreg) + 7 * sizeof(long)),
+		   (void *)1L) == 0 &&   /* DR7: L0, an execute breakpoint of DR0 */
+	    ptrace(PTRACE_CONT, pid, NULL, NULL) == 0 && write(p[1], "g", 1) == 1 &&
+	    waitpid(pid, &st, __WALL) == pid) {
+		fired = WIFSTOPPED(st) && WSTOPSIG(st) == SIGTRAP;
+		reaped = WIFEXITED(st) || WIFSIGNALED(st);
+	}
+	close(p[1]);
+	/* Not once it is reaped: its pid may be another process's by then. */
+	if (!reaped)
+		kill(pid, SIGKILL);
+	while (!reaped && waitpid(pid, &st, __WALL) < 0 && errno == EINTR)
+		;
+	return fired;
+#else
+	return false;   /* elsewhere criu goes without: that way works wherever ptrace does */
+#endif
+}
+
+bool criu_breakpoints_fire(void)
+{
+	static atomic_int known;   /* 0: not asked yet, 1: they fire, 2: they do not */
+	int k = atomic_load(&known);
+	if (k == 0) {
+		k = hw_breakpoints_fire() ? 1 : 2;
+		atomic_store(&known, k);
+	}
+	return k == 1;
+}
+
+/* criu's environment: crest's, and CRIU_FAULT=130 where breakpoints do not
+ * fire (hw_breakpoints_fire), unless the caller set CRIU_FAULT. Made before
+ * the fork (child_exec may not allocate). *env is environ itself, or an
+ * array to free. */
+static int criu_env(char ***env)
+{
+	*env = environ;
+	if (getenv("CRIU_FAULT") || criu_breakpoints_fire())
+		return 0;
+	size_t n = 0;
+	while (environ && environ[n])
+		n++;
+	char **e = malloc((n + 2) * sizeof(*e));
+	if (!e)
+		return crest_errf(-ENOMEM, "cannot build criu's environment");
+	for (size_t i = 0; i < n; i++)
+		e[i] = environ[i];
+	e[n] = (char *)"CRIU_FAULT=130";
+	e[n + 1] = NULL;
+	*env = e;
+	return 0;
+}
+
+static void criu_env_free(char **env)
+{
+	if (env != environ)
+		free(env);
 }
 
 int criu_find(struct criu *c)
@@ -304,7 +421,12 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 		argv[n++] = o->external[i];
 	}
 	argv[n] = NULL;
-	int rc = run_wait((char *const *)argv, NULL, o->pid, NULL, 0, -1, NULL, NULL);
+	char **env;
+	int rc = criu_env(&env);
+	if (rc < 0)
+		return rc;
+	rc = run_wait((char *const *)argv, env, NULL, o->pid, NULL, 0, -1, NULL, NULL);
+	criu_env_free(env);
 	if (rc == 0)
 		return 0;
 	if (rc < 0)
@@ -423,11 +545,17 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 		argv[n++] = "--inherit-fd";
 		argv[n++] = inh[i];
 	}
+	char **env;
+	int rc = criu_env(&env);
+	if (rc < 0)
+		return rc;
 	/* A namespace of its own: CRIU runs in it, and a tree dumped with one
 	 * named external joins it by key; either way the tree comes back in it. */
 	const int net_fd = o->new_net || o->net_external ? net_new() : -1;
-	if ((o->new_net || o->net_external) && net_fd < 0)
+	if ((o->new_net || o->net_external) && net_fd < 0) {
+		criu_env_free(env);
 		return net_fd;
+	}
 	if (o->net_external) {
 		snprintf(inh[nkeep], sizeof(inh[nkeep]), "fd[%d]:" CRIU_NET_KEY, net_fd);
 		argv[n++] = "--inherit-fd";
@@ -435,7 +563,8 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 		keep[nkeep++] = net_fd;
 	}
 	argv[n] = NULL;
-	int rc = run_wait((char *const *)argv, NULL, 0, keep, nkeep, net_fd, o->started, o->started_arg);
+	rc = run_wait((char *const *)argv, env, NULL, 0, keep, nkeep, net_fd, o->started, o->started_arg);
+	criu_env_free(env);
 	if (net_fd >= 0)
 		close(net_fd);
 	if (rc != 0) {

@@ -18,6 +18,13 @@ struct criu {
 	int major, minor, sub;
 };
 
+/* Whether a hardware breakpoint set through ptrace stops a task on this
+ * machine, asked once per process (in a traced child). Where it does not,
+ * criu runs with CRIU_FAULT=130 (no breakpoints), unless the caller's
+ * environment sets CRIU_FAULT: criu 4.1.1 otherwise waits for good for a
+ * trap that never comes (os/CRIU-NOTES.md). */
+bool criu_breakpoints_fire(void);
+
 /* Finds criu 4 or later: $CREST_CRIU, then .deps/criu/criu beside the
  * source tree this crest was built from or run in. */
 int criu_find(struct criu *c);

@@ -16,7 +16,10 @@ kill_gone "$JOB"
 n0=$(lines job.out)
 "$CREST" --store "$S" --quiet get p "$T/out" || fail "crest get of a process snapshot"
 [ -f "$T/out/criu/inventory.img" ] || fail "get wrote no criu/inventory.img: $(cd "$T/out" && find . | head)"
-"$CRIU" restore -D "$T/out/criu" -d -o restore.log >/dev/null 2>&1 ||
+# Without hardware breakpoints (CRIU_FAULT=130, as crest runs criu where
+# they do not fire: os/CRIU-NOTES.md): this test is about get's tree, and
+# criu run by hand would wait for good on a machine without them.
+CRIU_FAULT=130 "$CRIU" restore -D "$T/out/criu" -d -o restore.log >/dev/null 2>&1 ||
 	fail "criu restore from what crest get wrote: $(tail -3 "$T/out/criu/restore.log")"
 PIDS+=("$JOB")   # CRIU brings it back under its pid
 wait_lines job.out $((n0 + 5)) 30
