@@ -27,6 +27,9 @@ const struct cli_env_doc cli_env_docs[] = {
 	{ "CREST_STORE", "the store when --store is not given (default ./crest-store)" },
 	{ "CREST_LOCK_TIMEOUT", "seconds a writer waits for another writer to let go of the store (default 600)" },
 	{ "CREST_CRIU", "the criu program to run (default: the one beside crest's tree, else criu on PATH)" },
+	{ "CRIU_FAULT", "passed on to criu as it is; unset, crest sets 130 (criu without hardware breakpoints) "
+	  "where a breakpoint set through ptrace never stops a task, as on some virtual machines: "
+	  "criu would wait for it for good" },
 	{ "CREST_RESTORE_IMAGES", "stream (default): restore serves CRIU its images from the store as it reads them; "
 	  "files: writes them all to --tmpdir first" },
 	{ "CREST_WORKLOAD, CREST_WORKLOAD_GPU", "the sample job crest demo runs (default: beside crest)" },
