@@ -49,6 +49,7 @@ struct cas_store {
 	enum cas_mode mode;
 	int format;           /* the store's format version, from FORMAT */
 	int lock_fd;
+	bool locked;          /* lock_fd holds the lock (and names this process) */
 	int wants_fd;         /* writers: STORE/lock.wants, for cas_lock_wanted */
 	bool nowait;          /* cas_open_nowait: -EWOULDBLOCK instead of waiting */
 	int readers_fd;       /* readers: STORE/readers, held shared (gc.h) */

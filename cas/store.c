@@ -415,6 +415,7 @@ static int store_lock(struct cas_store *s)
 	for (;;) {
 		if (flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0) {
 			lock_say_holder(s->lock_fd);
+			s->locked = true;
 			rc = 0;
 			break;
 		}
@@ -866,8 +867,18 @@ void cas_close(struct cas_store *s)
 	db_free(s);
 	if (s->wants_fd >= 0)
 		close(s->wants_fd);
-	if (s->lock_fd >= 0)
+	/* The holder's name goes before the lock does: left behind, it would
+	 * name this process to a writer that waits on a holder that never
+	 * says who it is (flock(1)), and "this process" when that writer is
+	 * this process again (a libcrest session opening its store anew). A
+	 * crash leaves the name of a pid that is gone, which lock_holder
+	 * does not show. */
+	if (s->lock_fd >= 0) {
+		if (s->locked && ftruncate(s->lock_fd, 0) < 0) {
+			/* Only a message for others, as lock_say_holder. */
+		}
 		close(s->lock_fd);
+	}
 	if (s->readers_fd >= 0)
 		close(s->readers_fd);
 	pthread_mutex_destroy(&s->rfd_lock);

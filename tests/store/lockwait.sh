@@ -64,5 +64,19 @@ CREST_LOCK_TIMEOUT=0 timeout 10 "$CREST" --quiet put "$T/small" >/dev/null 2>"$T
 grep -q "gave up after 0 s" "$T/w.err" || fail "CREST_LOCK_TIMEOUT=0: $(cat "$T/w.err")"
 kill -CONT $W
 wait $W || fail "the second big writer failed"
+note "a writer takes its name out of the lock file when it lets go"
+# Left behind, the name of a writer that lives on (a libcrest session that
+# stepped aside) was shown as the holder while flock(1), which names no
+# one, held the store; and as "this process" to that session itself.
+[ ! -s "$S/lock" ] || fail "the lock file still names a writer that has let go: $(cat "$S/lock")"
+flock "$S/lock" sleep 3 & F=$!
+sleep 0.5
+rc=0
+CREST_LOCK_TIMEOUT=1 "$CREST" --quiet put "$T/small" >/dev/null 2>"$T/w.err" || rc=$?
+sed 's/^/   | /' "$T/w.err"
+wait $F
+[ $rc -ne 0 ] || fail "a writer got the store while flock(1) held it"
+grep -q "locked by another crest (it has not said which)" "$T/w.err" ||
+	fail "a holder that named no one was given a name: $(cat "$T/w.err")"
 verify_store "after the lock tests"
 echo "PASS"
