@@ -2,12 +2,15 @@
  * gc_session.c - a libcrest job beside `casctl gc` (issue 12; run by
  * gc_beside.sh).
  *
- *   gc_session run STORE ROUNDS PERIOD_MS LOG [SEED]
+ *   gc_session run STORE ROUNDS PERIOD_MS LOG [SEED [UNTIL]]
  *   gc_session check STORE LOG
  *
  * run: two host regions (one of an odd size), part of each filled with new
  * random bytes every round (SEED, default the clock; printed), then a
- * checkpoint and its wait, every PERIOD_MS. Each round appends to LOG the
+ * checkpoint and its wait, every PERIOD_MS, ROUNDS times; with UNTIL (a
+ * path), at least ROUNDS times and then until UNTIL exists, so that a test
+ * waiting for something to happen while the session runs does not depend
+ * on how fast this machine is (at most MAXROUNDS in all). Each round appends to LOG the
  * snapshot's id and the SHA-256 of every region as checkpointed, and prints
  * the time crest_checkpoint took in the caller (the stall): median and max.
  * check: restores every snapshot of LOG the store still has and compares
@@ -61,7 +64,15 @@ static crest_t *open_handle(const char *dir, uint8_t *r[NREG])
 	return c;
 }
 
-static void run(const char *dir, int rounds, int period_ms, const char *log, uint64_t seed)
+static bool exists(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (f)
+		fclose(f);
+	return f != NULL;
+}
+
+static void run(const char *dir, int rounds, int period_ms, const char *log, uint64_t seed, const char *until)
 {
 	printf("gc_session: seed %llu (replay: gc_session run STORE %d %d LOG %llu)\n", (unsigned long long)seed,
 	       rounds, period_ms, (unsigned long long)seed);
@@ -80,7 +91,8 @@ static void run(const char *dir, int rounds, int period_ms, const char *log, uin
 		exit(1);
 	crest_t *c = open_handle(dir, r);
 	uint64_t stall[MAXROUNDS];
-	for (int k = 0; k < rounds; k++) {
+	int k;
+	for (k = 0; k < MAXROUNDS && (k < rounds || (until && !exists(until))); k++) {
 		const uint64_t t0 = now_ns();
 		/* A quarter of each region anew: expired snapshots leave chunks
 		 * that only they used, for gc to collect. */
@@ -112,9 +124,9 @@ static void run(const char *dir, int rounds, int period_ms, const char *log, uin
 	}
 	OK(crest_close(c));
 	fclose(f);
-	qsort(stall, (size_t)rounds, sizeof(stall[0]), cmp_u64);
-	printf("gc_session: %d checkpoints; crest_checkpoint stall median %.1f ms, max %.1f ms\n", rounds,
-	       stall[rounds / 2] / 1e6, stall[rounds - 1] / 1e6);
+	qsort(stall, (size_t)k, sizeof(stall[0]), cmp_u64);
+	printf("gc_session: %d checkpoints; crest_checkpoint stall median %.1f ms, max %.1f ms\n", k,
+	       stall[k / 2] / 1e6, stall[k - 1] / 1e6);
 	for (int i = 0; i < NREG; i++)
 		free(r[i]);
 }
@@ -175,11 +187,12 @@ int main(int argc, char **argv)
 			fprintf(stderr, "gc_session: 1..%d rounds, 0..60000 ms\n", MAXROUNDS);
 			return 2;
 		}
-		run(argv[2], rounds, period, argv[5], argc > 6 ? strtoull(argv[6], NULL, 0) : (uint64_t)time(NULL));
+		run(argv[2], rounds, period, argv[5], argc > 6 ? strtoull(argv[6], NULL, 0) : (uint64_t)time(NULL),
+		    argc > 7 ? argv[7] : NULL);
 	} else if (argc == 4 && !strcmp(argv[1], "check")) {
 		check(argv[2], argv[3]);
 	} else {
-		fprintf(stderr, "usage: gc_session run STORE ROUNDS PERIOD_MS LOG [SEED] | check STORE LOG\n");
+		fprintf(stderr, "usage: gc_session run STORE ROUNDS PERIOD_MS LOG [SEED [UNTIL]] | check STORE LOG\n");
 		return 2;
 	}
 	if (failures) {
