@@ -10,10 +10,6 @@
  * Promises what engine.h does. Calls workers.c, writer.c and pending.c.
  */
 #include "engine/engine_int.h"
-
-#ifndef ENGINE_STAGING_PER_WORKER
-#define ENGINE_STAGING_PER_WORKER 4
-#endif
 #include "util/err.h"
 #include "util/par.h"
 #include "util/progress.h"
@@ -891,10 +887,10 @@ int engine_open(struct cas_store *store, const struct engine_opts *o, struct eng
 	 * can be reading or working on with a few queued behind each. The
 	 * producer only cuts a file into segments (the workers read them), so
 	 * it runs ahead and takes every buffer the bound allows, and each is
-	 * memory touched for the first time. On a VM that hands freed guest
-	 * memory back to its host a first touch costs about 13 us a page (the
-	 * development VM, 2026-11-27): 256 MiB of staging was 65 K of a 1 GiB
-	 * put's 88 K page faults on 2 cores. */
+	 * memory touched for the first time. Where a first touch is dear (13-15
+	 * us a page on the development VM, 2026-11-27, even for memory freed
+	 * and touched again), 256 MiB of staging was 65 K of a 1 GiB put's
+	 * 88 K page faults on 2 cores. */
 	e->maxbufs = e->o.staging_bytes / e->o.segment_bytes;
 	if (e->maxbufs > (size_t)ENGINE_STAGING_PER_WORKER * e->o.workers)
 		e->maxbufs = (size_t)ENGINE_STAGING_PER_WORKER * e->o.workers;

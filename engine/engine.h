@@ -43,6 +43,10 @@ struct engine_stream;
  * last time and unchanged data dedups. */
 #define ENGINE_SEGMENT_BYTES (4u << 20)
 
+/* At most this many staging buffers a worker (within staging_bytes): the
+ * ones it reads or works on and a few queued behind (engine.c says why). */
+#define ENGINE_STAGING_PER_WORKER 4
+
 /* New chunks are stored LZ4-compressed when that shrinks them, else raw.
  * Most GPU state does not shrink, and trying it cost a first 8 GiB library
  * checkpoint's workers 7-8 s of their 20 s on the H100 host. So a chunk
