@@ -27,6 +27,15 @@
  *   store_tool damage-piece STORE flip|drop   the same to the first piece of
  *                                             an extent list, or delete it;
  *                                             prints the piece's SHA-256
+ *   store_tool files DIR COUNT SEED           COUNT small files (0-8999 bytes,
+ *                                             slices of one random MiB, random
+ *                                             modes) as DIR/dK/fI, K = I % 17:
+ *                                             one process, not a dd each
+ *   store_tool same A B                       every regular file under A has
+ *                                             the same bytes as B's at the same
+ *                                             path (else the first that does
+ *                                             not, and exit 1): one process,
+ *                                             not a cmp each
  *   store_tool ends STORE                     one line per pack on disk or
  *                                             with a 'p' key: "PACK SIZE END",
  *                                             SIZE the file's ("-": none),
@@ -45,6 +54,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ftw.h>
 #include <rocksdb/c.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -569,6 +579,89 @@ static int ends(const char *store)
 	return rc;
 }
 
+static int files(const char *dir, uint64_t count, uint64_t seed)
+{
+	static const mode_t modes[] = { 0600, 0644, 0755, 0400, 0640, 0700, 0444, 0000 };
+	enum { BLOB = 1 << 20, MAXLEN = 9000, DIRS = 17 };
+	static uint8_t blob[BLOB];
+	struct rng r;
+	rng_seed(&r, seed);
+	fill_random(&r, blob, BLOB);
+	char path[4096];
+	for (int k = 0; k < DIRS && (uint64_t)k < count; k++) {
+		snprintf(path, sizeof(path), "%s/d%d", dir, k);
+		if (mkdir(path, 0755) < 0 && errno != EEXIST)
+			return die(path);
+	}
+	for (uint64_t i = 0; i < count; i++) {
+		const size_t n = (size_t)(rng_next(&r) % MAXLEN);
+		const size_t off = (size_t)(rng_next(&r) % (BLOB - MAXLEN));
+		snprintf(path, sizeof(path), "%s/d%d/f%llu", dir, (int)(i % DIRS), (unsigned long long)i);
+		const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+		if (fd < 0 || write_all(fd, blob + off, n) < 0 ||
+		    fchmod(fd, modes[rng_next(&r) % (sizeof(modes) / sizeof(modes[0]))]) < 0)
+			return die(path);
+		if (close(fd) < 0)
+			return die(path);
+	}
+	return 0;
+}
+
+/* For same(): nftw's callback has no argument of its own. */
+static const char *same_a, *same_b;
+static int same_bad;
+
+static int same_file(const char *path, const struct stat *st, int type, struct FTW *ftw)
+{
+	(void)ftw;
+	if (type != FTW_F || !S_ISREG(st->st_mode))
+		return 0;
+	static uint8_t x[1 << 20], y[1 << 20];
+	char other[8192];
+	snprintf(other, sizeof(other), "%s%s", same_b, path + strlen(same_a));
+	const int fa = open(path, O_RDONLY | O_CLOEXEC), fb = open(other, O_RDONLY | O_CLOEXEC);
+	int differ = fa < 0 || fb < 0;
+	while (!differ) {
+		const ssize_t n = read(fa, x, sizeof(x));
+		if (n < 0) {
+			differ = 1;
+			break;
+		}
+		ssize_t got = 0;
+		while (got < n) {
+			const ssize_t m = read(fb, y + got, (size_t)(n - got));
+			if (m <= 0)
+				break;
+			got += m;
+		}
+		if (got != n || memcmp(x, y, (size_t)n))
+			differ = 1;
+		else if (n == 0)
+			differ = read(fb, y, 1) != 0;   /* B is longer */
+		if (n == 0)
+			break;
+	}
+	if (fa >= 0)
+		close(fa);
+	if (fb >= 0)
+		close(fb);
+	if (differ) {
+		fprintf(stderr, "store_tool: %s and %s differ\n", path, other);
+		same_bad = 1;
+		return 1;   /* the first is enough */
+	}
+	return 0;
+}
+
+static int same(const char *a, const char *b)
+{
+	same_a = a;
+	same_b = b;
+	if (nftw(a, same_file, 32, FTW_PHYS) < 0 && !same_bad)
+		return die(a);
+	return same_bad;
+}
+
 int main(int argc, char **argv)
 {
 	uint64_t a, b;
@@ -594,9 +687,14 @@ int main(int argc, char **argv)
 		return damage_index(argv[2], 'l', "", !strcmp(argv[3], "drop"));
 	if (!strcmp(cmd, "ends") && argc == 3)
 		return ends(argv[2]);
+	if (!strcmp(cmd, "files") && argc == 5 && !parse_size(argv[3], &a) && !parse_size(argv[4], &b))
+		return files(argv[2], a, b);
+	if (!strcmp(cmd, "same") && argc == 4)
+		return same(argv[2], argv[3]);
 	fprintf(stderr, "usage: store_tool random|memory PATH SIZE SEED | scatter PATH FRACTION SEED |\n"
 			"       insert SRC DST COUNT SEED |\n"
 			"       flip PATH OFFSET | forge PACK OFFSET | records PACK | damage-manifest STORE IDPREFIX |\n"
-			"       damage-piece STORE flip|drop | format NAME | ends STORE\n");
+			"       damage-piece STORE flip|drop | format NAME | ends STORE | files DIR COUNT SEED |\n"
+			"       same A B\n");
 	return 2;
 }
