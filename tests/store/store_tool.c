@@ -614,6 +614,11 @@ static int same_bad;
 static int same_file(const char *path, const struct stat *st, int type, struct FTW *ftw)
 {
 	(void)ftw;
+	if (type == FTW_DNR || type == FTW_NS) {   /* files it could not see: not "the same" */
+		fprintf(stderr, "store_tool: cannot read %s\n", path);
+		same_bad = 1;
+		return 1;
+	}
 	if (type != FTW_F || !S_ISREG(st->st_mode))
 		return 0;
 	static uint8_t x[1 << 20], y[1 << 20];
