@@ -43,17 +43,8 @@ check_caught() {
 	echo "$ERR" | grep -q "${sha:0:16}" || fail "$what: crest get's error does not name chunk ${sha:0:16}"
 	# Nothing wrong written: every file that is there is bit-exact, and no
 	# temporary file is left behind.
-	local n=0
-	if [ -d "$T/out" ]; then
-		local left
-		left=$(find "$T/out" -name '*.crest-tmp' | head -1)
-		[ -z "$left" ] || fail "$what: crest get left $left behind"
-		if [ -d "$T/out/src" ]; then
-			"$STORE_TOOL" same "$T/out/src" "$src" || fail "$what: crest get wrote wrong bytes"
-			n=$(find "$T/out/src" -type f | wc -l)
-		fi
-	fi
-	echo "   crest get wrote $n intact file(s), nothing else"
+	intact_only "$what" "$T/out" "$src"
+	echo "   crest get wrote $INTACT intact file(s), nothing else"
 	"$STORE_TOOL" flip "$pack" "$off"
 	verify_store "after undoing the $what flip"
 }

@@ -153,15 +153,8 @@ for t in t-fixed t-cdc; do
 	fi
 	# Nothing wrong left in place: every file there is bit-exact, and no
 	# temporary file remains.
-	n=0
-	if [ -d "$T/out/src" ]; then
-		left=$(find "$T/out" -name '.crest-*' | head -1)
-		[ -z "$left" ] || fail "$t: crest get left $left behind"
-		# What is there, against the source: A is the restored tree.
-		"$STORE_TOOL" same "$T/out/src" "$src" || fail "$t: crest get wrote wrong bytes"
-		n=$(find "$T/out/src" -type f | wc -l)
-	fi
-	echo "   $t: rc $rc, $n intact file(s) restored, nothing else"
+	intact_only "$t" "$T/out" "$src"
+	echo "   $t: rc $rc, $INTACT intact file(s) restored, nothing else"
 	chmod -R u+rwx "$T/out" "$T/out2" 2>/dev/null || true
 	rm -rf "$T/out2"
 done

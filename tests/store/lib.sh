@@ -64,6 +64,23 @@ same_tree() {
 	"$STORE_TOOL" same "$1" "$2" || fail "trees $1 and $2 differ (bytes)"
 }
 
+# intact_only WHAT OUT SRC: what a failed crest get left in OUT holds no
+# temporary file of its own (".crest-XXXXXXXX", restore/restore.c) and no
+# wrong bytes: every file of OUT/<SRC's name> is bit-exact against SRC.
+# Sets INTACT to the number of those files.
+INTACT=0
+intact_only() {
+	local what=$1 out=$2 src=$3 left
+	INTACT=0
+	[ -d "$out" ] || return 0
+	left=$(find "$out" -name '.crest-*' | head -1)
+	[ -z "$left" ] || fail "$what: crest get left $left behind"
+	local tree=$out/${src##*/}
+	[ -d "$tree" ] || return 0
+	"$STORE_TOOL" same "$tree" "$src" || fail "$what: crest get wrote wrong bytes"
+	INTACT=$(find "$tree" -type f | wc -l)
+}
+
 verify_store() {
 	"$CASCTL" --quiet verify >"$T/verify.out" 2>&1 || { cat "$T/verify.out" >&2; fail "casctl verify: $*"; }
 }
