@@ -13,6 +13,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 
 static uint64_t gear[256];
@@ -156,6 +157,37 @@ size_t dedup_next(const struct dedup_params *p, const uint8_t *data, size_t len)
 	if ((cut = gear_scan(data, i, end, p->mask_l, &fp)))
 		return cut;
 	return end;
+}
+
+bool dedup_cut_holds(const struct dedup_params *p, const uint8_t *data, size_t len, size_t cut)
+{
+	if (p->kind != DEDUP_CDC || cut > len)
+		return false;
+	if (len <= p->min)
+		return cut == len;   /* too short to scan: all of it */
+	if (cut <= p->min)
+		return false;
+	const size_t end = len < p->max ? len : p->max;
+	if (cut > end)
+		return false;
+	if (cut == end)
+		return true;
+	/* The hash starts from zero at min, and each step shifts the oldest
+	 * byte's part further left: after 64 steps it is gone. */
+	const size_t normal = len < p->avg ? len : p->avg;
+	const uint64_t mask = cut <= normal ? p->mask_s : p->mask_l;
+	uint64_t fp = 0;
+	for (size_t i = cut - p->min > 64 ? cut - 64 : p->min; i < cut; i++)
+		fp = (fp << 1) + gear[data[i]];
+	return !(fp & mask);
+}
+
+void dedup_params_name(const struct dedup_params *p, char buf[40])
+{
+	if (p->kind == DEDUP_CDC)
+		snprintf(buf, 40, "cdc/%u/%u/%u", p->min, p->avg, p->max);
+	else
+		snprintf(buf, 40, "fixed/%u", p->avg);
 }
 
 int dedup_is_zero(const uint8_t *data, size_t len)

@@ -15,6 +15,7 @@
 #ifndef CREST_DEDUP_CHUNKER_H
 #define CREST_DEDUP_CHUNKER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,27 @@ const char *dedup_kind_name(enum dedup_kind k);
 /* Length of the chunk that starts at data[0]: in (0, len], and == len when
  * len <= min. The caller advances by it and calls again. */
 size_t dedup_next(const struct dedup_params *p, const uint8_t *data, size_t len);
+
+/* Whether dedup_next(p, data, len) returns cut, for a caller that knows no
+ * position before cut is a cut point of these bytes: one that chunked the
+ * same bytes data[0..cut) before, with the same p and any length >= cut,
+ * and was given cut. (A cdc scan before cut applies the same masks at the
+ * same places for every length >= cut: they depend on the length only from
+ * min(length, avg) on, and only positions below length are scanned.) What
+ * that chunking does not tell, this checks: that cut is where len would stop
+ * (the end of what it may scan), or that the hash of the up to 64 bytes
+ * before cut meets the mask len applies there. Costs at most 64 steps of the
+ * hash, against the chunk's length for dedup_next. False for fixed chunking
+ * (it needs no help) and for a cut that len cannot give. */
+bool dedup_cut_holds(const struct dedup_params *p, const uint8_t *data, size_t len, size_t cut);
+
+/* "cdc/2048/8192/65536", "fixed/4096": p's kind and sizes (cdc: min, avg,
+ * max). Snapshots record it (engine.h, ENGINE_CHUNKING_LABEL), and a child
+ * takes its parent's cuts only where the two names are equal: so whatever
+ * else decides a cut and may ever change (the masks, the normalization,
+ * where the hash starts) must change this name too. The gear table must
+ * never change at all. buf must hold 40 bytes. */
+void dedup_params_name(const struct dedup_params *p, char buf[40]);
 
 /* True when all len bytes are zero: such chunks are stored as holes. */
 int dedup_is_zero(const uint8_t *data, size_t len);
