@@ -17,6 +17,7 @@
 #include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -86,6 +87,30 @@ static int seg_submit(struct engine_stream *st, const uint8_t *data, size_t len,
 	return 0;
 }
 
+/* The label every snapshot carries: its chunkers, "files=cdc/2048/8192/65536
+ * memory=fixed/4096" by default. */
+static void engine_chunking_label(const struct engine_opts *o, char buf[96])
+{
+	char f[40], m[40];
+	dedup_params_name(&o->file_chunking, f);
+	dedup_params_name(&o->memory_chunking, m);
+	snprintf(buf, 96, "files=%s memory=%s", f, m);
+}
+
+/* Whether stream `type` of s was cut, in s's parent, by the chunker s cuts
+ * it with: both "files" snapshots (whose producer, crest put, opens every
+ * file stream with file chunking: a manifest does not record which chunker
+ * a stream had, only the label which ones the snapshot had), and the same
+ * ENGINE_CHUNKING_LABEL. A parent written before that label existed has
+ * none: its cuts are never taken on trust. */
+static bool parent_chunked_alike(const struct engine_snap *s, uint8_t type)
+{
+	const char *mine = cas_manifest_get_label(s->m, ENGINE_CHUNKING_LABEL);
+	const char *its = cas_manifest_get_label(s->parent, ENGINE_CHUNKING_LABEL);
+	return type == CAS_STREAM_FILE && mine && its && !strcmp(mine, its) && s->parent->kind && s->m->kind &&
+	       !strcmp(s->parent->kind, "files") && !strcmp(s->m->kind, "files");
+}
+
 int engine_snapshot_begin(struct engine *e, const char *kind, struct engine_snap **out)
 {
 	struct engine_snap *s = calloc(1, sizeof(*s));
@@ -98,6 +123,13 @@ int engine_snapshot_begin(struct engine *e, const char *kind, struct engine_snap
 		return crest_errf(-ENOMEM, "starting a snapshot");
 	}
 	s->m->time_ns = time_wall_ns();
+	char chunking[96];
+	engine_chunking_label(&e->o, chunking);
+	if (cas_manifest_label(s->m, ENGINE_CHUNKING_LABEL, chunking) < 0) {
+		cas_manifest_free(s->m);
+		free(s);
+		return crest_errf(-ENOMEM, "starting a snapshot");
+	}
 	s->begin_ns = time_now_ns();
 	if (e->trace)
 		getrusage(RUSAGE_SELF, &s->ru0);
@@ -195,6 +227,8 @@ static int stream_new(struct engine_snap *s, const char *name, uint8_t type, boo
 		const struct cas_stream *h = cas_manifest_find(s->parent, name);
 		if (h && h->nextents)
 			st->hint = h;
+		st->guided = st->hint && !memory && st->dp->kind == DEDUP_CDC && h->type == type &&
+			     parent_chunked_alike(s, type);
 	}
 	pthread_mutex_init(&st->hint_lock, NULL);
 	atomic_init(&st->hint_state, 0);
@@ -681,9 +715,10 @@ static int snap_commit(struct engine *e, struct engine_snap *s, struct cas_index
 			ru.ru_minflt - s->ru0.ru_minflt, ru.ru_nvcsw - s->ru0.ru_nvcsw, ru.ru_nivcsw - s->ru0.ru_nivcsw);
 		fprintf(stderr, "crest trace: engine: %u workers busy %.3f s summed: zero check and hashing %.3f s, "
 			"the parent's chunks %.3f s, index look-ups %.3f s, new chunks: entered in the pending table %.3f s, "
-			"compressed %.3f s; batches flushed %.3f s\n", e->nworkers, wt[ENG_WT_ALL] / 1e9, wt[ENG_WT_HASH] / 1e9,
+			"compressed %.3f s; batches flushed %.3f s; %llu chunks cut where the parent's end, "
+			"unscanned\n", e->nworkers, wt[ENG_WT_ALL] / 1e9, wt[ENG_WT_HASH] / 1e9,
 			wt[ENG_WT_KNOWN] / 1e9, wt[ENG_WT_LOOKUP] / 1e9, wt[ENG_WT_TABLE] / 1e9, wt[ENG_WT_NEW] / 1e9,
-			wt[ENG_WT_FLUSH] / 1e9);
+			wt[ENG_WT_FLUSH] / 1e9, (unsigned long long)atomic_load(&s->guided_chunks));
 	}
 	if (rc == 0 && n) {
 		/* n == 0 when the snapshot added no chunk: pend may then still be
@@ -764,6 +799,7 @@ static void *committer_main(void *arg)
 		r->stored_bytes = atomic_load(&s->stored_bytes);
 		r->chunks = atomic_load(&s->chunks);
 		r->new_chunks = atomic_load(&s->new_chunks);
+		r->guided_chunks = atomic_load(&s->guided_chunks);
 		r->ingest_ns = time_now_ns() - s->begin_ns;
 		/* Before s is done: whoever waits for it may begin the next one
 		 * at once, and it should find the engine working again. */

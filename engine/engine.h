@@ -87,8 +87,16 @@ struct engine_result {
 	uint64_t new_bytes;       /* raw bytes of chunks the store did not have */
 	uint64_t stored_bytes;    /* what those took in packs, headers included */
 	uint64_t chunks, new_chunks;
+	uint64_t guided_chunks;   /* cut where the parent's chunk ends, without a scan */
 	uint64_t ingest_ns;       /* begin to commit */
 };
+
+/* Every snapshot is labelled with the chunkers that cut it (a value such as
+ * "files=cdc/2048/8192/65536 memory=fixed/4096"). A "files" snapshot whose
+ * parent is one with the same label takes the parent's cuts where a file
+ * has the parent's bytes, and so skips the content-defined scan of
+ * unchanged data (seg_process). */
+#define ENGINE_CHUNKING_LABEL "crest.chunking"
 
 int engine_snapshot_begin(struct engine *e, const char *kind, struct engine_snap **out);
 /* The manifest being built: add labels here before sealing. */

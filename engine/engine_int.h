@@ -144,6 +144,10 @@ struct engine_stream {
 	uint64_t *hint_off;
 	pthread_mutex_t hint_lock;
 	atomic_int hint_state;
+	/* The hint's cuts were made by this stream's chunker (cdc, same
+	 * parameters), so a chunk of the parent's that the stream has again
+	 * at the same place can be cut without a scan (seg_process). */
+	bool guided;
 	bool closed;
 };
 
@@ -162,7 +166,7 @@ struct engine_snap {
 	char errmsg[1024];
 	/* updated by workers */
 	atomic_uint_fast64_t max_seq, bytes_done, expect;
-	atomic_uint_fast64_t zero_bytes, new_bytes, stored_bytes, chunks, new_chunks;
+	atomic_uint_fast64_t zero_bytes, new_bytes, stored_bytes, chunks, new_chunks, guided_chunks;
 	uint64_t begin_ns;
 	struct rusage ru0;           /* CREST_TRACE: the process's at begin */
 	struct engine_result res;

@@ -481,6 +481,70 @@ static int seg_read(struct seg *sg)
 	return 0;
 }
 
+/*
+ * Cuts taken from the parent (engine_stream.guided). Where the stream has,
+ * at a cut, the parent's chunk of length L that starts at the same offset,
+ * the cut dedup_next would make is L: the parent's chunker scanned those
+ * bytes from the same place with the same parameters and found no earlier
+ * cut, and dedup_cut_holds checks that L is a cut for what is left of this
+ * segment. The bytes are the parent's when their SHA-256 is the parent's
+ * chunk's id, which the worker needs anyway: an unchanged chunk costs its
+ * hash, as before, and no scan. A guess that fails (the chunk changed)
+ * costs a hash of L bytes on top of the scan, unless the scan cuts at L
+ * too (the hash is then this chunk's). Guesses stop for the rest of the
+ * segment once they fail more than one time in sixteen, plus four: a
+ * rewritten file pays at most that much extra hashing.
+ */
+struct guide {
+	const struct engine_stream *st;   /* NULL: no guesses */
+	uint64_t x;                       /* the first parent extent not before the cut */
+	size_t hashed;                    /* the last guess's length, hashed into sha; 0: none */
+	uint64_t hits, misses;
+};
+
+static void guide_start(struct guide *g, const struct seg *sg)
+{
+	struct engine_stream *st = sg->st;
+	*g = (struct guide){ .st = NULL };
+	if (st->guided && !sg->ids && eng_hint_offsets(st)) {
+		g->st = st;
+		g->x = hint_lower(st, sg->off);
+	}
+}
+
+/* 0 with *n the cut and sha its chunk's id when the parent's cut is taken;
+ * 0 with *n == 0 otherwise (g->hashed says whether sha holds a guess's
+ * hash); < 0 when hashing failed. */
+static int guide_cut(struct guide *g, struct worker_ctx *w, const struct dedup_params *dp, const uint8_t *p,
+		     size_t left, uint64_t at, size_t *n, uint8_t sha[32])
+{
+	g->hashed = 0;
+	*n = 0;
+	if (!g->st)
+		return 0;
+	const struct cas_stream *h = g->st->hint;
+	while (g->x < h->nextents && g->st->hint_off[g->x] < at)
+		g->x++;
+	if (g->x >= h->nextents || g->st->hint_off[g->x] != at)
+		return 0;
+	const struct cas_extent *x = &h->ext[g->x];
+	if (x->hole || x->len > left || !dedup_cut_holds(dp, p, left, (size_t)x->len))
+		return 0;
+	const uint64_t t0 = wt_now(w);
+	const int rc = sha256_hash(w->h, p, (size_t)x->len, sha);
+	w->t[ENG_WT_HASH] += wt_now(w) - t0;
+	if (rc < 0)
+		return rc;
+	g->hashed = (size_t)x->len;
+	if (!memcmp(sha, x->sha, 32)) {
+		g->hits++;
+		*n = (size_t)x->len;
+	} else if (++g->misses > g->hits / 16 + 4) {
+		g->st = NULL;
+	}
+	return 0;
+}
+
 static int seg_process(struct engine *e, struct worker_ctx *w, struct seg *sg)
 {
 	if (sg->src) {
@@ -497,19 +561,36 @@ static int seg_process(struct engine *e, struct worker_ctx *w, struct seg *sg)
 		return seg_push_extent(sg, sg->len, NULL);
 	}
 	const struct dedup_params *dp = sg->st->dp;
+	struct guide g;
+	guide_start(&g, sg);
 	size_t off = 0;
 	while (off < sg->len) {
-		size_t n = dedup_next(dp, sg->data + off, sg->len - off);
+		const uint8_t *p = sg->data + off;
+		const size_t left = sg->len - off;
+		uint8_t sha[32];
+		const uint8_t *id = NULL;
+		size_t n = 0;
+		int rc = guide_cut(&g, w, dp, p, left, sg->off + off, &n, sha);
+		if (rc == 0 && n)
+			id = sha;
+		else if (rc == 0)
+			n = dedup_next(dp, p, left);
+		if (rc == 0 && g.hashed && n == g.hashed)
+			id = sha;   /* the parent's cut after all, other bytes: hashed already */
 		/* Given ids are per chunk of fixed chunking, which cuts at
 		 * multiples of its size from the segment's start. */
-		int rc = chunk_ingest(e, w, sg, sg->data + off, n, sg->off + off,
-				      sg->ids ? sg->ids + (off / dp->avg) * 32 : NULL);
+		if (sg->ids)
+			id = sg->ids + (off / dp->avg) * 32;
+		if (rc == 0)
+			rc = chunk_ingest(e, w, sg, p, n, sg->off + off, id);
 		if (rc < 0) {
 			batch_drop(e, &w->b, 0);
 			return rc;
 		}
 		off += n;
 	}
+	if (g.hits)
+		atomic_fetch_add(&sg->st->snap->guided_chunks, g.hits);
 	return batch_flush_timed(e, w, sg->st->snap);
 }
 

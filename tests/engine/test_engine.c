@@ -42,6 +42,17 @@
  *             from that table to the index in the gap must not make it
  *             stored twice), and every snapshot must restore to its bytes.
  *
+ *   guided    a file stream (cdc, random average size and segment size) put
+ *             round after round, each a random edit of the last (bytes
+ *             overwritten, inserted, deleted, zeroed, appended, cut off),
+ *             in appends of random sizes, with the last as its parent: the
+ *             cuts the engine takes from the parent without a scan must be
+ *             exactly the cuts of the same bytes put with no parent, every
+ *             snapshot must restore to the model's bytes, and some cuts
+ *             must have been taken (or the case tested nothing). Then the
+ *             same bytes from an engine whose chunker differs (another
+ *             average size): none of the parent's cuts may be taken.
+ *
  * Exits 0 on success, 1 on failure (a hang included: waits are bounded).
  * SEED (else $CREST_TEST_SEED, else the clock) is printed; pass it to replay.
  */
@@ -617,6 +628,184 @@ static void t_once(const char *dir, uint64_t seed)
 	cas_close(store);
 }
 
+/* ---- guided ---- */
+
+/* n bytes of a kind chosen at random: random, zeros, a short pattern
+ * repeated (no cut may fall in it: the chunk runs to its maximum), or a
+ * copy of earlier bytes of the model (a repeat of its chunks). */
+static void fill_kind(uint8_t *model, uint64_t at, uint64_t n)
+{
+	uint8_t *p = model + at;
+	switch (rng() % 5) {
+	case 0:
+		memset(p, 0, n);
+		break;
+	case 1: {
+		const uint64_t period = 1 + rng() % 64, v = rng();
+		for (uint64_t i = 0; i < n; i++)
+			p[i] = (uint8_t)(v >> (8 * (i % period % 8)));
+		break;
+	}
+	case 2:
+		if (at >= n) {
+			memmove(p, model + rng() % (at - n + 1), n);
+			break;
+		}
+		/* fall through */
+	default:
+		for (uint64_t i = 0; i < n; i++)
+			p[i] = (uint8_t)rng();
+	}
+}
+
+/* One "files" snapshot of model[0..len) as stream "f", with parent (pid, pm:
+ * taken) unless pid is NULL, in appends of random sizes drawn from split:
+ * the same split, the same appends. (Chunking starts again at every
+ * segment, and an append starts a segment, so only the same appends give
+ * the same cuts; the parent's may differ.) */
+static int snap_file(struct engine *e, const uint8_t *pid, struct cas_manifest *pm, const uint8_t *model,
+		     uint64_t len, uint64_t split, uint8_t id[32], struct engine_result *res)
+{
+	uint64_t saved = rng_state;
+	rng_state = split | 1;
+	struct engine_snap *snap;
+	int rc = engine_snapshot_begin(e, "files", &snap);
+	if (rc < 0) {
+		cas_manifest_free(pm);
+		return rc;
+	}
+	if (pid)
+		engine_snapshot_set_parent(snap, pid, pm);
+	struct engine_stream *st;
+	rc = engine_stream_open(snap, "f", CAS_STREAM_FILE, false, &st);
+	for (uint64_t at = 0; rc == 0 && at < len;) {
+		const uint64_t n = rng() % 3 ? len - at : 1 + rng() % (len - at);
+		uint8_t *copy = malloc(n);
+		memcpy(copy, model + at, n);
+		rc = engine_stream_add_memory(st, copy, n, free_cb, copy);
+		at += n;
+	}
+	rng_state = saved;
+	if (rc == 0)
+		rc = engine_stream_close(st);
+	if (rc < 0) {
+		engine_snapshot_abort(snap);
+		return rc;
+	}
+	engine_snapshot_seal(snap);
+	rc = engine_snapshot_wait(snap, res);
+	if (rc == 0)
+		memcpy(id, res->id, 32);
+	return rc;
+}
+
+static void t_guided(const char *dir, uint64_t seed)
+{
+	struct cas_store *store = fresh_store(dir);
+	struct engine_opts o;
+	opts(&o, 1 + (unsigned)(rng() % 4));
+	const uint32_t avg = 1024u << (rng() % 4);   /* 1-8 KiB: many chunks in little data */
+	dedup_params_init(&o.file_chunking, DEDUP_CDC, avg);
+	o.segment_bytes = (4 + rng() % 61) * CHUNK;   /* 16-256 KiB: many segment ends */
+	struct engine *e;
+	OK(engine_open(store, &o, &e));
+	const uint64_t cap = 8u << 20;
+	uint8_t *model = malloc(cap), *back = malloc(cap);
+	uint64_t len = (64u << 10) + rng() % (3u << 20);
+	for (uint64_t at = 0; at < len;) {
+		const uint64_t n = 1 + rng() % (len - at < 65536 ? len - at : 65536);
+		fill_kind(model, at, n);
+		at += n;
+	}
+	printf("guided: cdc avg %u, segments of %zu bytes, %u workers, %" PRIu64 " bytes\n", avg,
+	       o.segment_bytes, o.workers, len);
+	uint8_t pid[32], id[32], ref[32];
+	struct engine_result res;
+	OK(snap_file(e, NULL, NULL, model, len, rng(), pid, &res));
+	uint64_t guided = 0, chunks = 0;
+	for (int r = 0; r < 10 && !failures; r++) {
+		for (uint64_t k = 1 + rng() % 6; k; k--) {
+			const uint64_t at = rng() % (len + 1), n = 1 + rng() % (rng() % 2 ? 64 : 40000);
+			switch (rng() % 6) {
+			case 0:   /* overwrite */
+				if (at + n <= len)
+					fill_kind(model, at, n);
+				break;
+			case 1:   /* insert */
+				if (len + n <= cap) {
+					memmove(model + at + n, model + at, len - at);
+					len += n;
+					fill_kind(model, at, n);
+				}
+				break;
+			case 2:   /* delete */
+				if (at + n <= len && len - n > 0) {
+					memmove(model + at, model + at + n, len - at - n);
+					len -= n;
+				}
+				break;
+			case 3:   /* zeros */
+				if (at + n <= len)
+					memset(model + at, 0, n);
+				break;
+			case 4:   /* append */
+				if (len + n <= cap) {
+					fill_kind(model, len, n);
+					len += n;
+				}
+				break;
+			default:  /* cut off */
+				if (n < len)
+					len -= n;
+			}
+		}
+		struct cas_manifest *pm = NULL, *m = NULL, *mref = NULL;
+		OK(cas_manifest_load(store, pid, &pm));
+		const uint64_t split = rng();
+		int rc = snap_file(e, pid, pm, model, len, split, id, &res);
+		CHECK(rc == 0, "round %d: the snapshot failed: %s (seed %" PRIu64 ")", r, crest_errmsg(), seed);
+		if (rc < 0)
+			break;
+		guided += res.guided_chunks;
+		chunks += res.chunks;
+		OK(snap_file(e, NULL, NULL, model, len, split, ref, &res));
+		CHECK(res.guided_chunks == 0, "round %d: %" PRIu64 " cuts taken with no parent", r, res.guided_chunks);
+		rc = read_stream(store, id, "f", back, len, &m);
+		CHECK(rc == 0 && !memcmp(back, model, len), "round %d: the snapshot does not restore to the model's "
+		      "bytes (%s; seed %" PRIu64 ")", r, rc ? crest_errmsg() : "bytes differ", seed);
+		OK(read_stream(store, ref, "f", back, len, &mref));
+		CHECK(m && same_extents(m, mref, "f"), "round %d: the cuts taken from the parent differ from the "
+		      "same bytes' own (seed %" PRIu64 ")", r, seed);
+		cas_manifest_free(m);
+		cas_manifest_free(mref);
+		memcpy(pid, id, 32);
+	}
+	printf("guided: %" PRIu64 " of %" PRIu64 " chunks cut where the parent's ended\n", guided, chunks);
+	CHECK(guided > 0, "no cut was taken from a parent: the case tested nothing (seed %" PRIu64 ")", seed);
+	engine_close(e);
+
+	/* Another chunker: the parent's label differs, so none of its cuts. */
+	struct engine_opts o2 = o;
+	dedup_params_init(&o2.file_chunking, DEDUP_CDC, avg * 2);
+	OK(engine_open(store, &o2, &e));
+	struct cas_manifest *pm = NULL, *m = NULL, *mref = NULL;
+	OK(cas_manifest_load(store, pid, &pm));
+	const uint64_t split = rng();
+	OK(snap_file(e, pid, pm, model, len, split, id, &res));
+	CHECK(res.guided_chunks == 0, "%" PRIu64 " cuts taken from a parent cut by another chunker (seed %" PRIu64
+	      ")", res.guided_chunks, seed);
+	OK(snap_file(e, NULL, NULL, model, len, split, ref, &res));
+	OK(read_stream(store, id, "f", back, len, &m));
+	OK(read_stream(store, ref, "f", back, len, &mref));
+	CHECK(same_extents(m, mref, "f"), "a parent cut by another chunker changed the cuts (seed %" PRIu64 ")", seed);
+	cas_manifest_free(m);
+	cas_manifest_free(mref);
+	engine_close(e);
+	free(model);
+	free(back);
+	cas_close(store);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
@@ -639,6 +828,8 @@ int main(int argc, char **argv)
 		t_lz4(argv[2], seed);
 	else if (!strcmp(argv[1], "once"))
 		t_once(argv[2], seed);
+	else if (!strcmp(argv[1], "guided"))
+		t_guided(argv[2], seed);
 	else {
 		fprintf(stderr, "unknown case %s\n", argv[1]);
 		return 2;
