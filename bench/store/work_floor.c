@@ -36,8 +36,10 @@
  *
  * Output: one line per stage (the slowest thread's seconds, GB/s of FILE's
  * bytes), then the floors of a put of new data (read+chunk+hash+record),
- * of an unchanged put (read+chunk+hash: its chunks are all known) and of a
- * get (copy+check+decode+verify), each as seconds and GB/s, and a line
+ * of an unchanged put (read+chunk+hash: its chunks are all known; read+hash
+ * where the parent's cuts are taken without a scan, as crest does for a
+ * parent cut by the same chunker) and of a get (copy+check+decode+verify),
+ * each as seconds and GB/s, and a line
  * starting with RESULT for bench/RESULTS.md. The sum is taken per thread,
  * then the slowest thread's: stages of one thread run one after another.
  */
@@ -297,18 +299,22 @@ int main(int argc, char **argv)
 	}
 	static const int put_new[] = { S_READ, S_CHUNK, S_HASH, S_RECORD };
 	static const int put_same[] = { S_READ, S_CHUNK, S_HASH };
+	static const int put_cuts[] = { S_READ, S_HASH };
 	static const int get[] = { S_COPY, S_CHECK, S_DECODE, S_VERIFY };
 	static const int sha[] = { S_VERIFY };
 	const double fn = floor_of(t, (unsigned)nt, put_new, 4), fs = floor_of(t, (unsigned)nt, put_same, 3);
 	const double fg = floor_of(t, (unsigned)nt, get, 4), fh = floor_of(t, (unsigned)nt, sha, 1);
+	const double fc = floor_of(t, (unsigned)nt, put_cuts, 2);
 	printf("floor of a put of new data (read+chunk+hash+record): %.3f s, %.2f GB/s\n", fn, size / fn / 1e9);
 	printf("floor of an unchanged put (read+chunk+hash):        %.3f s, %.2f GB/s\n", fs, size / fs / 1e9);
+	printf("  with the parent's cuts, unscanned (read+hash):    %.3f s, %.2f GB/s\n", fc, size / fc / 1e9);
 	printf("floor of a get (copy+check+decode+verify):          %.3f s, %.2f GB/s\n", fg, size / fg / 1e9);
 	printf("SHA-256 of every chunk alone (verify):              %.3f s, %.2f GB/s\n", fh, size / fh / 1e9);
-	printf("RESULT threads=%ld bytes=%llu put_new_floor_GBps=%.2f put_unchanged_floor_GBps=%.2f get_floor_GBps=%.2f "
-	       "sha_GBps=%.2f put_new_floor_s=%.3f put_unchanged_floor_s=%.3f get_floor_s=%.3f\n",
-	       nt, (unsigned long long)size, size / fn / 1e9, size / fs / 1e9, size / fg / 1e9, size / fh / 1e9, fn, fs,
-	       fg);
+	printf("RESULT threads=%ld bytes=%llu put_new_floor_GBps=%.2f put_unchanged_floor_GBps=%.2f "
+	       "put_cuts_floor_GBps=%.2f get_floor_GBps=%.2f sha_GBps=%.2f put_new_floor_s=%.3f "
+	       "put_unchanged_floor_s=%.3f get_floor_s=%.3f\n",
+	       nt, (unsigned long long)size, size / fn / 1e9, size / fs / 1e9, size / fc / 1e9, size / fg / 1e9,
+	       size / fh / 1e9, fn, fs, fg);
 	free(t);
 	free(id);
 	close(fd);
