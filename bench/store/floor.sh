@@ -41,10 +41,17 @@ cat "$w/src/mem" >/dev/null
 
 # RESULT fields: get NAME LINE
 get() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" <<<"$2"; }
-floor1=$(work_floor "$w/src/mem" 1 | tee /dev/stderr | grep '^RESULT')
-floorn=$(work_floor "$w/src/mem" "$cores" | tee /dev/stderr | grep '^RESULT')
-fill=$(tmpfs_fill "$dir" $((gib * 1024)) "$cores" | tee /dev/stderr |
-	awk '!/^#/ && $3 + 0 > best { best = $3 + 0; m = $1 } END { if (m != "") print best, m }')
+# Each tool's own lines go to stderr whole (not through tee /dev/stderr,
+# which reopens a redirected stderr and writes over what is there).
+floor1=$(work_floor "$w/src/mem" 1)
+echo "$floor1" >&2
+floor1=$(grep '^RESULT' <<<"$floor1")
+floorn=$(work_floor "$w/src/mem" "$cores")
+echo "$floorn" >&2
+floorn=$(grep '^RESULT' <<<"$floorn")
+fill=$(tmpfs_fill "$dir" $((gib * 1024)) "$cores")
+echo "$fill" >&2
+fill=$(awk '!/^#/ && $3 + 0 > best { best = $3 + 0; m = $1 } END { if (m != "") print best, m }' <<<"$fill")
 [ -n "$fill" ] || { echo "floor: tmpfs_fill gave no rate" >&2; exit 1; }
 fillm=${fill#* }
 fill=${fill% *}
