@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "util/err.h"
 
@@ -31,6 +33,22 @@ static inline uint64_t check_rnd(uint64_t *state)
 	x ^= x >> 27;
 	*state = x;
 	return x * 0x2545f4914f6cdd1dull;
+}
+
+/* A randomized test's seed: argv[i] when given, else $CREST_TEST_SEED, else
+ * the clock and the pid. The test prints it, so that a failure replays. */
+static inline uint64_t check_seed(int argc, char **argv, int i)
+{
+	const char *env = getenv("CREST_TEST_SEED");
+	return argc > i ? strtoull(argv[i], NULL, 0)
+	       : env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+}
+
+/* check_rnd's state from a seed (never 0). */
+static inline uint64_t check_state(uint64_t seed)
+{
+	const uint64_t st = seed * 0x9e3779b97f4a7c15ull + 1;
+	return st ? st : 1;
 }
 
 /* n bytes that do not compress or dedup, the same for the same seed. */

@@ -294,8 +294,9 @@ static void free_three(void *arg)
 }
 
 /* Closes st and seals snap (aborts it when rc < 0), waits for its commit:
- * its id in id. */
-static int snap_end(struct engine_snap *snap, struct engine_stream *st, int rc, uint8_t id[32])
+ * its id in id, and what the engine said of it in *res unless res is NULL. */
+static int snap_end(struct engine_snap *snap, struct engine_stream *st, int rc, uint8_t id[32],
+		    struct engine_result *res)
 {
 	if (rc == 0)
 		rc = engine_stream_close(st);
@@ -304,10 +305,12 @@ static int snap_end(struct engine_snap *snap, struct engine_stream *st, int rc, 
 		return rc;
 	}
 	engine_snapshot_seal(snap);
-	struct engine_result res;
-	rc = engine_snapshot_wait(snap, &res);
+	struct engine_result own;
+	if (!res)
+		res = &own;
+	rc = engine_snapshot_wait(snap, res);
 	if (rc == 0)
-		memcpy(id, res.id, 32);
+		memcpy(id, res->id, 32);
 	return rc;
 }
 
@@ -353,7 +356,7 @@ static int snap_chunks(struct engine *e, const uint8_t *pid, struct cas_manifest
 		rc = engine_stream_add_chunks(st, blen, idx, k, data, ids, free_three, hold);
 		c0 = c1;
 	}
-	return snap_end(snap, st, rc, id);
+	return snap_end(snap, st, rc, id, NULL);
 }
 
 /* The same bytes whole, hashed by the workers: the reference. */
@@ -371,7 +374,7 @@ static int snap_whole(struct engine *e, const uint8_t *model, uint64_t len, uint
 		rc = engine_stream_add_memory(st, copy, len, free_cb, copy);
 	else
 		free(copy);
-	return snap_end(snap, st, rc, id);
+	return snap_end(snap, st, rc, id, NULL);
 }
 
 static void t_chunks(const char *dir, uint64_t seed)
@@ -686,17 +689,7 @@ static int snap_file(struct engine *e, const uint8_t *pid, struct cas_manifest *
 		at += n;
 	}
 	rng_state = saved;
-	if (rc == 0)
-		rc = engine_stream_close(st);
-	if (rc < 0) {
-		engine_snapshot_abort(snap);
-		return rc;
-	}
-	engine_snapshot_seal(snap);
-	rc = engine_snapshot_wait(snap, res);
-	if (rc == 0)
-		memcpy(id, res->id, 32);
-	return rc;
+	return snap_end(snap, st, rc, id, res);
 }
 
 static void t_guided(const char *dir, uint64_t seed)
@@ -812,14 +805,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: test_engine CASE STORE_DIR [SEED]\n");
 		return 2;
 	}
-	const char *env = getenv("CREST_TEST_SEED");
-	uint64_t seed = argc > 3 ? strtoull(argv[3], NULL, 0)
-			: env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	const uint64_t seed = check_seed(argc, argv, 3);
 	printf("%s: seed %" PRIu64 " (replay: test_engine %s STORE_DIR %" PRIu64 ")\n", argv[1], seed, argv[1],
 	       seed);
-	rng_state = seed * 0x9e3779b97f4a7c15ull + 1;
-	if (!rng_state)
-		rng_state = 1;
+	rng_state = check_state(seed);
 	if (!strcmp(argv[1], "deadlock"))
 		t_deadlock(argv[2], seed);
 	else if (!strcmp(argv[1], "chunks"))

@@ -17,8 +17,6 @@
 #include "tests/check.h"
 
 #include <inttypes.h>
-#include <time.h>
-#include <unistd.h>
 
 static void fill_kind(uint8_t *p, size_t at, size_t n, uint64_t *st)
 {
@@ -45,13 +43,9 @@ static void fill_kind(uint8_t *p, size_t at, size_t n, uint64_t *st)
 
 int main(int argc, char **argv)
 {
-	const char *env = getenv("CREST_TEST_SEED");
-	const uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0)
-			      : env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	const uint64_t seed = check_seed(argc, argv, 1);
 	printf("chunker: seed %" PRIu64 " (replay: test_chunker %" PRIu64 ")\n", seed, seed);
-	uint64_t st = seed * 0x9e3779b97f4a7c15ull + 1;
-	if (!st)
-		st = 1;
+	uint64_t st = check_state(seed);
 	enum { MAX = 1 << 20 };
 	uint8_t *buf = malloc(MAX);
 	long yes = 0, no = 0, at_end = 0;

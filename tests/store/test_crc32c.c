@@ -43,13 +43,9 @@ static size_t pick_len(uint64_t *st)
 
 int main(int argc, char **argv)
 {
-	const char *env = getenv("CREST_TEST_SEED");
-	const uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0)
-			      : env ? strtoull(env, NULL, 0) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
+	const uint64_t seed = check_seed(argc, argv, 1);
 	printf("crc32c: seed %" PRIu64 " (replay: test_crc32c %" PRIu64 ")\n", seed, seed);
-	uint64_t st = seed * 0x9e3779b97f4a7c15ull + 1;
-	if (!st)
-		st = 1;
+	uint64_t st = check_state(seed);
 	enum { MAX = 70 * 1024 + 128 };
 	uint8_t *buf = malloc(MAX + 64);
 	CHECK(crc32c("123456789", 9) == 0xE3069283u, "crc32c(\"123456789\") = %08x, want e3069283",
