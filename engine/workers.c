@@ -14,6 +14,7 @@
  */
 #include "engine/engine_int.h"
 #include "util/err.h"
+#include "util/mem.h"
 #include "util/progress.h"
 #include "util/sha256.h"
 
@@ -614,7 +615,7 @@ int eng_worker_staging_get(struct engine *e, void **out)
 	}
 	e->nbufs++;
 	pthread_mutex_unlock(&e->stage_lock);
-	*out = malloc(e->o.segment_bytes);
+	*out = mem_big_alloc(e->o.segment_bytes);
 	if (!*out) {
 		pthread_mutex_lock(&e->stage_lock);
 		e->nbufs--;

@@ -1,6 +1,7 @@
 /* gpu.c - restoring region streams into device memory; see gpu.h. */
 #include "restore/gpu.h"
 #include "util/err.h"
+#include "util/mem.h"
 #include "util/par.h"
 #include "util/progress.h"
 #include "util/sha256.h"
@@ -1165,12 +1166,12 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 			wk[i].buf[0] = o->bufs[2 * i];
 			wk[i].buf[1] = o->bufs[2 * i + 1];
 		}
-		wk[i].span.buf = malloc(SPAN_BYTES);
+		wk[i].span.buf = mem_big_alloc(SPAN_BYTES);
 		wk[i].span.cap = SPAN_BYTES;
 		wk[i].iov = malloc(2 * DIRECT_RECS * sizeof(*wk[i].iov));
 		wk[i].hdr = malloc(DIRECT_RECS * CAS_REC_HEADER);
 		if (file) {
-			wk[i].wbuf = malloc(wbuf ? wbuf : 1);
+			wk[i].wbuf = mem_big_alloc(wbuf);
 			rc = sha256_hasher_new(&wk[i].h);
 		}
 		if (rc < 0)
