@@ -16,7 +16,8 @@
 # the fill rate, and the fill rate is only the fastest way found.
 # Targets (issue 14): put of new and of unchanged data >= 0.8 x the SHA-256
 # rate of all cores (work_floor's verify stage: SHA-256 of every chunk);
-# get into tmpfs >= 10 GB/s. Every restored file is compared with cmp.
+# get into tmpfs >= 10 GB/s. crest's figures are get_tmpfs.sh's (every
+# restored file compared with cmp), on the same bytes.
 # Runs from the repository root with binaries from .gpu/ (a bundle with
 # work_floor and tmpfs_fill) or build/.
 set -euo pipefail
@@ -56,19 +57,14 @@ fill=$(awk '!/^#/ && $3 + 0 > best { best = $3 + 0; m = $1 } END { if (m != "") 
 fillm=${fill#* }
 fill=${fill% *}
 
-t0=$(now); crest --store "$w/st" --quiet put --tag v1 "$w/src/mem" >/dev/null; t1=$(now)
-put1=$(rate $bytes "$t0" "$t1")
-t0=$(now); crest --store "$w/st" --quiet put --tag v2 "$w/src/mem" >/dev/null; t1=$(now)
-put2=$(rate $bytes "$t0" "$t1")
-best=0
-for rep in 1 2 3; do
-	rm -rf "$w/out" && mkdir -p "$w/out"
-	t0=$(now); crest --store "$w/st" --quiet get v1 "$w/out/r"; t1=$(now)
-	r=$(rate $bytes "$t0" "$t1")
-	cmp -s "$w/src/mem" "$w/out/r/mem" || { echo "floor: restored bytes differ" >&2; exit 1; }
-	echo "get $rep: $r GB/s, bit-exact" >&2
-	best=$(awk -v a="$best" -v b="$r" 'BEGIN { print (b > a) ? b : a }')
-done
+# crest itself: get_tmpfs.sh's put, put again and best of three gets (each
+# compared with cmp), on the same bytes (store_tool memory, seed 7).
+gt=$(sh "$(dirname "$0")/get_tmpfs.sh" "$gib" "$dir") || { echo "$gt" >&2; echo "floor: get_tmpfs.sh failed" >&2; exit 1; }
+echo "$gt" >&2
+gt=$(grep '^RESULT' <<<"$gt")
+put1=$(get put_new_GBps "$gt")
+put2=$(get put_unchanged_GBps "$gt")
+best=$(get get_best_GBps "$gt")
 
 sha=$(get sha_GBps "$floorn")
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }

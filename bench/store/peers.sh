@@ -28,7 +28,10 @@
 # (ingest >= 4x, restore >= 3x against the faster of restic and borg) said
 # met or not; the stored size of each repository (du -sb); which of the
 # three make their writes durable (counted with strace when it is here);
-# and CREST_TRACE's phases of one more crest put and cold get.
+# and CREST_TRACE's phases of one more crest put and cold get. Beside the
+# ingest and restore targets: the least work of crest's put and get of the
+# same bytes here (bench/store/work_floor, when built), and whether the
+# target asks for less time than that.
 # Needs: restic (apt-get install -y restic), borg (apt-get install -y
 # borgbackup), /usr/bin/time (apt-get install -y time); strace optional.
 # Usage: bench/store/peers.sh [SIZE [RUNS]]   (defaults 1G 3)
@@ -197,6 +200,30 @@ echo "- every repository, restic's cache and temporary packs and borg's cache un
 echo
 # ingest and re-ingest
 table first 4 "Ingest into an empty repository" crest restic borg
+# The least work of crest's put and get of these bytes on this machine
+# (work_floor: nothing stored, nothing written), beside what the targets
+# ask: a target below it is out of reach for any program doing that work.
+FLOOR=$BUILD/bench/store/work_floor
+fl_new= fl_get=
+# against_floor PHASE TARGET FLOOR_S WHAT: the time the target asks for in
+# PHASE (the faster peer's median over TARGET) beside the floor.
+against_floor() {
+	local peer want
+	peer=$(awk -v a="$(med W "$1-restic")" -v b="$(med W "$1-borg")" 'BEGIN { print (a < b) ? a : b }')
+	want=$(awk -v p="$peer" -v t="$2" 'BEGIN { printf "%.3f", p / t }')
+	echo "- $1: the target (>= $2x) asks for $want s; the least work of $4 is $3 s (bench/store/work_floor, after the timed runs): $(awk -v w="$want" -v f="$3" 'BEGIN { print (w < f) ? "below that floor, out of reach" : "above that floor" }')."
+}
+if [ -x "$FLOOR" ]; then
+	warm_input
+	fl=$("$FLOOR" "$data" | grep '^RESULT') || { echo "bench: work_floor failed" >&2; exit 1; }
+	fl_new=$(sed -n 's/.* put_new_floor_s=\([^ ]*\).*/\1/p' <<<"$fl")
+	fl_get=$(sed -n 's/.* get_floor_s=\([^ ]*\).*/\1/p' <<<"$fl")
+	against_floor first 4 "$fl_new" "this put on $(nproc) cores (read, chunk, hash, compress; nothing stored)"
+	echo
+else
+	echo "($FLOOR not built: the floors are not measured)"
+	echo
+fi
 # The faster peer for the re-ingest: among the ones that read the file again.
 table again 0 "Re-ingest of the unchanged file (a second snapshot)" crest restic restic:force-restic borg
 best=$(med W force-restic)
@@ -216,6 +243,12 @@ echo "- of the peers that read the file again, the faster: $reread, ratio to cre
 echo
 table cold 3 "Restore of the newest snapshot, caches dropped before each$([ $COLD = yes ] || echo ' (NOT dropped: not root)')" crest restic borg
 table warm 3 "Restore of the newest snapshot, warm (the repository in the page cache)" crest restic borg
+if [ -n "$fl_get" ]; then
+	for t in cold warm; do
+		against_floor "$t" 3 "$fl_get" "a get of these bytes on $(nproc) cores (copy, check, decode, verify; no file written)"
+	done
+	echo
+fi
 echo "Every restored file compared with the original by \`cmp\`: all $((RUNS * 6)) identical."
 echo
 echo "#### Stored size (du -sb of the repository after the first ingest; caches outside it not counted)"
