@@ -572,12 +572,12 @@ static int seg_process(struct engine *e, struct worker_ctx *w, struct seg *sg)
 		const uint8_t *id = NULL;
 		size_t n = 0;
 		int rc = guide_cut(&g, w, dp, p, left, sg->off + off, &n, sha);
-		if (rc == 0 && n)
-			id = sha;
-		else if (rc == 0)
+		if (rc == 0 && !n)
 			n = dedup_next(dp, p, left);
-		if (rc == 0 && g.hashed && n == g.hashed)
-			id = sha;   /* the parent's cut after all, other bytes: hashed already */
+		/* sha holds the hash of the guess's bytes: this chunk's id when
+		 * the cut fell there, taken from the parent or scanned. */
+		if (rc == 0 && g.hashed == n)
+			id = sha;
 		/* Given ids are per chunk of fixed chunking, which cuts at
 		 * multiples of its size from the segment's start. */
 		if (sg->ids)
