@@ -72,6 +72,32 @@ static inline void check_fill64(uint8_t *p, size_t n, uint64_t *st)
 		p[i] = (uint8_t)(check_rnd(st) >> 56);
 }
 
+/* n bytes at p + at of a kind chosen at random: zeros, a short pattern
+ * repeated (no cdc cut falls in it: the chunk runs to its maximum), a copy
+ * of bytes before at (a repeat of earlier chunks), or random bytes. */
+static inline void check_fill_kind(uint8_t *p, size_t at, size_t n, uint64_t *st)
+{
+	switch (check_rnd(st) % 5) {
+	case 0:
+		memset(p + at, 0, n);
+		break;
+	case 1: {
+		const uint64_t period = 1 + check_rnd(st) % 64, v = check_rnd(st);
+		for (size_t i = 0; i < n; i++)
+			p[at + i] = (uint8_t)(v >> (8 * (i % period % 8)));
+		break;
+	}
+	case 2:
+		if (at >= n) {
+			memmove(p + at, p + check_rnd(st) % (at - n + 1), n);
+			break;
+		}
+		/* fall through */
+	default:
+		check_fill64(p + at, n, st);
+	}
+}
+
 /* The first index where a and b differ, or n when they do not. */
 static inline size_t first_diff(const uint8_t *a, const uint8_t *b, size_t n)
 {

@@ -81,12 +81,7 @@ static uint64_t rng_state;
 
 static uint64_t rng(void)
 {
-	uint64_t x = rng_state;
-	x ^= x >> 12;
-	x ^= x << 25;
-	x ^= x >> 27;
-	rng_state = x;
-	return x * 0x2545f4914f6cdd1dull;
+	return check_rnd(&rng_state);
 }
 
 static void fill(uint8_t *p, size_t n)
@@ -633,34 +628,6 @@ static void t_once(const char *dir, uint64_t seed)
 
 /* ---- guided ---- */
 
-/* n bytes of a kind chosen at random: random, zeros, a short pattern
- * repeated (no cut may fall in it: the chunk runs to its maximum), or a
- * copy of earlier bytes of the model (a repeat of its chunks). */
-static void fill_kind(uint8_t *model, uint64_t at, uint64_t n)
-{
-	uint8_t *p = model + at;
-	switch (rng() % 5) {
-	case 0:
-		memset(p, 0, n);
-		break;
-	case 1: {
-		const uint64_t period = 1 + rng() % 64, v = rng();
-		for (uint64_t i = 0; i < n; i++)
-			p[i] = (uint8_t)(v >> (8 * (i % period % 8)));
-		break;
-	}
-	case 2:
-		if (at >= n) {
-			memmove(p, model + rng() % (at - n + 1), n);
-			break;
-		}
-		/* fall through */
-	default:
-		for (uint64_t i = 0; i < n; i++)
-			p[i] = (uint8_t)rng();
-	}
-}
-
 /* One "files" snapshot of model[0..len) as stream "f", with parent (pid, pm:
  * taken) unless pid is NULL, in appends of random sizes drawn from split:
  * the same split, the same appends. (Chunking starts again at every
@@ -707,7 +674,7 @@ static void t_guided(const char *dir, uint64_t seed)
 	uint64_t len = (64u << 10) + rng() % (3u << 20);
 	for (uint64_t at = 0; at < len;) {
 		const uint64_t n = 1 + rng() % (len - at < 65536 ? len - at : 65536);
-		fill_kind(model, at, n);
+		check_fill_kind(model, at, n, &rng_state);
 		at += n;
 	}
 	printf("guided: cdc avg %u, segments of %zu bytes, %u workers, %" PRIu64 " bytes\n", avg,
@@ -722,13 +689,13 @@ static void t_guided(const char *dir, uint64_t seed)
 			switch (rng() % 6) {
 			case 0:   /* overwrite */
 				if (at + n <= len)
-					fill_kind(model, at, n);
+					check_fill_kind(model, at, n, &rng_state);
 				break;
 			case 1:   /* insert */
 				if (len + n <= cap) {
 					memmove(model + at + n, model + at, len - at);
 					len += n;
-					fill_kind(model, at, n);
+					check_fill_kind(model, at, n, &rng_state);
 				}
 				break;
 			case 2:   /* delete */
@@ -743,7 +710,7 @@ static void t_guided(const char *dir, uint64_t seed)
 				break;
 			case 4:   /* append */
 				if (len + n <= cap) {
-					fill_kind(model, len, n);
+					check_fill_kind(model, len, n, &rng_state);
 					len += n;
 				}
 				break;

@@ -18,29 +18,6 @@
 
 #include <inttypes.h>
 
-static void fill_kind(uint8_t *p, size_t at, size_t n, uint64_t *st)
-{
-	switch (check_rnd(st) % 5) {
-	case 0:
-		memset(p + at, 0, n);
-		break;
-	case 1: {
-		const uint64_t period = 1 + check_rnd(st) % 64, v = check_rnd(st);
-		for (size_t i = 0; i < n; i++)
-			p[at + i] = (uint8_t)(v >> (8 * (i % period % 8)));
-		break;
-	}
-	case 2:
-		if (at >= n) {
-			memmove(p + at, p + check_rnd(st) % (at - n + 1), n);
-			break;
-		}
-		/* fall through */
-	default:
-		check_fill64(p + at, n, st);
-	}
-}
-
 int main(int argc, char **argv)
 {
 	const uint64_t seed = check_seed(argc, argv, 1);
@@ -56,7 +33,7 @@ int main(int argc, char **argv)
 		const size_t size = 1 + check_rnd(&st) % MAX;
 		for (size_t at = 0; at < size;) {
 			const size_t n = 1 + check_rnd(&st) % (size - at < 32768 ? size - at : 32768);
-			fill_kind(buf, at, n, &st);
+			check_fill_kind(buf, at, n, &st);
 			at += n;
 		}
 		for (int k = 0; k < 200; k++) {
