@@ -16,6 +16,8 @@
 # figures, reshaped for gnuplot, are kept beside it as NAME.dat.
 # Usage: bench/gpu_plot.sh OUTDIR [OUTDIR...]
 set -euo pipefail
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PLOTS=${PLOTS:-$ROOT/bench/plots}
 PREFIX=${PLOT_PREFIX:-gpu}

@@ -2,7 +2,7 @@
  * cas.h - crest's content-addressed store. cas/ owns every file in a store
  * directory; nothing else opens them.
  *
- *   STORE/FORMAT          "crest-store 2": written first, checked on open
+ *   STORE/FORMAT          "crest-store 2": written first (cas_init), checked on open
  *   STORE/lock            flock()ed by the one writer, which writes
  *                         "PID COMMAND" into it for writers that wait
  *   STORE/packs/N.pack    append-only chunk records (header + LZ4 or raw data);
@@ -81,7 +81,13 @@ int cas_snapshot_name_kind(const char *name);
 /* The default store: $CREST_STORE, else ./crest-store. */
 const char *cas_default_path(void);
 
-/* CAS_WRITE creates the store if dir is missing or an empty directory, and
+/* Makes dir a new, empty store (FORMAT written): creates the directory if
+ * it is missing (not its parents) or takes an empty one. -EEXIST, with a
+ * message, when dir is a store already; refuses a directory holding
+ * anything else. Nothing else creates a store, so that a mistyped path is
+ * an error rather than a new store. */
+int cas_init(const char *dir);
+/* CAS_WRITE needs an existing store (cas_init), and
  * waits while another writer holds it: saying on stderr who, every 15 s,
  * for $CREST_LOCK_TIMEOUT seconds (default 600), then -ETIMEDOUT. CAS_READ needs an
  * existing store. Refuses anything that is not a crest store of this format. */

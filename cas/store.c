@@ -175,23 +175,29 @@ static int store_trusted(const char *dir, const struct stat *st)
 	return rc;
 }
 
-/* Makes dir a store or checks that it is one.
+/* Checks that dir is a store, or (create: cas_init alone) makes it one.
  *
- * Two writers may create the same new store at once (two `crest put`s into
- * a fresh --store). mkdir tolerates EEXIST, and the FORMAT of a store that
- * has none is written only under an flock held on the directory itself,
- * re-checked once the lock is held: the first to get it writes FORMAT, the
- * others then find a store and open it. */
-static int store_prepare(const char *dir, enum cas_mode mode, int *format)
+ * Only cas_init creates: a writer's open of a missing or empty directory
+ * fails, so a mistyped --store is an error rather than a new store beside
+ * the real one.
+ *
+ * Two callers may create the same new store at once (two `crest put
+ * --init`s into a fresh --store). mkdir tolerates EEXIST, and the FORMAT of
+ * a store that has none is written only under an flock held on the
+ * directory itself, re-checked once the lock is held: the first to get it
+ * writes FORMAT, the others then find a store and open it. *created says
+ * which one this was. */
+static int store_prepare(const char *dir, bool create, int *format, bool *created)
 {
 	*format = CAS_FORMAT_VERSION;
+	*created = false;
 	struct stat st;
 	if (stat(dir, &st) < 0) {
 		if (errno != ENOENT)
 			return crest_errf(-errno, "cannot use store %s", dir);
-		if (mode == CAS_READ)
-			return crest_errx(-ENOENT, "no crest store at %s (crest put creates one; "
-					  "--store or CREST_STORE names another)", dir);
+		if (!create)
+			return crest_errx(-ENOENT, "no crest store at %s (crest init makes one there, as "
+					  "does --init; --store or CREST_STORE names another)", dir);
 		if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 			return crest_errf(-errno, "cannot create store directory %s", dir);
 		if (stat(dir, &st) < 0)
@@ -205,14 +211,15 @@ static int store_prepare(const char *dir, enum cas_mode mode, int *format)
 	rc = format_check(dir, format);
 	if (rc != -ENOENT)
 		return rc < 0 && !crest_errmsg()[0] ? crest_errf(rc, "cannot read %s/FORMAT", dir) : rc;
-	if (mode == CAS_READ) {
+	if (!create) {
 		int empty = dir_is_empty(dir);
 		if (empty < 0)
 			return crest_errf(empty, "cannot read store directory %s", dir);
 		if (!empty)
 			return crest_errx(-EINVAL, "%s is not a crest store (it has files but no FORMAT); "
 					  "refusing to use it", dir);
-		return crest_errx(-ENOENT, "%s is an empty directory, not a crest store yet", dir);
+		return crest_errx(-ENOENT, "%s is an empty directory, not a crest store yet (crest init "
+				  "makes it one, as does --init)", dir);
 	}
 	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
@@ -234,6 +241,7 @@ static int store_prepare(const char *dir, enum cas_mode mode, int *format)
 		else {
 			fchmod(dfd, 0700);
 			rc = format_write(dir);
+			*created = rc == 0;
 		}
 	} else if (rc < 0 && !crest_errmsg()[0]) {
 		rc = crest_errf(rc, "cannot read %s/FORMAT", dir);
@@ -765,8 +773,9 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	pthread_mutex_init(&s->rfd_lock, NULL);
 	pthread_mutex_init(&s->reserve_lock, NULL);
 	int rc = s->dir ? 0 : -ENOMEM;
+	bool created;
 	if (rc == 0)
-		rc = store_prepare(dir, mode == CAS_READ ? CAS_READ : CAS_WRITE, &s->format);
+		rc = store_prepare(dir, false, &s->format, &created);
 	if (rc == 0 && mode != CAS_READ)
 		rc = store_lock(s);
 	if (rc == 0 && mode == CAS_REPAIR && s->format < 2)
@@ -811,6 +820,17 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	}
 	*out = s;
 	return 0;
+}
+
+int cas_init(const char *dir)
+{
+	int format;
+	bool created;
+	crest_errset_str("");
+	int rc = store_prepare(dir, true, &format, &created);
+	if (rc == 0 && !created)
+		rc = crest_errx(-EEXIST, "%s is a crest store already", dir);
+	return rc;
 }
 
 int cas_open(const char *dir, enum cas_mode mode, struct cas_store **out)

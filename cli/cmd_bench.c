@@ -412,7 +412,7 @@ static int one_run(struct bench *b, struct figures *fg, struct run *out, struct 
 	struct restore_phases ph;
 	memset(&ph, 0, sizeof(ph));
 	memset(out, 0, sizeof(*out));
-	int rc = cas_open(b->c->store, CAS_READ, &store);
+	int rc = cli_store_open(b->c, CAS_READ, &store);
 	if (rc == 0)
 		rc = cas_snapshot_resolve(store, b->name, fg->id);
 	if (rc == 0 && b->cold && cas_pack_drop_cache(store) < 0)
@@ -1012,6 +1012,7 @@ static int bench_checkpoint(struct cli *c, int argc, char **argv)
 	struct capture_copier *cp = NULL;
 	struct cli wc = *c;
 	wc.store = store_dir;
+	wc.init = wc.init || tmp_store;
 	if (rc == 0)
 		rc = cli_writer_open(&wc, NULL, &store, &eng);
 	if (rc == 0)

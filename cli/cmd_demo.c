@@ -245,7 +245,10 @@ int cmd_demo(struct cli *c, int argc, char **argv)
 
 	struct cas_store *store;
 	struct engine *e;
-	rc = cli_writer_open(c, NULL, &store, &e);
+	/* The demo makes its store if there is none: ./crest-store, the README says. */
+	rc = cas_init(c->store);
+	if (rc == 0 || rc == -EEXIST)
+		rc = cli_writer_open(c, NULL, &store, &e);
 	if (rc < 0)
 		return cli_fail(c, rc);
 	/* The job and, later, the restored job become our children: we can
@@ -305,7 +308,7 @@ int cmd_demo(struct cli *c, int argc, char **argv)
 		       (unsigned long long)count_lines(d.out, UINT64_MAX));
 
 	/* Restore from checkpoint `from`, let it run a few steps, compare. */
-	rc = cas_open(c->store, CAS_READ, &store);
+	rc = cli_store_open(c, CAS_READ, &store);
 	struct cas_manifest *m = NULL;
 	if (rc == 0)
 		rc = cas_manifest_load(store, st[from - 1].id, &m);

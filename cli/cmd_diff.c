@@ -363,7 +363,7 @@ int cmd_diff(struct cli *c, int argc, char **argv)
 		return 2;
 	}
 	struct cas_store *store;
-	int rc = cas_open(c->store, CAS_READ, &store);
+	int rc = cli_store_open(c, CAS_READ, &store);
 	if (rc < 0)
 		return cli_fail(c, rc);
 	uint8_t ida[32], idb[32];

@@ -500,7 +500,7 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 		return 2;
 	}
 	struct cas_store *store;
-	int rc = cas_open(c->store, CAS_READ, &store);
+	int rc = cli_store_open(c, CAS_READ, &store);
 	if (rc < 0)
 		return cli_fail(c, rc);
 	if (cli_check_index(c, store) < 0)   /* listed all the same: say what is missing */
@@ -661,7 +661,7 @@ int cmd_tag(struct cli *c, int argc, char **argv)
 	if (cas_tag_check(argv[2]) < 0)
 		return cli_fail(c, -EINVAL);
 	struct cas_store *store;
-	int rc = cas_open(c->store, CAS_WRITE, &store);
+	int rc = cli_store_open(c, CAS_WRITE, &store);
 	if (rc < 0)
 		return cli_fail(c, rc);
 	uint8_t id[32];

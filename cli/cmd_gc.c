@@ -93,7 +93,7 @@ int cmd_gc(struct cli *c, int argc, char **argv)
 		return 2;
 	}
 	struct cas_store *store;
-	int rc = cas_open(c->store, CAS_WRITE, &store);
+	int rc = cli_store_open(c, CAS_WRITE, &store);
 	if (rc < 0)
 		return cli_fail(c, rc);
 	struct cas_gc_result r;

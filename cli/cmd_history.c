@@ -156,7 +156,7 @@ int cmd_log(struct cli *c, int argc, char **argv)
 		return prc < 0 ? cli_fail(c, prc) : 0;
 	}
 	struct cas_store *store;
-	int rc = cas_open(c->store, CAS_READ, &store);
+	int rc = cli_store_open(c, CAS_READ, &store);
 	if (rc < 0)
 		return cli_fail(c, rc);
 	if (cli_check_index(c, store) < 0)
@@ -285,7 +285,7 @@ int cmd_branch(struct cli *c, int argc, char **argv)
 	}
 	struct cas_store *store;
 	if (argc == 1) {
-		int rc = cas_open(c->store, CAS_READ, &store);
+		int rc = cli_store_open(c, CAS_READ, &store);
 		if (rc < 0)
 			return cli_fail(c, rc);
 		struct cas_branch *b;
@@ -319,7 +319,7 @@ int cmd_branch(struct cli *c, int argc, char **argv)
 	const char *name = argv[1], *from = argc > 2 ? argv[2] : NULL;
 	if (cas_branch_check(name) < 0)
 		return cli_fail(c, -EINVAL);
-	int rc = cas_open(c->store, CAS_WRITE, &store);
+	int rc = cli_store_open(c, CAS_WRITE, &store);
 	if (rc < 0)
 		return cli_fail(c, rc);
 	uint8_t fid[32], id[32];

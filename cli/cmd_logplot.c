@@ -74,7 +74,7 @@ int cli_log_plot(const struct cli *c, const char *branch, const char *png)
 	if (cas_branch_check(branch) < 0 || cli_plot_name_ok(png) < 0)
 		return -EINVAL;
 	struct cas_store *store;
-	int rc = cas_open(c->store, CAS_READ, &store);
+	int rc = cli_store_open(c, CAS_READ, &store);
 	if (rc < 0)
 		return rc;
 	uint8_t id[32];

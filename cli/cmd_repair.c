@@ -14,7 +14,7 @@ int cmd_repair(struct cli *c, int argc, char **argv)
 		return 2;
 	}
 	struct cas_store *store;
-	int rc = cas_open(c->store, CAS_REPAIR, &store);
+	int rc = cli_store_open(c, CAS_REPAIR, &store);
 	if (rc < 0)
 		return cli_fail(c, rc);
 	struct cas_recovery r;

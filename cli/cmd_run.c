@@ -369,7 +369,7 @@ int cmd_clone(struct cli *c, int argc, char **argv)
 	if (made && !bids)
 		brc = crest_errf(-ENOMEM, "clone");
 	if (made && brc == 0)
-		brc = cas_open(c->store, CAS_WRITE, &store);
+		brc = cli_store_open(c, CAS_WRITE, &store);
 	for (unsigned long k = 0; brc == 0 && k < made; k++) {
 		brc = cas_branch_fork(store, id, names[k], bids + 32 * k);
 		/* Each copy's checkpoints continue its own branch. */

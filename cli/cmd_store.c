@@ -34,7 +34,7 @@ int cmd_stats(struct cli *c, int argc, char **argv)
 		return 2;
 	}
 	struct cas_store *store;
-	int rc = cas_open(c->store, CAS_READ, &store);
+	int rc = cli_store_open(c, CAS_READ, &store);
 	if (rc < 0)
 		return cli_fail(c, rc);
 	struct cas_snapinfo *v = NULL;
@@ -174,7 +174,7 @@ int cmd_verify(struct cli *c, int argc, char **argv)
 		return 2;
 	}
 	struct cas_store *store;
-	int rc = cas_open(c->store, CAS_READ, &store);
+	int rc = cli_store_open(c, CAS_READ, &store);
 	if (rc < 0)
 		return cli_fail(c, rc);
 	/* Commits the index lacks make the store not whole: verifying all of

@@ -9,6 +9,7 @@
 
 int cmd_put(struct cli *c, int argc, char **argv);
 int cmd_get(struct cli *c, int argc, char **argv);
+int cmd_init(struct cli *c, int argc, char **argv);
 int cmd_ls(struct cli *c, int argc, char **argv);
 int cmd_show(struct cli *c, int argc, char **argv);
 int cmd_tag(struct cli *c, int argc, char **argv);

@@ -68,6 +68,8 @@ int cli_parse_globals(struct cli *c, int argc, char **argv)
 {
 	guard_stdout();
 	c->store = cas_default_path();
+	const char *init = getenv("CREST_INIT");
+	c->init = init && !strcmp(init, "1");
 	int out = 1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -75,6 +77,8 @@ int cli_parse_globals(struct cli *c, int argc, char **argv)
 			c->json = true;
 		} else if (!strcmp(a, "--quiet") || !strcmp(a, "-q")) {
 			c->quiet = true;
+		} else if (!strcmp(a, "--init")) {
+			c->init = true;
 		} else if (!strcmp(a, "--store") || !strcmp(a, "--workers")) {
 			if (i + 1 >= argc) {
 				fprintf(stderr, "%s: %s needs a value\n", c->prog, a);
@@ -107,6 +111,14 @@ int cli_parse_globals(struct cli *c, int argc, char **argv)
 	if (c->json)
 		c->quiet = true;
 	return out;
+}
+
+int cli_store_open(const struct cli *c, enum cas_mode mode, struct cas_store **out)
+{
+	int rc = c->init ? cas_init(c->store) : 0;
+	if (rc < 0 && rc != -EEXIST)
+		return rc;
+	return cas_open(c->store, mode, out);
 }
 
 int cli_parse_size(const char *s, uint64_t *out)
@@ -245,7 +257,7 @@ int cli_snapshot_open(const struct cli *c, const char *name, struct cas_store **
 		      struct cas_manifest **m)
 {
 	*m = NULL;
-	int rc = cas_open(c->store, CAS_READ, store);
+	int rc = cli_store_open(c, CAS_READ, store);
 	if (rc < 0) {
 		*store = NULL;
 		return rc;
@@ -269,7 +281,7 @@ int cli_writer_open(const struct cli *c, const struct engine_opts *o, struct cas
 		def.workers = c->workers;
 		o = &def;
 	}
-	int rc = cas_open(c->store, CAS_WRITE, store);
+	int rc = cli_store_open(c, CAS_WRITE, store);
 	if (rc < 0)
 		return rc;
 	rc = engine_open(*store, o, e);

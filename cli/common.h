@@ -17,6 +17,7 @@ struct cli {
 	const char *prog;      /* "crest" or "casctl" */
 	const char *store;     /* --store, $CREST_STORE, ./crest-store */
 	bool json, quiet;
+	bool init;             /* --init or CREST_INIT=1: make the store if missing */
 	unsigned workers;      /* --workers; 0: all cores */
 	mode_t umask;          /* the caller's, before crest's own 077: a job's */
 };
@@ -25,6 +26,12 @@ struct cli {
  * from argv wherever they appear. Returns the new argc, or -1 after printing
  * a message. */
 int cli_parse_globals(struct cli *c, int argc, char **argv);
+
+/* cas_open of the store, made first with --init (or CREST_INIT=1) if it
+ * is not one yet, as crest init would. Every command opens its store
+ * through it, after its arguments are checked: a refused command line
+ * makes no store. */
+int cli_store_open(const struct cli *c, enum cas_mode mode, struct cas_store **out);
 
 /* "4096", "64K", "16M", "2G" (powers of 1024). -EINVAL on anything else. */
 int cli_parse_size(const char *s, uint64_t *out);

@@ -36,7 +36,7 @@ int main(int argc, char **argv)
 		const char *name;
 		int (*fn)(struct cli *, int, char **);
 	} cmds[] = {
-		{ "put", cmd_put }, { "get", cmd_get }, { "ls", cmd_ls },
+		{ "init", cmd_init }, { "put", cmd_put }, { "get", cmd_get }, { "ls", cmd_ls },
 		{ "show", cmd_show }, { "tag", cmd_tag }, { "diff", cmd_diff },
 		{ "checkpoint", cmd_checkpoint }, { "restore", cmd_restore }, { "demo", cmd_demo },
 		{ "log", cmd_log }, { "branch", cmd_branch }, { "run", cmd_run }, { "clone", cmd_clone },

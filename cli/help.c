@@ -16,6 +16,7 @@
 
 const struct cli_opt_doc cli_global_opts[] = {
 	{ "--store", NULL, "DIR", "the store (else $CREST_STORE, else ./crest-store)" },
+	{ "--init", NULL, NULL, "make the store first if it is not one yet, as crest init would" },
 	{ "--json", NULL, NULL, "print JSON on stdout, and no progress or notes on stderr" },
 	{ "--quiet", "-q", NULL, "no progress line and no notes on stderr; errors still" },
 	{ "--workers", NULL, "N", "threads for hashing, compression and reading (1 to 1024; default: every core)" },
@@ -25,6 +26,7 @@ const struct cli_opt_doc cli_global_opts[] = {
 
 const struct cli_env_doc cli_env_docs[] = {
 	{ "CREST_STORE", "the store when --store is not given (default ./crest-store)" },
+	{ "CREST_INIT", "1: as --init, for scripts and job launchers that start on a fresh machine" },
 	{ "CREST_LOCK_TIMEOUT", "seconds a writer waits for another writer to let go of the store (default 600)" },
 	{ "CREST_CRIU", "the criu program to run (default: the one beside crest's tree, else criu on PATH)" },
 	{ "CRIU_FAULT", "passed on to criu as it is; unset, crest sets 130 (criu without hardware breakpoints) "
@@ -42,6 +44,13 @@ const struct cli_env_doc cli_env_docs[] = {
 
 const struct cli_cmd_doc cli_cmd_docs[] = {
 	/* ---- crest ---- */
+	{ "crest", "init", "[DIR]", "make a new store",
+	  "Makes DIR (default: the store, --store or $CREST_STORE or ./crest-store) a new, empty "
+	  "store; its parent must exist. Nothing else makes a store, so that a mistyped --store is "
+	  "an error rather than a new store beside the real one; --init (or CREST_INIT=1) lets any "
+	  "command make its store first. Refuses a store that exists and a directory that holds "
+	  "anything else.",
+	  "DIR", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "put", "[--tag TAG] [--branch BRANCH] [--chunker fixed|cdc] [--chunk-size SIZE] PATH...",
 	  "snapshot files and directory trees",
 	  "Stores each PATH, and for a directory everything below it, as one snapshot: contents "

@@ -538,7 +538,13 @@ static int store_up(crest_t *c)
 	}
 	const bool reopen = c->store != NULL;
 	store_down(c);
-	int rc = cas_open(c->store_dir, CAS_WRITE, &c->store);
+	/* The library makes its store (crest.h): the program's own code named
+	 * it, unlike a --store typed at a prompt. */
+	int rc = reopen ? 0 : cas_init(c->store_dir);
+	if (rc == -EEXIST)
+		rc = 0;
+	if (rc == 0)
+		rc = cas_open(c->store_dir, CAS_WRITE, &c->store);
 	if (rc == 0)
 		rc = engine_start(c, c->store, &c->eng);
 	if (rc == 0 && c->has_parent) {

@@ -81,6 +81,8 @@
 # Expected: about 3 minutes on an H100 (estimated from bench/RESULTS.md, not yet
 # measured). Each check has its own time limit, so a hang fails that check only.
 set -uo pipefail
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 

@@ -9,6 +9,8 @@
 #   ../shared/tools/gpu-bundle .gpu build/bench/library/gpu_bench /tmp/x/gpu_bench_old
 #   sh bench/library/compare.sh gpu_bench_old gpu_bench 8 3
 set -u
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 old=$1 new=$2 gib=${3:-8} rounds=${4:-3}
 work=/tmp/crest-compare
 i=1

@@ -14,6 +14,8 @@
 # come, "round name value" a line, which bench/gpu_plot.sh draws later on a
 # machine with gnuplot (this one has none).
 set -u
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 out=${1:-/tmp/crest-gpu-bench}
 rounds=${2:-1}
 gib=8

@@ -8,6 +8,8 @@
 # gc runs. Prints both RESULT lines and the ratio of the second stalls.
 # Needs .gpu with gpu_bench and casctl (see gpu_bench.sh for bundling).
 set -u
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 gib=${1:-8}
 work=/tmp/crest-held-bench
 for mode in kept held; do

@@ -14,6 +14,8 @@
 # the first ingest).
 # Needs .gpu with gpu_bench and casctl (see gpu_bench.sh for bundling).
 set -u
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 gib=${1:-8}
 pct=${2:-2}
 work=${3:-/tmp/crest-incr-bench}

@@ -21,6 +21,8 @@
 #   --name   file name of the picture and JSON (default restore-targets)
 #   --replot FILE.json: draw the picture again from a JSON this script kept
 #            (into PLOTS/NAME.png), running nothing
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 . "$(dirname "$0")/../store/lib.sh"
 SIZE=1G
 STORE=

@@ -4,6 +4,8 @@
 # --bundle, plus build/tests/store/store_tool) when it is there, else from
 # build/; now, the time in seconds with nanoseconds; and rate BYTES T0 T1,
 # BYTES over the seconds from T0 to T1 in GB/s, two decimals.
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 if [ -x .gpu/run ] && [ -x .gpu/bin/store_tool ]; then
 	crest() { .gpu/run crest "$@"; }
 	casctl() { .gpu/run casctl "$@"; }

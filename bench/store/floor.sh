@@ -21,6 +21,8 @@
 # Runs from the repository root with binaries from .gpu/ (a bundle with
 # work_floor and tmpfs_fill) or build/.
 set -euo pipefail
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 gib=${1:-8}
 dir=${2:-/dev/shm}
 . "$(dirname "$0")/bins.sh"

@@ -25,6 +25,8 @@
 # Needs root for drop_caches (else the caches stay warm), restic, time.
 # Usage: bench/store/gc.sh [SIZE [VERSIONS [RUNS [RUN [KEEP]]]]]
 #        (defaults 512M 101 8 4608K 50)
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 . "$(dirname "$0")/lib.sh"
 SIZE=${1:-512M}
 VERSIONS=${2:-101}

@@ -2,6 +2,8 @@
 # directory (default: build/ at the top of the repository); WORK a scratch
 # directory on the disk to measure (default: a new one under /var/tmp, which
 # is not a tmpfs here), removed at the end.
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 BUILD=${BUILD:-$ROOT/build}

@@ -35,6 +35,8 @@
 # Needs: restic (apt-get install -y restic), borg (apt-get install -y
 # borgbackup), /usr/bin/time (apt-get install -y time); strace optional.
 # Usage: bench/store/peers.sh [SIZE [RUNS]]   (defaults 1G 3)
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 . "$(dirname "$0")/lib.sh"
 SIZE=${1:-1G}
 RUNS=${2:-3}

@@ -10,6 +10,8 @@
 # Runs from the repository root with binaries from .gpu/ or build/
 # (bins.sh).
 set -u
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 gib=${1:-8}
 dir=${2:-/var/tmp}
 . "$(dirname "$0")/bins.sh"

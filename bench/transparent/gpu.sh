@@ -12,6 +12,8 @@
 # crest-bare-ckpt, crest-workload, crest-workload-gpu) and .gpu/criu (the
 # criu prefix) carried.
 set -euo pipefail
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 OUT=${OUT:-$PWD/gpu-out}
 MIB=${GPU_MIB:-8192}
 declare -a IMAGES

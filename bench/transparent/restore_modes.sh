@@ -11,6 +11,8 @@
 # Run from the repository root on the GPU machine with .gpu/ carried (as
 # bench/transparent/gpu.sh). JSON of every round lands in $OUT (./gpu-out).
 set -euo pipefail
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 ROUNDS=${1:-2}
 OUT=${OUT:-$PWD/gpu-out}
 MIB=${GPU_MIB:-8192}

@@ -4,6 +4,8 @@
 # completion, sourced from where it was installed, completes commands,
 # options, option values, and the tags and ids of a real small store.
 set -u
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 : "${BUILD:?}"
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT

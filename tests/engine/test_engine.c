@@ -108,6 +108,7 @@ static struct cas_store *fresh_store(const char *dir)
 		exit(1);
 	}
 	struct cas_store *s;
+	OK(cas_init(dir));
 	OK(cas_open(dir, CAS_WRITE, &s));
 	return s;
 }

@@ -29,6 +29,8 @@
 # FAULT_SEED replays a sample, FAULT_OPS="put lib" limits the operations,
 # FAULT_POINT="op func nth mode" tries one point and keeps its store.
 set -uo pipefail
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 
 : "${CREST:?}" "${CASCTL:?}" "${STORE_TOOL:?}" "${FAULTSHIM:?}" "${FAULT_LIB:?}"
 SAMPLES=${FAULT_SAMPLES:-250}

@@ -3,6 +3,8 @@
 # lock (fork_exec.c says why). The program runs in a session of its own so
 # that a child left hung is killed with it.
 set -uo pipefail
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 : "${FORK_EXEC:?}" "${FAULTSHIM:?}"
 T=$(mktemp -d /tmp/crest-forkexec.XXXXXX)
 trap 'rm -rf "$T"' EXIT

@@ -14,6 +14,8 @@
 #      restore bit-exact, and a repair brings no expired one back.
 # The versions' changes are random; the seed is printed (GC_META_SEED).
 set -uo pipefail
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 : "${CREST:?}" "${CASCTL:?}" "${STORE_TOOL:?}" "${FAULTSHIM:?}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=0:verify_asan_link_order=0}
 T=$(mktemp -d "${TMPDIR:-/tmp}/crest-gcmeta.XXXXXX")

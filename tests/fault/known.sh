@@ -11,6 +11,8 @@
 # For each, the failed snapshot must not be listed, every listed snapshot
 # must pass casctl verify, and what is reported OK must restore.
 set -uo pipefail
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 : "${CREST:?}" "${CASCTL:?}" "${STORE_TOOL:?}" "${FAULTSHIM:?}"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=0:verify_asan_link_order=0}
 T=$(mktemp -d "${TMPDIR:-/tmp}/crest-known.XXXXXX")

@@ -64,6 +64,7 @@ static void setup(void)
 	char dir[4096];
 	snprintf(dir, sizeof(dir), "%s/store", tmpl);
 	struct cas_store *w;
+	CHECK(cas_init(dir) == 0);
 	CHECK(cas_open(dir, CAS_WRITE, &w) == 0);
 	struct cas_index_entry e = { .loc = { .pack = FUZZ_PACK, .off = CAS_PACK_HEADER,
 					      .stored = WINDOW - CAS_PACK_HEADER - CAS_REC_HEADER,

@@ -15,6 +15,8 @@
 # keeper, and its snapshots must restore too.
 #   gc_session.sh GC_SESSION CASCTL SCRATCH [SEED]
 set -euo pipefail
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 PROG=$1 CASCTL=$2 T=$3 SEED=${4:-${SEED:-$(date +%s%N | cut -c10-18)}}
 fail() { echo "FAIL: $*" >&2; exit 1; }
 rm -rf "$T" && mkdir -p "$T"

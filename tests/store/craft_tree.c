@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "util/err.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,7 +34,11 @@ int main(int argc, char **argv)
 	struct engine_snap *s;
 	struct engine_opts o;
 	engine_opts_default(&o);
-	int rc = cas_open(argv[1], CAS_WRITE, &store);
+	int rc = cas_init(argv[1]);
+	if (rc == -EEXIST)
+		rc = 0;
+	if (rc == 0)
+		rc = cas_open(argv[1], CAS_WRITE, &store);
 	if (rc == 0 && (rc = engine_open(store, &o, &e)) < 0)
 		cas_close(store);
 	if (rc < 0) {

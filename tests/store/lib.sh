@@ -4,6 +4,8 @@
 # removed on exit whatever happens. CREST, CASCTL and STORE_TOOL come from
 # CMake; CREST_TEST_SCALE divides the big sizes (1 in a normal build).
 set -euo pipefail
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 
 : "${CREST:?CREST must name the crest binary}"
 : "${CASCTL:?CASCTL must name the casctl binary}"

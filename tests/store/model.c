@@ -838,7 +838,11 @@ static struct {
 
 static void store_open(void)
 {
-	int rc = cas_open(store_dir, CAS_WRITE, &S);
+	int rc = cas_init(store_dir);
+	if (rc == -EEXIST)
+		rc = 0;
+	if (rc == 0)
+		rc = cas_open(store_dir, CAS_WRITE, &S);
 	if (rc < 0)
 		fail("cas_open: %s", crest_errmsg());
 }

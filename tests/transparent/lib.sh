@@ -1,6 +1,8 @@
 # Shared by the transparent tests: a private store and scratch directory,
 # cleanup of every process a test started, and small assertions.
 set -euo pipefail
+# Stores here are made on first use (crest init and its refusals: tests/store/init.sh).
+export CREST_INIT=1
 T=$(mktemp -d /tmp/crest-tp-XXXXXX)
 S=$T/store
 PIDS=()
