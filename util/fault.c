@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 atomic_int crest_fault_on = -1;
@@ -83,4 +84,22 @@ void crest_fault_die(const char *site)
 		return;
 	fprintf(stderr, "crest: fault hook: killed at %s\n", site);
 	raise(SIGKILL);
+}
+
+void crest_fault_pause(const char *site)
+{
+	/* Read each time, as crest_fault_die: a few calls per run. */
+	const char *want = getenv("CREST_FAULT_PAUSE");
+	const size_t n = strlen(site);
+	if (!want || strncmp(want, site, n) || want[n] != ':' || !want[n + 1])
+		return;
+	const char *file = want + n + 1;
+	const int fd = open(file, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return;
+	close(fd);
+	for (int i = 0; i < 12000 && access(file, F_OK) == 0; i++) {
+		struct timespec ts = { 0, 10 * 1000000L };
+		nanosleep(&ts, NULL);
+	}
 }

@@ -21,6 +21,15 @@
  * where a kill timed from outside lands too early or too late. Sites:
  * "restore.cuda" (a process restore after CRIU, before the driver gives
  * the processes their GPU state back).
+ *
+ * crest_fault_pause(site) holds the calling thread at a step when
+ * CREST_FAULT_PAUSE="SITE:FILE" names the site: it creates FILE, then
+ * waits until FILE is gone (polled every 10 ms, 120 s at most). A test
+ * waits for FILE, does what must happen in that window (a gc beside a
+ * reader's open), and removes FILE: a race made certain, not hoped for.
+ * Sites: "store.read_open" (a reader's open, its index opened, before it
+ * reads the meta logs), "restore.lock" (a process restore, holding the
+ * job's restore lock, before it checks for a running copy).
  */
 #ifndef CREST_UTIL_FAULT_H
 #define CREST_UTIL_FAULT_H
@@ -29,6 +38,7 @@
 
 int crest_fault_res_slow(const char *site, int res);
 void crest_fault_die(const char *site);
+void crest_fault_pause(const char *site);
 
 extern atomic_int crest_fault_on;   /* -1 not read yet, 0 off, 1 on */
 
