@@ -14,6 +14,7 @@
 #include "cas/cas_int.h"
 #include "cas/format.h"
 #include "util/err.h"
+#include "util/fault.h"
 #include "util/par.h"
 #include "util/progress.h"
 #include "util/sha256.h"
@@ -715,7 +716,15 @@ bool cas_store_broken(const struct cas_store *s)
  * opened before the rewrite may still look chunks up in the old packs). A
  * reader that cannot open the file (a read-only store) goes on without:
  * gc then never finds the store free of readers it could not see, so it
- * only ever errs towards keeping old packs. */
+ * only ever errs towards keeping old packs.
+ *
+ * Invariant: a reader holds STORE/readers before it opens the index, and
+ * until it closes it. Either gc's check (cas_readers_none, step 5 in gc.h)
+ * comes first, and then the batch that retired the old packs was written
+ * before this reader's open, whose index never names them; or the reader
+ * holds the lock first, and gc keeps the packs. Joined after the open (as
+ * it once was), a gc could check in between and unlink packs the index
+ * the reader had just read still names: a healthy store read as damaged. */
 static void readers_join(struct cas_store *s)
 {
 	char path[4096];
@@ -784,8 +793,12 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 				"which repair works", dir);
 	if (rc == 0 && mode == CAS_REPAIR)
 		rc = index_set_aside(s);
+	if (rc == 0 && mode == CAS_READ)
+		readers_join(s);   /* before the index: the invariant at readers_join */
 	if (rc == 0)
 		rc = db_open(s);
+	if (rc == 0 && mode == CAS_READ)
+		crest_fault_pause("store.read_open");   /* tests only: util/fault.h */
 	/* An index that names table files it does not have, left so by an
 	 * ingest that failed (ingest.c says how RocksDB can), is rebuilt from
 	 * the packs and meta logs, as casctl repair would: they hold every
@@ -812,8 +825,6 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 		rc = cas_pack_open_writer(s, floor);
 	if (rc == 0 && mode == CAS_READ)
 		rc = cas_hidden_load(s);
-	if (rc == 0 && mode == CAS_READ)
-		readers_join(s);
 	if (rc < 0) {
 		cas_close(s);
 		return rc;
