@@ -338,6 +338,52 @@ int proc_files_writable(const struct proc_tree *t, struct proc_files *out)
 	return 0;
 }
 
+int proc_file_writer(const struct proc_file *files, size_t n, pid_t *who, size_t *which)
+{
+	DIR *pd = n ? opendir("/proc") : NULL;
+	if (!pd)
+		return n ? crest_errf(-errno, "cannot list /proc") : 0;
+	const pid_t self = getpid();
+	int found = 0;
+	struct dirent *pe;
+	while (!found && (pe = readdir(pd))) {
+		char *end;
+		const long pid = strtol(pe->d_name, &end, 10);
+		if (*end || pid <= 0 || pid == self)
+			continue;
+		char dpath[64];
+		snprintf(dpath, sizeof(dpath), "/proc/%ld/fd", pid);
+		DIR *d = opendir(dpath);
+		if (!d)
+			continue;   /* gone, or a kernel thread */
+		struct dirent *e;
+		while (!found && (e = readdir(d))) {
+			if (e->d_name[0] == '.')
+				continue;
+			char lpath[64 + 256];
+			struct stat sb;
+			snprintf(lpath, sizeof(lpath), "%s/%s", dpath, e->d_name);
+			if (stat(lpath, &sb) < 0 || !S_ISREG(sb.st_mode))
+				continue;
+			for (size_t k = 0; k < n; k++) {
+				if (files[k].dev != (uint64_t)sb.st_dev || files[k].ino != (uint64_t)sb.st_ino)
+					continue;
+				/* Read-only (a tail -f) harms nothing and does not count. */
+				const long fl = fd_flags((pid_t)pid, e->d_name);
+				if (fl >= 0 && (fl & O_ACCMODE) != O_RDONLY) {
+					*who = (pid_t)pid;
+					*which = k;
+					found = 1;
+				}
+				break;
+			}
+		}
+		closedir(d);
+	}
+	closedir(pd);
+	return found;
+}
+
 void proc_files_free(struct proc_files *f)
 {
 	for (size_t i = 0; i < f->n; i++)

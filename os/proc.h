@@ -63,6 +63,13 @@ struct proc_files {
  * path once. Deleted files are left out (CRIU handles them itself). */
 int proc_files_writable(const struct proc_tree *t, struct proc_files *f);
 void proc_files_free(struct proc_files *f);
+/* Whether a process other than the caller has one of the n files (by dev
+ * and ino; path only for the caller's messages) open for writing: 1, its
+ * pid in *who and the file's index in *which; 0 when none. Every process's
+ * descriptors are looked at (/proc/PID/fd), so a job's processes are found
+ * whatever their pids or pid namespace: what a restore in place checks
+ * before it puts the job's files back (restore/process.c). */
+int proc_file_writer(const struct proc_file *files, size_t n, pid_t *who, size_t *which);
 
 /* A descriptor of the tree that names a file on a mount its own mount
  * namespace does not have: one it inherited from outside, as the stdio

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -761,6 +762,155 @@ static void tree_kill(const struct rp_result *r, const pid_t *pids, size_t npids
 		kill(pids[i], SIGKILL);
 }
 
+/*
+ * In place, only one restore of a job may win: two at once both found the
+ * job's pids free and its files unheld, both swapped the files, and the
+ * loser, swapping "its originals" back, left the winner's job writing to
+ * an unlinked file (issue 32); two restores of a crest run job, each in a
+ * new pid namespace, both won. So an in-place restore holds the host's
+ * restore lock (RUN_DIR/restore.lock, RUN_DIR: $CREST_RUN_DIR, else
+ * /run/crest) from before its checks until it is done with CRIU's outcome
+ * and the files, and checks under it, before any file is touched, that no
+ * copy of the job runs (job_running). One lock for the host, not one per
+ * job: no key names a job across its restores (pids are reused, a crest
+ * run job gets a new namespace at each restore, its files can differ from
+ * one snapshot to the next), and a key that differed for the same job
+ * would let the race through; restores in place are rare and brief, so
+ * another job's restore waits its turn. An flock: a crest that dies lets go of it
+ * (CRIU, the guard and the restored tree never inherit it: O_CLOEXEC, and
+ * CRIU makes the tree's processes itself). The holder's pid is in the file
+ * for those that wait.
+ */
+#define RESTORE_LOCK_WAIT_S 600
+
+static int restore_lock(int *out)
+{
+	*out = -1;
+	const char *env = getenv("CREST_RUN_DIR");
+	const char *dir = env && *env ? env : "/run/crest";
+	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
+		return crest_errf(-errno, "cannot create %s for the restore lock", dir);
+	/* Root's lock in a place nobody else may plant a link or a file. */
+	struct stat ds;
+	if (lstat(dir, &ds) < 0)
+		return crest_errf(-errno, "cannot use %s for the restore lock", dir);
+	if (!S_ISDIR(ds.st_mode) || (ds.st_uid != geteuid() && ds.st_uid != 0) || (ds.st_mode & 022))
+		return crest_errx(-EPERM, "refusing %s for the restore lock: not a directory of this user's or "
+				  "root's that only they may write (chmod 700 it, or set CREST_RUN_DIR)", dir);
+	char path[PATH_MAX];
+	snprintf(path, sizeof(path), "%s/restore.lock", dir);
+	const int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return crest_errf(-errno, "cannot open the restore lock %s", path);
+	const uint64_t t0 = time_now_ns();
+	uint64_t said = t0;
+	while (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		const int err = errno;
+		if (err != EWOULDBLOCK && err != EINTR) {
+			close(fd);
+			return crest_errf(-err, "cannot lock %s", path);
+		}
+		const uint64_t now = time_now_ns();
+		char holder[32] = "";
+		const ssize_t n = pread(fd, holder, sizeof(holder) - 1, 0);
+		holder[n > 0 ? n : 0] = 0;
+		holder[strcspn(holder, "\n")] = 0;
+		if (now - t0 >= (uint64_t)RESTORE_LOCK_WAIT_S * 1000000000ull) {
+			close(fd);
+			return crest_errx(-ETIMEDOUT, "another crest restore (pid %s) held %s for %d s: "
+					  "try again once it is done", holder[0] ? holder : "unknown", path,
+					  RESTORE_LOCK_WAIT_S);
+		}
+		if (now - said >= 15000000000ull) {
+			fprintf(stderr, "crest: waiting for another crest restore (pid %s) to finish\n",
+				holder[0] ? holder : "unknown");
+			said = now;
+		}
+		const struct timespec ts = { 0, 20 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	char me[32];
+	const int n = snprintf(me, sizeof(me), "%d\n", (int)getpid());
+	if (ftruncate(fd, 0) < 0 || pwrite(fd, me, (size_t)n, 0) != n) {
+		/* Only a name for those that wait. */
+	}
+	*out = fd;
+	return 0;
+}
+
+static void restore_unlock(int fd)
+{
+	if (fd < 0)
+		return;
+	if (ftruncate(fd, 0) < 0) {
+		/* as above */
+	}
+	close(fd);
+}
+
+/* Under the restore lock, before any file is touched: whether a copy of
+ * the job runs. Its processes, whatever their pids or namespace, hold the
+ * job's files open for writing (the ones the snapshot would put back, and
+ * the regular files among its external ones: a crest run job's log), so a
+ * process that holds one is taken for a copy that runs, and the restore is
+ * refused: it would swap the file from under it. A reader (tail -f) does
+ * not count. Files that are gone are not looked for. */
+static int job_running(const struct restore_ctx *c, const struct cas_manifest *m, const char *extl)
+{
+	struct proc_file *v = calloc(m->nstreams + 1, sizeof(*v));
+	char (*paths)[PATH_MAX] = calloc(m->nstreams + 1, sizeof(*paths));
+	size_t n = 0;
+	int rc = v && paths ? 0 : crest_errf(-ENOMEM, "restore");
+	for (size_t i = 0; rc == 0 && i < m->nstreams; i++) {
+		struct stat sb;
+		if (m->streams[i].type != CAS_STREAM_JOBFILE ||
+		    !meta_get(m->streams[i].meta, "path", paths[n], sizeof(paths[n])) || stat(paths[n], &sb) < 0 ||
+		    !S_ISREG(sb.st_mode))
+			continue;
+		v[n] = (struct proc_file){ .path = paths[n], .dev = (uint64_t)sb.st_dev, .ino = (uint64_t)sb.st_ino };
+		n++;
+	}
+	struct extfd *ext = NULL;
+	size_t next = 0;
+	if (rc == 0)
+		rc = extfds_parse(c, extl, &ext, &next);
+	struct proc_file *ev = rc == 0 ? calloc(next + 1, sizeof(*ev)) : NULL;
+	size_t nev = 0;
+	if (rc == 0 && !ev)
+		rc = crest_errf(-ENOMEM, "restore");
+	for (size_t i = 0; rc == 0 && i < next; i++) {
+		struct stat sb;
+		if ((ext[i].flags & O_ACCMODE) == O_RDONLY || stat(ext[i].path, &sb) < 0 || !S_ISREG(sb.st_mode))
+			continue;
+		ev[nev++] = (struct proc_file){ .path = ext[i].path, .dev = (uint64_t)sb.st_dev,
+						.ino = (uint64_t)sb.st_ino };
+	}
+	pid_t who = 0;
+	size_t which = 0;
+	const struct proc_file *hit = NULL;
+	int f = rc == 0 ? proc_file_writer(v, n, &who, &which) : 0;
+	if (f == 1)
+		hit = &v[which];
+	if (rc == 0 && f == 0)
+		f = proc_file_writer(ev, nev, &who, &which);
+	if (f == 1 && !hit)
+		hit = &ev[which];
+	if (rc == 0 && f < 0)
+		rc = f;
+	if (rc == 0 && hit) {
+		char comm[64];
+		proc_comm(who, comm, sizeof(comm));
+		rc = crest_errx(-EBUSY, "cannot restore %s in place: pid %d ('%s') has %s open for writing, so "
+				"the job runs already (restored by another crest restore, or never ended); end it "
+				"first", c->snapshot, (int)who, comm, hit->path);
+	}
+	free(ev);
+	free(ext);
+	free(v);
+	free(paths);
+	return rc;
+}
+
 int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, const struct criu *criu,
 		    const struct rp_opts *o, struct rp_result *r)
 {
@@ -810,10 +960,18 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 					"their pids inside it (taken by an older crest): restore it in a new "
 					"namespace is not possible", c->snapshot);
 	}
+	/* In place: the lock, then the checks under it (restore_lock). */
+	int job_lock = -1;
+	if (rc == 0 && !o->beside)
+		rc = restore_lock(&job_lock);
+	if (rc == 0 && !o->beside)
+		crest_fault_pause("restore.lock");   /* tests only: util/fault.h */
 	if (rc == 0 && pidns && !o->beside && pidns_holds(pids[0], pidns))
 		rc = crest_errx(-EBUSY, "cannot restore %s in place: the job it was taken from still runs "
 				"(pid %d) and would lose its files; end it first, or run a copy beside it "
 				"with crest clone", c->snapshot, (int)pids[0]);
+	if (rc == 0 && !o->beside)
+		rc = job_running(c, m, cas_manifest_get_label(m, "ext_fds"));
 	if (rc == 0 && !pidns)
 		rc = pids_free(pids, npids, o->wait_pids_ms ? o->wait_pids_ms : 5000);
 	/* The images take as much RAM on tmpfs as the job has state, and a
@@ -1021,6 +1179,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	rp_guard_disarm(&guard);
 	if (dir[0])
 		fs_workdir_release(dir, dir_lock);
+	restore_unlock(job_lock);
 	free(pids);
 	free(cuda);
 	free(cuda_in);

@@ -29,9 +29,9 @@ expect_error "has no checkpoint API" env CREST_LIBCUDA="$FAKE_CUDA_OLD" "$CREST"
 expect_error "CUDA_ERROR_NOT_SUPPORTED" env CREST_LIBCUDA="$FAKE_CUDA_REFUSES" "$CREST" --store "$S" checkpoint --pid "$CUDAJOB"
 kill -0 "$CUDAJOB" || fail "the CUDA-like job did not survive the failed checkpoints"
 
-# Restore whose pids are taken: the job is still running.
+# Restore of a job that still runs (it holds its files open for writing).
 "$CREST" --store "$S" checkpoint --pid "$JOB" --tag errjob >/dev/null
-expect_error "is in use" "$CREST" --store "$S" restore errjob
+expect_error "open for writing, so the job runs already" "$CREST" --store "$S" restore errjob
 # Unknown and damaged snapshots.
 expect_error "no snapshot named" "$CREST" --store "$S" restore nosuchsnapshot
 expect_error "not a process" "$CREST" --store "$S" restore "$("$CREST" --store "$S" ls --json | python3 -c 'import json,sys; print([s["snapshot"] for s in json.load(sys.stdin) if s["kind"]=="files"][0])')"
