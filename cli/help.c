@@ -34,6 +34,8 @@ const struct cli_env_doc cli_env_docs[] = {
 	  "criu would wait for it for good" },
 	{ "CREST_RESTORE_IMAGES", "stream (default): restore serves CRIU its images from the store as it reads them; "
 	  "files: writes them all to --tmpdir first" },
+	{ "CREST_RUN_DIR", "where crest restore keeps restore.lock, which one restore in place at a time holds "
+	  "(default /run/crest)" },
 	{ "CREST_WORKLOAD, CREST_WORKLOAD_GPU", "the sample job crest demo runs (default: beside crest)" },
 	{ "NO_COLOR", "crest prints no colour at all; its one terminal control, the progress line, is drawn "
 		      "only when stderr is a terminal and neither --quiet nor --json is given" },
@@ -113,6 +115,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "bring a checkpointed process back",
 	  "Restores the process tree of a snapshot made by checkpoint or run, GPU memory included, "
 	  "and lets it go on. Files it held open are put back as they were at the snapshot. "
+	  "One restore in place runs at a time, and one is refused, touching nothing, while a process "
+	  "holds the job's files open for writing (the job, or a copy of it, runs). "
 	  SNAP_NAMES,
 	  "SNAPSHOT", false, {
 		{ "--keep-files", NULL, NULL, "leave the job's open files as they are now" },
