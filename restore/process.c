@@ -783,11 +783,16 @@ static void tree_kill(const struct rp_result *r, const pid_t *pids, size_t npids
  */
 #define RESTORE_LOCK_WAIT_S 600
 
+static const char *run_dir(void)
+{
+	const char *env = getenv("CREST_RUN_DIR");
+	return env && *env ? env : "/run/crest";
+}
+
 static int restore_lock(int *out)
 {
 	*out = -1;
-	const char *env = getenv("CREST_RUN_DIR");
-	const char *dir = env && *env ? env : "/run/crest";
+	const char *dir = run_dir();
 	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
 		return crest_errf(-errno, "cannot create %s for the restore lock", dir);
 	/* Root's lock in a place nobody else may plant a link or a file. */
@@ -911,6 +916,67 @@ static int job_running(const struct restore_ctx *c, const struct cas_manifest *m
 	return rc;
 }
 
+/* A copy of a crest run job restored in place comes back in a new pid
+ * namespace, which the snapshot's own check (pidns_holds, on the
+ * original's) cannot see, and a job that writes no file of its own leaves
+ * job_running nothing to find. So each such restore records its copy's
+ * init under the restore lock, RUN_DIR/pidns-N for the snapshot's
+ * namespace N, as "PID KEY" (KEY: os/proc.h's proc_job_key, which a
+ * reused pid cannot repeat), and the next restore of a snapshot of that
+ * namespace refuses while that init lives. A copy's own snapshots name its
+ * namespace, whose init pidns_holds finds. A record whose init is gone is
+ * removed; a crash leaves at most a record of an init that is gone. */
+#define COPY_KEY_MAX 128   /* proc_job_key's: a boot id, a pid, a start time */
+
+static void copy_path(uint64_t pidns, char *path, size_t cap)
+{
+	snprintf(path, cap, "%s/pidns-%llu", run_dir(), (unsigned long long)pidns);
+}
+
+static int copy_running(const struct restore_ctx *c, uint64_t pidns)
+{
+	char path[PATH_MAX], buf[COPY_KEY_MAX + 32] = "", key[COPY_KEY_MAX + 1], now[COPY_KEY_MAX + 1];
+	copy_path(pidns, path, sizeof(path));
+	const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? 0 : crest_errf(-errno, "cannot read %s", path);
+	const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	buf[n > 0 ? n : 0] = 0;
+	int pid = 0;
+	char st = 0;   /* a zombie init is a copy that ended: its namespace went with it */
+	if (sscanf(buf, "%d %127s", &pid, key) == 2 && pid > 0 && proc_job_key(pid, now, sizeof(now)) == 0 &&
+	    !strcmp(now, key) && (st = proc_state(pid)) && st != 'Z' && st != 'X')
+		return crest_errx(-EBUSY, "cannot restore %s in place: a copy of its job restored before still "
+				  "runs (pid %d) and would lose its files; end it first, or run a copy beside it "
+				  "with crest clone", c->snapshot, pid);
+	unlink(path);
+	return 0;
+}
+
+static void copy_record(uint64_t pidns, pid_t init)
+{
+	char path[PATH_MAX], tmp[PATH_MAX + 8], key[COPY_KEY_MAX + 1], line[COPY_KEY_MAX + 32];
+	copy_path(pidns, path, sizeof(path));
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	int rc = proc_job_key(init, key, sizeof(key));
+	const int n = rc == 0 ? snprintf(line, sizeof(line), "%d %s\n", (int)init, key) : 0;
+	const int fd = rc == 0 ? open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600) : -1;
+	if (rc == 0 && fd < 0)
+		rc = -errno;
+	if (fd >= 0 && write(fd, line, (size_t)n) != n)
+		rc = -EIO;
+	if (fd >= 0 && close(fd) < 0 && rc == 0)
+		rc = -errno;
+	if (rc == 0 && rename(tmp, path) < 0)
+		rc = -errno;
+	if (rc < 0) {
+		unlink(tmp);
+		fprintf(stderr, "crest: warning: cannot record the restored copy (pid %d) in %s: %s (another "
+			"restore of this snapshot would not see it run)\n", (int)init, path, strerror(-rc));
+	}
+}
+
 int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, const struct criu *criu,
 		    const struct rp_opts *o, struct rp_result *r)
 {
@@ -970,6 +1036,8 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		rc = crest_errx(-EBUSY, "cannot restore %s in place: the job it was taken from still runs "
 				"(pid %d) and would lose its files; end it first, or run a copy beside it "
 				"with crest clone", c->snapshot, (int)pids[0]);
+	if (rc == 0 && pidns && !o->beside)
+		rc = copy_running(c, pidns);
 	if (rc == 0 && !o->beside)
 		rc = job_running(c, m, cas_manifest_get_label(m, "ext_fds"));
 	if (rc == 0 && !pidns)
@@ -1174,6 +1242,8 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 			fprintf(o->notes, "restored %s as it was at the snapshot (%llu bytes)\n", f->path,
 				(unsigned long long)f->size);
 	}
+	if (rc == 0 && pidns && !o->beside && r->pid > 0)
+		copy_record(pidns, r->pid);   /* under the lock still */
 	/* After a restore: the originals; after a failure: the staged files. */
 	staged_free(files, nfiles, rc < 0);
 	rp_guard_disarm(&guard);

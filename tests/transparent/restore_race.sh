@@ -5,7 +5,8 @@
 # second restore of a crest run job whose first copy still ran won too,
 # unlinking the first copy's log. Now an in-place restore holds the host's
 # restore lock and, under it, before touching any file, refuses when a
-# process holds the job's files open for writing (restore/process.c).
+# process holds the job's files open for writing, or when the copy an
+# earlier restore of the crest run job made still runs (restore/process.c).
 #
 # The race is made certain, not hoped for: CREST_FAULT_PAUSE holds each
 # restore at "restore.lock" (once it holds the lock, before its checks)
@@ -83,7 +84,7 @@ race() {
 # loser_says WHAT: the losing restore failed with one line saying why.
 loser_says() {
 	[ "$(wc -l <$LOSER.err)" = 1 ] || { cat $LOSER.err >&2; fail "$1: the losing restore printed not one line"; }
-	grep -q "open for writing" $LOSER.err || { cat $LOSER.err >&2; fail "$1: the loser does not say why"; }
+	grep -qE "open for writing|restored before still runs" $LOSER.err || { cat $LOSER.err >&2; fail "$1: the loser does not say why"; }
 	echo "ok: $1: the loser: $(cat $LOSER.err)"
 }
 
@@ -123,8 +124,59 @@ if "$CREST" --store "$S" restore "$SNAP" >c.out 2>c.err; then
 	CI=$(sed -n 's/.*: pid \([0-9]*\) running again.*/\1/p' c.out); [ -n "$CI" ] && PIDS+=("$CI")
 	fail "a second restore of the crest run job won while its first copy ran"
 fi
-[ "$(wc -l <c.err)" = 1 ] && grep -q "open for writing" c.err || { cat c.err >&2; fail "the refused restore did not say why in one line"; }
+[ "$(wc -l <c.err)" = 1 ] && grep -qE "open for writing|restored before still runs" c.err || { cat c.err >&2; fail "the refused restore did not say why in one line"; }
 echo "ok: a restore while the copy runs: $(cat c.err)"
 one_copy_linked "$T/run.log" "crest run job, after a refused restore"
 kill -9 "$CINIT" 2>/dev/null || true
+
+# 4. The same for a crest run job that holds no file open for writing (its
+# stdio /dev/null, no log): only the record of its restored copy's init
+# can tell that it runs.
+# procs COMM: pids of COMM (not zombies) whose command line has --interval-ms 97.
+procs() {
+	local p
+	for p in $(pgrep -f -- "--interval-ms 97" || true); do
+		[ "$(cat /proc/"$p"/comm 2>/dev/null)" = "$1" ] || continue
+		[ "$(awk '{print $3}' /proc/"$p"/stat 2>/dev/null)" != Z ] && echo "$p"
+	done
+}
+snap() { "$CREST" --store "$S" --json ls | python3 -c 'import json,sys; v=[s["snapshot"] for s in json.load(sys.stdin) if s["kind"]=="process"]; print(v[-1] if len(v) > int(sys.argv[1]) else "")' "$1"; }
+had=$("$CREST" --store "$S" --json ls | python3 -c 'import json,sys; print(sum(s["kind"]=="process" for s in json.load(sys.stdin)))')
+"$CREST" --store "$S" run --every 1s -- "$WORKLOAD" --mib $MIB --interval-ms 97 </dev/null >/dev/null 2>&1 &
+RUN=$!
+PIDS+=("$RUN")
+deadline=$((SECONDS + 30))
+until [ -n "$(snap "$had")" ]; do
+	[ $SECONDS -lt $deadline ] || fail "the quiet crest run job took no snapshot in 30 s"
+	sleep 0.2
+done
+SNAP=$(snap "$had")
+INIT=$(procs crest-init)
+[ -n "$INIT" ] || fail "no init of the quiet crest run job"
+kill -9 $INIT
+wait "$RUN" 2>/dev/null || true
+"$CREST" --store "$S" restore "$SNAP" >d.out 2>d.err || { cat d.err >&2; fail "the quiet job's restore failed"; }
+QINIT=$(sed -n 's/.*: pid \([0-9]*\) running again.*/\1/p' d.out)
+PIDS+=("$QINIT")
+if "$CREST" --store "$S" restore "$SNAP" >e.out 2>e.err; then
+	QI=$(sed -n 's/.*: pid \([0-9]*\) running again.*/\1/p' e.out); [ -n "$QI" ] && PIDS+=("$QI")
+	fail "a second restore of the quiet crest run job won while its first copy (pid $QINIT) ran"
+fi
+[ "$(wc -l <e.err)" = 1 ] && grep -q "restored before still runs (pid $QINIT)" e.err ||
+	{ cat e.err >&2; fail "the refused restore of the quiet job did not say why in one line"; }
+n=$(procs crest-workload | wc -l)
+[ "$n" = 1 ] || fail "$n copies of the quiet job run, not 1"
+echo "ok: a restore while the quiet job's copy runs: $(cat e.err)"
+kill -9 "$QINIT"
+# Once the copy is gone, its record does not stand in the way.
+deadline=$((SECONDS + 10))
+while [ -n "$(procs crest-workload)" ]; do
+	[ $SECONDS -lt $deadline ] || fail "the quiet job's copy did not end"
+	sleep 0.05
+done
+"$CREST" --store "$S" restore "$SNAP" >f.out 2>f.err || { cat f.err >&2; fail "a restore after the copy ended failed"; }
+QINIT=$(sed -n 's/.*: pid \([0-9]*\) running again.*/\1/p' f.out)
+PIDS+=("$QINIT")
+echo "ok: a restore after the copy ended: $(head -n1 f.out)"
+kill -9 "$QINIT"
 echo PASS
