@@ -14,7 +14,10 @@
  * A snapshot of a job in a pid namespace of its own (label pidns) needs no
  * free host pids: CRIU makes a new namespace. Restored in place while the
  * original still runs, it would take the original's files from under it,
- * so that is refused; rp_opts.beside restores it as a copy instead. restore/ reaches CRIU and the driver
+ * so that is refused; rp_opts.beside restores it as a copy instead. Only
+ * one restore in place runs at a time on a host, and it touches nothing
+ * while the job or a copy of it runs (process.c: restore_lock, job_running,
+ * copy_running). restore/ reaches CRIU and the driver
  * through capture/'s wrappers; it writes nothing to the store.
  */
 #ifndef CREST_RESTORE_PROCESS_H
