@@ -90,8 +90,8 @@ static uint64_t end_of(const struct cas_pack_end *v, size_t n, uint32_t num, boo
 
 /* The meta records of every log past its committed end (q), and the new
  * ends in *qn (one per log walked). */
-static int meta_tails(struct cas_store *s, const struct cas_pack_end *q, size_t nq, struct rec_ctx *c,
-		      struct cas_pack_end **qn, size_t *nqn)
+static int meta_tails(struct cas_store *s, const struct cas_pack_end *q, size_t nq, bool resync,
+		      struct rec_ctx *c, struct cas_pack_end **qn, size_t *nqn)
 {
 	uint32_t max;
 	int rc = cas_meta_max_on_disk(s, &max);
@@ -110,7 +110,7 @@ static int meta_tails(struct cas_store *s, const struct cas_pack_end *q, size_t 
 		bool found;
 		const uint64_t from = end_of(q, nq, num, &found);
 		uint64_t end;
-		rc = cas_meta_walk(s, num, found ? from : 0, item_cb, c, &end);
+		rc = cas_meta_walk(s, num, found ? from : 0, resync, item_cb, c, &end);
 		if (rc == -ENOENT) {   /* gc's compaction removed it meanwhile (a reader's open) */
 			rc = 0;
 			continue;
@@ -265,7 +265,14 @@ static int packs_index(struct cas_store *s, const struct cas_pack_end *p, size_t
 		if (!found && !full && pack < maxp)
 			continue;   /* older than the index's records (format 1): as it was */
 		uint64_t end;
-		rc = cas_pack_scan(s, pack, found ? from : 0, scan_cb, &c, &end);
+		rc = cas_pack_scan(s, pack, found ? from : 0, full, scan_cb, &c, &end);
+		if (rc == -EBADMSG && full) {
+			/* A damaged pack header: readers cannot open the pack,
+			 * so its chunks are lost; repair goes on without them. */
+			fprintf(stderr, "crest: %s; its chunks are lost\n", crest_errmsg());
+			rc = 0;
+			continue;
+		}
 		if (rc == 0 && end > from)
 			cas_batch_end(b, 'p', pack, end);
 	}
@@ -540,7 +547,7 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 			rc = packs_check(s, p, np);
 	}
 	if (rc == 0)
-		rc = meta_tails(s, q, nq, &c, &qn, &nqn);
+		rc = meta_tails(s, q, nq, full, &c, &qn, &nqn);
 	if (rc == 0)
 		rc = items_index(&c);
 	uint32_t maxp = 0;
@@ -658,7 +665,7 @@ int cas_hidden_load(struct cas_store *s)
 	struct rec_ctx c = { .s = s };
 	int rc = cas_ends_load(s, 'q', &q, &nq);
 	if (rc == 0)
-		rc = meta_tails(s, q, nq, &c, &qn, &nqn);
+		rc = meta_tails(s, q, nq, false, &c, &qn, &nqn);
 	if (rc == 0)
 		rc = items_index(&c);
 	for (size_t i = 0; rc == 0 && i < c.n; i++) {
