@@ -94,6 +94,7 @@ struct cas_store {
 	uint32_t *lost;
 	size_t nlost;
 	int broken;
+	bool marked;          /* the index marks a snapshot damaged ('d') */
 	struct cas_recovery rec;  /* what cas_recover / cas_hidden_load found */
 	uint8_t (*hidden)[32];  /* readers: revoked ids not yet undone */
 	size_t nhidden;
