@@ -230,6 +230,15 @@ int cas_meta_walk(const struct cas_store *s, uint32_t num, uint64_t from, bool r
 		if (!meta_rec_ok(buf, base, size, off)) {
 			if (!resync)
 				break;
+			const uint8_t *r = buf + (off - base);
+			const uint32_t len = le32_get(r + 8);
+			if (!memcmp(r, CAS_META_REC_MAGIC, 4) && r[4] == CAS_META_MANIFEST &&
+			    len <= size - off - CAS_REC_HEADER) {
+				const struct cas_meta_item it = { .kind = r[4], .sha = r + CAS_REC_SHA,
+								  .p = r + CAS_REC_HEADER, .len = len, .log = num,
+								  .off = off, .damaged = true };
+				rc = cb(&it, arg);
+			}
 			const uint64_t next = meta_resync(buf, base, size, off);
 			fprintf(stderr, "crest: %s: bytes %llu to %llu hold no record that checks out "
 				"(damage, or what a killed writer left): skipped\n", path, (unsigned long long)off,

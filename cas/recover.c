@@ -60,6 +60,12 @@ static int item_cb(const struct cas_meta_item *it, void *arg)
 	struct item *x = &c->v[c->n];
 	x->kind = it->kind;
 	memcpy(x->sha, it->sha, 32);
+	/* A manifest is named by its SHA-256, which no checksum in its
+	 * record's header covers: one that checks out (CRC32C) goes by its
+	 * hash, so a damaged id field costs nothing. One that does not
+	 * keeps the id its header says, for the message that it is lost. */
+	if (it->kind == CAS_META_MANIFEST && !it->damaged && sha256_once(it->p, it->len, x->sha) < 0)
+		return crest_errf(-EIO, "hashing a manifest of %s", c->s->dir);
 	x->len = it->len;
 	x->p = malloc(it->len ? it->len : 1);
 	if (!x->p)
