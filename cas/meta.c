@@ -211,8 +211,10 @@ int cas_meta_walk(const struct cas_store *s, uint32_t num, uint64_t from, bool r
 	const uint64_t base = off;
 	if (rc == 0 && size >= CAS_FILE_HEADER) {
 		uint32_t version, n;
-		if ((cas_file_header_check(h, CAS_META_MAGIC, &version, &n) < 0 || n != num) && resync)
-			/* Repair: the records still say what they are. */
+		if ((cas_file_header_check(h, CAS_META_MAGIC, &version, &n) < 0 || n != num ||
+		     version > CAS_META_VERSION) && resync)
+			/* Repair: the records still say what they are (a newer
+			 * log in a store of this format is damage too). */
 			fprintf(stderr, "crest: %s: its header is damaged; reading its records all the same\n", path);
 		else if (cas_file_header_check(h, CAS_META_MAGIC, &version, &n) < 0 || n != num)
 			rc = crest_errx(-EBADMSG, "%s is not a crest meta log (bad header)", path);

@@ -272,9 +272,11 @@ static int packs_index(struct cas_store *s, const struct cas_pack_end *p, size_t
 			continue;   /* older than the index's records (format 1): as it was */
 		uint64_t end;
 		rc = cas_pack_scan(s, pack, found ? from : 0, full, scan_cb, &c, &end);
-		if (rc == -EBADMSG && full) {
-			/* A damaged pack header: readers cannot open the pack,
-			 * so its chunks are lost; repair goes on without them. */
+		if ((rc == -EBADMSG || rc == -EPROTONOSUPPORT) && full) {
+			/* A damaged pack header (a newer version in a store
+			 * of this format is damage too): readers cannot open
+			 * the pack, so its chunks are lost; repair goes on
+			 * without them. */
 			fprintf(stderr, "crest: %s; its chunks are lost\n", crest_errmsg());
 			rc = 0;
 			continue;
