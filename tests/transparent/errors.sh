@@ -105,4 +105,10 @@ done
 [ "$flipped" -gt 0 ] || fail "no chunk record found to damage"
 expect_error "damaged" "$CREST" --store "$S" restore errjob
 [ -e /proc/"$JOB" ] && fail "a damaged snapshot brought a process back"
+# Repaired, errjob stays, marked damaged (every chunk it had is lost), and
+# restore still refuses it, saying what is lost, unless --allow-damaged.
+"$CASCTL" --store "$S" repair >/dev/null 2>&1 && fail "repair of a store that lost chunks exited 0"
+"$CREST" --store "$S" ls | grep -q "errjob.*DAMAGED" || fail "errjob is not listed damaged after the repair"
+expect_error "damaged: casctl repair found .* bytes of .* lost (" "$CREST" --store "$S" restore errjob
+[ -e /proc/"$JOB" ] && fail "a damaged snapshot brought a process back"
 echo PASS
