@@ -6,6 +6,8 @@ after round, a fresh copy of it gets 1 or 4 bytes of one file changed
 (packs most often, their headers too; meta logs; index files), and:
   - casctl verify names only chunks the damage hit, and every snapshot that
     lost data after the repair was named damaged by it before;
+  - when verify passes on a damaged index, every snapshot is listed with
+    its tag and restores bit-exact;
   - casctl repair keeps every snapshot whose manifest survived: one that
     used a damaged chunk is marked damaged (ls --json), others are not;
     no intact chunk leaves the index (chunk count);
@@ -299,6 +301,17 @@ for rnd in range(rounds):
                 fail(f"verify named snapshot {i[:12]} damaged beyond what was hit: {pv.stdout}")
     if VERIFY_META and kind == "meta" and any(k in (1, 2, 3) for k, _ in hit_meta) and pv.returncode == 0:
         fail("verify says the store is whole with a damaged meta log record (CREST_DAMAGE_VERIFY_META)")
+
+    if kind == "index" and pv.returncode == 0:
+        # verify said whole: then the store is, as readers see it.
+        pl = run(CREST, "--json", "ls", ok=None)
+        seen = {s["snapshot"]: s for s in json.loads(pl.stdout)} if pl.returncode == 0 else {}
+        for i, m in snaps.items():
+            if i not in seen or m["tag"] not in seen[i]["tags"]:
+                fail(f"verify passed, yet ls lacks {m['tag']} ({i[:12]}): {pl.stderr}")
+            p, out = get(i)
+            if p.returncode != 0 or tree_same(out, f"{D}/{m['tag']}"):
+                fail(f"verify passed, yet {m['tag']} does not restore: {p.stderr}")
 
     rp = run(CASCTL, "--json", "repair", ok=(0, 1))
     ls = json.loads(run(CREST, "--json", "ls").stdout)
