@@ -103,8 +103,9 @@ void cas_close(struct cas_store *s);
  * handle (a session that stepped aside, to see its waiter served). */
 bool cas_lock_wanted(struct cas_store *s);
 bool cas_lock_wanted_dir(const char *dir);
-/* True when packs the index names are missing (a writer's open checks):
- * the engine then trusts no parent's chunk list without a look-up. */
+/* True when packs the index names are missing (a writer's open checks), or
+ * a snapshot is marked damaged: the engine then trusts no parent's chunk
+ * list without a look-up. */
 bool cas_store_damaged(const struct cas_store *s);
 /* True once a commit failed in the index and could not be undone in this
  * process: commits then fail until the store is opened again (whose open
@@ -115,7 +116,8 @@ bool cas_store_broken(const struct cas_store *s);
 struct cas_recovery {
 	uint64_t records;       /* chunk records indexed from packs */
 	unsigned recovered;     /* snapshots committed again from the meta logs */
-	unsigned dropped;       /* snapshots there that lack data: left out */
+	unsigned dropped;       /* snapshots there that lack a manifest or piece: left out */
+	unsigned damaged;       /* repair: snapshots kept without chunks they lost */
 	unsigned revoked;       /* failed commits taken out of the index */
 	unsigned unindexed;     /* readers: snapshots in the meta logs, not in the index */
 };
@@ -300,10 +302,26 @@ struct cas_snapinfo {
 	struct cas_manifest *head;   /* header only: no streams */
 	char **tags;
 	size_t ntags;
+	bool damaged;                /* a repair kept it without chunks it lost */
 };
 /* All committed snapshots, oldest first. */
 int cas_snapshot_list(struct cas_store *s, struct cas_snapinfo **out, size_t *n);
 void cas_snapshot_list_free(struct cas_snapinfo *v, size_t n);
+
+/* Damaged snapshots: a repair that finds chunks of a snapshot lost (their
+ * records do not check out, or their pack is gone) keeps the snapshot,
+ * marked with the byte ranges it lost ('d' keys, format.h). cas_snapshot_lost
+ * gives them: 0 and *n 0 (*out NULL) for a snapshot not marked; -EBADMSG
+ * with a message when the mark is damaged or of a newer crest. free() *out. */
+struct cas_lost {
+	uint32_t stream;   /* index in the manifest's streams */
+	uint64_t off, len;
+};
+int cas_snapshot_lost(struct cas_store *s, const uint8_t id[32], struct cas_lost **out, size_t *n);
+/* Makes the lost ranges of m holes, so that a restore writes zeros there
+ * and reads no chunk of them (what --allow-damaged restores): -EBADMSG with
+ * a message when a range does not lie on whole extents of its stream. */
+int cas_manifest_holes(struct cas_manifest *m, const struct cas_lost *v, size_t n);
 
 /* Tags are fixed names: cas_tag_set with move false, and cas_commit, refuse
  * (-EEXIST, with a message) a tag that names another snapshot; move true

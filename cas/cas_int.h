@@ -94,6 +94,7 @@ struct cas_store {
 	uint32_t *lost;
 	size_t nlost;
 	int broken;
+	bool marked;          /* the index marks a snapshot damaged ('d') */
 	struct cas_recovery rec;  /* what cas_recover / cas_hidden_load found */
 	uint8_t (*hidden)[32];  /* readers: revoked ids not yet undone */
 	size_t nhidden;
@@ -137,13 +138,17 @@ int cas_piece_load(struct cas_store *s, struct cas_manifest *m, size_t i, const 
 int cas_pack_open_read(const struct cas_store *s, uint32_t pack);
 /* The records of pack from off on, until one does not check out (magic,
  * sizes, CRC32C): cb gets each with its place; *end is where the walk
- * stopped. For recovery and repair, which trust nothing else. */
+ * stopped. For recovery and repair, which trust nothing else. With resync
+ * (repair), the walk goes on past bytes that do not check out, at the next
+ * record that does, and says on stderr what it skipped; records past such
+ * a place are taken only if their SHA-256 checks out too, and *end is the
+ * file's end when it ends in such bytes. */
 struct cas_scan_rec {
 	const uint8_t *sha;
 	struct cas_loc loc;
 	const uint8_t *data;     /* the stored bytes */
 };
-int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off,
+int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off, bool resync,
 		  int (*cb)(const struct cas_scan_rec *r, void *arg), void *arg, uint64_t *end);
 
 /* Every index entry of one type, in key order (keys without the type
@@ -216,6 +221,8 @@ struct cas_meta_item {
 	size_t len;
 	uint32_t log;
 	uint64_t off;
+	bool damaged;     /* resync: a manifest record whose CRC32C fails, given
+			   * so that a repair can name the snapshot it lost */
 };
 void cas_meta_path(const struct cas_store *s, uint32_t num, char *buf, size_t cap);
 int cas_meta_max_on_disk(const struct cas_store *s, uint32_t *max);
@@ -237,7 +244,9 @@ struct cas_meta_compaction {
 	uint32_t logs_removed;
 };
 int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, uint64_t live, struct cas_meta_compaction *r);
-int cas_meta_walk(const struct cas_store *s, uint32_t num, uint64_t from,
+/* With resync (repair), past records that do not check out, as
+ * cas_pack_scan does (said on stderr). */
+int cas_meta_walk(const struct cas_store *s, uint32_t num, uint64_t from, bool resync,
 		  int (*cb)(const struct cas_meta_item *it, void *arg), void *arg, uint64_t *end);
 
 #endif

@@ -58,6 +58,19 @@ enum cas_meta_kind {
 				  * Payload: empty */
 };
 
+/* Index key 'd' id[32]: snapshot id is damaged. casctl repair kept it
+ * without the chunks it lost (their records did not check out), and this
+ * names the bytes lost. Value: u8 CAS_DAMAGE_VERSION, u32 n, then n ranges
+ * of CAS_DAMAGE_RANGE bytes: u32 stream (its index in the manifest),
+ * u64 offset, u64 length; by stream then offset, none overlapping, each
+ * the extents of chunks the index lacked. Derived: a repair finds it anew
+ * from the packs and logs, so no meta log record holds it. A crest that
+ * does not know the key lists the snapshot as whole and fails its restore
+ * at the first lost chunk (which verify names): nothing is taken for data
+ * that is not there, so the store's format stays 3. */
+#define CAS_DAMAGE_VERSION 1
+#define CAS_DAMAGE_RANGE 20
+
 /* A file header for magic (8 bytes), version and file number. */
 void cas_file_header(uint8_t h[CAS_FILE_HEADER], const char *magic, uint32_t version, uint32_t num);
 /* -EBADMSG when h does not start with magic; else 0 and its fields. */

@@ -144,7 +144,38 @@ void cas_meta_close(struct cas_store *s)
 	s->meta_fd = -1;
 }
 
-int cas_meta_walk(const struct cas_store *s, uint32_t num, uint64_t from,
+/* Whether a record that checks out (magic, length, CRC32C) starts at off
+ * of buf, which holds [base, size) of a log. */
+static bool meta_rec_ok(const uint8_t *buf, uint64_t base, uint64_t size, uint64_t off)
+{
+	if (off + CAS_REC_HEADER > size)
+		return false;
+	const uint8_t *r = buf + (off - base);
+	const uint32_t len = le32_get(r + 8);
+	return !memcmp(r, CAS_META_REC_MAGIC, 4) && len <= size - off - CAS_REC_HEADER &&
+	       crc32c(r + CAS_REC_HEADER, len) == le32_get(r + CAS_REC_CRC);
+}
+
+/* Where a walk with resync goes on past the record at off, which does not
+ * check out: where that record says it ends, if a record checks out there
+ * (damage inside a payload leaves its length right), else the first place
+ * past off where one does, else size. */
+static uint64_t meta_resync(const uint8_t *buf, uint64_t base, uint64_t size, uint64_t off)
+{
+	const uint8_t *r = buf + (off - base);
+	const uint64_t said = off + CAS_REC_HEADER + le32_get(r + 8);
+	if (!memcmp(r, CAS_META_REC_MAGIC, 4) && said < size && meta_rec_ok(buf, base, size, said))
+		return said;
+	const uint8_t *p = r + 1, *end = buf + (size - base);
+	while (p < end && (p = memmem(p, (size_t)(end - p), CAS_META_REC_MAGIC, 4))) {
+		if (meta_rec_ok(buf, base, size, base + (uint64_t)(p - buf)))
+			return base + (uint64_t)(p - buf);
+		p++;
+	}
+	return size;
+}
+
+int cas_meta_walk(const struct cas_store *s, uint32_t num, uint64_t from, bool resync,
 		  int (*cb)(const struct cas_meta_item *it, void *arg), void *arg, uint64_t *end)
 {
 	char path[4096];
@@ -180,7 +211,12 @@ int cas_meta_walk(const struct cas_store *s, uint32_t num, uint64_t from,
 	const uint64_t base = off;
 	if (rc == 0 && size >= CAS_FILE_HEADER) {
 		uint32_t version, n;
-		if (cas_file_header_check(h, CAS_META_MAGIC, &version, &n) < 0 || n != num)
+		if ((cas_file_header_check(h, CAS_META_MAGIC, &version, &n) < 0 || n != num ||
+		     version > CAS_META_VERSION) && resync)
+			/* Repair: the records still say what they are (a newer
+			 * log in a store of this format is damage too). */
+			fprintf(stderr, "crest: %s: its header is damaged; reading its records all the same\n", path);
+		else if (cas_file_header_check(h, CAS_META_MAGIC, &version, &n) < 0 || n != num)
 			rc = crest_errx(-EBADMSG, "%s is not a crest meta log (bad header)", path);
 		else if (version > CAS_META_VERSION)
 			rc = crest_errx(-EPROTONOSUPPORT, "%s has version %u; this crest reads up to %u",
@@ -188,13 +224,32 @@ int cas_meta_walk(const struct cas_store *s, uint32_t num, uint64_t from,
 	}
 	/* Records until the first one that does not check out: a torn tail
 	 * (a writer killed mid-append) ends the walk, and so does damage,
-	 * which *end then points at. */
+	 * which *end then points at. With resync (repair), the walk goes on
+	 * past damage at the next record that checks out: manifests and
+	 * pieces are checked against their SHA-256 later, whatever their
+	 * place; what is skipped is said, and stays below *end. */
 	while (rc == 0 && off + CAS_REC_HEADER <= size) {
+		if (!meta_rec_ok(buf, base, size, off)) {
+			if (!resync)
+				break;
+			const uint8_t *r = buf + (off - base);
+			const uint32_t len = le32_get(r + 8);
+			if (!memcmp(r, CAS_META_REC_MAGIC, 4) && r[4] == CAS_META_MANIFEST &&
+			    len <= size - off - CAS_REC_HEADER) {
+				const struct cas_meta_item it = { .kind = r[4], .sha = r + CAS_REC_SHA,
+								  .p = r + CAS_REC_HEADER, .len = len, .log = num,
+								  .off = off, .damaged = true };
+				rc = cb(&it, arg);
+			}
+			const uint64_t next = meta_resync(buf, base, size, off);
+			fprintf(stderr, "crest: %s: bytes %llu to %llu hold no record that checks out "
+				"(damage, or what a killed writer left): skipped\n", path, (unsigned long long)off,
+				(unsigned long long)next);
+			off = next;
+			continue;
+		}
 		const uint8_t *r = buf + (off - base);
 		const uint32_t len = le32_get(r + 8);
-		if (memcmp(r, CAS_META_REC_MAGIC, 4) || len > size - off - CAS_REC_HEADER ||
-		    crc32c(r + CAS_REC_HEADER, len) != le32_get(r + CAS_REC_CRC))
-			break;
 		const struct cas_meta_item it = { .kind = r[4], .sha = r + CAS_REC_SHA,
 						  .p = r + CAS_REC_HEADER, .len = len,
 						  .log = num, .off = off };

@@ -793,7 +793,91 @@ int cas_pack_stats(struct cas_store *s, struct cas_pack_stats *st)
 	return 0;
 }
 
-int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off,
+/* Whether a record that checks out (magic, sizes, CRC32C; with hash, its
+ * SHA-256 too) starts at off: 1 and its header and stored bytes in h and
+ * *data, 0 if not, or -ENOMEM. */
+static int scan_rec_at(int fd, uint64_t size, uint64_t off, bool hash, uint8_t h[CAS_REC_HEADER],
+		       uint8_t **data, size_t *cap)
+{
+	if (off + CAS_REC_HEADER > size || pread(fd, h, CAS_REC_HEADER, (off_t)off) != CAS_REC_HEADER)
+		return 0;
+	const uint32_t raw = le32_get(h + CAS_REC_RAW), stored = le32_get(h + CAS_REC_STORED);
+	if (memcmp(h, CAS_REC_MAGIC, 4) || h[4] > CAS_CODEC_LZ4 || raw > CAS_CHUNK_MAX ||
+	    stored > CAS_CHUNK_MAX || (h[4] == CAS_CODEC_RAW && raw != stored) ||
+	    off + CAS_REC_HEADER + stored > size)
+		return 0;
+	if (stored > *cap) {
+		uint8_t *nd = realloc(*data, stored);
+		if (!nd)
+			return -ENOMEM;
+		*data = nd;
+		*cap = stored;
+	}
+	if (stored && pread(fd, *data, stored, (off_t)(off + CAS_REC_HEADER)) != (ssize_t)stored)
+		return 0;
+	if (crc32c(*data, stored) != le32_get(h + CAS_REC_CRC))
+		return 0;
+	if (!hash)
+		return 1;
+	uint8_t sum[32];
+	uint8_t *plain = *data;
+	if (h[4] == CAS_CODEC_LZ4) {
+		plain = malloc(raw ? raw : 1);
+		if (!plain)
+			return -ENOMEM;
+		if (LZ4_decompress_safe((const char *)*data, (char *)plain, (int)stored, (int)raw) != (int)raw) {
+			free(plain);
+			return 0;
+		}
+	}
+	const bool ok = sha256_once(plain, raw, sum) == 0 && !memcmp(sum, h + CAS_REC_SHA, 32);
+	if (plain != *data)
+		free(plain);
+	return ok;
+}
+
+/* The first offset past off at which a record checks out (scan_rec_at,
+ * hashed), or size when none does: where a scan goes on past damage.
+ * First where the record at off says it ends (damage inside its stored
+ * bytes leaves its length right), then every place "CRCK" appears. */
+static int scan_resync(int fd, uint64_t size, uint64_t off, uint8_t h[CAS_REC_HEADER], uint8_t **data,
+		       size_t *cap, uint64_t *next)
+{
+	uint8_t hb[CAS_REC_HEADER];
+	int rc = 0;
+	if (pread(fd, hb, sizeof(hb), (off_t)off) == (ssize_t)sizeof(hb) && !memcmp(hb, CAS_REC_MAGIC, 4) &&
+	    le32_get(hb + CAS_REC_STORED) <= CAS_CHUNK_MAX) {
+		*next = off + CAS_REC_HEADER + le32_get(hb + CAS_REC_STORED);
+		rc = scan_rec_at(fd, size, *next, true, h, data, cap);
+		if (rc != 0)
+			return rc;
+	}
+	enum { WIN = 1 << 20 };
+	uint8_t *w = malloc(WIN);
+	if (!w)
+		return -ENOMEM;
+	uint64_t at = off + 1;
+	*next = size;
+	while (rc == 0 && at + CAS_REC_HEADER <= size) {
+		const ssize_t got = pread(fd, w, WIN, (off_t)at);
+		if (got < 4)
+			break;
+		const uint8_t *p = w, *end = w + got;
+		while (rc == 0 && (p = memmem(p, (size_t)(end - p), CAS_REC_MAGIC, 4))) {
+			rc = scan_rec_at(fd, size, at + (uint64_t)(p - w), true, h, data, cap);
+			if (rc == 1) {
+				*next = at + (uint64_t)(p - w);
+				break;
+			}
+			p++;
+		}
+		at += (uint64_t)got - 3;   /* a magic across the window's end is found in the next */
+	}
+	free(w);
+	return rc;
+}
+
+int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off, bool resync,
 		  int (*cb)(const struct cas_scan_rec *r, void *arg), void *arg, uint64_t *end)
 {
 	int fd = cas_pack_open_read(s, pack);
@@ -804,42 +888,49 @@ int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off,
 	const uint64_t size = rc == 0 ? (uint64_t)st.st_size : 0;
 	uint8_t *data = NULL;
 	size_t cap = 0;
+	bool hash = false;   /* past a resync: every record is hashed */
 	if (off < CAS_PACK_HEADER)
 		off = CAS_PACK_HEADER;
 	/* Each record is read whole and checked before the walk steps over
 	 * it: a record that does not check out may be a torn tail or damage,
-	 * and nothing past it can be trusted to start where it says. */
+	 * and nothing past it can be trusted to start where it says. With
+	 * resync (repair), the walk goes on at the next place a record checks
+	 * out, hashed: a record found by a search may lie inside another's
+	 * stored bytes (a file that holds a pack), and its SHA-256 is what
+	 * makes it the chunk it names wherever it lies. */
 	while (rc == 0 && off + CAS_REC_HEADER <= size) {
 		uint8_t h[CAS_REC_HEADER];
-		if (pread(fd, h, sizeof(h), (off_t)off) != (ssize_t)sizeof(h))
-			break;
-		const uint32_t raw = le32_get(h + CAS_REC_RAW), stored = le32_get(h + CAS_REC_STORED);
-		if (memcmp(h, CAS_REC_MAGIC, 4) || h[4] > CAS_CODEC_LZ4 || raw > CAS_CHUNK_MAX ||
-		    stored > CAS_CHUNK_MAX || (h[4] == CAS_CODEC_RAW && raw != stored) ||
-		    off + CAS_REC_HEADER + stored > size)
-			break;
-		if (stored > cap) {
-			uint8_t *nd = realloc(data, stored);
-			if (!nd) {
-				rc = -ENOMEM;
-				break;
+		int ok = scan_rec_at(fd, size, off, hash, h, &data, &cap);
+		if (ok == 0 && resync) {
+			uint64_t next;
+			ok = scan_resync(fd, size, off, h, &data, &cap, &next);
+			if (ok >= 0) {
+				char path[4096];
+				cas_pack_path(s, pack, path, sizeof(path));
+				fprintf(stderr, "crest: %s: bytes %llu to %llu hold no record that checks out "
+					"(damage, or what a killed writer left): skipped\n", path,
+					(unsigned long long)off, (unsigned long long)next);
+				hash = true;
+				off = next;
 			}
-			data = nd;
-			cap = stored;
 		}
-		if (stored && pread(fd, data, stored, (off_t)(off + CAS_REC_HEADER)) != (ssize_t)stored)
+		if (ok < 0)
+			rc = ok;
+		if (ok <= 0)
 			break;
-		if (crc32c(data, stored) != le32_get(h + CAS_REC_CRC))
-			break;
+		const uint32_t stored = le32_get(h + CAS_REC_STORED);
 		const struct cas_scan_rec r = {
 			.sha = h + CAS_REC_SHA, .data = data,
-			.loc = { .pack = pack, .off = off, .stored = stored, .raw = raw, .codec = h[4] },
+			.loc = { .pack = pack, .off = off, .stored = stored, .raw = le32_get(h + CAS_REC_RAW),
+				 .codec = h[4] },
 		};
 		rc = cb(&r, arg);
 		off += CAS_REC_HEADER + stored;
 	}
 	free(data);
 	close(fd);
+	/* With resync, bytes skipped at the end stay below it: a writer cuts
+	 * what lies past a pack's end, and damage is kept for whoever looks. */
 	if (end)
 		*end = off;
 	return rc;

@@ -60,6 +60,12 @@ static int item_cb(const struct cas_meta_item *it, void *arg)
 	struct item *x = &c->v[c->n];
 	x->kind = it->kind;
 	memcpy(x->sha, it->sha, 32);
+	/* A manifest is named by its SHA-256, which no checksum in its
+	 * record's header covers: one that checks out (CRC32C) goes by its
+	 * hash, so a damaged id field costs nothing. One that does not
+	 * keeps the id its header says, for the message that it is lost. */
+	if (it->kind == CAS_META_MANIFEST && !it->damaged && sha256_once(it->p, it->len, x->sha) < 0)
+		return crest_errf(-EIO, "hashing a manifest of %s", c->s->dir);
 	x->len = it->len;
 	x->p = malloc(it->len ? it->len : 1);
 	if (!x->p)
@@ -90,8 +96,8 @@ static uint64_t end_of(const struct cas_pack_end *v, size_t n, uint32_t num, boo
 
 /* The meta records of every log past its committed end (q), and the new
  * ends in *qn (one per log walked). */
-static int meta_tails(struct cas_store *s, const struct cas_pack_end *q, size_t nq, struct rec_ctx *c,
-		      struct cas_pack_end **qn, size_t *nqn)
+static int meta_tails(struct cas_store *s, const struct cas_pack_end *q, size_t nq, bool resync,
+		      struct rec_ctx *c, struct cas_pack_end **qn, size_t *nqn)
 {
 	uint32_t max;
 	int rc = cas_meta_max_on_disk(s, &max);
@@ -117,7 +123,7 @@ static int meta_tails(struct cas_store *s, const struct cas_pack_end *q, size_t 
 		if (found && (uint64_t)st.st_size == from)
 			continue;
 		uint64_t end;
-		rc = cas_meta_walk(s, num, found ? from : 0, item_cb, c, &end);
+		rc = cas_meta_walk(s, num, found ? from : 0, resync, item_cb, c, &end);
 		if (rc == -ENOENT) {   /* gc's compaction removed it meanwhile (a reader's open) */
 			rc = 0;
 			continue;
@@ -272,7 +278,16 @@ static int packs_index(struct cas_store *s, const struct cas_pack_end *p, size_t
 		if (!found && !full && pack < maxp)
 			continue;   /* older than the index's records (format 1): as it was */
 		uint64_t end;
-		rc = cas_pack_scan(s, pack, found ? from : 0, scan_cb, &c, &end);
+		rc = cas_pack_scan(s, pack, found ? from : 0, full, scan_cb, &c, &end);
+		if ((rc == -EBADMSG || rc == -EPROTONOSUPPORT) && full) {
+			/* A damaged pack header (a newer version in a store
+			 * of this format is damage too): readers cannot open
+			 * the pack, so its chunks are lost; repair goes on
+			 * without them. */
+			fprintf(stderr, "crest: %s; its chunks are lost\n", crest_errmsg());
+			rc = 0;
+			continue;
+		}
 		if (rc == 0 && end > from)
 			cas_batch_end(b, 'p', pack, end);
 	}
@@ -351,14 +366,57 @@ static int piece_try(struct cas_store *s, const struct rec_ctx *c, struct cas_ma
 	return rc < 0 ? rc : ok;
 }
 
+/* Appends a lost range to *v, merged with the last when they touch. */
+static int lost_push(struct cas_lost **v, size_t *n, uint32_t stream, uint64_t off, uint64_t len)
+{
+	if (*n && (*v)[*n - 1].stream == stream && (*v)[*n - 1].off + (*v)[*n - 1].len == off) {
+		(*v)[*n - 1].len += len;
+		return 0;
+	}
+	struct cas_lost *nv = realloc(*v, (*n + 1) * sizeof(*nv));
+	if (!nv)
+		return -ENOMEM;
+	*v = nv;
+	nv[(*n)++] = (struct cas_lost){ stream, off, len };
+	return 0;
+}
+
+/* A 'd' key's value for v (format.h), into b. */
+static int lost_put(rocksdb_writebatch_t *b, const uint8_t id[32], const struct cas_lost *v, size_t n)
+{
+	uint8_t *e = malloc(5 + n * CAS_DAMAGE_RANGE);
+	if (!e)
+		return -ENOMEM;
+	e[0] = CAS_DAMAGE_VERSION;
+	le32_put(e + 1, (uint32_t)n);
+	for (size_t i = 0; i < n; i++) {
+		uint8_t *r = e + 5 + i * CAS_DAMAGE_RANGE;
+		le32_put(r, v[i].stream);
+		le64_put(r + 4, v[i].off);
+		le64_put(r + 12, v[i].len);
+	}
+	char k[33];
+	k[0] = 'd';
+	memcpy(k + 1, id, 32);
+	rocksdb_writebatch_put(b, k, 33, (const char *)e, 5 + n * CAS_DAMAGE_RANGE);
+	free(e);
+	return 0;
+}
+
 /* Whether every piece and chunk manifest x needs is there; its pieces and
- * manifest keys go into b if so. *missing counts what is not. */
-static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const struct item *x,
-			  rocksdb_writebatch_t *b, uint64_t *missing, char *what, size_t cap)
+ * manifest keys go into b if so. *missing counts what is not. With keep
+ * (repair), a manifest that lacks chunks only goes into b all the same,
+ * with the byte ranges it lost in *lost ('d', format.h): one bad chunk
+ * costs that chunk, not the snapshot. */
+static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const struct item *x, bool keep,
+			  rocksdb_writebatch_t *b, uint64_t *missing, struct cas_lost **lost, size_t *nlost,
+			  char *what, size_t cap)
 {
 	uint8_t sum[32];
 	struct cas_manifest *m = NULL;
 	*missing = 0;
+	*lost = NULL;
+	*nlost = 0;
 	what[0] = 0;
 	int rc = sha256_once(x->p, x->len, sum);
 	if (rc < 0)
@@ -385,10 +443,11 @@ static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const st
 	unsigned named = 0, unnamed = 0;
 	uint64_t lost_bytes = 0;
 	char names[512] = "";
-	for (size_t i = 0; rc == 0 && !*missing && i < m->nstreams; i++) {
+	const bool pieces_ok = !*missing;
+	for (size_t i = 0; rc == 0 && pieces_ok && i < m->nstreams; i++) {
 		const struct cas_stream *st = &m->streams[i];
-		uint64_t n = 0;
-		for (uint64_t j = 0; rc == 0 && j < st->nextents; j++) {
+		uint64_t n = 0, off = 0;
+		for (uint64_t j = 0; rc == 0 && j < st->nextents; off += st->ext[j++].len) {
 			if (st->ext[j].hole)
 				continue;
 			struct cas_loc loc;
@@ -396,6 +455,8 @@ static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const st
 			if (lr == -ENOENT || (lr == 0 && cas_pack_lost(s, loc.pack))) {
 				n++;
 				lost_bytes += st->ext[j].len;
+				if (keep && lost_push(lost, nlost, (uint32_t)i, off, st->ext[j].len) < 0)
+					rc = crest_errf(-ENOMEM, "recovering %s", s->dir);
 			} else if (lr < 0) {
 				rc = lr;
 			}
@@ -412,7 +473,12 @@ static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const st
 		if (unnamed)
 			say(what, cap, " and %u more stream%s", unnamed, unnamed == 1 ? "" : "s");
 	}
-	if (rc == 0 && !*missing) {
+	if (rc == 0 && !pieces_ok) {
+		free(*lost);
+		*lost = NULL;
+		*nlost = 0;
+	}
+	if (rc == 0 && (!*missing || *nlost)) {
 		char k[33];
 		k[0] = 'm';
 		memcpy(k + 1, x->sha, 32);
@@ -426,6 +492,8 @@ static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const st
 			rocksdb_writebatch_put(b, k, 33, (const char *)enc.buf, enc.head_len);
 			cas_encoded_free(&enc);
 		}
+		if (rc == 0 && *nlost && lost_put(b, x->sha, *lost, *nlost) < 0)
+			rc = crest_errf(-ENOMEM, "recovering %s", s->dir);
 	}
 	cas_manifest_free(m);
 	return rc;
@@ -547,7 +615,7 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 			rc = packs_check(s, p, np);
 	}
 	if (rc == 0)
-		rc = meta_tails(s, q, nq, &c, &qn, &nqn);
+		rc = meta_tails(s, q, nq, full, &c, &qn, &nqn);
 	if (rc == 0)
 		rc = items_index(&c);
 	uint32_t maxp = 0;
@@ -555,7 +623,7 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 		if (p[i].pack > maxp)
 			maxp = p[i].pack;
 	/* Revokes first: a revoked commit is never recovered. */
-	unsigned undone = 0, recovered = 0, dropped = 0;
+	unsigned undone = 0, recovered = 0, dropped = 0, damaged = 0;
 	uint8_t (*ids)[32] = NULL;   /* the snapshots recovered */
 	for (size_t i = 0; rc == 0 && i < c.n; i++)
 		if (c.v[i].kind == CAS_META_REVOKE)
@@ -585,20 +653,28 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 			continue;
 		uint64_t missing;
 		char what[1024];
-		rc = manifest_check(s, &c, x, b, &missing, what, sizeof(what));
+		struct cas_lost *lost = NULL;
+		size_t nlost = 0;
+		rc = manifest_check(s, &c, x, full, b, &missing, &lost, &nlost, what, sizeof(what));
+		free(lost);
 		char hex[65];
 		hex_encode(x->sha, 32, hex);
-		if (rc == 0 && missing) {
+		char tags[512] = "";
+		for (size_t j = 0; rc == 0 && missing && j < c.n; j++)
+			if (c.v[j].kind == CAS_META_TAG && !memcmp(c.v[j].sha, x->sha, 32))
+				say(tags, sizeof(tags), "%s%.*s", tags[0] ? ", " : " (tagged ", (int)c.v[j].len,
+				    (const char *)c.v[j].p);
+		if (tags[0])
+			say(tags, sizeof(tags), ")");
+		if (rc == 0 && missing && !nlost) {
 			dropped++;
-			char tags[512] = "";
-			for (size_t j = 0; j < c.n; j++)
-				if (c.v[j].kind == CAS_META_TAG && !memcmp(c.v[j].sha, x->sha, 32))
-					say(tags, sizeof(tags), "%s%.*s", tags[0] ? ", " : " (tagged ", (int)c.v[j].len,
-					    (const char *)c.v[j].p);
-			if (tags[0])
-				say(tags, sizeof(tags), ")");
 			fprintf(stderr, "crest: snapshot %.12s%s cannot be recovered: it lacks %s\n", hex, tags, what);
 		} else if (rc == 0) {
+			if (nlost) {
+				damaged++;
+				fprintf(stderr, "crest: snapshot %.12s%s is damaged: it lacks %s; kept, marked damaged "
+					"(crest get --allow-damaged restores the rest)\n", hex, tags, what);
+			}
 			uint8_t (*nv)[32] = realloc(ids, (recovered + 1) * 32);
 			if (!nv) {
 				rc = crest_errf(-ENOMEM, "recovering %s", s->dir);
@@ -606,7 +682,7 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 			}
 			ids = nv;
 			memcpy(ids[recovered++], x->sha, 32);
-			if (!full)
+			if (!full && !nlost)
 				fprintf(stderr, "crest: recovered snapshot %.12s into the index of %s: its "
 					"commit reached the meta log but not the index\n", hex, s->dir);
 		}
@@ -648,8 +724,8 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 	for (size_t i = 0; i < np; i++)
 		if (p[i].pack >= *floor)
 			*floor = p[i].pack + 1;
-	s->rec = (struct cas_recovery){ .records = records, .recovered = recovered, .dropped = dropped,
-				       .revoked = undone };
+	s->rec = (struct cas_recovery){ .records = records, .recovered = recovered - damaged, .dropped = dropped,
+				       .damaged = damaged, .revoked = undone };
 	free(p);
 	free(q);
 	free(qn);
@@ -665,7 +741,7 @@ int cas_hidden_load(struct cas_store *s)
 	struct rec_ctx c = { .s = s };
 	int rc = cas_ends_load(s, 'q', &q, &nq);
 	if (rc == 0)
-		rc = meta_tails(s, q, nq, &c, &qn, &nqn);
+		rc = meta_tails(s, q, nq, false, &c, &qn, &nqn);
 	if (rc == 0)
 		rc = items_index(&c);
 	for (size_t i = 0; rc == 0 && i < c.n; i++) {

@@ -703,7 +703,7 @@ static void index_after_failed_ingest(struct cas_store *s)
 
 bool cas_store_damaged(const struct cas_store *s)
 {
-	return s->nlost > 0;
+	return s->nlost > 0 || s->marked;
 }
 
 bool cas_store_broken(const struct cas_store *s)
@@ -753,6 +753,17 @@ int cas_readers_none(struct cas_store *s)
 		return -EBUSY;
 	}
 	return fd;   /* held until closed */
+}
+
+/* Whether the index has a key of this type. */
+static bool index_has(struct cas_store *s, char type)
+{
+	rocksdb_iterator_t *it = rocksdb_create_iterator(s->db, s->ropts);
+	rocksdb_iter_seek(it, &type, 1);
+	size_t kl;
+	const bool has = rocksdb_iter_valid(it) && rocksdb_iter_key(it, &kl)[0] == type;
+	rocksdb_iter_destroy(it);
+	return has;
 }
 
 static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct cas_store **out)
@@ -823,6 +834,8 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	}
 	if (rc == 0 && mode != CAS_READ)
 		rc = cas_pack_open_writer(s, floor);
+	if (rc == 0)
+		s->marked = index_has(s, 'd');
 	if (rc == 0 && mode == CAS_READ)
 		rc = cas_hidden_load(s);
 	if (rc < 0) {
@@ -1563,6 +1576,8 @@ int cas_batch_forget(struct cas_store *s, rocksdb_writebatch_t *b, const uint8_t
 		rocksdb_writebatch_delete(b, k, 33);
 		k[0] = 'i';
 		rocksdb_writebatch_delete(b, k, 33);
+		k[0] = 'd';
+		rocksdb_writebatch_delete(b, k, 33);
 	}
 	struct forget_ctx c = { b, ids, n };
 	return n ? cas_db_scan(s, 't', forget_tag_cb, &c) : 0;
@@ -1823,6 +1838,17 @@ static int tag_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
 	return 0;
 }
 
+static int damaged_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
+{
+	(void)v;
+	(void)vl;
+	struct list_ctx *c = arg;
+	for (size_t i = 0; kl == 32 && i < c->n; i++)
+		if (!memcmp(c->v[i].id, k, 32))
+			c->v[i].damaged = true;
+	return 0;
+}
+
 static int snapinfo_cmp(const void *a, const void *b)
 {
 	const struct cas_snapinfo *x = a, *y = b;
@@ -1837,6 +1863,8 @@ int cas_snapshot_list(struct cas_store *s, struct cas_snapinfo **out, size_t *n)
 	int rc = cas_db_scan(s, 'i', list_cb, &c);
 	if (rc == 0)
 		rc = cas_db_scan(s, 't', tag_cb, &c);
+	if (rc == 0)
+		rc = cas_db_scan(s, 'd', damaged_cb, &c);
 	if (rc < 0) {
 		cas_snapshot_list_free(c.v, c.n);
 		return rc == -ENOMEM ? crest_errf(rc, "listing snapshots") : rc;
@@ -1857,6 +1885,63 @@ void cas_snapshot_list_free(struct cas_snapinfo *v, size_t n)
 		free(v[i].tags);
 	}
 	free(v);
+}
+
+int cas_snapshot_lost(struct cas_store *s, const uint8_t id[32], struct cas_lost **out, size_t *n)
+{
+	char hex[65];
+	size_t vl;
+	int rc;
+	*out = NULL;
+	*n = 0;
+	char *v = cas_db_get(s, 'd', id, 32, &vl, &rc);
+	if (!v)
+		return rc == -ENOENT ? 0 : rc;
+	const uint8_t *p = (const uint8_t *)v;
+	hex_encode(id, 32, hex);
+	if (vl >= 1 && p[0] > CAS_DAMAGE_VERSION)
+		rc = crest_errx(-EBADMSG, "snapshot %.12s in %s is marked damaged by a newer crest (mark version "
+				"%u; this crest reads up to %u)", hex, s->dir, p[0], CAS_DAMAGE_VERSION);
+	else if (vl < 5 || p[0] != CAS_DAMAGE_VERSION || (vl - 5) / CAS_DAMAGE_RANGE != le32_get(p + 1) ||
+		 (vl - 5) % CAS_DAMAGE_RANGE)
+		rc = crest_errx(-EBADMSG, "the damage mark of snapshot %.12s in %s is itself damaged "
+				"(casctl repair makes it anew)", hex, s->dir);
+	const size_t cnt = rc == 0 ? le32_get(p + 1) : 0;
+	struct cas_lost *r = rc == 0 ? calloc(cnt ? cnt : 1, sizeof(*r)) : NULL;
+	if (rc == 0 && !r)
+		rc = crest_errf(-ENOMEM, "reading the damage of snapshot %.12s", hex);
+	for (size_t i = 0; rc == 0 && i < cnt; i++) {
+		const uint8_t *e = p + 5 + i * CAS_DAMAGE_RANGE;
+		r[i] = (struct cas_lost){ le32_get(e), le64_get(e + 4), le64_get(e + 12) };
+	}
+	rocksdb_free(v);
+	if (rc < 0) {
+		free(r);
+		return rc;
+	}
+	*out = r;
+	*n = cnt;
+	return 0;
+}
+
+int cas_manifest_holes(struct cas_manifest *m, const struct cas_lost *v, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		struct cas_stream *st = v[i].stream < m->nstreams ? &m->streams[v[i].stream] : NULL;
+		uint64_t off = 0, done = 0;
+		for (uint64_t j = 0; st && j < st->nextents && off < v[i].off + v[i].len; off += st->ext[j++].len)
+			if (off >= v[i].off) {
+				st->ext[j].hole = true;
+				done += st->ext[j].len;
+			}
+		/* The range must be whole extents: anything else is a mark
+		 * that does not belong to this manifest. */
+		if (!st || done != v[i].len || off != v[i].off + v[i].len)
+			return crest_errx(-EBADMSG, "the damage mark of a snapshot does not fit its manifest "
+					  "(range %zu: stream %u, bytes %llu to %llu)", i, v[i].stream,
+					  (unsigned long long)v[i].off, (unsigned long long)(v[i].off + v[i].len));
+	}
+	return 0;
 }
 
 struct foreach_ctx {

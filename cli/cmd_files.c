@@ -451,8 +451,19 @@ int cmd_put(struct cli *c, int argc, char **argv)
 
 int cmd_get(struct cli *c, int argc, char **argv)
 {
+	/* --allow-damaged: a snapshot a repair kept without chunks it lost
+	 * is restored all the same, zeros where bytes are lost (restic's
+	 * repair snapshots, borg's check --repair). */
+	bool allow = false;
+	int k = 1;
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], CLI_ALLOW_DAMAGED))
+			allow = true;
+		else
+			argv[k++] = argv[i];
+	argc = k;
 	if (argc != 3) {
-		fprintf(stderr, "usage: crest get SNAPSHOT DEST\n");
+		fprintf(stderr, "usage: crest get [" CLI_ALLOW_DAMAGED "] SNAPSHOT DEST\n");
 		return 2;
 	}
 	struct cas_store *store;
@@ -461,6 +472,14 @@ int cmd_get(struct cli *c, int argc, char **argv)
 	int rc = cli_snapshot_open(c, argv[1], &store, id, &m);
 	if (rc < 0)
 		return cli_fail(c, rc);
+	struct cas_lost *lost = NULL;
+	size_t nlost = 0;
+	rc = cli_snapshot_damage(store, id, m, allow, &lost, &nlost);
+	if (rc < 0) {
+		cas_manifest_free(m);
+		cas_close(store);
+		return cli_fail(c, rc);
+	}
 	char hex[65];
 	cli_print_id(hex, id);
 	char shortid[13];
@@ -473,20 +492,28 @@ int cmd_get(struct cli *c, int argc, char **argv)
 	rc = restore_tree(&rc_, m, argv[2], &bytes);
 	progress_end(&prog);
 	double secs = cli_secs(time_now_ns() - t0);
-	cas_manifest_free(m);
 	cas_close(store);
-	if (rc < 0)
+	if (rc < 0) {
+		cas_manifest_free(m);
+		free(lost);
 		return cli_fail(c, rc);
+	}
 	if (c->json) {
 		printf("{\"snapshot\": \"%s\", \"dest\": ", hex);
 		json_str(stdout, argv[2]);
-		printf(", \"bytes\": %llu, \"seconds\": %.3f}\n", (unsigned long long)bytes, secs);
-	} else if (!c->quiet) {
+		printf(", \"bytes\": %llu, \"seconds\": %.3f", (unsigned long long)bytes, secs);
+		cli_lost_print(c, id, m, lost, nlost);
+		printf("}\n");
+	} else {
+		cli_lost_print(c, id, m, lost, nlost);
 		char b1[32], b2[32];
-		printf("restored %.12s into %s: %s in %.2f s (%s/s)\n", hex, argv[2],
-		       fmt_bytes(bytes, b1, sizeof(b1)), secs,
-		       fmt_bytes(rate(bytes, secs), b2, sizeof(b2)));
+		if (!c->quiet)
+			printf("restored %.12s into %s: %s in %.2f s (%s/s)\n", hex, argv[2],
+			       fmt_bytes(bytes, b1, sizeof(b1)), secs,
+			       fmt_bytes(rate(bytes, secs), b2, sizeof(b2)));
 	}
+	cas_manifest_free(m);
+	free(lost);
 	return 0;
 }
 
@@ -546,13 +573,17 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 				printf(": ");
 				json_str(stdout, h->labels[l].value);
 			}
-			printf("}}");
+			printf("}, \"damaged\": %s}", v[i].damaged ? "true" : "false");
 		} else {
 			cli_fmt_time(h->time_ns, tbuf, sizeof(tbuf));
 			printf("%.12s  %-19s  %-8s  %10s  ", hex, tbuf, h->kind,
 			       fmt_bytes(h->logical_bytes, b1, sizeof(b1)));
 			for (size_t t = 0; t < v[i].ntags; t++)
 				printf("%s%s", t ? "," : "", v[i].tags[t]);
+			/* After the tags: a snapshot casctl repair kept
+			 * without chunks it lost (crest show says which). */
+			if (v[i].damaged)
+				printf("%sDAMAGED", v[i].ntags ? "  " : "");
 			printf("\n");
 		}
 	}
@@ -576,7 +607,14 @@ int cmd_show(struct cli *c, int argc, char **argv)
 	int rc = cli_snapshot_open(c, argv[1], &store, id, &m);
 	if (rc < 0)
 		return cli_fail(c, rc);
+	struct cas_lost *lost = NULL;
+	size_t nlost = 0;
+	rc = cas_snapshot_lost(store, id, &lost, &nlost);
 	cas_close(store);
+	if (rc < 0) {
+		cas_manifest_free(m);
+		return cli_fail(c, rc);
+	}
 	char hex[65], tbuf[32], b1[32];
 	cli_print_id(hex, id);
 	if (c->json) {
@@ -590,6 +628,8 @@ int cmd_show(struct cli *c, int argc, char **argv)
 		} else {
 			printf("null");
 		}
+		printf(", \"damaged\": %s", nlost ? "true" : "false");
+		cli_lost_print(c, id, m, lost, nlost);
 		printf(", \"labels\": {");
 		for (size_t l = 0; l < m->nlabels; l++) {
 			printf("%s", l ? ", " : "");
@@ -608,6 +648,10 @@ int cmd_show(struct cli *c, int argc, char **argv)
 			printf("parent   %s\n", ph);
 		}
 		printf("branch   %s\n", cas_manifest_branch(m));
+		for (size_t i = 0; i < nlost; i++)
+			printf("DAMAGED  %s: bytes %llu to %llu lost (crest get " CLI_ALLOW_DAMAGED
+			       " restores zeros there)\n", lost[i].stream < m->nstreams ? m->streams[lost[i].stream].name
+			       : "?", (unsigned long long)lost[i].off, (unsigned long long)(lost[i].off + lost[i].len));
 		for (size_t l = 0; l < m->nlabels; l++)
 			if (strcmp(m->labels[l].key, CAS_BRANCH_LABEL))
 				printf("label    %s=%s\n", m->labels[l].key, m->labels[l].value);
@@ -640,6 +684,7 @@ int cmd_show(struct cli *c, int argc, char **argv)
 	if (c->json)
 		printf("%s]}\n", m->nstreams ? "\n" : "");
 	cas_manifest_free(m);
+	free(lost);
 	return 0;
 }
 

@@ -300,6 +300,7 @@ int cmd_restore(struct cli *c, int argc, char **argv)
 {
 	struct rp_opts o = { .notes = stdout };
 	const char *name = NULL, *gpu_map = NULL, *branch = NULL;
+	bool allow = false;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--keep-files"))
 			o.keep_files = true;
@@ -311,16 +312,19 @@ int cmd_restore(struct cli *c, int argc, char **argv)
 			o.tmpdir = argv[++i];
 		else if (!strcmp(argv[i], "--branch") && i + 1 < argc)
 			branch = argv[++i];
+		else if (!strcmp(argv[i], CLI_ALLOW_DAMAGED))
+			allow = true;
 		else if (argv[i][0] != '-' && !name)
 			name = argv[i];
 		else {
 			fprintf(stderr, "usage: crest restore SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] "
-					"[--tmpdir DIR] [--branch B]\n");
+					"[--tmpdir DIR] [--branch B] [" CLI_ALLOW_DAMAGED "]\n");
 			return 2;
 		}
 	}
 	if (!name) {
-		fprintf(stderr, "usage: crest restore SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] [--tmpdir DIR] [--branch B]\n");
+		fprintf(stderr, "usage: crest restore SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] [--tmpdir DIR] [--branch B] "
+				"[" CLI_ALLOW_DAMAGED "]\n");
 		return 2;
 	}
 	struct gpuckpt_map *map = NULL;
@@ -344,6 +348,10 @@ int cmd_restore(struct cli *c, int argc, char **argv)
 	int rc = cli_snapshot_open(c, name, &store, id, &m);
 	if (rc == 0 && strcmp(m->kind, "process"))
 		rc = crest_errx(-EINVAL, "snapshot %s is a '%s' snapshot, not a process: use crest get", name, m->kind);
+	struct cas_lost *lost = NULL;
+	size_t nlost = 0;
+	if (rc == 0)
+		rc = cli_snapshot_damage(store, id, m, allow, &lost, &nlost);
 	if (rc == 0 && geteuid() != 0)
 		rc = crest_errx(-EPERM, "not permitted: restoring a process needs root (CRIU)");
 	struct criu criu;
@@ -364,20 +372,29 @@ int cmd_restore(struct cli *c, int argc, char **argv)
 		if (rc == 0)
 			cli_job_note(c, store, r.pid, id, branch ? branch : cas_manifest_branch(m));
 	}
-	cas_manifest_free(m);
 	if (store)
 		cas_close(store);
 	free(map);
-	if (rc < 0)
+	if (rc < 0) {
+		cas_manifest_free(m);
+		free(lost);
 		return cli_fail(c, rc);
+	}
 	char hex[65];
 	cli_print_id(hex, id);
-	if (c->json)
+	if (c->json) {
 		printf("{\"snapshot\": \"%s\", \"pid\": %d, \"bytes\": %llu, \"stream_seconds\": %.4f, "
-		       "\"criu_seconds\": %.4f, \"gpu_seconds\": %.4f, \"seconds\": %.4f}\n",
+		       "\"criu_seconds\": %.4f, \"gpu_seconds\": %.4f, \"seconds\": %.4f",
 		       hex, (int)r.pid, (unsigned long long)r.bytes, cli_secs(r.stream_ns), cli_secs(r.criu_ns),
 		       cli_secs(r.gpu_ns), cli_secs(r.total_ns));
-	else if (!c->quiet)
+		cli_lost_print(c, id, m, lost, nlost);
+		printf("}\n");
+	} else {
+		cli_lost_print(c, id, m, lost, nlost);
+	}
+	cas_manifest_free(m);
+	free(lost);
+	if (!c->json && !c->quiet)
 		printf("restored %.12s: pid %d running again after %.2f s (images %.2f s, criu %.2f s, gpu %.2f s)\n",
 		       hex, (int)r.pid, cli_secs(r.total_ns), cli_secs(r.stream_ns), cli_secs(r.criu_ns),
 		       cli_secs(r.gpu_ns));

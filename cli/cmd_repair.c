@@ -21,12 +21,13 @@ int cmd_repair(struct cli *c, int argc, char **argv)
 	cas_recovery_get(store, &r);
 	cas_close(store);
 	if (c->json)
-		printf("{\"chunk_records\": %llu, \"snapshots\": %u, \"lost_snapshots\": %u, "
-		       "\"failed_commits\": %u}\n", (unsigned long long)r.records, r.recovered, r.dropped,
-		       r.revoked);
+		printf("{\"chunk_records\": %llu, \"snapshots\": %u, \"damaged_snapshots\": %u, "
+		       "\"lost_snapshots\": %u, \"failed_commits\": %u}\n", (unsigned long long)r.records,
+		       r.recovered, r.damaged, r.dropped, r.revoked);
 	else if (!c->quiet)
-		printf("repaired %s: %llu chunk records indexed, %u snapshots recovered, %u lost (named above), "
-		       "%u failed commits left out\n", c->store, (unsigned long long)r.records, r.recovered,
-		       r.dropped, r.revoked);
-	return r.dropped ? 1 : 0;
+		printf("repaired %s: %llu chunk records indexed, %u snapshots recovered, %u kept damaged and %u lost "
+		       "(named above), %u failed commits left out\n", c->store, (unsigned long long)r.records,
+		       r.recovered, r.damaged, r.dropped, r.revoked);
+	/* Not whole: a script must not take the store for repaired whole. */
+	return r.dropped || r.damaged ? 1 : 0;
 }

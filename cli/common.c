@@ -5,6 +5,7 @@
 #include "gpu/gpuckpt.h"
 #include "os/proc.h"
 #include "util/err.h"
+#include "util/json.h"
 #include "util/progress.h"
 #include "util/sha256.h"
 
@@ -270,6 +271,76 @@ int cli_snapshot_open(const struct cli *c, const char *name, struct cas_store **
 		*store = NULL;
 	}
 	return rc;
+}
+
+/* "NAME bytes A to B, ..." for the first few ranges of v, then a count. */
+static void lost_text(const struct cas_manifest *m, const struct cas_lost *v, size_t n, char *buf, size_t cap)
+{
+	size_t used = 0;
+	buf[0] = 0;
+	for (size_t i = 0; i < n && used < cap; i++) {
+		if (i == 4) {
+			snprintf(buf + used, cap - used, " and %zu more range%s", n - i, n - i == 1 ? "" : "s");
+			break;
+		}
+		const char *name = v[i].stream < m->nstreams ? m->streams[v[i].stream].name : "?";
+		int w = snprintf(buf + used, cap - used, "%s%s bytes %llu to %llu", i ? ", " : "", name,
+				 (unsigned long long)v[i].off, (unsigned long long)(v[i].off + v[i].len));
+		used += w > 0 ? (size_t)w : 0;
+	}
+}
+
+int cli_snapshot_damage(struct cas_store *s, const uint8_t id[32], struct cas_manifest *m, bool allow,
+			struct cas_lost **lost, size_t *nlost)
+{
+	int rc = cas_snapshot_lost(s, id, lost, nlost);
+	if (rc < 0 || !*nlost)
+		return rc;
+	uint64_t bytes = 0;
+	size_t streams = 0;
+	for (size_t i = 0; i < *nlost; i++) {
+		bytes += (*lost)[i].len;
+		streams += i == 0 || (*lost)[i].stream != (*lost)[i - 1].stream;
+	}
+	char hex[65], what[1024];
+	cli_print_id(hex, id);
+	if (!allow) {
+		lost_text(m, *lost, *nlost, what, sizeof(what));
+		rc = crest_errx(-EBADMSG, "snapshot %.12s is damaged: casctl repair found %llu bytes of %zu stream%s "
+				"lost (%s); " CLI_ALLOW_DAMAGED " restores the rest, with zeros there", hex,
+				(unsigned long long)bytes, streams, streams == 1 ? "" : "s", what);
+	} else {
+		rc = cas_manifest_holes(m, *lost, *nlost);
+	}
+	if (rc < 0) {
+		free(*lost);
+		*lost = NULL;
+		*nlost = 0;
+	}
+	return rc;
+}
+
+void cli_lost_print(const struct cli *c, const uint8_t id[32], const struct cas_manifest *m,
+		    const struct cas_lost *v, size_t n)
+{
+	char hex[65];
+	cli_print_id(hex, id);
+	if (c->json) {
+		printf(", \"lost\": [");
+		for (size_t i = 0; i < n; i++) {
+			printf("%s{\"stream\": ", i ? ", " : "");
+			json_str(stdout, v[i].stream < m->nstreams ? m->streams[v[i].stream].name : "?");
+			printf(", \"offset\": %llu, \"length\": %llu}", (unsigned long long)v[i].off,
+			       (unsigned long long)v[i].len);
+		}
+		printf("]");
+		return;
+	}
+	/* Even with --quiet: what was restored is not what was saved. */
+	for (size_t i = 0; i < n; i++)
+		fprintf(stderr, "%s: warning: snapshot %.12s is damaged: zeros stand for %s bytes %llu to %llu "
+			"(lost)\n", c->prog, hex, v[i].stream < m->nstreams ? m->streams[v[i].stream].name : "?",
+			(unsigned long long)v[i].off, (unsigned long long)(v[i].off + v[i].len));
 }
 
 int cli_writer_open(const struct cli *c, const struct engine_opts *o, struct cas_store **store,

@@ -59,6 +59,19 @@ void cli_progress_stop(struct cli_progress *p);
 int cli_snapshot_open(const struct cli *c, const char *name, struct cas_store **store, uint8_t id[32],
 		      struct cas_manifest **m);
 
+/* A snapshot a repair kept without chunks it lost (cas_snapshot_lost).
+ * Without allow: -EBADMSG, its message naming the streams and byte ranges
+ * lost and the option that restores the rest. With allow: m's lost ranges
+ * become holes (a restore writes zeros there) and *lost holds them, for
+ * cli_lost_print (free() it). 0 and *nlost 0 for a whole snapshot. */
+#define CLI_ALLOW_DAMAGED "--allow-damaged"
+int cli_snapshot_damage(struct cas_store *s, const uint8_t id[32], struct cas_manifest *m, bool allow,
+			struct cas_lost **lost, size_t *nlost);
+/* The lost ranges: a warning line each on stderr, or with json a
+ * ", \"lost\": [...]" member for the caller's object on stdout. */
+void cli_lost_print(const struct cli *c, const uint8_t id[32], const struct cas_manifest *m,
+		    const struct cas_lost *v, size_t n);
+
 /* Opens the store for writing and an engine on it (o, or the defaults with
  * --workers). On failure neither is left open. */
 int cli_writer_open(const struct cli *c, const struct engine_opts *o, struct cas_store **store,

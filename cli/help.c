@@ -64,19 +64,24 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--chunker", NULL, "fixed|cdc", "cut files in fixed-size chunks, or content-defined ones" },
 		{ "--chunk-size", NULL, "SIZE", "the (average) chunk size: 4096, 64K, 1M" },
 	} },
-	{ "crest", "get", "SNAPSHOT DEST", "restore a snapshot's files under DEST",
+	{ "crest", "get", "[--allow-damaged] SNAPSHOT DEST", "restore a snapshot's files under DEST",
 	  "Writes the files of a snapshot made by put under the directory DEST, every chunk's hash "
 	  "checked on the way. Files belong to whoever runs get (owners are not restored); run "
 	  "as root, get leaves out files' set-user-ID and set-group-ID bits, which would make "
-	  "them root's. " SNAP_NAMES,
-	  "SNAPSHOT DIR", false, { { NULL, NULL, NULL, NULL } } },
+	  "them root's. A snapshot casctl repair kept without chunks it lost (DAMAGED in ls) is "
+	  "refused, naming the bytes lost, unless --allow-damaged. " SNAP_NAMES,
+	  "SNAPSHOT DIR", false, {
+		{ "--allow-damaged", NULL, NULL, "restore a damaged snapshot all the same: zeros where bytes "
+		  "are lost, each range named on stderr (in --json, \"lost\")" },
+	} },
 	{ "crest", "ls", "", "list snapshots",
-	  "Lists every snapshot: id, time, kind (files or process), logical size and tags; with "
-	  "--json also its streams, parent and labels.",
+	  "Lists every snapshot: id, time, kind (files or process), logical size and tags, and "
+	  "DAMAGED after them for one casctl repair kept without chunks it lost; with --json also "
+	  "its streams, parent and labels.",
 	  "", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "show", "SNAPSHOT", "a snapshot's metadata and streams",
 	  "Prints a snapshot's metadata (kind, time, parent, branch, labels, tags) and its streams "
-	  "with their sizes. " SNAP_NAMES,
+	  "with their sizes; for a damaged snapshot, the byte ranges of each stream it lost. " SNAP_NAMES,
 	  "SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "tag", "[--force] SNAPSHOT TAG", "name a snapshot",
 	  "Gives SNAPSHOT the name TAG, usable wherever a snapshot is named. Tags do not move: a "
@@ -111,7 +116,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		  "(PORT on 127.0.0.1, HOST:PORT, [V6]:PORT; port 0 picks one)" },
 		{ "--metrics-file", NULL, "FILE", "with --every: write the metrics as a node_exporter textfile after each round" },
 	} },
-	{ "crest", "restore", "SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] [--tmpdir DIR] [--branch BRANCH]",
+	{ "crest", "restore", "SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] [--tmpdir DIR] [--branch BRANCH] "
+	  "[--allow-damaged]",
 	  "bring a checkpointed process back",
 	  "Restores the process tree of a snapshot made by checkpoint or run, GPU memory included, "
 	  "and lets it go on. Files it held open are put back as they were at the snapshot. "
@@ -124,6 +130,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--gpu-map", NULL, "OLD=NEW,...", "map the job's GPUs by UUID onto GPUs here" },
 		{ "--tmpdir", NULL, "DIR", "CRIU's working directory (and its images with CREST_RESTORE_IMAGES=files)" },
 		{ "--branch", NULL, "BRANCH", "the branch the restored job's next checkpoints go on" },
+		{ "--allow-damaged", NULL, NULL, "restore a damaged snapshot all the same: zeros where bytes "
+		  "are lost, each range named" },
 	} },
 	{ "crest", "log", "[--graph] [--plot FILE] [BRANCH]", "the history of snapshots",
 	  "Lists every snapshot, newest first, or only BRANCH's head and its ancestors; --graph "
@@ -224,7 +232,10 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "casctl", "repair", "", "rebuild the index from the packs and meta logs",
 	  "Builds a new index from the packs and meta logs, for a store whose index is damaged or "
-	  "lost. The old index is kept aside; nothing is deleted. Says what cannot be recovered.",
+	  "lost. The old index is kept aside; nothing is deleted. Reads on past damaged records: "
+	  "one bad chunk costs that chunk, and a snapshot that used it stays, marked DAMAGED with "
+	  "the byte ranges it lost (crest show; crest get --allow-damaged). Says what cannot be "
+	  "recovered; exits 1 when a snapshot is damaged or lost.",
 	  "", false, { { NULL, NULL, NULL, NULL } } },
 	{ "casctl", "gc", "[--keep-last N] [--keep-hourly N] [--keep-daily N] [--keep-within DURATION] [--keep-tagged] "
 	  "[--rewrite-below FRACTION] [--dry-run]",

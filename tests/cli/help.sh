@@ -71,6 +71,7 @@ around() {
 	"crest put") pre=() post=("$T/no/such/file") ;;
 	"crest checkpoint") pre=(--pid 2147483647) post=() ;;
 	"crest restore") pre=(deadbeef) post=() ;;
+	"crest get") pre=(deadbeef "$T/out") post=() ;;
 	"crest clone") pre=(deadbeef --branch b2) post=() ;;
 	"crest tag") pre=() post=(deadbeef t1) ;;
 	# bench: each option through the subcommand that takes it.

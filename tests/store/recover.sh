@@ -75,7 +75,7 @@ put "$T/d/f1"
 rm -rf "$T/out"
 crest get "$(field snapshot)" "$T/out" && cmp "$T/d/f1" "$T/out/f1" || fail "the re-put snapshot does not restore"
 
-note "repair with a pack gone: what is lost is named, the rest kept"
+note "repair with a pack gone: what is lost is named, the rest kept, t2 marked damaged"
 # Each put above wrote a pack of its own: pack 2 holds t2's chunks.
 [ -f "$S/packs/00000002.pack" ] || fail "no pack 2: $(ls "$S/packs")"
 rm "$S/packs/00000002.pack"
@@ -83,13 +83,18 @@ rm -rf "$S/index"
 rc=0
 "$CASCTL" repair >"$T/repair.out" 2>&1 || rc=$?
 cat "$T/repair.out"
-[ "$rc" -eq 1 ] || fail "repair that lost snapshots exited $rc"
-grep -q "snapshot .* (tagged t2) cannot be recovered: it lacks [0-9]* chunks ([0-9]* bytes) of f2" \
+[ "$rc" -eq 1 ] || fail "repair that lost data exited $rc"
+grep -q "snapshot .* (tagged t2) is damaged: it lacks [0-9]* chunks\? ([0-9]* bytes) of f2; kept" \
 	"$T/repair.out" || fail "repair did not name t2 and what it lacks"
-"$CREST" --quiet get t2 "$T/out2" 2>/dev/null && fail "a lost snapshot is still listed"
+"$CREST" --json ls | grep -q '"tags": \["t2"\].*"damaged": true' || fail "t2 is not listed damaged"
+expect_error "get of damaged t2" "$CREST" get t2 "$T/out2"
+grep -q "damaged: .* lost (f2 bytes 0 to " <<<"$ERR" || fail "get of damaged t2 does not say what is lost: $ERR"
 rm -rf "$T/out"
 crest get "$(field snapshot)" "$T/out" && cmp "$T/d/f1" "$T/out/f1" || fail "the whole snapshot after repair"
-verify_store "after a repair that lost snapshots"
+"$CASCTL" verify >/dev/null 2>&1 && fail "verify passed with t2's chunks lost"
+# t2's file put again: its chunks are back, and every snapshot verifies.
+crest put "$T/d/f2" >/dev/null
+verify_store "after a repair that lost chunks and a put of them again"
 
 note "killed puts"
 # A new file for each put: a put of data already stored is too quick to kill.

@@ -79,12 +79,36 @@ forge "no longer a regular file" L:pids=999990 "j:files/0:size=0;uid=0;path=$T/d
 n=$(lines job.out); wait_lines job.out $((n + 2))
 "$CASCTL" --store "$S" verify >/dev/null
 
-# Damaged snapshot: flip a byte in every pack, then restore must refuse.
+# Damaged snapshot: the middle byte of every chunk record's stored bytes
+# inverted (so it changes, whatever it was), in every pack: the chunks of
+# errjob among them, wherever they lie. Then restore must refuse.
 kill_gone "$JOB"
+chunks=$("$CREST" --store "$S" show --json errjob |
+	python3 -c 'import json, sys; print(sum(s["chunks"] for s in json.load(sys.stdin)["streams"]))')
+[ "$chunks" -gt 0 ] || fail "errjob names no chunk: damage could not reach it"
+hdr=$("$STORE_TOOL" format CAS_REC_HEADER)
+flipped=0
 for p in "$S"/packs/*.pack; do
-	size=$(stat -c %s "$p"); [ "$size" -gt 100 ] || continue
-	printf '\xff' | dd of="$p" bs=1 seek=$((size / 2)) conv=notrunc 2>/dev/null
+	n=$("$STORE_TOOL" records "$p" | python3 -c '
+import sys
+n = 0
+with open(sys.argv[1], "r+b") as f:
+    for line in sys.stdin:
+        off, codec, stored, sha = line.split()
+        if int(stored):
+            at = int(off) + int(sys.argv[2]) + int(stored) // 2
+            f.seek(at); b = f.read(1); f.seek(at); f.write(bytes([b[0] ^ 0xff])); n += 1
+print(n)' "$p" "$hdr")
+	flipped=$((flipped + n))
 done
+# Every record is hit, so each of errjob's chunks (its pages share some) is.
+[ "$flipped" -gt 0 ] || fail "no chunk record found to damage"
 expect_error "damaged" "$CREST" --store "$S" restore errjob
+[ -e /proc/"$JOB" ] && fail "a damaged snapshot brought a process back"
+# Repaired, errjob stays, marked damaged (every chunk it had is lost), and
+# restore still refuses it, saying what is lost, unless --allow-damaged.
+"$CASCTL" --store "$S" repair >/dev/null 2>&1 && fail "repair of a store that lost chunks exited 0"
+"$CREST" --store "$S" ls | grep -q "errjob.*DAMAGED" || fail "errjob is not listed damaged after the repair"
+expect_error "damaged: casctl repair found .* bytes of .* lost (" "$CREST" --store "$S" restore errjob
 [ -e /proc/"$JOB" ] && fail "a damaged snapshot brought a process back"
 echo PASS
