@@ -17,6 +17,9 @@ int main(int argc, char **argv)
 	int hrc = cli_help_dispatch(&c, argc, argv);
 	if (hrc >= 0)
 		return hrc;
+	/* Repeated options, and ones that need or exclude another (common.c). */
+	if (cli_check_opts(&c, argc, argv))
+		return CLI_EXIT_USAGE;
 	if (!strcmp(argv[1], "stats"))
 		return cmd_stats(&c, argc - 1, argv + 1);
 	if (!strcmp(argv[1], "verify"))

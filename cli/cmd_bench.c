@@ -40,26 +40,6 @@ static const char *const target_names[] = { "null", "files", "host", "gpu" };
 #define GPU_STAGING ((size_t)1 << 30)   /* as libcrest's default pool */
 #define GPU_WINDOW (64u << 20)
 
-static void usage_bench(void)
-{
-	fprintf(stderr,
-		"usage: crest bench restore SNAPSHOT [--to null|files|host|gpu] [--cold] [--threads N]\n"
-		"                   [--repeat K] [--dir DIR] [--keep] [--plot FILE.png]\n"
-		"       crest bench checkpoint [--size BYTES] [--regions N] [--change PCT] [--repeat K]\n"
-		"                   [--staging BYTES] [--dir DIR]\n"
-		"  --to       null: read, check, decompress, discard (default); files: into a temporary\n"
-		"             directory (under --dir, else $TMPDIR, else /tmp; removed unless --keep);\n"
-		"             host: scratch memory of the streams' sizes; gpu: device memory\n"
-		"  --cold     drop the store's pack files from the page cache before each run\n"
-		"  --threads  restore threads (default: one per core); the ceiling uses as many\n"
-		"  --repeat   runs, reported as min/median/max (default 3)\n"
-		"  --plot     draw throughput over time per phase (last run) into FILE.png (gnuplot)\n"
-		"checkpoint: host regions of --size bytes in all (default 256M) in --regions pieces\n"
-		"  (default 4), checkpointed --repeat times (default 5) as libcrest does, --change\n"
-		"  percent of them (default 10) rewritten in between; the stall (the job waits) and\n"
-		"  the ingest (in the background) of each. Into a temporary store (under --dir) unless\n"
-		"  --store names one (then on branch crest-bench); --staging: the pool (default 1G).\n");
-}
 
 /* ---- what the plot is drawn from: every addition to a phase ---- */
 
@@ -818,10 +798,8 @@ static int draw_restore(const struct bench *b, const struct figures *fg, const s
 
 static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
 {
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi)
+	uint64_t v;
+	if (cli_parse_uint(s, lo, hi, &v) < 0)
 		return -1;
 	*out = (unsigned)v;
 	return 0;
@@ -838,41 +816,39 @@ static int bench_restore(struct cli *c, int argc, char **argv)
 			unsigned k = 0;
 			while (k < 4 && strcmp(t, target_names[k]))
 				k++;
-			if (k == 4) {
-				fprintf(stderr, "crest: bench restore: --to takes null, files, host or gpu, not '%s'\n", t);
-				return 2;
-			}
+			if (k == 4)
+				return cli_usage(c, "bench", "restore --to %s: null, files, host or gpu", t);
 			b.to = (enum target)k;
 		} else if (!strcmp(a, "--cold")) {
 			b.cold = true;
 		} else if (!strcmp(a, "--keep")) {
 			b.keep = true;
 		} else if (!strcmp(a, "--threads") && more) {
-			if (parse_uint(argv[++i], 1, 1024, &b.threads) < 0) {
-				fprintf(stderr, "crest: bench restore: --threads takes 1 to 1024\n");
-				return 2;
-			}
+			if (parse_uint(argv[++i], 1, 1024, &b.threads) < 0)
+				return cli_usage(c, "bench", "restore --threads %s: 1 to 1024", argv[i]);
 		} else if (!strcmp(a, "--repeat") && more) {
-			if (parse_uint(argv[++i], 1, 1000, &b.repeat) < 0) {
-				fprintf(stderr, "crest: bench restore: --repeat takes 1 to 1000\n");
-				return 2;
-			}
+			if (parse_uint(argv[++i], 1, 1000, &b.repeat) < 0)
+				return cli_usage(c, "bench", "restore --repeat %s: 1 to 1000", argv[i]);
 		} else if (!strcmp(a, "--dir") && more) {
 			b.dir = argv[++i];
 		} else if (!strcmp(a, "--plot") && more) {
 			b.plot = argv[++i];
-		} else if (a[0] == '-' || b.name) {
-			usage_bench();
-			return 2;
+		} else if (a[0] == '-' && a[1]) {
+			const bool valued = !strcmp(a, "--to") || !strcmp(a, "--threads") || !strcmp(a, "--repeat") ||
+					    !strcmp(a, "--dir") || !strcmp(a, "--plot");
+			return cli_usage(c, "bench", valued ? "restore: %s needs a value" :
+					 "restore: %s is not one of its options", a);
+		} else if (b.name) {
+			return cli_usage(c, "bench", "restore wants one SNAPSHOT, no more: %s", a);
 		} else
 			b.name = a;
 	}
-	if (!b.name) {
-		usage_bench();
-		return 2;
-	}
+	if (!b.name)
+		return cli_usage(c, "bench", "restore wants a SNAPSHOT");
+	if (b.keep && b.to != TO_FILES)
+		return cli_usage(c, "bench", "restore --keep can only go with --to files: nothing else is kept");
 	if (b.plot && plot_name_ok(b.plot) < 0)
-		return cli_fail(c, -EINVAL);
+		return cli_usage_fail(c, -EINVAL);
 	const unsigned threads = b.threads ? b.threads : par_cores();
 	if (b.to == TO_GPU && gpu_open(&b) < 0) {
 		/* Not a failure of the bench: this machine has nothing to measure. */
@@ -964,16 +940,15 @@ static int bench_checkpoint(struct cli *c, int argc, char **argv)
 			bad = parse_uint(argv[++i], 0, 100, &change) < 0;
 		else if (!strcmp(a, "--dir") && more)
 			dir = argv[++i];
+		else if (a[0] == '-' && a[1] && (more || (strcmp(a, "--size") && strcmp(a, "--staging") &&
+			 strcmp(a, "--regions") && strcmp(a, "--repeat") && strcmp(a, "--change") && strcmp(a, "--dir"))))
+			return cli_usage(c, "bench", "checkpoint: %s is not one of its options", a);
+		else if (a[0] == '-' && a[1])
+			return cli_usage(c, "bench", "checkpoint: %s needs a value", a);
 		else
-			bad = 2;
-		if (bad == 1) {
-			fprintf(stderr, "crest: bench checkpoint: %s %s: out of range (crest bench --help)\n", a, argv[i]);
-			return 2;
-		}
-		if (bad) {
-			usage_bench();
-			return 2;
-		}
+			return cli_usage(c, "bench", "checkpoint takes no operands: %s", a);
+		if (bad)
+			return cli_usage(c, "bench", "checkpoint: %s %s: out of range", a, argv[i]);
 	}
 	/* --store given: c->store points into argv, not at the default (which
 	 * $CREST_STORE may set: a real store is used only when named here). */
@@ -1149,6 +1124,6 @@ int cmd_bench(struct cli *c, int argc, char **argv)
 		return bench_restore(c, argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "checkpoint"))
 		return bench_checkpoint(c, argc - 1, argv + 1);
-	usage_bench();
-	return 2;
+	return cli_usage(c, "bench", argc < 2 ? "restore or checkpoint?" : "%s: restore or checkpoint",
+			 argc < 2 ? "" : argv[1]);
 }

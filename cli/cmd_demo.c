@@ -163,12 +163,6 @@ static int find_workload(struct demo *d, bool want_gpu, bool force)
 	return crest_errx(-ENOENT, "the sample workload %s is missing (build it with the project)", d->exe);
 }
 
-static void usage_demo(void)
-{
-	fprintf(stderr, "usage: crest demo [--cpu | --gpu] [--mib N] [--checkpoints N] [--restore-from K]\n"
-			"                  [--change-pct P] [--interval-ms MS]\n");
-}
-
 int cmd_demo(struct cli *c, int argc, char **argv)
 {
 	struct demo d = { .change_pct = 2, .interval_ms = 1500 };
@@ -184,13 +178,19 @@ int cmd_demo(struct cli *c, int argc, char **argv)
 			want = 2;
 			continue;
 		}
-		char *end;
-		unsigned long v = i + 1 < argc ? strtoul(argv[i + 1], &end, 10) : 0;
-		if (i + 1 >= argc || *end || !v) {
-			usage_demo();
-			return 2;
-		}
-		i++;
+		if (a[0] != '-')
+			return cli_usage(c, "demo", "takes no operands: %s", a);
+		/* Each a whole number from 1 to its most. */
+		uint64_t most = !strcmp(a, "--mib") ? 1u << 20 : !strcmp(a, "--checkpoints") ? DEMO_MAX_CKPT :
+			!strcmp(a, "--restore-from") ? DEMO_MAX_CKPT : !strcmp(a, "--change-pct") ? 100 :
+			!strcmp(a, "--interval-ms") ? 86400000 : 0;
+		if (!most)
+			return cli_usage(c, "demo", "unknown option %s", a);
+		if (i + 1 >= argc)
+			return cli_usage(c, "demo", "%s needs a value", a);
+		uint64_t v;
+		if (cli_parse_uint(argv[++i], 1, most, &v) < 0)
+			return cli_usage(c, "demo", "%s %s: a number from 1 to %llu", a, argv[i], (unsigned long long)most);
 		if (!strcmp(a, "--mib"))
 			d.mib = (unsigned)v;
 		else if (!strcmp(a, "--checkpoints"))
@@ -199,18 +199,11 @@ int cmd_demo(struct cli *c, int argc, char **argv)
 			from = (unsigned)v;
 		else if (!strcmp(a, "--change-pct"))
 			d.change_pct = (unsigned)v;
-		else if (!strcmp(a, "--interval-ms"))
+		else
 			d.interval_ms = (unsigned)v;
-		else {
-			usage_demo();
-			return 2;
-		}
 	}
-	if (nckpt > DEMO_MAX_CKPT || from > nckpt) {
-		fprintf(stderr, "crest: demo: --restore-from must name one of the %u checkpoints (at most %d)\n",
-			nckpt, DEMO_MAX_CKPT);
-		return 2;
-	}
+	if (from > nckpt)
+		return cli_usage(c, "demo", "--restore-from %u: must name one of the %u checkpoints", from, nckpt);
 	if (geteuid() != 0)
 		return cli_fail(c, crest_errx(-EPERM, "crest demo checkpoints a process with CRIU, which needs "
 					       "root: run it as root"));

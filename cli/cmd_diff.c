@@ -358,10 +358,8 @@ static int diff_run(const struct cli *c, const uint8_t ida[32], const struct cas
 
 int cmd_diff(struct cli *c, int argc, char **argv)
 {
-	if (argc != 3) {
-		fprintf(stderr, "usage: crest diff SNAPSHOT_A SNAPSHOT_B [--json]\n");
-		return 2;
-	}
+	if (argc != 3)
+		return cli_usage(c, "diff", "wants SNAPSHOT_A SNAPSHOT_B, %s", argc < 3 ? "not fewer" : "no more");
 	struct cas_store *store;
 	int rc = cli_store_open(c, CAS_READ, &store);
 	if (rc < 0)

@@ -279,11 +279,6 @@ static uint64_t rate(uint64_t bytes, double secs)
 	return r >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)r;
 }
 
-static void usage_put(void)
-{
-	fprintf(stderr, "usage: crest put [--tag T] [--branch B] [--chunker fixed|cdc] [--chunk-size N] PATH...\n");
-}
-
 int cmd_put(struct cli *c, int argc, char **argv)
 {
 	const char *tag = NULL, *branch = CAS_BRANCH_DEFAULT;
@@ -292,12 +287,21 @@ int cmd_put(struct cli *c, int argc, char **argv)
 	o.workers = c->workers;
 	const char *chunker = NULL;
 	uint64_t chunk_size = 0;
-	int i = 1;
-	for (; i < argc && argv[i][0] == '-'; i++) {
-		if (i + 1 >= argc) {
-			usage_put();
-			return 2;
+	/* Options anywhere, as git's; the paths are gathered at argv[1..]
+	 * in their order. After "--" every word is a path. */
+	int i = 1, npath = 1;
+	bool opts_end = false;
+	for (; i < argc; i++) {
+		if (opts_end || argv[i][0] != '-' || !argv[i][1]) {
+			argv[npath++] = argv[i];
+			continue;
 		}
+		if (!strcmp(argv[i], "--")) {
+			opts_end = true;
+			continue;
+		}
+		if (i + 1 >= argc)
+			return cli_usage(c, "put", "%s needs a value", argv[i]);
 		if (!strcmp(argv[i], "--tag"))
 			tag = argv[++i];
 		else if (!strcmp(argv[i], "--branch"))
@@ -305,38 +309,32 @@ int cmd_put(struct cli *c, int argc, char **argv)
 		else if (!strcmp(argv[i], "--chunker"))
 			chunker = argv[++i];
 		else if (!strcmp(argv[i], "--chunk-size")) {
-			if (cli_parse_size(argv[++i], &chunk_size) < 0 || chunk_size > UINT32_MAX) {
-				fprintf(stderr, "crest: --chunk-size %s: not a size\n", argv[i]);
-				return 2;
-			}
+			if (cli_parse_size(argv[++i], &chunk_size) < 0 || chunk_size > UINT32_MAX)
+				return cli_usage(c, "put", "--chunk-size %s: not a size (4096, 64K, 1M)", argv[i]);
 			/* 0 below means "not given": a 0 typed here must not
 			 * quietly become the default. */
-			if (chunk_size == 0) {
-				fprintf(stderr, "crest: --chunk-size %s: must be more than 0 "
-					"(leave it out for the default, %u bytes)\n", argv[i], o.file_chunking.avg);
-				return 2;
-			}
+			if (chunk_size == 0)
+				return cli_usage(c, "put", "--chunk-size %s: must be more than 0 "
+						 "(leave it out for the default, %u bytes)", argv[i], o.file_chunking.avg);
 		} else {
-			fprintf(stderr, "crest: put: unknown option %s\n", argv[i]);
-			usage_put();
-			return 2;
+			return cli_usage(c, "put", "unknown option %s", argv[i]);
 		}
 	}
-	if (i >= argc) {
-		usage_put();
-		return 2;
-	}
+	i = 1;
+	argc = npath;
+	if (i >= argc)
+		return cli_usage(c, "put", "no PATH given");
 	if (tag && cas_tag_check(tag) < 0)
-		return cli_fail(c, -EINVAL);
+		return cli_usage_fail(c, -EINVAL);
 	if (cas_branch_check(branch) < 0)
-		return cli_fail(c, -EINVAL);
+		return cli_usage_fail(c, -EINVAL);
 	if (chunker || chunk_size) {
 		enum dedup_kind k = o.file_chunking.kind;
 		if (chunker && dedup_kind_parse(chunker, &k) < 0)
-			return cli_fail(c, -EINVAL);
+			return cli_usage(c, "put", "--chunker %s: fixed or cdc", chunker);
 		uint32_t avg = chunk_size ? (uint32_t)chunk_size : o.file_chunking.avg;
 		if (dedup_params_init(&o.file_chunking, k, avg) < 0)
-			return cli_fail(c, -EINVAL);
+			return cli_usage_fail(c, -EINVAL);
 	}
 	/* Every path is checked before the store is touched. */
 	const char **names = calloc((size_t)argc, sizeof(*names));
@@ -351,15 +349,15 @@ int cmd_put(struct cli *c, int argc, char **argv)
 		names[k] = put_name(argv[k]);
 		if (!names[k]) {
 			free(names);
-			return cli_fail(c, crest_errx(-EINVAL, "%s: name a file or directory by its name, "
-						       "not . or ..", argv[k]));
+			return cli_usage_fail(c, crest_errx(-EINVAL, "%s: name a file or directory by its name, "
+							     "not . or ..", argv[k]));
 		}
 		for (int j = i; j < k; j++)
 			if (!strcmp(names[j], names[k])) {
 				crest_errx(-EINVAL, "%s and %s would both be stored as '%s'", argv[j], argv[k],
 					   names[k]);
 				free(names);
-				return cli_fail(c, -EINVAL);
+				return cli_usage_fail(c, -EINVAL);
 			}
 	}
 
@@ -462,10 +460,8 @@ int cmd_get(struct cli *c, int argc, char **argv)
 		else
 			argv[k++] = argv[i];
 	argc = k;
-	if (argc != 3) {
-		fprintf(stderr, "usage: crest get [" CLI_ALLOW_DAMAGED "] SNAPSHOT DEST\n");
-		return 2;
-	}
+	if (argc != 3)
+		return cli_usage(c, "get", "wants SNAPSHOT DEST, %s", argc < 3 ? "not fewer" : "no more");
 	struct cas_store *store;
 	uint8_t id[32];
 	struct cas_manifest *m;
@@ -521,11 +517,8 @@ int cmd_get(struct cli *c, int argc, char **argv)
 
 int cmd_ls(struct cli *c, int argc, char **argv)
 {
-	(void)argv;
-	if (argc != 1) {
-		fprintf(stderr, "usage: crest ls [--json]\n");
-		return 2;
-	}
+	if (argc != 1)
+		return cli_usage(c, "ls", "takes no operands: %s", argv[1]);
 	struct cas_store *store;
 	int rc = cli_store_open(c, CAS_READ, &store);
 	if (rc < 0)
@@ -597,10 +590,8 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 
 int cmd_show(struct cli *c, int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: crest show SNAPSHOT [--json]\n");
-		return 2;
-	}
+	if (argc != 2)
+		return cli_usage(c, "show", "wants one SNAPSHOT, %s", argc < 2 ? "none given" : "no more");
 	struct cas_store *store;
 	uint8_t id[32];
 	struct cas_manifest *m;
@@ -694,33 +685,39 @@ int cmd_tag(struct cli *c, int argc, char **argv)
 {
 	/* Tags are fixed names; --force moves one on purpose (git tag -f). */
 	bool force = false;
-	if (argc == 4 && (!strcmp(argv[1], "--force") || !strcmp(argv[1], "-f"))) {
-		force = true;
-		argv++;
-		argc--;
+	const char *op[2] = { NULL, NULL };
+	int nop = 0;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--force") || !strcmp(argv[i], "-f"))
+			force = true;
+		else if (argv[i][0] == '-' && argv[i][1])
+			return cli_usage(c, "tag", "unknown option %s", argv[i]);
+		else if (nop == 2)
+			return cli_usage(c, "tag", "wants SNAPSHOT TAG, no more: %s", argv[i]);
+		else
+			op[nop++] = argv[i];
 	}
-	if (argc != 3) {
-		fprintf(stderr, "usage: crest tag [--force] SNAPSHOT TAG\n");
-		return 2;
-	}
-	if (cas_tag_check(argv[2]) < 0)
-		return cli_fail(c, -EINVAL);
+	if (nop != 2)
+		return cli_usage(c, "tag", "wants SNAPSHOT TAG");
+	const char *snap = op[0], *tag = op[1];
+	if (cas_tag_check(tag) < 0)
+		return cli_usage_fail(c, -EINVAL);
 	struct cas_store *store;
 	int rc = cli_store_open(c, CAS_WRITE, &store);
 	if (rc < 0)
 		return cli_fail(c, rc);
 	uint8_t id[32];
-	rc = cas_snapshot_resolve(store, argv[1], id);
+	rc = cas_snapshot_resolve(store, snap, id);
 	if (rc == 0)
-		rc = cas_tag_set(store, argv[2], id, force);
+		rc = cas_tag_set(store, tag, id, force);
 	cas_close(store);
 	if (rc < 0)
 		return cli_fail(c, rc);
 	char hex[65];
 	cli_print_id(hex, id);
 	if (c->json)
-		printf("{\"snapshot\": \"%s\", \"tag\": \"%s\"}\n", hex, argv[2]);
+		printf("{\"snapshot\": \"%s\", \"tag\": \"%s\"}\n", hex, tag);
 	else if (!c->quiet)
-		printf("tagged %.12s as %s\n", hex, argv[2]);
+		printf("tagged %.12s as %s\n", hex, tag);
 	return 0;
 }

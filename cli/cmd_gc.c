@@ -11,21 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void usage_gc(void)
-{
-	fprintf(stderr, "usage: casctl gc [--keep-last N] [--keep-hourly N] [--keep-daily N] [--keep-within DURATION]\n"
-			"                 [--keep-tagged] [--rewrite-below FRACTION] [--dry-run]\n"
-			"  Per branch, keeps the newest N, the newest in each of the newest N hours or days\n"
-			"  (UTC), all within DURATION of the branch's newest, and every tagged snapshot; the\n"
-			"  head of every branch always stays. Packs less live than FRACTION (0.5) are rewritten.\n");
-}
-
 static int parse_count(const char *opt, const char *v, unsigned *out)
 {
-	char *end;
-	const unsigned long n = strtoul(v, &end, 10);
-	if (*end || end == v || v[0] == '-' || n > 1000000) {
-		fprintf(stderr, "casctl: %s %s: not a count from 0 to 1000000\n", opt, v);
+	uint64_t n;
+	if (cli_parse_uint(v, 0, 1000000, &n) < 0) {
+		fprintf(stderr, "casctl: gc: %s %s: not a count from 0 to 1000000\n", opt, v);
 		return -1;
 	}
 	*out = (unsigned)n;
@@ -56,10 +46,10 @@ int cmd_gc(struct cli *c, int argc, char **argv)
 			p.dry_run = true;
 			continue;
 		}
-		if (i + 1 >= argc) {
-			usage_gc();
-			return 2;
-		}
+		if (a[0] != '-')
+			return cli_usage(c, "gc", "takes no operands: %s", a);
+		if (i + 1 >= argc)
+			return cli_usage(c, "gc", "%s needs a value", a);
 		const char *v = argv[++i];
 		if (!strcmp(a, "--keep-last")) {
 			if (parse_count(a, v, &p.keep_last) < 0)
@@ -83,9 +73,7 @@ int cmd_gc(struct cli *c, int argc, char **argv)
 				return 2;
 			}
 		} else {
-			fprintf(stderr, "casctl: gc: unknown option %s\n", a);
-			usage_gc();
-			return 2;
+			return cli_usage(c, "gc", "unknown option %s", a);
 		}
 	}
 	if (cas_gc_policy_check(&p) < 0) {

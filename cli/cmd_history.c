@@ -68,11 +68,6 @@ static void idmap_free(struct idmap *m)
 	free(m->v);
 }
 
-static void usage_log(void)
-{
-	fprintf(stderr, "usage: crest log [--graph] [BRANCH] [--json]\n       crest log --plot FILE.png [BRANCH]\n");
-}
-
 /*
  * The graph, newest first: one lane per line of history being drawn. A
  * snapshot takes the lane that expects it (a child drawn earlier named it
@@ -143,14 +138,19 @@ int cmd_log(struct cli *c, int argc, char **argv)
 			graph = true;
 		else if (!strcmp(argv[i], "--plot") && i + 1 < argc)
 			plot = argv[++i];
-		else if (argv[i][0] == '-' || branch) {
-			usage_log();
-			return 2;
-		} else
+		else if (!strcmp(argv[i], "--plot"))
+			return cli_usage(c, "log", "--plot needs a value");
+		else if (argv[i][0] == '-' && argv[i][1])
+			return cli_usage(c, "log", "unknown option %s", argv[i]);
+		else if (branch)
+			return cli_usage(c, "log", "wants one BRANCH, no more: %s", argv[i]);
+		else
 			branch = argv[i];
 	}
 	if (branch && cas_branch_check(branch) < 0)
-		return cli_fail(c, -EINVAL);
+		return cli_usage_fail(c, -EINVAL);
+	if (plot && cli_plot_name_ok(plot) < 0)
+		return cli_usage_fail(c, -EINVAL);
 	if (plot) {   /* a picture of the branch (default main) instead of the list */
 		int prc = cli_log_plot(c, branch, plot);
 		return prc < 0 ? cli_fail(c, prc) : 0;
@@ -271,18 +271,13 @@ int cmd_log(struct cli *c, int argc, char **argv)
 	return rc < 0 ? cli_fail(c, rc) : 0;
 }
 
-static void usage_branch(void)
-{
-	fprintf(stderr, "usage: crest branch [--json]              list branches and their heads\n"
-			"       crest branch NAME [SNAPSHOT]       start branch NAME at SNAPSHOT (default: head of main)\n");
-}
-
 int cmd_branch(struct cli *c, int argc, char **argv)
 {
-	if (argc > 3 || (argc > 1 && argv[1][0] == '-') || (argc > 2 && argv[2][0] == '-')) {
-		usage_branch();
-		return 2;
-	}
+	for (int i = 1; i < argc; i++)
+		if (argv[i][0] == '-' && argv[i][1])
+			return cli_usage(c, "branch", "unknown option %s", argv[i]);
+	if (argc > 3)
+		return cli_usage(c, "branch", "wants at most NAME SNAPSHOT, no more: %s", argv[3]);
 	struct cas_store *store;
 	if (argc == 1) {
 		int rc = cli_store_open(c, CAS_READ, &store);
@@ -318,7 +313,7 @@ int cmd_branch(struct cli *c, int argc, char **argv)
 	}
 	const char *name = argv[1], *from = argc > 2 ? argv[2] : NULL;
 	if (cas_branch_check(name) < 0)
-		return cli_fail(c, -EINVAL);
+		return cli_usage_fail(c, -EINVAL);
 	int rc = cli_store_open(c, CAS_WRITE, &store);
 	if (rc < 0)
 		return cli_fail(c, rc);

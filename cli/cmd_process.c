@@ -99,13 +99,6 @@ static void on_stop(int sig)
 	stop_requested = 1;
 }
 
-static void usage_checkpoint(void)
-{
-	fprintf(stderr, "usage: crest checkpoint --pid PID [--tag T] [--branch B] [--every DURATION [--count N]] [--kill]\n"
-			"                        [--file-limit SIZE] [--tmpdir DIR] [--lock-timeout MS]\n"
-			"                        [--metrics [HOST:]PORT] [--metrics-file PATH]   (with --every)\n");
-}
-
 int cmd_checkpoint(struct cli *c, int argc, char **argv)
 {
 	struct tp_opts o = { 0 };
@@ -118,63 +111,40 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			o.kill = true;
 			continue;
 		}
-		if (i + 1 >= argc) {
-			usage_checkpoint();
-			return 2;
-		}
+		if (a[0] != '-')
+			return cli_usage(c, "checkpoint", "takes no operands: %s (the process is --pid PID)", a);
+		if (i + 1 >= argc)
+			return cli_usage(c, "checkpoint", "%s needs a value", a);
 		const char *v = argv[++i];
 		const int took = cli_every_opt(a, v, &o, &ev);
 		if (took < 0)
-			return 2;
+			return CLI_EXIT_USAGE;
 		if (took)
 			continue;
-		char *end;
+		uint64_t n;
 		if (!strcmp(a, "--pid")) {
-			long p = strtol(v, &end, 10);
-			if (*end || p <= 0 || p > 0x7fffffff) {
-				fprintf(stderr, "crest: --pid %s: not a process id\n", v);
-				return 2;
-			}
-			o.pid = (pid_t)p;
+			if (cli_parse_uint(v, 1, 0x7fffffff, &n) < 0)
+				return cli_usage(c, "checkpoint", "--pid %s: not a process id", v);
+			o.pid = (pid_t)n;
 		} else if (!strcmp(a, "--tag")) {
 			tag = v;
 		} else if (!strcmp(a, "--count")) {
-			count = strtoull(v, &end, 10);
-			if (*end || !count) {
-				fprintf(stderr, "crest: --count %s: not a positive number\n", v);
-				return 2;
-			}
+			if (cli_parse_uint(v, 1, UINT64_MAX, &count) < 0)
+				return cli_usage(c, "checkpoint", "--count %s: not a positive number", v);
 		} else if (!strcmp(a, "--lock-timeout")) {
-			o.lock_timeout_ms = (unsigned)strtoul(v, &end, 10);
-			if (*end) {
-				fprintf(stderr, "crest: --lock-timeout %s: milliseconds\n", v);
-				return 2;
-			}
+			if (cli_parse_uint(v, 0, 86400000, &n) < 0)
+				return cli_usage(c, "checkpoint", "--lock-timeout %s: milliseconds, 0 to 86400000", v);
+			o.lock_timeout_ms = (unsigned)n;
 		} else {
-			fprintf(stderr, "crest: checkpoint: unknown option %s\n", a);
-			usage_checkpoint();
-			return 2;
+			return cli_usage(c, "checkpoint", "unknown option %s", a);
 		}
 	}
-	if (!o.pid) {
-		usage_checkpoint();
-		return 2;
-	}
+	if (!o.pid)
+		return cli_usage(c, "checkpoint", "--pid PID is required");
 	if (tag && cas_tag_check(tag) < 0)
-		return cli_fail(c, -EINVAL);
+		return cli_usage_fail(c, -EINVAL);
 	if (o.branch && cas_branch_check(o.branch) < 0)
-		return cli_fail(c, -EINVAL);
-	if (tag && ev.every_ns) {
-		fprintf(stderr, "crest: --tag names one snapshot and tags do not move: it does not go with "
-			"--every (each round moves the branch; tag a round afterwards with crest tag)\n");
-		return 2;
-	}
-	if (o.kill && ev.every_ns) {
-		fprintf(stderr, "crest: --kill ends the job: it does not go with --every\n");
-		return 2;
-	}
-	if (cli_every_check(&ev) < 0)
-		return 2;
+		return cli_usage_fail(c, -EINVAL);
 	/* Cheap checks first: nothing is frozen or written until they pass. */
 	if (!proc_state(o.pid))
 		return cli_fail(c, crest_errx(-ESRCH, "no process with pid %d", (int)o.pid));
@@ -302,43 +272,51 @@ int cmd_restore(struct cli *c, int argc, char **argv)
 	const char *name = NULL, *gpu_map = NULL, *branch = NULL;
 	bool allow = false;
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--keep-files"))
+		const char *a = argv[i];
+		if (!strcmp(a, "--keep-files")) {
 			o.keep_files = true;
-		else if (!strcmp(argv[i], "--gpu-map") && i + 1 < argc)
-			gpu_map = argv[++i];
-		else if (!strcmp(argv[i], "--gpu") && i + 1 < argc)
-			o.gpu = argv[++i];
-		else if (!strcmp(argv[i], "--tmpdir") && i + 1 < argc)
-			o.tmpdir = argv[++i];
-		else if (!strcmp(argv[i], "--branch") && i + 1 < argc)
-			branch = argv[++i];
-		else if (!strcmp(argv[i], CLI_ALLOW_DAMAGED))
-			allow = true;
-		else if (argv[i][0] != '-' && !name)
-			name = argv[i];
-		else {
-			fprintf(stderr, "usage: crest restore SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] "
-					"[--tmpdir DIR] [--branch B] [" CLI_ALLOW_DAMAGED "]\n");
-			return 2;
+			continue;
 		}
+		if (!strcmp(a, CLI_ALLOW_DAMAGED)) {
+			allow = true;
+			continue;
+		}
+		if (a[0] != '-' || !a[1]) {
+			if (name)
+				return cli_usage(c, "restore", "wants one SNAPSHOT, no more: %s", a);
+			name = a;
+			continue;
+		}
+		if (i + 1 >= argc)
+			return cli_usage(c, "restore", "%s needs a value", a);
+		const char *v = argv[++i];
+		if (!strcmp(a, "--gpu-map"))
+			gpu_map = v;
+		else if (!strcmp(a, "--gpu"))
+			o.gpu = v;
+		else if (!strcmp(a, "--tmpdir"))
+			o.tmpdir = v;
+		else if (!strcmp(a, "--branch"))
+			branch = v;
+		else
+			return cli_usage(c, "restore", "unknown option %s", a);
 	}
-	if (!name) {
-		fprintf(stderr, "usage: crest restore SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] [--tmpdir DIR] [--branch B] "
-				"[" CLI_ALLOW_DAMAGED "]\n");
-		return 2;
-	}
+	if (!name)
+		return cli_usage(c, "restore", "wants a SNAPSHOT");
+	if (o.gpu && cli_check_gpu(o.gpu) < 0)
+		return cli_usage_fail(c, -EINVAL);
 	struct gpuckpt_map *map = NULL;
 	if (gpu_map) {
 		int rc = cli_parse_gpu_map(gpu_map, &map, &o.nmap);
 		if (rc < 0) {
 			free(map);
-			return cli_fail(c, rc);
+			return cli_usage_fail(c, rc);
 		}
 		o.map = map;
 	}
 	if (branch && cas_branch_check(branch) < 0) {
 		free(map);
-		return cli_fail(c, -EINVAL);
+		return cli_usage_fail(c, -EINVAL);
 	}
 	if (c->json || c->quiet)
 		o.notes = NULL;

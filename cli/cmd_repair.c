@@ -8,11 +8,8 @@
 
 int cmd_repair(struct cli *c, int argc, char **argv)
 {
-	(void)argv;
-	if (argc != 1) {
-		fprintf(stderr, "usage: casctl repair [--json]\n");
-		return 2;
-	}
+	if (argc != 1)
+		return cli_usage(c, "repair", "takes no operands: %s", argv[1]);
 	struct cas_store *store;
 	int rc = cli_store_open(c, CAS_REPAIR, &store);
 	if (rc < 0)

@@ -44,13 +44,6 @@ static void run_resumed(void *arg, const struct tp_opts *o, const struct tp_capt
 			(unsigned long long)v->n, (int)o->pid, cli_secs(cap->stall_ns));
 }
 
-static void usage_run(void)
-{
-	fprintf(stderr, "usage: crest run [--every DURATION] [--branch B] [--file-limit SIZE] [--tmpdir DIR] "
-			"-- COMMAND [ARG...]\n"
-			"                 [--metrics [HOST:]PORT] [--metrics-file PATH]   (with --every)\n");
-}
-
 /* One checkpoint of the running job onto o->branch, after *parent (or the
  * branch's head). The store is opened for it alone, so that other crests
  * (clone, checkpoint of a clone, tag) can write between checkpoints. */
@@ -104,29 +97,20 @@ int cmd_run(struct cli *c, int argc, char **argv)
 		}
 		if (a[0] != '-')
 			break;
-		if (i + 1 >= argc) {
-			usage_run();
-			return 2;
-		}
+		if (i + 1 >= argc)
+			return cli_usage(c, "run", "%s needs a value", a);
 		const int took = cli_every_opt(a, argv[++i], &o, &ev);
 		if (took < 0)
-			return 2;
-		if (!took) {
-			fprintf(stderr, "crest: run: unknown option %s\n", a);
-			usage_run();
-			return 2;
-		}
+			return CLI_EXIT_USAGE;
+		if (!took)
+			return cli_usage(c, "run", "unknown option %s", a);
 	}
-	if (i >= argc) {
-		usage_run();
-		return 2;
-	}
-	if (cli_every_check(&ev) < 0)
-		return 2;
+	if (i >= argc)
+		return cli_usage(c, "run", "no COMMAND given");
 	if (!o.branch)
 		o.branch = CAS_BRANCH_DEFAULT;
 	if (cas_branch_check(o.branch) < 0)
-		return cli_fail(c, -EINVAL);
+		return cli_usage_fail(c, -EINVAL);
 	if (geteuid() != 0)
 		return cli_fail(c, crest_errx(-EPERM, "not permitted: crest run needs root (a pid namespace, "
 					       "and CRIU for its checkpoints)"));
@@ -205,14 +189,6 @@ int cmd_run(struct cli *c, int argc, char **argv)
 	return status;
 }
 
-static void usage_clone(void)
-{
-	fprintf(stderr, "usage: crest clone SNAPSHOT --branch NEW [--count N] [--workdir PATTERN] [--tmpdir DIR]\n"
-			"                   [--gpu N | --gpu-map OLD=NEW,...]\n"
-			"  PATTERN names each copy's directory for the job's files, %%d its number (1..N);\n"
-			"  without it each file is copied beside itself as FILE.clone-N\n");
-}
-
 /* pattern with each "%d" replaced by k; never a printf format. */
 static int expand(const char *pattern, unsigned k, char *out, size_t cap)
 {
@@ -243,24 +219,22 @@ int cmd_clone(struct cli *c, int argc, char **argv)
 	unsigned long count = 1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
-		if (a[0] != '-' && !name) {
+		if (a[0] != '-' || !a[1]) {
+			if (name)
+				return cli_usage(c, "clone", "wants one SNAPSHOT, no more: %s", a);
 			name = a;
 			continue;
 		}
-		if (i + 1 >= argc) {
-			usage_clone();
-			return 2;
-		}
+		if (i + 1 >= argc)
+			return cli_usage(c, "clone", "%s needs a value", a);
 		const char *v = argv[++i];
-		char *end;
 		if (!strcmp(a, "--branch")) {
 			branch = v;
 		} else if (!strcmp(a, "--count")) {
-			count = strtoul(v, &end, 10);
-			if (*end || !count || count > 1000) {
-				fprintf(stderr, "crest: --count %s: a number from 1 to 1000\n", v);
-				return 2;
-			}
+			uint64_t n;
+			if (cli_parse_uint(v, 1, 1000, &n) < 0)
+				return cli_usage(c, "clone", "--count %s: a number from 1 to 1000", v);
+			count = (unsigned long)n;
 		} else if (!strcmp(a, "--workdir")) {
 			workdir = v;
 		} else if (!strcmp(a, "--tmpdir")) {
@@ -270,31 +244,26 @@ int cmd_clone(struct cli *c, int argc, char **argv)
 		} else if (!strcmp(a, "--gpu-map")) {
 			gpu_map = v;
 		} else {
-			fprintf(stderr, "crest: clone: unknown option %s\n", a);
-			usage_clone();
-			return 2;
+			return cli_usage(c, "clone", "unknown option %s", a);
 		}
 	}
-	if (!name || !branch) {
-		usage_clone();
-		return 2;
-	}
-	if (gpu && gpu_map) {
-		fprintf(stderr, "crest: clone: --gpu and --gpu-map: give one\n");
-		return 2;
-	}
+	if (!name)
+		return cli_usage(c, "clone", "wants a SNAPSHOT");
+	if (!branch)
+		return cli_usage(c, "clone", "--branch NEW is required (the copies' branch)");
+	if (gpu && cli_check_gpu(gpu) < 0)
+		return cli_usage_fail(c, -EINVAL);
 	/* A CUDA copy goes where it is told, else to the original's GPUs. */
 	struct gpuckpt_map *map = NULL;
 	size_t nmap = 0;
 	if (gpu_map && cli_parse_gpu_map(gpu_map, &map, &nmap) < 0) {
 		free(map);
-		return cli_fail(c, -EINVAL);
+		return cli_usage_fail(c, -EINVAL);
 	}
 	if (workdir && count > 1 && !strstr(workdir, "%d")) {
-		fprintf(stderr, "crest: --workdir %s: with --count %lu it needs %%d, or the copies would share files\n",
-			workdir, count);
 		free(map);
-		return 2;
+		return cli_usage(c, "clone", "--workdir %s: with --count %lu it needs %%d, or the copies would "
+				 "share files", workdir, count);
 	}
 	/* Each copy has a branch of its own for its later snapshots: NEW, or
 	 * NEW-1 .. NEW-N for several (one branch would interleave them). */
@@ -310,6 +279,11 @@ int cmd_clone(struct cli *c, int argc, char **argv)
 		else
 			snprintf(names[k], sizeof(names[k]), "%.140s-%lu", branch, k + 1);
 		rc = cas_branch_check(names[k]);
+	}
+	if (rc < 0) {
+		free(names);
+		free(map);
+		return cli_usage_fail(c, rc);
 	}
 	if (rc == 0 && geteuid() != 0)
 		rc = crest_errx(-EPERM, "not permitted: restoring a process needs root (CRIU)");

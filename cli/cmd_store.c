@@ -28,11 +28,8 @@ static int stats_cb(const uint8_t sha[32], const struct cas_loc *loc, void *arg)
 
 int cmd_stats(struct cli *c, int argc, char **argv)
 {
-	(void)argv;
-	if (argc != 1) {
-		fprintf(stderr, "usage: casctl stats [--json]\n");
-		return 2;
-	}
+	if (argc != 1)
+		return cli_usage(c, "stats", "takes no operands: %s", argv[1]);
 	struct cas_store *store;
 	int rc = cli_store_open(c, CAS_READ, &store);
 	if (rc < 0)
@@ -169,10 +166,8 @@ static void verify_print_json(const struct verify_result *r, int rc, double secs
 
 int cmd_verify(struct cli *c, int argc, char **argv)
 {
-	if (argc > 2) {
-		fprintf(stderr, "usage: casctl verify [SNAPSHOT] [--json]\n");
-		return 2;
-	}
+	if (argc > 2)
+		return cli_usage(c, "verify", "wants at most one SNAPSHOT, no more: %s", argv[2]);
 	struct cas_store *store;
 	int rc = cli_store_open(c, CAS_READ, &store);
 	if (rc < 0)

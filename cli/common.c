@@ -1,5 +1,6 @@
 /* common.c - shared CLI plumbing; see common.h. */
 #include "cli/common.h"
+#include "cli/help.h"
 #include "capture/transparent.h"
 #include "cas/jobs.h"
 #include "gpu/gpuckpt.h"
@@ -11,6 +12,8 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,6 +74,7 @@ int cli_parse_globals(struct cli *c, int argc, char **argv)
 	c->store = cas_default_path();
 	const char *init = getenv("CREST_INIT");
 	c->init = init && !strcmp(init, "1");
+	bool store_set = false, workers_set = false;
 	int out = 1;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
@@ -86,18 +90,28 @@ int cli_parse_globals(struct cli *c, int argc, char **argv)
 				return -1;
 			}
 			const char *v = argv[++i];
+			bool *set = !strcmp(a, "--store") ? &store_set : &workers_set;
+			if (*set) {
+				fprintf(stderr, "%s: %s given twice: give it once (%s help)\n", c->prog, a, c->prog);
+				return -1;
+			}
+			*set = true;
 			if (!strcmp(a, "--store")) {
 				c->store = v;
 			} else {
-				char *end;
-				long n = strtol(v, &end, 10);
-				if (*end || n < 1 || n > 1024) {
+				uint64_t n;
+				if (cli_parse_uint(v, 1, 1024, &n) < 0) {
 					fprintf(stderr, "%s: --workers %s: give a number from 1 to 1024\n", c->prog, v);
 					return -1;
 				}
 				c->workers = (unsigned)n;
 			}
 		} else if (!strncmp(a, "--store=", 8)) {
+			if (store_set) {
+				fprintf(stderr, "%s: --store given twice: give it once (%s help)\n", c->prog, c->prog);
+				return -1;
+			}
+			store_set = true;
 			c->store = a + 8;
 		} else if (!strcmp(a, "--")) {
 			while (i < argc)
@@ -120,6 +134,113 @@ int cli_store_open(const struct cli *c, enum cas_mode mode, struct cas_store **o
 	if (rc < 0 && rc != -EEXIST)
 		return rc;
 	return cas_open(c->store, mode, out);
+}
+
+int cli_usage(const struct cli *c, const char *cmd, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	if (cmd)
+		fprintf(stderr, "%s: %s: %s (%s help %s)\n", c->prog, cmd, msg, c->prog, cmd);
+	else
+		fprintf(stderr, "%s: %s (%s help)\n", c->prog, msg, c->prog);
+	return CLI_EXIT_USAGE;
+}
+
+int cli_usage_fail(const struct cli *c, int rc)
+{
+	cli_fail(c, rc);
+	return CLI_EXIT_USAGE;
+}
+
+/* Options that mean nothing without another, or that contradict one. */
+static const struct cli_opt_rule {
+	const char *prog, *cmd, *opt;
+	const char *needs;      /* given without this: refused */
+	const char *excludes;   /* given with this: refused */
+	const char *why;        /* the end of the line, or NULL */
+} opt_rules[] = {
+	{ "crest", "checkpoint", "--count", "--every", NULL, "it counts the rounds of --every" },
+	{ "crest", "checkpoint", "--metrics", "--every", NULL, "the metrics are of the rounds of --every" },
+	{ "crest", "checkpoint", "--metrics-file", "--every", NULL, "the metrics are of the rounds of --every" },
+	{ "crest", "checkpoint", "--tag", NULL, "--every", "a tag names one snapshot and does not move; "
+	  "tag a round afterwards with crest tag" },
+	{ "crest", "checkpoint", "--kill", NULL, "--every", "--kill ends the job after one checkpoint" },
+	{ "crest", "run", "--metrics", "--every", NULL, "the metrics are of the rounds of --every" },
+	{ "crest", "run", "--metrics-file", "--every", NULL, "the metrics are of the rounds of --every" },
+	{ "crest", "restore", "--gpu", NULL, "--gpu-map", "give one" },
+	{ "crest", "clone", "--gpu", NULL, "--gpu-map", "give one" },
+	{ "crest", "demo", "--cpu", NULL, "--gpu", "give one" },
+	{ "crest", "log", "--plot", NULL, "--graph", "the picture has no graph" },
+};
+
+int cli_check_opts(const struct cli *c, int argc, char **argv)
+{
+	if (argc < 2)
+		return 0;
+	const struct cli_cmd_doc *d = cli_doc_find(c->prog, argv[1]);
+	if (!d)
+		return 0;
+	/* How often each of the command's options came, by its place in the
+	 * table (an alias counts as its option). */
+	unsigned seen[CLI_DOC_MAX_OPTS] = { 0 };
+	for (int i = 2; i < argc; i++) {
+		const char *a = argv[i];
+		if (!strcmp(a, "--"))
+			break;
+		if (a[0] != '-' || !a[1]) {
+			if (d->operand_ends_opts)
+				break;
+			continue;
+		}
+		const struct cli_opt_doc *o = cli_doc_opt(d, a);
+		if (!o)
+			continue;   /* cli_help_dispatch has refused it already */
+		if (o->arg)
+			i++;
+		const ptrdiff_t k = o - d->opts;
+		if (k < 0 || k >= CLI_DOC_MAX_OPTS)
+			continue;
+		/* A flag twice is the flag; a value twice is a contradiction
+		 * that the last one would settle without a word. */
+		if (seen[k]++ && o->arg)
+			return cli_usage(c, d->name, "%s given twice: give it once", o->name);
+	}
+	for (size_t r = 0; r < sizeof(opt_rules) / sizeof(opt_rules[0]); r++) {
+		const struct cli_opt_rule *ru = &opt_rules[r];
+		if (strcmp(ru->prog, c->prog) || strcmp(ru->cmd, d->name))
+			continue;
+		const struct cli_opt_doc *o = cli_doc_opt(d, ru->opt);
+		const struct cli_opt_doc *n = cli_doc_opt(d, ru->needs ? ru->needs : ru->excludes);
+		if (!o || !n || !seen[o - d->opts])
+			continue;
+		const bool has = seen[n - d->opts] != 0;
+		if (ru->needs && !has)
+			return cli_usage(c, d->name, "%s can only go with %s%s%s", ru->opt, ru->needs, ru->why ? ": " : "",
+					 ru->why ? ru->why : "");
+		if (ru->excludes && has)
+			return cli_usage(c, d->name, "%s does not go with %s%s%s", ru->opt, ru->excludes,
+					 ru->why ? ": " : "", ru->why ? ru->why : "");
+	}
+	return 0;
+}
+
+int cli_parse_uint(const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
+{
+	uint64_t v = 0;
+	if (!s[0])
+		return -EINVAL;
+	for (const char *p = s; *p; p++)
+		if (*p < '0' || *p > '9' || __builtin_mul_overflow(v, 10, &v) ||
+		    __builtin_add_overflow(v, (uint64_t)(*p - '0'), &v))
+			return -EINVAL;
+	if (v < lo || v > hi)
+		return -EINVAL;
+	*out = v;
+	return 0;
 }
 
 int cli_parse_size(const char *s, uint64_t *out)
@@ -415,13 +536,24 @@ int cli_parse_gpu_map(const char *s, struct gpuckpt_map **out, size_t *n)
 			break;
 		}
 		*out = nm;
-		rc = gpuckpt_parse_uuid(tok, &nm[*n].from);
-		if (rc == 0)
-			rc = gpuckpt_parse_uuid(eq + 1, &nm[*n].to);
+		const char *bad = gpuckpt_parse_uuid(tok, &nm[*n].from) < 0 ? tok :
+				  gpuckpt_parse_uuid(eq + 1, &nm[*n].to) < 0 ? eq + 1 : NULL;
+		if (bad)
+			rc = crest_errx(-EINVAL, "--gpu-map %s: '%s' is not a GPU UUID (GPU-xxxxxxxx-xxxx-xxxx-xxxx-"
+					"xxxxxxxxxxxx, as nvidia-smi -L prints)", s, bad);
 		(*n)++;
 	}
 	free(dup);
 	return rc;
+}
+
+int cli_check_gpu(const char *v)
+{
+	uint64_t n;
+	CUuuid u;
+	if (cli_parse_uint(v, 0, 1023, &n) == 0 || gpuckpt_parse_uuid(v, &u) == 0)
+		return 0;
+	return crest_errx(-EINVAL, "--gpu %s: a GPU's index (0, 1, ...) or its UUID (GPU-...)", v);
 }
 
 /* Records that the job at pid last came from snapshot id on branch. Only
@@ -462,13 +594,4 @@ int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_ev
 		return 0;
 	}
 	return 1;
-}
-
-int cli_every_check(const struct cli_every *ev)
-{
-	if ((ev->maddr || ev->mfile) && !ev->every_ns) {
-		fprintf(stderr, "crest: --metrics and --metrics-file go with --every\n");
-		return -1;
-	}
-	return 0;
 }

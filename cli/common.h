@@ -22,6 +22,12 @@ struct cli {
 	mode_t umask;          /* the caller's, before crest's own 077: a job's */
 };
 
+/* Exit codes: 0 done, 1 failed (the store, the job, the system), 2 a usage
+ * error (an unknown or bad option or value, a missing or extra operand,
+ * options that do not go together); git and restic do the same. */
+#define CLI_EXIT_FAIL 1
+#define CLI_EXIT_USAGE 2
+
 /* Removes the global options (--store DIR, --json, --quiet, --workers N)
  * from argv wherever they appear. Returns the new argc, or -1 after printing
  * a message. */
@@ -32,6 +38,24 @@ int cli_parse_globals(struct cli *c, int argc, char **argv);
  * through it, after its arguments are checked: a refused command line
  * makes no store. */
 int cli_store_open(const struct cli *c, enum cas_mode mode, struct cas_store **out);
+
+/* A usage error, one line on stderr: "PROG: CMD: MESSAGE (PROG help CMD)".
+ * Returns CLI_EXIT_USAGE. */
+int cli_usage(const struct cli *c, const char *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* A value crest refused with the message set (a tag, a branch name, a
+ * chunker, a GPU map): "PROG: MESSAGE", and CLI_EXIT_USAGE. */
+int cli_usage_fail(const struct cli *c, int rc);
+
+/* What the commands' table (cli/help.c) says of argv's options, before a
+ * command runs: an option with a value given twice, an option given without
+ * the one it needs, or with one it excludes (cli_opt_rules), is a usage
+ * error. Returns CLI_EXIT_USAGE after one line, or 0. */
+int cli_check_opts(const struct cli *c, int argc, char **argv);
+
+/* A decimal number from lo to hi: digits only (no sign, space, or hex).
+ * -EINVAL on anything else. */
+int cli_parse_uint(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 
 /* "4096", "64K", "16M", "2G" (powers of 1024). -EINVAL on anything else. */
 int cli_parse_size(const char *s, uint64_t *out);
@@ -81,15 +105,14 @@ int cli_writer_open(const struct cli *c, const struct engine_opts *o, struct cas
  * again and again: --every, --branch, --file-limit, --tmpdir, --metrics and
  * --metrics-file. cli_every_opt: 1 when option a is one of them and took
  * its value v, 0 when it is not, -1 after a line on stderr when v is bad
- * (exit 2). cli_every_check: -1 after a line when --metrics or
- * --metrics-file came without --every. */
+ * (exit 2). --metrics and --metrics-file without --every are refused
+ * before (cli_check_opts). */
 struct tp_opts;
 struct cli_every {
 	uint64_t every_ns;        /* 0: once */
 	const char *maddr, *mfile;
 };
 int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_every *ev);
-int cli_every_check(const struct cli_every *ev);
 
 /* Records that the job at pid last came from snapshot id on branch, for its
  * next checkpoint's parent; a warning only when it cannot. */
@@ -100,6 +123,10 @@ void cli_job_note(const struct cli *c, struct cas_store *store, pid_t pid, const
  * frees *out, also after an error. */
 struct gpuckpt_map;
 int cli_parse_gpu_map(const char *s, struct gpuckpt_map **out, size_t *n);
+
+/* --gpu N: an index, or nvidia-smi's GPU-... UUID; -EINVAL with the
+ * message set on anything else. */
+int cli_check_gpu(const char *v);
 
 void cli_print_id(char out[65], const uint8_t id[32]);
 double cli_secs(uint64_t ns);

@@ -32,6 +32,9 @@ int main(int argc, char **argv)
 	int hrc = cli_help_dispatch(&c, argc, argv);
 	if (hrc >= 0)
 		return hrc;
+	/* Repeated options, and ones that need or exclude another (common.c). */
+	if (cli_check_opts(&c, argc, argv))
+		return CLI_EXIT_USAGE;
 	static const struct {
 		const char *name;
 		int (*fn)(struct cli *, int, char **);

@@ -107,7 +107,9 @@ static int man(FILE *f, const char *prog)
 					    : "failure: the one line on stderr says what failed, on what, and why; "
 					      "for verify, damage found");
 	fputs(".TP\n2\n", f);
-	roff_line(f, "usage: an unknown command or option, or a missing or malformed argument");
+	roff_line(f, "usage, one line on stderr: an unknown command or option, a missing, extra or malformed "
+		  "argument, an option given twice, or one given without the option it needs or with one it "
+		  "does not go with");
 	if (!strcmp(prog, "crest")) {
 		fputs(".PP\n", f);
 		roff_line(f, "crest run exits with its job's status.");

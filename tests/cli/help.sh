@@ -60,7 +60,7 @@ sample() {
 	TAG) echo t1 ;; BRANCH) echo b1 ;; SIZE) echo 64K ;; PID) echo 2147483647 ;;
 	DURATION) echo 1h ;; N | K) echo 1 ;; P) echo 2 ;; MS) echo 100 ;; DIR) echo "$T" ;;
 	FILE) echo "$T/file" ;; ADDR) echo 127.0.0.1:1 ;; PATTERN) echo "$T/w%d" ;;
-	OLD=NEW,...) echo GPU-a=GPU-b ;; FRACTION) echo 0.5 ;; *'|'*) echo "${1%%|*}" ;;
+	OLD=NEW,...) echo GPU-00000000-0000-0000-0000-000000000000=GPU-00000000-0000-0000-0000-000000000001 ;; FRACTION) echo 0.5 ;; *'|'*) echo "${1%%|*}" ;;
 	*) return 1 ;;
 	esac
 }
@@ -69,16 +69,20 @@ sample() {
 around() {
 	case "$1 $2" in
 	"crest put") pre=() post=("$T/no/such/file") ;;
-	"crest checkpoint") pre=(--pid 2147483647) post=() ;;
+	"crest checkpoint") pre=(--pid 2147483647) post=()
+		case $3 in --count|--metrics|--metrics-file) pre+=(--every 1h) ;; esac ;;
 	"crest restore") pre=(deadbeef) post=() ;;
 	"crest get") pre=(deadbeef "$T/out") post=() ;;
 	"crest clone") pre=(deadbeef --branch b2) post=() ;;
 	"crest tag") pre=() post=(deadbeef t1) ;;
 	# bench: each option through the subcommand that takes it.
-	"crest bench") case $3 in --size|--regions|--change|--staging) pre=(checkpoint --dir "$T/no/such") ;; *) pre=(restore deadbeef) ;; esac
+	"crest bench") case $3 in --size|--regions|--change|--staging) pre=(checkpoint --dir "$T/no/such") ;;
+		--keep) pre=(restore deadbeef --to files) ;; *) pre=(restore deadbeef) ;; esac
 		post=() ;;
-	"crest demo") pre=() post=(--checkpoints 2 --restore-from 3) ;;   # refused after parsing
-	"crest run") pre=() post=(-- /bin/true) ;;
+	"crest demo") pre=() post=()   # no criu (CREST_CRIU below): fails after parsing
+		[ "$3" = --checkpoints ] && post=(--restore-from 1) ;;
+	"crest run") pre=() post=(-- /bin/true)
+		case $3 in --metrics|--metrics-file) pre=(--every 1h) ;; esac ;;
 	"casctl gc") pre=() post=(--keep-last 1) ;;
 	*) pre=() post=() ;;
 	esac
@@ -91,16 +95,22 @@ for prog in crest casctl; do
 		for o in $_c_opts; do
 			around $prog "$cmd" "$o"
 			[ "$o" = -h ] || [ "$o" = --help ] && continue
+			# Given already by the words around it (--pid, --branch, --to):
+			# tried there, and twice would be refused.
+			case " ${pre[*]} ${post[*]} " in *" $o "*) tried=$((tried + 1)); continue ;; esac
 			a=$(_crest_argof "$o")
 			v=()
 			if [ -n "$a" ]; then
 				s=$(sample "$a") || fail "$prog $cmd $o $a: no sample value for $a in tests/cli/help.sh"
 				v=("$s")
 			fi
-			"$P" --store "$T/no/such/store" "$cmd" "${pre[@]}" "$o" "${v[@]}" "${post[@]}" \
-				>"$T/out" 2>"$T/err" </dev/null
-			if grep -qi "usage:\|unknown option" "$T/err"; then
-				fail "$prog $cmd ${pre[*]} $o ${v[*]} ${post[*]}: its parser refused it: $(head -2 "$T/err")"
+			[ "$o" = --staging ] && v=(1G)   # at least two of the engine's segments
+			CREST_CRIU=$T/no/such/criu "$P" --store "$T/no/such/store" "$cmd" "${pre[@]}" "$o" "${v[@]}" \
+				"${post[@]}" >"$T/out" 2>"$T/err" </dev/null
+			rc=$?
+			# Exit 2 is a usage error (tests/cli/usage.sh): the parser refused it.
+			if [ $rc -eq 2 ] || grep -qi "usage:\|unknown option" "$T/err"; then
+				fail "$prog $cmd ${pre[*]} $o ${v[*]} ${post[*]}: its parser refused it (exit $rc): $(head -2 "$T/err")"
 			fi
 			tried=$((tried + 1))
 		done

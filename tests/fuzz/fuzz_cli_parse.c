@@ -5,7 +5,8 @@
  *   size:     digits, optionally one of kKmMgGtT (powers of 1024) and then
  *             optionally B or iB; no more than 2^64 - 1 bytes;
  *   duration: a finite positive number, then ms, s, m, h or nothing
- *             (seconds), from CLI_DURATION_MIN_NS to CLI_DURATION_MAX_NS.
+ *             (seconds), from CLI_DURATION_MIN_NS to CLI_DURATION_MAX_NS;
+ *   number:   digits alone (no sign, space or hex), their value in range.
  */
 #include "cli/common.h"
 #include "gpu/gpuckpt.h"
@@ -67,6 +68,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		const double d = strtod(s, &end);
 		CHECK(isfinite(d) && d > 0 && strspn(s, "0123456789.eE+-") == (size_t)(end - s));
 	}
+
+	/* Counts, pids, milliseconds: digits alone, in range, exact. */
+	uint64_t n = 0, m = 0;
+	rc = cli_parse_uint(s, 1, 1000, &n);
+	CHECK(rc == 0 || rc == -EINVAL);
+	const size_t len = strlen(s);   /* the parser sees the string up to a NUL */
+	ok = len && strspn(s, "0123456789") == len;
+	for (size_t i = 0; ok && i < len; i++)
+		ok = !__builtin_mul_overflow(m, 10, &m) && !__builtin_add_overflow(m, (uint64_t)(s[i] - '0'), &m);
+	CHECK((rc == 0) == (ok && m >= 1 && m <= 1000));
+	CHECK(rc < 0 || n == m);
 
 	CUuuid u;
 	rc = gpuckpt_parse_uuid(s, &u);

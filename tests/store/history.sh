@@ -95,14 +95,14 @@ for e in full:
         sys.exit(f"FAIL: log --graph: line {e['graph']!r} has not one '*'")
 print(f"ok: {len(order)} snapshots on {len(heads)} branches; heads, parents and logs match the model")
 PY
-# Bad input: one line, non-zero, and the store unharmed.
+# Bad input: one line, non-zero (2: a name no branch can have is a usage error), and the store unharmed.
 rc=0; "$CREST" branch 'no spaces' 2>"$T/err" || rc=$?
-[ "$rc" -eq 1 ] && [ "$(wc -l <"$T/err")" -eq 1 ] || fail "bad branch name: rc $rc, $(cat "$T/err")"
+[ "$rc" -eq 2 ] && [ "$(wc -l <"$T/err")" -eq 1 ] || fail "bad branch name: rc $rc, $(cat "$T/err")"
 rc=0; "$CREST" log no-such-branch 2>"$T/err" || rc=$?
 [ "$rc" -eq 1 ] && grep -q "no snapshot on branch no-such-branch" "$T/err" || fail "log of a missing branch: rc $rc"
 rc=0; "$CREST" branch x deadbeefdeadbeef 2>"$T/err" || rc=$?
 [ "$rc" -eq 1 ] || fail "branch from a missing snapshot: rc $rc"
 rc=0; "$CREST" put --branch '' "$T/tree" 2>"$T/err" || rc=$?
-[ "$rc" -eq 1 ] || fail "put on an empty branch name: rc $rc"
+[ "$rc" -eq 2 ] || fail "put on an empty branch name: rc $rc"
 "$CASCTL" verify >/dev/null
 echo PASS
