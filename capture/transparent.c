@@ -179,6 +179,20 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	if (rc < 0)
 		return rc;
 	proc_comm(o->pid, c->comm, sizeof(c->comm));
+	/* Refused before anything is frozen: CRIU would stop the tree, fail
+	 * to seize the thread and say only that it could not interrupt it. */
+	for (size_t i = 0; i < c->tree.n; i++)
+		if (proc_is_kthread(c->tree.pids[i])) {
+			char comm[64];
+			proc_comm(c->tree.pids[i], comm, sizeof(comm));
+			const int k = (int)c->tree.pids[i];
+			proc_tree_free(&c->tree);
+			if (k == (int)o->pid)
+				return crest_errx(-EINVAL, "pid %d (%s) is a kernel thread: CRIU checkpoints user "
+						  "processes, and a kernel thread has no memory of its own to save", k, comm);
+			return crest_errx(-EINVAL, "pid %d (%s), in pid %d's tree, is a kernel thread: CRIU "
+					  "checkpoints user processes only", k, comm, (int)o->pid);
+		}
 	if (geteuid() != 0) {
 		proc_tree_free(&c->tree);
 		return crest_errx(-EPERM, "not permitted: checkpointing pid %d needs root (CRIU ptraces "

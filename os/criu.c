@@ -20,9 +20,11 @@
 #include <sys/ptrace.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/user.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -374,6 +376,124 @@ static void log_errors(const char *log, char *buf, size_t cap)
 	fclose(f);
 }
 
+/*
+ * What crest can tell from a failed criu's log: a line of it that names a
+ * cause, and what to do about it. The first pattern found in the log wins;
+ * the table is in the order of how sure a pattern is. CRIU's own lines
+ * follow the cause in the message, for the details.
+ */
+enum { CAUSE_TEXT, CAUSE_NOSPACE };
+static const struct criu_cause {
+	const char *pattern;
+	int err;
+	int kind;
+	const char *text;
+} criu_causes[] = {
+	{ "No space left on device", -ENOSPC, CAUSE_NOSPACE, NULL },
+	{ "PR_SET_MM", -EPERM, CAUSE_TEXT,
+	  "criu could not give the restored tasks their memory layout (prctl PR_SET_MM): crest runs "
+	  "without CAP_SYS_RESOURCE; run it as root with its capabilities (in a container: --cap-add "
+	  "SYS_RESOURCE)" },
+	{ "CAP_SYS_RESOURCE", -EPERM, CAUSE_TEXT,
+	  "crest runs without CAP_SYS_RESOURCE, which criu needs; run it as root with its capabilities "
+	  "(in a container: --cap-add SYS_RESOURCE)" },
+	{ "CAP_CHECKPOINT_RESTORE", -EPERM, CAUSE_TEXT,
+	  "crest runs without CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE, which criu needs; run it as root" },
+	{ "Unable to interrupt task", -EPERM, CAUSE_TEXT,
+	  "criu could not stop a task of the tree: a kernel thread, or a task another tracer holds "
+	  "(a debugger, strace) or that ptrace may not touch (kernel.yama.ptrace_scope)" },
+};
+
+/* The bytes the files directly in dir take on disk (criu's images are
+ * flat), and its file system's size and free space. */
+static void dir_space(const char *dir, uint64_t *used, uint64_t *size, uint64_t *avail)
+{
+	*used = *size = *avail = 0;
+	struct statvfs v;
+	if (statvfs(dir, &v) == 0) {
+		*size = (uint64_t)v.f_blocks * v.f_frsize;
+		*avail = (uint64_t)v.f_bavail * v.f_frsize;
+	}
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		struct stat sb;
+		if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(sb.st_mode))
+			*used += (uint64_t)sb.st_blocks * 512;
+	}
+	closedir(d);
+}
+
+/* The resident memory of pid, 0 when unknown: what a dump of it needs at
+ * the least. */
+static uint64_t resident_bytes(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/statm", (int)pid);
+	FILE *f = fopen(path, "re");
+	unsigned long long size = 0, res = 0;
+	const bool ok = f && fscanf(f, "%llu %llu", &size, &res) == 2;
+	if (f)
+		fclose(f);
+	return ok ? res * (uint64_t)sysconf(_SC_PAGESIZE) : 0;
+}
+
+/* Fills buf with a known cause of a failed criu (dir: its images'
+ * directory; pid: the job dumped, or 0) and seen with the log's line that
+ * told it; returns its errno, or 0 with buf empty when the log names none. */
+static int log_cause(const char *log, const char *dir, pid_t pid, char *buf, size_t cap, char *seen,
+		     size_t seen_cap)
+{
+	buf[0] = seen[0] = 0;
+	FILE *f = fopen(log, "re");
+	if (!f)
+		return 0;
+	const struct criu_cause *best = NULL;
+	char line[1024];
+	while (fgets(line, sizeof(line), f))
+		for (const struct criu_cause *k = criu_causes; k < criu_causes + sizeof(criu_causes) / sizeof(*k); k++)
+			if (strstr(line, k->pattern) && (!best || k < best)) {
+				best = k;
+				line[strcspn(line, "\n")] = 0;
+				const char *msg = strstr(line, "): ");
+				snprintf(seen, seen_cap, "%s", msg ? msg + 3 : line);
+			}
+	fclose(f);
+	if (!best)
+		return 0;
+	if (best->kind == CAUSE_TEXT) {
+		snprintf(buf, cap, "%s", best->text);
+		return best->err;
+	}
+	uint64_t used, size, avail;
+	dir_space(dir, &used, &size, &avail);
+	char b1[32], b2[32], b3[32], b4[32];
+	const uint64_t need = pid > 0 ? resident_bytes(pid) : 0;
+	int w = snprintf(buf, cap, "no space left in %s, the images' directory: its file system holds %s "
+			 "(%s free now), and the images had taken %s when it filled", dir,
+			 fmt_bytes(size, b1, sizeof(b1)), fmt_bytes(avail, b2, sizeof(b2)),
+			 fmt_bytes(used, b3, sizeof(b3)));
+	if (w > 0 && (size_t)w < cap && need)
+		w += snprintf(buf + w, cap - (size_t)w, "; they need at least the job's resident memory, %s",
+			      fmt_bytes(need, b4, sizeof(b4)));
+	if (w > 0 && (size_t)w < cap)
+		snprintf(buf + w, cap - (size_t)w, "; give --tmpdir a directory with more room");
+	return best->err;
+}
+
+/* A failed criu's message: the cause crest can tell, else criu's errors. */
+static int criu_failed(const char *log, const char *what, const char *dir, pid_t pid, int status)
+{
+	char errs[2048], cause[1024], seen[1024];
+	log_errors(log, errs, sizeof(errs));
+	const int err = log_cause(log, dir, pid, cause, sizeof(cause), seen, sizeof(seen));
+	if (err)   /* criu's errors after the cause, for the details; else the line that told it */
+		return crest_errx(err, "%s failed: %s (criu: %s)", what, cause, errs[0] ? errs : seen);
+	return crest_errx(-EIO, "%s failed (exit %d): %s", what, status, errs[0] ? errs : "no error in its log");
+}
+
 int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 {
 	char pid[32], log[4096];
@@ -431,11 +551,10 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 		return 0;
 	if (rc < 0)
 		return rc;
-	char errs[2048];
+	char what[64];
 	snprintf(log, sizeof(log), "%s/dump.log", o->dir);
-	log_errors(log, errs, sizeof(errs));
-	return crest_errx(-EIO, "criu dump of pid %d failed (exit %d): %s", (int)o->pid, rc,
-			  errs[0] ? errs : "no error in its log");
+	snprintf(what, sizeof(what), "criu dump of pid %d", (int)o->pid);
+	return criu_failed(log, what, o->dir, o->pid, rc);
 }
 
 /* A new network namespace, loopback up, as a descriptor: made by a child
@@ -570,10 +689,8 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 	if (rc != 0) {
 		if (rc < 0)
 			return rc;
-		char errs[2048];
 		snprintf(log, sizeof(log), "%s/restore.log", o->dir);
-		log_errors(log, errs, sizeof(errs));
-		return crest_errx(-EIO, "criu restore failed (exit %d): %s", rc, errs[0] ? errs : "no error in its log");
+		return criu_failed(log, "criu restore", o->dir, 0, rc);
 	}
 	if (o->pid_out)
 		criu_restored_pid(o->dir, o->pid_out);   /* 0 where it holds no pid: callers check */

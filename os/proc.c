@@ -34,6 +34,7 @@ char proc_state(pid_t pid)
  * the task is a zombie when it has much memory to unmap. Stable ABI as seen
  * in /proc/PID/stat's flags field since 2.6. */
 #define PROC_PF_EXITING 0x4u
+#define PROC_PF_KTHREAD 0x00200000u
 
 /* Field 9 of /proc/PID/stat, the task's flags; 0 when unreadable. */
 static unsigned long proc_flags(pid_t pid)
@@ -79,6 +80,11 @@ bool proc_gone(pid_t pid)
 	if (!st || st == 'Z' || st == 'X')
 		return true;
 	return (proc_flags(pid) & PROC_PF_EXITING) || proc_kill_pending(pid);
+}
+
+bool proc_is_kthread(pid_t pid)
+{
+	return (proc_flags(pid) & PROC_PF_KTHREAD) != 0;
 }
 
 int proc_job_key(pid_t pid, char *key, size_t cap)

@@ -42,6 +42,9 @@ char proc_state(pid_t pid);
  * with a SIGKILL pending. A job killed under crest is usually in one of the
  * last three when crest looks. */
 bool proc_gone(pid_t pid);
+/* True when pid is a kernel thread (PF_KTHREAD): no user memory, nothing
+ * CRIU can checkpoint. */
+bool proc_is_kthread(pid_t pid);
 /* A name for the process that a reused pid cannot repeat: the boot's id,
  * the pid and its start time ("BOOTID-PID-TICKS", letters, digits and
  * '-'). -ESRCH (no message) when the process is gone. */
