@@ -15,6 +15,7 @@
 #include "capture/regions.h"
 #include "cas/history.h"
 #include "cli/commands.h"
+#include "cli/help.h"
 #include "engine/engine.h"
 #include "gpu/cudrv.h"
 #include "restore/gpu.h"
@@ -31,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 enum target { TO_NULL, TO_FILES, TO_HOST, TO_GPU };
@@ -546,9 +548,16 @@ static double ceil_secs(const struct run *r)
 	return r->ceil_h2d_s > r->ceil_read_s ? r->ceil_h2d_s : r->ceil_read_s;
 }
 
+/* The figures the table prints as medians, printed the same way: the
+ * plot's title repeats them, so the two cannot disagree. */
+struct shown {
+	char gbps[32], ceil[32], ratio[32];
+};
+
 static void print_figures(const struct bench *b, const struct figures *fg, const struct run *runs, unsigned n,
-			  unsigned threads)
+			  unsigned threads, struct shown *sh)
 {
+	memset(sh, 0, sizeof(*sh));
 	double *gbps = calloc(n, sizeof(double)), *secs = calloc(n, sizeof(double));
 	double *cgbps = calloc(n, sizeof(double)), *ratio = calloc(n, sizeof(double));
 	double *man = calloc(n, sizeof(double)), *ph = calloc((size_t)n * RESTORE_PH_N, sizeof(double));
@@ -569,6 +578,9 @@ static void print_figures(const struct bench *b, const struct figures *fg, const
 	cli_print_id(hex, fg->id);
 	const struct stat3 g = stat3_of(gbps, n), s = stat3_of(secs, n), cg = stat3_of(cgbps, n),
 			   r = stat3_of(ratio, n), mf = stat3_of(man, n);
+	snprintf(sh->gbps, sizeof(sh->gbps), "%.3f", g.med);
+	snprintf(sh->ceil, sizeof(sh->ceil), "%.3f", cg.med);
+	snprintf(sh->ratio, sizeof(sh->ratio), "%.2f", r.med);
 	if (b->c->json) {
 		printf("{\"snapshot\": \"%s\", \"kind\": ", hex);
 		json_str(stdout, fg->kind);
@@ -606,11 +618,11 @@ static void print_figures(const struct bench *b, const struct figures *fg, const
 	       target_names[b->to], b->cold ? ", cold" : "", fmt_bytes(fg->logical, lb, sizeof(lb)),
 	       fmt_bytes(fg->stored, pb, sizeof(pb)), threads, n);
 	printf("  %-22s %10s %10s %10s\n", "", "min", "median", "max");
-	printf("  %-22s %10.3f %10.3f %10.3f\n", "restore GB/s", g.min, g.med, g.max);
+	printf("  %-22s %10.3f %10s %10.3f\n", "restore GB/s", g.min, sh->gbps, g.max);
 	printf("  %-22s %10.4f %10.4f %10.4f\n", "seconds", s.min, s.med, s.max);
-	printf("  %-22s %10.3f %10.3f %10.3f\n", b->to == TO_GPU ? "ceiling GB/s (read,H2D)" : "ceiling GB/s (read)",
-	       cg.min, cg.med, cg.max);
-	printf("  %-22s %10.2f %10.2f %10.2f\n", "ratio to ceiling", r.min, r.med, r.max);
+	printf("  %-22s %10.3f %10s %10.3f\n", b->to == TO_GPU ? "ceiling GB/s (read,H2D)" : "ceiling GB/s (read)",
+	       cg.min, sh->ceil, cg.max);
+	printf("  %-22s %10.2f %10s %10.2f\n", "ratio to ceiling", r.min, sh->ratio, r.max);
 	printf("  time per phase, seconds (manifest: wall; the rest: summed over threads)\n");
 	printf("  %-22s %10.4f %10.4f %10.4f\n", "manifest", mf.min, mf.med, mf.max);
 	for (int i = 0; i < RESTORE_PH_N; i++) {
@@ -681,7 +693,7 @@ int cli_plot_name_ok(const char *png)
  * is spread evenly over the time it took, in PLOT_BINS bins. */
 #define PLOT_BINS 60
 static int draw_restore(const struct bench *b, const struct figures *fg, const struct evlog *log,
-			const struct run *last)
+			const struct run *last, const struct shown *sh)
 {
 	/* What the target received: the last phase that moved bytes. */
 	const int out = b->to == TO_GPU ? RESTORE_PH_DEVICE : b->to == TO_HOST ? RESTORE_PH_READ : RESTORE_PH_COPY;
@@ -708,70 +720,116 @@ static int draw_restore(const struct bench *b, const struct figures *fg, const s
 			busy[(size_t)e->phase * PLOT_BINS + i] += hi - lo;
 		}
 	}
-	char dat[] = "/tmp/crest-plot-XXXXXX";
-	int fd = mkstemp(dat);
-	FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	/* The throughput (bytes per ns: GB/s) and busy threads per bin, and
+	 * the ranges that hold them. */
+	const unsigned threads = b->threads ? b->threads : par_cores();
+	const double cs = ceil_secs(last), ceil = cs > 0 ? fg->logical / cs / 1e9 : 0;
+	double data_top = 0, data_low = 0, busy_top = 0;
+	for (size_t i = 0; i < PLOT_BINS; i++) {
+		const double got = bytes[(size_t)out * PLOT_BINS + i] / bin;
+		const double rd = bytes[(size_t)RESTORE_PH_READ * PLOT_BINS + i] / bin;
+		data_top = got > data_top ? got : data_top;
+		data_top = rd > data_top ? rd : data_top;
+		if (got > 0 && (!data_low || got < data_low))
+			data_low = got;
+		if (out != RESTORE_PH_READ && rd > 0 && (!data_low || rd < data_low))
+			data_low = rd;
+		for (int p = 0; p < RESTORE_PH_N; p++)
+			if (used[p] && busy[(size_t)p * PLOT_BINS + i] / bin > busy_top)
+				busy_top = busy[(size_t)p * PLOT_BINS + i] / bin;
+	}
+	/* A restore below half its ceiling would leave the upper half of a
+	 * linear axis empty but for the ceiling's line: then the axis is
+	 * logarithmic, from the lowest point drawn to the highest (a bin that
+	 * received nothing has no place on it: it is left out, not drawn
+	 * below the axis). */
+	const double top = ceil > data_top ? ceil : data_top, ytop = top > 0 ? top * 1.08 : 1;
+	const bool logy = data_top > 0 && data_top < ytop / 2;
+	const double btop = busy_top > threads ? busy_top : threads;
+	/* CREST_PLOT_SCRIPT=PATH keeps what gnuplot was given: the script at
+	 * PATH, its data at PATH.dat (tests/store/bench_plot.sh reads them). */
+	const char *keep = getenv("CREST_PLOT_SCRIPT");
+	char dat[4096];
+	FILE *f = NULL;
+	int fd = -1;
+	if (keep && *keep) {
+		snprintf(dat, sizeof(dat), "%s.dat", keep);
+		f = strchr(dat, '\'') ? NULL : fopen(dat, "we");
+	} else {
+		snprintf(dat, sizeof(dat), "/tmp/crest-plot-XXXXXX");
+		fd = mkstemp(dat);
+		f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	}
 	if (!f) {
+		const int e = errno ? errno : EINVAL;
 		if (fd >= 0) {
 			close(fd);
 			unlink(dat);
 		}
 		free(bytes);
 		free(busy);
-		return crest_errf(-errno, "cannot write the plot's data");
+		return crest_errf(-e, "cannot write the plot's data %s", dat);
 	}
-	double top = 0;
 	for (size_t i = 0; i < PLOT_BINS; i++) {
-		const double got = bytes[(size_t)out * PLOT_BINS + i] / bin;   /* bytes per ns: GB/s */
+		const double got = bytes[(size_t)out * PLOT_BINS + i] / bin;
 		const double rd = bytes[(size_t)RESTORE_PH_READ * PLOT_BINS + i] / bin;
-		top = got > top ? got : top;
-		top = rd > top ? rd : top;
-		fprintf(f, "%.5f %.4f %.4f", (i + 0.5) * bin / 1e9, got, rd);
+		fprintf(f, "%.5f", (i + 0.5) * bin / 1e9);
+		/* On a log axis a bin that got nothing is left out (NaN). */
+		for (int k = 0; k < 2; k++) {
+			const double v = k ? rd : got;
+			if (logy && !(v > 0))
+				fprintf(f, " NaN");
+			else
+				fprintf(f, " %.6g", v);
+		}
 		for (int p = 0; p < RESTORE_PH_N; p++)
-			fprintf(f, " %.4f", busy[(size_t)p * PLOT_BINS + i] / bin);
+			fprintf(f, " %.6g", busy[(size_t)p * PLOT_BINS + i] / bin);
 		fprintf(f, "\n");
 	}
 	fclose(f);
 	free(bytes);
 	free(busy);
-	char hex[65], lb[32];
+	char hex[65], lb[32], when[32];
 	cli_print_id(hex, fg->id);
-	const double cs = ceil_secs(last), ceil = cs > 0 ? fg->logical / cs / 1e9 : 0;
-	/* A restore far below its ceiling would be a flat line at the bottom
-	 * of a linear axis: then the axis is logarithmic. */
-	const bool logy = top > 0 && ceil > 5 * top;
-	const double data_top = top;
-	top = ceil > top ? ceil : top;
-	const unsigned threads = b->threads ? b->threads : par_cores();
+	const time_t now = time(NULL);
+	struct tm tm;
+	gmtime_r(&now, &tm);
+	strftime(when, sizeof(when), "%Y-%m-%d %H:%M UTC", &tm);
 	char *script = NULL;
 	size_t len = 0;
 	FILE *s = open_memstream(&script, &len);
 	if (!s) {
-		unlink(dat);
+		if (!keep)
+			unlink(dat);
 		return crest_errf(-ENOMEM, "writing the plot's script");
 	}
-	fprintf(s, "set terminal pngcairo size 1100,800 font 'sans,11'\nset output '%s'\n", b->plot);
-	fprintf(s, "set multiplot layout 2,1 title \"crest bench restore %.12s (%s, %s) to %s%s, %u threads: "
-		"%.2f GB/s, %.0f%% of the ceiling (%.2f GB/s)%s\"\n", hex, fg->kind,
-		fmt_bytes(fg->logical, lb, sizeof(lb)), target_names[b->to], b->cold ? ", cold" : "", threads,
-		last->secs > 0 ? fg->logical / (last->secs + last->manifest_s) / 1e9 : 0,
-		cs > 0 && last->secs > 0 ? 100 * cs / (last->secs + last->manifest_s) : 0, ceil,
-		log->lost ? " (incomplete: out of memory)" : "");
-	fprintf(s, "set grid\nset key outside right top\nset xrange [0:%.5f]\nset lmargin 10\nset rmargin 26\n",
-		span / 1e9);
+	const char *git = cli_version_git();
+	/* The title: the table's medians, as printed; under it, which run this
+	 * is, of what, where to, by which crest, when. */
+	fprintf(s, "set terminal pngcairo size 1100,840 font 'sans,11'\nset output '%s'\n", b->plot);
+	fprintf(s, "set multiplot layout 2,1 title \"crest bench restore %.12s to %s: %s GB/s, %s of the ceiling "
+		"(%s GB/s), medians of %u run%s%s\\n%s (%s, %s), --to %s%s, %u threads; drawn: the last run and its "
+		"ceiling\\n%s, crest %s%s%s%s\"\n", hex, target_names[b->to], sh->gbps, sh->ratio, sh->ceil, b->repeat,
+		b->repeat == 1 ? "" : "s", log->lost ? " (drawing incomplete: out of memory)" : "", b->name, fg->kind,
+		fmt_bytes(fg->logical, lb, sizeof(lb)), target_names[b->to], b->cold ? ", cold" : "", threads, when,
+		cli_version(), git[0] ? " (git " : "", git, git[0] ? ")" : "");
+	/* Both panels: the same time axis, the same margins. */
+	fprintf(s, "set grid\nset key outside right top\nset lmargin 10\nset rmargin 26\n");
+	fprintf(s, "set xrange [0:%.5f]\n", span / 1e9);
 	if (logy)
-		fprintf(s, "set ylabel 'GB/s (log scale)'\nset logscale y\nset yrange [%.5f:%.4f]\n", data_top / 20,
-			top * 2);
+		fprintf(s, "set ylabel 'GB/s (log scale)'\nset logscale y\nset yrange [%.6g:%.6g]\n", data_low / 1.25,
+			top * 1.25);
 	else
-		fprintf(s, "set ylabel 'GB/s'\nset yrange [0:%.4f]\n", top > 0 ? top * 1.15 : 1);
+		fprintf(s, "set ylabel 'GB/s'\nset yrange [0:%.6g]\n", ytop);
 	fprintf(s, "plot '%s' using 1:2 with lines lw 3 lc rgb '#d62728' title 'into %s'", dat, target_names[b->to]);
 	if (out != RESTORE_PH_READ)
 		fprintf(s, ", '' using 1:3 with lines lw 1.5 lc rgb '#1f77b4' title 'read (pack bytes)'");
 	if (ceil > 0)
-		fprintf(s, ", %.4f with lines dt 2 lw 1.5 lc rgb 'gray30' title 'ceiling (plain read%s)'", ceil,
-			b->to == TO_GPU ? ", H2D" : "");
+		fprintf(s, ", %.6g with lines dt 2 lw 1.5 lc rgb 'gray30' title 'ceiling%s: %.3f'",
+			ceil, b->to == TO_GPU ? " (H2D)" : "", ceil);
 	fprintf(s, "\nunset logscale y\nset xlabel 'seconds since the restore started'\n"
-		"set ylabel 'threads busy (of %u)'\nset yrange [0:%u]\nplot", threads, threads + 1);
+		"set xrange [0:%.5f]\nset ylabel 'threads busy (of %u)'\nset yrange [0:%.6g]\nplot", span / 1e9,
+		threads, btop * 1.05);
 	static const char *const colors[RESTORE_PH_N] = { "#7f7f7f", "#1f77b4", "#2ca02c", "#ff7f0e", "#d62728",
 							  "#9467bd" };
 	bool any = false;
@@ -789,8 +847,16 @@ static int draw_restore(const struct bench *b, const struct figures *fg, const s
 	fprintf(s, "\nunset multiplot\n");
 	fclose(s);
 	int rc = cli_gnuplot(script, b->plot);
+	if (keep && *keep) {
+		FILE *k = fopen(keep, "we");
+		if (!k || fputs(script, k) < 0)
+			rc = rc < 0 ? rc : crest_errf(-errno, "cannot keep the plot's script in %s", keep);
+		if (k)
+			fclose(k);
+	} else {
+		unlink(dat);
+	}
 	free(script);
-	unlink(dat);
 	return rc;
 }
 
@@ -866,15 +932,17 @@ static int bench_restore(struct cli *c, int argc, char **argv)
 	}
 	struct run *runs = calloc(b.repeat, sizeof(*runs));
 	struct figures fg = { 0 };
+	struct shown shown;
+	memset(&shown, 0, sizeof(shown));
 	struct evlog log = { .lock = PTHREAD_MUTEX_INITIALIZER };
 	int rc = runs ? 0 : crest_errf(-ENOMEM, "benchmarking");
 	for (unsigned k = 0; rc == 0 && k < b.repeat; k++)
 		rc = one_run(&b, &fg, &runs[k], b.plot && k + 1 == b.repeat ? &log : NULL);
 	if (rc == 0)
-		print_figures(&b, &fg, runs, b.repeat, threads);
+		print_figures(&b, &fg, runs, b.repeat, threads, &shown);
 	if (rc == 0 && b.plot) {
 		fflush(stdout);
-		rc = draw_restore(&b, &fg, &log, &runs[b.repeat - 1]);
+		rc = draw_restore(&b, &fg, &log, &runs[b.repeat - 1], &shown);
 		if (rc == 0 && !c->json)
 			printf("plot: %s\n", b.plot);
 	}

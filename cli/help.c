@@ -36,6 +36,8 @@ const struct cli_env_doc cli_env_docs[] = {
 	  "files: writes them all to --tmpdir first" },
 	{ "CREST_RUN_DIR", "where crest restore keeps restore.lock, which one restore in place at a time holds "
 	  "(default /run/crest)" },
+	{ "CREST_PLOT_SCRIPT", "crest bench restore --plot also keeps the gnuplot script it ran at this path, "
+	  "and the script's data beside it as PATH.dat (to redraw or restyle the picture)" },
 	{ "CREST_WORKLOAD, CREST_WORKLOAD_GPU", "the sample job crest demo runs (default: beside crest)" },
 	{ "NO_COLOR", "crest prints no colour at all; its one terminal control, the progress line, is drawn "
 		      "only when stderr is a terminal and neither --quiet nor --json is given" },
