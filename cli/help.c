@@ -106,11 +106,11 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "the job holds open for writing are stored with it.",
 	  "", false, {
 		{ "--pid", NULL, "PID", "the process to checkpoint (required)" },
-		{ "--tag", NULL, "TAG", "name the snapshot" },
+		{ "--tag", NULL, "TAG", "name the snapshot; not with --every" },
 		{ "--branch", NULL, "BRANCH", "the branch it goes on (default: the job's own, else main)" },
 		{ "--every", NULL, "DURATION", "checkpoint again every DURATION: 30s, 5m, 1h, 250ms" },
 		{ "--count", NULL, "N", "with --every: stop after N checkpoints" },
-		{ "--kill", NULL, NULL, "end the job once its snapshot is committed (it runs on if the store fails)" },
+		{ "--kill", NULL, NULL, "end the job once its snapshot is committed (it runs on if the store fails); not with --every" },
 		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
 		{ "--lock-timeout", NULL, "MS", "how long to wait for the job's GPU lock, in milliseconds" },
@@ -128,7 +128,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  SNAP_NAMES,
 	  "SNAPSHOT", false, {
 		{ "--keep-files", NULL, NULL, "leave the job's open files as they are now" },
-		{ "--gpu", NULL, "N", "move the job's first GPU to GPU N (an index or a UUID)" },
+		{ "--gpu", NULL, "N", "move the job's first GPU to GPU N (an index or a UUID); not with --gpu-map" },
 		{ "--gpu-map", NULL, "OLD=NEW,...", "map the job's GPUs by UUID onto GPUs here" },
 		{ "--tmpdir", NULL, "DIR", "CRIU's working directory (and its images with CREST_RESTORE_IMAGES=files)" },
 		{ "--branch", NULL, "BRANCH", "the branch the restored job's next checkpoints go on" },
@@ -141,7 +141,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "(logical, new, stored) and stalls over time into a PNG (gnuplot).",
 	  "BRANCH", false, {
 		{ "--graph", NULL, NULL, "draw the parent links as a graph" },
-		{ "--plot", NULL, "FILE", "draw the branch's sizes and stalls over time into FILE (PNG)" },
+		{ "--plot", NULL, "FILE", "draw the branch's sizes and stalls over time into FILE (PNG); not with --graph" },
 	} },
 	{ "crest", "branch", "[NAME [SNAPSHOT]]", "list branches, or start one",
 	  "Without NAME, lists the branches with their heads. With NAME, starts branch NAME at "
@@ -154,9 +154,9 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "pids, and checkpoints it every DURATION. Exits with the job's status.",
 	  "PROGRAM...", true, {
 		{ "--every", NULL, "DURATION", "checkpoint every DURATION: 30s, 5m, 1h" },
-		{ "--branch", NULL, "BRANCH", "the branch its snapshots go on (default main)" },
-		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
-		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
+		{ "--branch", NULL, "BRANCH", "with --every: the branch its snapshots go on (default main)" },
+		{ "--file-limit", NULL, "SIZE", "with --every: the largest open file stored with the job" },
+		{ "--tmpdir", NULL, "DIR", "with --every: where CRIU's images are staged" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics" },
 		{ "--metrics-file", NULL, "FILE", "with --every: write the metrics as a node_exporter textfile after each round" },
 	} },
@@ -193,7 +193,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--threads", NULL, "N", "restore: threads (default: --workers, else every core)" },
 		{ "--repeat", NULL, "K", "runs to take min/median/max over (restore 3, checkpoint 5)" },
 		{ "--dir", NULL, "DIR", "where the temporary directory or store goes" },
-		{ "--keep", NULL, NULL, "restore --to files: keep the restored files" },
+		{ "--keep", NULL, NULL, "restore, with --to files: keep the restored files" },
 		{ "--plot", NULL, "FILE", "restore: draw throughput and busy threads per phase into a PNG (gnuplot)" },
 		{ "--size", NULL, "SIZE", "checkpoint: bytes of host regions in all (default 256M)" },
 		{ "--regions", NULL, "N", "checkpoint: how many regions (default 4)" },
@@ -207,7 +207,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "memory each step, checkpoints it several times, kills it, restores checkpoint K and "
 	  "checks that it goes on from there. Needs root.",
 	  "", false, {
-		{ "--cpu", NULL, NULL, "the CPU job, even with a GPU here" },
+		{ "--cpu", NULL, NULL, "the CPU job, even with a GPU here; not with --gpu" },
 		{ "--gpu", NULL, NULL, "the GPU job (fails without a GPU)" },
 		{ "--mib", NULL, "N", "the job's memory in MiB" },
 		{ "--checkpoints", NULL, "N", "how many checkpoints (default 5)" },

@@ -133,7 +133,10 @@ done <<EOF
 2 crest run --metrics 0 -- true
 2 crest run --metrics-file "$T/m" -- true
 2 crest run --branch a --branch b -- true
-2 crest run --branch 'bad name' -- true
+2 crest run --every 1s --branch 'bad name' -- true
+2 crest run --branch b -- true
+2 crest run --file-limit 1M -- true
+2 crest run --tmpdir "$T" -- true
 # clone
 2 crest clone
 2 crest clone a
