@@ -7,10 +7,8 @@
 
 int cmd_init(struct cli *c, int argc, char **argv)
 {
-	if (argc > 2) {
-		fprintf(stderr, "crest init: too many arguments: give at most one directory\n");
-		return 2;
-	}
+	if (argc > 2)
+		return cli_usage(c, "init", "wants at most one DIR, no more: %s", argv[2]);
 	const char *dir = argc == 2 ? argv[1] : c->store;
 	int rc = cas_init(dir);
 	if (rc < 0)

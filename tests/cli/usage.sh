@@ -68,6 +68,8 @@ done <<EOF
 2 crest put "$T/f" "$T/../$(basename "$T")/f"
 2 crest put .
 2 crest put "$T/f" --tag
+# init
+2 crest init a b
 # get, ls, show, diff, tag, branch, log
 2 crest get
 2 crest get snap
@@ -203,6 +205,10 @@ done <<EOF
 1 crest restore a --gpu-map GPU-00000000-0000-0000-0000-000000000000=GPU-00000000-0000-0000-0000-000000000001
 1 casctl stats
 1 casctl verify
+1 casctl gc --keep-last 1
+1 crest tag a b
+1 crest put "$T/f"
+1 crest branch b1
 EOF
 # No command at all: the list of commands, as git does, on stderr; exit 2.
 for P in "$CREST" "$CASCTL"; do
