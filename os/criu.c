@@ -387,22 +387,52 @@ static const struct criu_cause {
 	const char *pattern;
 	int err;
 	int kind;
-	const char *text;
+	/* When crest itself lacks capability cap (>= 0), nocap is the cause;
+	 * else text. */
+	int cap;
+	const char *nocap, *text;
 } criu_causes[] = {
-	{ "No space left on device", -ENOSPC, CAUSE_NOSPACE, NULL },
-	{ "PR_SET_MM", -EPERM, CAUSE_TEXT,
-	  "criu could not give the restored tasks their memory layout (prctl PR_SET_MM): crest runs "
-	  "without CAP_SYS_RESOURCE; run it as root with its capabilities (in a container: --cap-add "
-	  "SYS_RESOURCE)" },
-	{ "CAP_SYS_RESOURCE", -EPERM, CAUSE_TEXT,
+	{ "No space left on device", -ENOSPC, CAUSE_NOSPACE, -1, NULL, NULL },
+	{ "PR_SET_MM", -EPERM, CAUSE_TEXT, 24 /* CAP_SYS_RESOURCE */,
+	  "crest runs without CAP_SYS_RESOURCE, and criu needs it to give the restored tasks their memory "
+	  "layout (prctl PR_SET_MM); run crest as root with its capabilities (a container: --cap-add "
+	  "SYS_RESOURCE)",
+	  "criu could not give the restored tasks their memory layout (prctl PR_SET_MM): the kernel "
+	  "refused it" },
+	{ "CAP_SYS_RESOURCE", -EPERM, CAUSE_TEXT, -1, NULL,
 	  "crest runs without CAP_SYS_RESOURCE, which criu needs; run it as root with its capabilities "
-	  "(in a container: --cap-add SYS_RESOURCE)" },
-	{ "CAP_CHECKPOINT_RESTORE", -EPERM, CAUSE_TEXT,
-	  "crest runs without CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE, which criu needs; run it as root" },
-	{ "Unable to interrupt task", -EPERM, CAUSE_TEXT,
+	  "(a container: --cap-add SYS_RESOURCE)" },
+	{ "CAP_CHECKPOINT_RESTORE", -EPERM, CAUSE_TEXT, -1, NULL,
+	  "crest runs without CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE, which criu needs; run it as root "
+	  "with its capabilities" },
+	/* Without CAP_SYS_ADMIN criu 4.1 fails first probing the kernel. */
+	{ "Unable create a network namespace: Operation not permitted", -EPERM, CAUSE_TEXT, 21 /* CAP_SYS_ADMIN */,
+	  "crest runs without CAP_SYS_ADMIN, which criu needs (it could not even make a network namespace "
+	  "to probe the kernel); run crest as root with its capabilities (a container: --privileged)",
+	  "criu could not make a network namespace to probe the kernel (a container or seccomp policy "
+	  "forbids it)" },
+	{ "Unable to interrupt task", -EPERM, CAUSE_TEXT, 19 /* CAP_SYS_PTRACE */,
+	  "crest runs without CAP_SYS_PTRACE, so criu could not stop the job's tasks; run crest as root "
+	  "with its capabilities (a container: --cap-add SYS_PTRACE)",
 	  "criu could not stop a task of the tree: a kernel thread, or a task another tracer holds "
 	  "(a debugger, strace) or that ptrace may not touch (kernel.yama.ptrace_scope)" },
 };
+
+/* Whether crest's effective capabilities hold cap (CapEff in
+ * /proc/self/status); true when unknown. */
+static bool own_cap(int cap)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	if (!f)
+		return true;
+	char line[256];
+	unsigned long long eff = ~0ull;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "CapEff: %llx", &eff) == 1)
+			break;
+	fclose(f);
+	return (eff >> cap) & 1;
+}
 
 /* The bytes the files directly in dir take on disk (criu's images are
  * flat), and its file system's size and free space. */
@@ -464,7 +494,7 @@ static int log_cause(const char *log, const char *dir, pid_t pid, char *buf, siz
 	if (!best)
 		return 0;
 	if (best->kind == CAUSE_TEXT) {
-		snprintf(buf, cap, "%s", best->text);
+		snprintf(buf, cap, "%s", best->cap >= 0 && !own_cap(best->cap) ? best->nocap : best->text);
 		return best->err;
 	}
 	uint64_t used, size, avail;

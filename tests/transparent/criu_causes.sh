@@ -1,8 +1,9 @@
 # Issue 32, item 2: where crest can tell why criu failed, the one line says
 # the cause and what to do, not only criu's own words: a kernel thread
 # (refused before anything is frozen), the images' directory full (which
-# directory, how big, how much the images took), and the causes of
-# os/criu.c's table, each read from a criu log a fake criu writes.
+# directory, how big, how much the images took), no CAP_SYS_PTRACE or
+# CAP_SYS_ADMIN (capsh --drop), and every cause of os/criu.c's table, each
+# read from a criu log a fake criu writes.
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
@@ -40,17 +41,27 @@ done
 exit 1
 FAKE
 chmod +x fake-criu
-while IFS='|' read -r line want; do
+# A third field: a capability crest runs without (capsh --drop), where
+# the cause depends on it.
+command -v capsh >/dev/null || fail "capsh (libcap) is needed"
+while IFS='|' read -r line want drop; do
 	[ -n "$line" ] || continue
-	FAKE_LINE=$line expect_error "$want" env CREST_CRIU="$T/fake-criu" FAKE_LINE="$line" \
-		"$CREST" --store "$S" checkpoint --pid "$JOB"
+	expect_error "$want" capsh --drop="${drop:-cap_wake_alarm}" -- -c \
+		'CREST_CRIU="$0" FAKE_LINE="$1" exec "$2" --store "$3" checkpoint --pid "$4"' \
+		"$T/fake-criu" "$line" "$CREST" "$S" "$JOB"
 	grep -q "criu: .*${line#*): }" "$T/err.txt" || fail "criu's own line is not kept after the cause"
 done <<'EOF'
-Error (criu/pie/restorer.c:1505): prctl PR_SET_MM_MAP failed with -1|without CAP_SYS_RESOURCE
+Error (criu/pie/restorer.c:1505): prctl PR_SET_MM_MAP failed with -1|crest runs without CAP_SYS_RESOURCE|cap_sys_resource
 Error (criu/crtools.c:290): CRIU needs to have the CAP_SYS_ADMIN or the CAP_CHECKPOINT_RESTORE capability: |without CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE
-Warn  (compel/src/lib/infect.c:133): Unable to interrupt task: 77 (Operation not permitted)|could not stop a task of the tree
+Warn  (compel/src/lib/infect.c:133): Unable to interrupt task: 77 (Operation not permitted)|could not stop a task of the tree: a kernel thread
+Error (criu/net.c:3094): net: Unable create a network namespace: Operation not permitted|could not make a network namespace to probe the kernel (a container
 Error (criu/bfd.c:131): bfd: Error flushing image: No space left on device|no space left in
 EOF
+# The same causes for real: criu itself fails without the capability.
+expect_error "crest runs without CAP_SYS_PTRACE, so criu could not stop the job's tasks" \
+	capsh --drop=cap_sys_ptrace -- -c '"$0" --store "$1" checkpoint --pid "$2"' "$CREST" "$S" "$JOB"
+expect_error "crest runs without CAP_SYS_ADMIN, which criu needs" \
+	capsh --drop=cap_sys_admin -- -c '"$0" --store "$1" checkpoint --pid "$2"' "$CREST" "$S" "$JOB"
 # A log without a known cause: criu's errors, as before.
 expect_error "failed (exit 1): Something else broke" env CREST_CRIU="$T/fake-criu" \
 	FAKE_LINE="Error (criu/x.c:1): Something else broke" "$CREST" --store "$S" checkpoint --pid "$JOB"
