@@ -74,6 +74,8 @@ done <<EOF
 2 crest get
 2 crest get snap
 2 crest get snap dest extra
+2 crest get --allow-damaged snap
+2 crest get snap --allow-damaged --bogus dest
 2 crest ls extra
 2 crest show
 2 crest show a b
@@ -120,6 +122,7 @@ done <<EOF
 # restore
 2 crest restore
 2 crest restore a b
+2 crest restore --allow-damaged
 2 crest restore a --gpu
 2 crest restore a --gpu 0 --gpu-map GPU-a=GPU-b
 2 crest restore a --gpu-map nonsense
