@@ -119,7 +119,9 @@ struct cas_recovery {
 	unsigned dropped;       /* snapshots there that lack a manifest or piece: left out */
 	unsigned damaged;       /* repair: snapshots kept without chunks they lost */
 	unsigned revoked;       /* failed commits taken out of the index */
-	unsigned unindexed;     /* readers: snapshots in the meta logs, not in the index */
+	unsigned unindexed;     /* readers: snapshots in the meta logs, not in the index,
+				 * and no writer there to commit them: lost commits */
+	unsigned in_progress;   /* readers: commits a live writer has in flight */
 };
 void cas_recovery_get(const struct cas_store *s, struct cas_recovery *r);
 const char *cas_dir(const struct cas_store *s);

@@ -11,6 +11,13 @@
 #define CAS_PACK_HEADER CAS_FILE_HEADER
 #define CAS_PACK_LIMIT_DEFAULT (1ull << 30)
 
+/* A manifest past its log's committed end that the index lacks. */
+struct cas_unindexed {
+	uint8_t id[32];
+	uint32_t log;
+	uint64_t off;
+};
+
 /* One lane of the write side. Under reserve_lock: cur_pack and cur_off
  * (where the next record goes; cur_pack 0: the next reservation takes a new
  * pack), mark_pack and mark_off (the end of the lane's last committed
@@ -98,6 +105,8 @@ struct cas_store {
 	struct cas_recovery rec;  /* what cas_recover / cas_hidden_load found */
 	uint8_t (*hidden)[32];  /* readers: revoked ids not yet undone */
 	size_t nhidden;
+	struct cas_unindexed *unidx;  /* readers: commits lost (cas_hidden_load) */
+	size_t nunidx;
 	int meta_fd;          /* this session's meta log, once created */
 	uint32_t meta_num;
 	uint64_t meta_end;
@@ -203,8 +212,16 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor);
 /* Copies a format 1 store's manifests, pieces and tags into a meta log and
  * records its packs' ends (recover.c). */
 int cas_upgrade_from_1(struct cas_store *s);
-/* Readers: ids revoked in the meta logs past their committed ends. */
+/* Readers: ids revoked in the meta logs past their committed ends, and
+ * the commits there that the index lost (s->unidx; in progress ones are
+ * only counted). May reopen the index view (recover.c says why). */
 int cas_hidden_load(struct cas_store *s);
+/* Whether a writer holds the lock now: the pid it wrote into STORE/lock
+ * lives (a writer names itself once it has the lock, and takes its name
+ * out before it lets go; a killed one leaves a pid that is gone). */
+bool cas_writer_live(const struct cas_store *s);
+/* A reader's index view, closed and opened again: the store as of now. */
+int cas_db_reopen(struct cas_store *s);
 bool cas_hidden(const struct cas_store *s, const uint8_t id[32]);
 bool cas_pack_lost(const struct cas_store *s, uint32_t pack);
 

@@ -636,6 +636,26 @@ static int db_open(struct cas_store *s)
 	return 0;
 }
 
+int cas_db_reopen(struct cas_store *s)
+{
+	db_free(s);
+	return db_open(s);
+}
+
+bool cas_writer_live(const struct cas_store *s)
+{
+	char path[4096], text[64];
+	snprintf(path, sizeof(path), "%s/lock", s->dir);
+	const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	const ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
+	close(fd);
+	text[n > 0 ? n : 0] = 0;
+	int pid = 0;
+	return n > 0 && sscanf(text, "%d", &pid) == 1 && pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+}
+
 /* For repair: the index moves to index.damaged-TIME (-TIME.N when a repair
  * of the same second took that), kept for whoever wants to look at it;
  * repair never deletes. */
@@ -887,6 +907,7 @@ void cas_close(struct cas_store *s)
 	free(s->ends);
 	free(s->lost);
 	free(s->hidden);
+	free(s->unidx);
 	/* A writer's commits leave RocksDB's memtable and write-ahead log
 	 * behind it, and every later open, readers' included (crest get, ls,
 	 * restore), replays that log into a memtable of its own: 0.5 s for a
