@@ -336,6 +336,27 @@ int cas_tag_free(struct cas_store *s, const char *tag);
  * 64 hex digits (it would shadow an id prefix). */
 int cas_tag_check(const char *tag);
 
+/* A fault casctl verify names: where it is (a file and offset, or an
+ * index key), what is wrong and what that does, and the snapshots it
+ * costs (ids). For damaged pack bytes, chunks are the chunks the index
+ * locates there: the caller, which knows which snapshots use them, costs
+ * them. */
+struct cas_fault {
+	const char *where;
+	const char *what;
+	const uint8_t (*ids)[32];
+	size_t nids;
+	const uint8_t (*chunks)[32];
+	size_t nchunks;
+};
+/* Checks every durable byte a restore or a repair depends on besides the
+ * chunks snapshots use (restore_verify re-reads and re-hashes those): every
+ * meta log record, every pack up to its committed end, and the index
+ * against the meta logs both ways (check.c says what exactly). cb gets
+ * each fault, one call each (a non-zero return stops it and is passed on).
+ * Returns the number of faults, or a negative errno with a message. */
+int cas_check(struct cas_store *s, int (*cb)(const struct cas_fault *f, void *arg), void *arg);
+
 /* Every index entry, in key order; cb returns non-zero to stop (passed on). */
 int cas_index_foreach(struct cas_store *s,
 		      int (*cb)(const uint8_t sha[32], const struct cas_loc *loc, void *arg), void *arg);

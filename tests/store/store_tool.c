@@ -27,6 +27,9 @@
  *   store_tool damage-piece STORE flip|drop   the same to the first piece of
  *                                             an extent list, or delete it;
  *                                             prints the piece's SHA-256
+ *   store_tool drop-key STORE TYPE IDPREFIX   deletes the first index key of
+ *                                             that type ('i', 'm', 'l', ...)
+ *                                             whose id starts with IDPREFIX
  *   store_tool files DIR COUNT SEED           COUNT small files (0-8999 bytes,
  *                                             slices of one random MiB, random
  *                                             modes) as DIR/dK/fI, K = I % 17:
@@ -414,7 +417,7 @@ static int damage_index(const char *store, char type, const char *prefix, int dr
 	rocksdb_close(db);
 	rocksdb_options_destroy(o);
 	if (err || !found) {
-		fprintf(stderr, "store_tool: no %s %s damaged in %s%s%s\n", type == 'm' ? "manifest" : "piece",
+		fprintf(stderr, "store_tool: no %s %s damaged in %s%s%s\n", type == 'm' ? "manifest" : type == 'l' ? "piece" : "key",
 			prefix, store,
 			err ? ": " : "", err ? err : "");
 		return 1;
@@ -690,6 +693,8 @@ int main(int argc, char **argv)
 		return damage_index(argv[2], 'm', argv[3], 0);
 	if (!strcmp(cmd, "damage-piece") && argc == 4 && (!strcmp(argv[3], "flip") || !strcmp(argv[3], "drop")))
 		return damage_index(argv[2], 'l', "", !strcmp(argv[3], "drop"));
+	if (!strcmp(cmd, "drop-key") && argc == 5 && strlen(argv[3]) == 1)
+		return damage_index(argv[2], argv[3][0], argv[4], 1);
 	if (!strcmp(cmd, "ends") && argc == 3)
 		return ends(argv[2]);
 	if (!strcmp(cmd, "files") && argc == 5 && !parse_size(argv[3], &a) && !parse_size(argv[4], &b))
@@ -700,6 +705,6 @@ int main(int argc, char **argv)
 			"       insert SRC DST COUNT SEED |\n"
 			"       flip PATH OFFSET | forge PACK OFFSET | records PACK | damage-manifest STORE IDPREFIX |\n"
 			"       damage-piece STORE flip|drop | format NAME | ends STORE | files DIR COUNT SEED |\n"
-			"       same A B\n");
+			"       drop-key STORE TYPE IDPREFIX | same A B\n");
 	return 2;
 }
