@@ -129,6 +129,75 @@ static int dir_is_blank(const char *dir)
 	return dir_is_empty(dir);
 }
 
+/* Whether dir, which has no FORMAT, is plainly a crest store whose FORMAT
+ * was lost, so that casctl repair may write it again. The rule, strict so
+ * that repair never claims a directory that is someone else's:
+ *   - every entry of dir is one a store has (FORMAT, lock, lock.wants,
+ *     packs, meta, index, index.damaged-*, jobs, readers, gc, .FORMAT.tmp);
+ *   - meta/ holds at least one meta log (NNNNNNNN.log) whose header is a
+ *     crest meta log's, its number that of its name.
+ * Meta logs exist from format 2 on, and the format they carry is read by
+ * this crest, so FORMAT is written as this crest's version (a format 2
+ * store is read the same as 3; a writer would rewrite 2 to 3 anyway). A
+ * format 1 store has no meta log and is not taken: its FORMAT is "crest-
+ * store 1", which its owner can write back by hand. 1 when it is, 0 when
+ * not, or a negative errno. */
+static int format_lost(const char *dir)
+{
+	static const char *const names[] = { "FORMAT", "lock", "lock.wants", "packs", "meta", "index", "jobs",
+					     "readers", "gc", ".FORMAT.tmp" };
+	DIR *d = opendir(dir);
+	if (!d)
+		return -errno;
+	struct dirent *e;
+	int ok = 1;
+	while (ok && (e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strncmp(e->d_name, "index.damaged-", 14))
+			continue;
+		bool known = false;
+		for (size_t i = 0; i < sizeof(names) / sizeof(*names) && !known; i++)
+			known = !strcmp(e->d_name, names[i]);
+		ok = known;
+	}
+	closedir(d);
+	if (!ok)
+		return 0;
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/meta", dir);
+	d = opendir(path);
+	if (!d)
+		return errno == ENOENT || errno == ENOTDIR ? 0 : -errno;
+	int found = 0;
+	while (!found && (e = readdir(d))) {
+		unsigned num;
+		char tail[8];
+		if (strlen(e->d_name) != 12 || sscanf(e->d_name, "%8u.%3s", &num, tail) != 2 || strcmp(tail, "log"))
+			continue;
+		char lp[4200];
+		snprintf(lp, sizeof(lp), "%s/%s", path, e->d_name);
+		const int fd = open(lp, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		uint8_t h[CAS_FILE_HEADER];
+		uint32_t version, n;
+		if (fd >= 0 && pread(fd, h, sizeof(h), 0) == (ssize_t)sizeof(h) &&
+		    cas_file_header_check(h, CAS_META_MAGIC, &version, &n) == 0 && n == num)
+			found = 1;
+		if (fd >= 0)
+			close(fd);
+	}
+	closedir(d);
+	return found;
+}
+
+/* The refusal of a directory with files but no FORMAT: one that is
+ * plainly a store that lost it (format_lost) is told its remedy. */
+static int format_missing(const char *dir)
+{
+	if (format_lost(dir) == 1)
+		return crest_errx(-EINVAL, "store %s has lost its FORMAT file (its packs/ and meta/ are a crest "
+				  "store's): casctl repair writes it again", dir);
+	return crest_errx(-EINVAL, "%s is not a crest store (it has files but no FORMAT); refusing to use it", dir);
+}
+
 /* Whether st (the store directory, or one of its own entries) is safe for
  * this user, as root above all, to trust: owned by this user or by root,
  * and writable by nobody else, or someone else could swap its files for
@@ -217,8 +286,7 @@ static int store_prepare(const char *dir, bool create, int *format, bool *create
 		if (empty < 0)
 			return crest_errf(empty, "cannot read store directory %s", dir);
 		if (!empty)
-			return crest_errx(-EINVAL, "%s is not a crest store (it has files but no FORMAT); "
-					  "refusing to use it", dir);
+			return format_missing(dir);
 		return crest_errx(-ENOENT, "%s is an empty directory, not a crest store yet (crest init "
 				  "makes it one, as does --init)", dir);
 	}
@@ -237,8 +305,7 @@ static int store_prepare(const char *dir, bool create, int *format, bool *create
 		if (empty < 0)
 			rc = crest_errf(empty, "cannot read store directory %s", dir);
 		else if (!empty)
-			rc = crest_errx(-EINVAL, "%s is not a crest store (it has files but no FORMAT); "
-					"refusing to use it", dir);
+			rc = format_missing(dir);
 		else {
 			fchmod(dfd, 0700);
 			rc = format_write(dir);
@@ -248,6 +315,42 @@ static int store_prepare(const char *dir, bool create, int *format, bool *create
 		rc = crest_errf(rc, "cannot read %s/FORMAT", dir);
 	}
 	close(dfd);   /* drops the lock */
+	return rc;
+}
+
+/* casctl repair of a store that lost its FORMAT (format_lost): FORMAT is
+ * written again, under the directory's lock as a creation is, so that no
+ * cas_init writes it meanwhile. Nothing when FORMAT is there or the
+ * directory is not plainly a store (store_prepare then refuses it). */
+static int format_restore(const char *dir)
+{
+	int format, rc = format_check(dir, &format);
+	struct stat st;
+	/* Only a directory this user may trust (store_prepare says why not). */
+	if (rc != -ENOENT || stat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || store_trusted(dir, &st) < 0 ||
+	    format_lost(dir) != 1) {
+		crest_errset_str("");
+		return 0;
+	}
+	crest_errset_str("");
+	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return crest_errf(-errno, "cannot open store directory %s", dir);
+	while (flock(dfd, LOCK_EX) < 0)
+		if (errno != EINTR) {
+			rc = crest_errf(-errno, "cannot lock store directory %s", dir);
+			close(dfd);
+			return rc;
+		}
+	rc = 0;
+	if (format_check(dir, &format) == -ENOENT && format_lost(dir) == 1) {
+		rc = format_write(dir);
+		if (rc == 0)
+			fprintf(stderr, "crest: store %s had lost its FORMAT file; its packs/ and meta/ are a "
+				"crest store's: FORMAT written again (format %d)\n", dir, CAS_FORMAT_VERSION);
+	}
+	close(dfd);
+	crest_errset_str("");
 	return rc;
 }
 
@@ -814,6 +917,8 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	pthread_mutex_init(&s->reserve_lock, NULL);
 	int rc = s->dir ? 0 : -ENOMEM;
 	bool created;
+	if (rc == 0 && mode == CAS_REPAIR)
+		rc = format_restore(dir);
 	if (rc == 0)
 		rc = store_prepare(dir, false, &s->format, &created);
 	if (rc == 0 && mode != CAS_READ)

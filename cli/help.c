@@ -237,7 +237,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "lost. The old index is kept aside; nothing is deleted. Reads on past damaged records: "
 	  "one bad chunk costs that chunk, and a snapshot that used it stays, marked DAMAGED with "
 	  "the byte ranges it lost (crest show; crest get --allow-damaged). Says what cannot be "
-	  "recovered; exits 1 when a snapshot is damaged or lost.",
+	  "recovered; exits 1 when a snapshot is damaged or lost. Writes FORMAT again when it is lost and the "
+	  "directory is plainly a crest store (only a store's entries, and a crest meta log in meta/).",
 	  "", false, { { NULL, NULL, NULL, NULL } } },
 	{ "casctl", "gc", "[--keep-last N] [--keep-hourly N] [--keep-daily N] [--keep-within DURATION] [--keep-tagged] "
 	  "[--rewrite-below FRACTION] [--dry-run]",
