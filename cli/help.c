@@ -228,9 +228,16 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "Prints the store's snapshots, logical bytes, unique and stored bytes, and the dedup and "
 	  "compression ratios.",
 	  "", false, { { NULL, NULL, NULL, NULL } } },
-	{ "casctl", "verify", "[SNAPSHOT]", "re-read and re-hash every chunk the snapshots need",
-	  "Reads back every chunk SNAPSHOT (default: every snapshot) needs and checks its hash; "
-	  "lists each snapshot, the damaged ones with what they lost. Exits 1 if anything is damaged.",
+	{ "casctl", "verify", "[SNAPSHOT]", "re-read and check every byte restores and repairs depend on",
+	  "Reads back every chunk SNAPSHOT (default: every snapshot) needs and checks its hash. "
+	  "Without SNAPSHOT it also reads every meta log whole and every pack up to its committed "
+	  "end, and compares the index with the meta logs both ways: every durable byte a restore or "
+	  "a repair depends on, always (restic's --read-data as the default: the store is local, so "
+	  "reading it all costs a disk's time, and a check that skips bytes passes damage a repair "
+	  "would find too late). Each fault is one line, FAULT WHERE: WHAT; costs N snapshots: ID ... "
+	  "(or: costs no snapshot), WHERE a file and offset or an index key; then each snapshot, the "
+	  "damaged ones with what they lost. A commit in progress beside it is no fault. --json: "
+	  "faults[] of {where, what, snapshots}. Exits 1 if anything is damaged.",
 	  "SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "casctl", "repair", "", "rebuild the index from the packs and meta logs",
 	  "Builds a new index from the packs and meta logs, for a store whose index is damaged or "
