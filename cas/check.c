@@ -291,7 +291,11 @@ static int meta_check(struct chk *c, uint32_t num, const struct cas_pack_end *q,
 	uint32_t version = 0, n = 0;
 	if (size < CAS_FILE_HEADER || cas_file_header_check(buf, CAS_META_MAGIC, &version, &n) < 0 || n != num ||
 	    version < 1 || version > CAS_META_VERSION) {
-		rc = span_add(c, false, num, 0, found ? qend : size, "its file header is not a crest meta log's");
+		/* A log with nothing committed in it (a writer's open records
+		 * the end of an empty one a killed writer left: no record past
+		 * the header) costs nothing: not a fault. */
+		if (found && qend > CAS_FILE_HEADER)
+			rc = span_add(c, false, num, 0, qend, "its file header is not a crest meta log's");
 		free(buf);
 		return rc;
 	}
@@ -837,7 +841,9 @@ int cas_check(struct cas_store *s, int (*cb)(const struct cas_fault *f, void *ar
 			 orphans.n ? " (the snapshots named, which no intact record holds)" : " (no snapshot: every one "
 			 "the index has is in an intact record too)");
 	}
-	for (size_t i = 0; rc == 0 && !meta_damage && i < orphans.n; i++) {
+	/* A format 1 store keeps its snapshots in its index alone (a writer
+	 * copies them into a meta log when it upgrades it): no log is no fault. */
+	for (size_t i = 0; rc == 0 && !meta_damage && s->format >= 2 && i < orphans.n; i++) {
 		struct idset one = { .v = &orphans.v[i], .n = 1 };
 		where_key(where, sizeof(where), s->dir, 'm', orphans.v[i]);
 		rc = say(&c, where, &one, NULL, 0, "the snapshot (or a piece of its extent list) is in no meta log: "
