@@ -7,6 +7,9 @@
 # plainly a store (a file of someone else's in it, or no meta log) is
 # refused by repair too, and left as it was.
 . "$(dirname "$0")/lib.sh"
+# The store is made on purpose, as a user must (crest init), not by --init.
+unset CREST_INIT
+"$CREST" --quiet init "$S" >/dev/null || fail "crest init $S"
 
 seed=${CREST_TEST_SEED:-$$}
 echo "random seed $seed (CREST_TEST_SEED=$seed reproduces the data)"

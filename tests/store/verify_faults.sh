@@ -13,6 +13,9 @@
 #    that snapshot, the WAL, and the next writer or casctl repair.
 # Each damage is undone (or repaired) and verify passes again.
 . "$(dirname "$0")/lib.sh"
+# The store is made on purpose, as a user must (crest init), not by --init.
+unset CREST_INIT
+"$CREST" --quiet init "$S" >/dev/null || fail "crest init $S"
 export CREST_PACK_LANES=1
 
 seed=${CREST_TEST_SEED:-$$}

@@ -8,6 +8,9 @@
 # Bounded in time (CREST_RACE_SECONDS, default 20). The seed is printed;
 # CREST_TEST_SEED replays the data (not the interleaving).
 . "$(dirname "$0")/lib.sh"
+# The store is made on purpose, as a user must (crest init), not by --init.
+unset CREST_INIT
+"$CREST" --quiet init "$S" >/dev/null || fail "crest init $S"
 
 seed=${CREST_TEST_SEED:-$$}
 secs=${CREST_RACE_SECONDS:-20}
