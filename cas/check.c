@@ -91,6 +91,15 @@ struct lman {
 	bool past;    /* past its log's committed end in this view */
 };
 
+/* A tag record found intact in a meta log: name, target, where. */
+struct ltag {
+	char name[129];
+	uint8_t id[32];
+	uint32_t log;
+	uint64_t off;
+	bool past;
+};
+
 /* Bytes of a meta log or pack below its committed end that hold no
  * record that checks out. */
 struct span {
@@ -109,6 +118,8 @@ struct chk {
 	size_t nman;
 	struct idset lpieces, gone;   /* in the logs: pieces; revoked or deleted ids */
 	struct lman *lpv;             /* the pieces again, with where they are */
+	struct ltag *tags;            /* tag records, in log order */
+	size_t ntags;
 	size_t nlpv;
 	struct span *spans;
 	size_t nspans;
@@ -219,6 +230,18 @@ static int meta_take(struct chk *c, const uint8_t *r, uint32_t log, uint64_t off
 	}
 	if (r[4] == CAS_META_REVOKE || r[4] == CAS_META_DELETE)
 		return ids_add(&c->gone, sha);
+	if (r[4] == CAS_META_TAG) {
+		struct ltag *nt = realloc(c->tags, (c->ntags + 1) * sizeof(*nt));
+		if (!nt)
+			return -ENOMEM;
+		c->tags = nt;
+		const uint32_t n = le32_get(r + CAS_REC_RAW);   /* 1 to 128: meta_rec_check */
+		nt[c->ntags] = (struct ltag){ .log = log, .off = off, .past = past };
+		memcpy(nt[c->ntags].name, r + CAS_REC_HEADER, n);
+		nt[c->ntags].name[n] = 0;
+		memcpy(nt[c->ntags++].id, sha, 32);
+		return 0;
+	}
 	if (r[4] != CAS_META_MANIFEST)
 		return 0;
 	struct lman *nm = realloc(c->man, (c->nman + 1) * sizeof(*nm));
@@ -760,6 +783,32 @@ static int commits_pass(struct chk *c, struct idset *m)
 				 "was cut short or deleted, or its writer was killed before the index batch; the "
 				 "snapshot is hidden until the next writer, or casctl repair, brings it back", c->s->dir);
 	}
+	/* Tags: the last record of each name, committed, naming a snapshot
+	 * the index has, must be in the index (a deleted 't' key makes crest
+	 * get of the tag fail; a repair puts it back). A last record whose
+	 * snapshot is revoked or deleted is left alone: a revoke may have put
+	 * an older target back, and gc removes the tags of what it deletes. */
+	for (size_t i = c->ntags; rc == 0 && i-- > 0;) {
+		const struct ltag *t = &c->tags[i];
+		bool later = false;
+		for (size_t j = i + 1; j < c->ntags && !later; j++)
+			later = !strcmp(c->tags[j].name, t->name);
+		if (later || t->past || ids_has(&c->gone, t->id) || !ids_has(m, t->id) || cas_hidden(c->s, t->id))
+			continue;
+		uint8_t id[32];
+		const int trc = cas_tag_get(c->s, t->name, id);
+		if (trc < 0 && trc != -ENOENT) {
+			rc = trc;
+			break;
+		}
+		if (trc == 0)
+			continue;
+		struct idset one = { .v = (uint8_t (*)[32])t->id, .n = 1 };
+		cas_meta_path(c->s, t->log, path, sizeof(path));
+		snprintf(where, sizeof(where), "index %s/index, tag %s", c->s->dir, t->name);
+		rc = say(c, where, &one, NULL, 0, "the tag is missing from the index (meta log %s at %llu has it): "
+			 "crest get %s fails; casctl repair puts it back", path, (unsigned long long)t->off, t->name);
+	}
 	free(iset.v);
 	return rc;
 }
@@ -793,6 +842,9 @@ static void chk_reset(struct chk *c)
 	free(c->lpv);
 	c->lpv = NULL;
 	c->nlpv = 0;
+	free(c->tags);
+	c->tags = NULL;
+	c->ntags = 0;
 	free(c->gone.v);
 	free(c->spans);
 	c->man = NULL;

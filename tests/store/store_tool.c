@@ -30,6 +30,7 @@
  *   store_tool drop-key STORE TYPE IDPREFIX   deletes the first index key of
  *                                             that type ('i', 'm', 'l', ...)
  *                                             whose id starts with IDPREFIX
+ *                                             (type 't': the tag IDPREFIX)
  *   store_tool files DIR COUNT SEED           COUNT small files (0-8999 bytes,
  *                                             slices of one random MiB, random
  *                                             modes) as DIR/dK/fI, K = I % 17:
@@ -389,12 +390,18 @@ static int damage_index(const char *store, char type, const char *prefix, int dr
 	for (rocksdb_iter_seek(it, &type, 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
 		size_t kl, vl;
 		const char *k = rocksdb_iter_key(it, &kl);
-		if (kl != 33 || k[0] != type)
+		if (type == 't') {   /* a tag: its key is its name, whole */
+			if (kl < 2 || k[0] != 't')
+				break;
+			if (kl - 1 != strlen(prefix) || memcmp(k + 1, prefix, kl - 1))
+				continue;
+		} else if (kl != 33 || k[0] != type) {
 			break;
+		}
 		char hex[65];
 		for (int i = 0; i < 32; i++)
 			snprintf(hex + 2 * i, 3, "%02x", (uint8_t)k[1 + i]);
-		if (strncasecmp(hex, prefix, strlen(prefix)))
+		if (type != 't' && strncasecmp(hex, prefix, strlen(prefix)))
 			continue;
 		if (type == 'l')
 			printf("%s\n", hex);

@@ -89,6 +89,15 @@ grep -q "^FAULT meta log .*: a committed snapshot that the index lacks.*casctl r
 casctl repair >/dev/null 2>&1 || fail "casctl repair"
 verify_store "b repaired"
 
+note "a tag key deleted: crest get of the tag fails"
+"$STORE_TOOL" drop-key "$S" t c
+verify_faults "'t' key deleted"
+grep -q "^FAULT index $S/index, tag c: the tag is missing from the index.*casctl repair puts it back; costs 1 snapshot: ${ID[c]}$" \
+	"$T/faults" || fail "no FAULT for tag c"
+[ "$(wc -l <"$T/faults")" -eq 1 ] || fail "one tag gone, more than one FAULT"
+casctl repair >/dev/null 2>&1 || fail "casctl repair"
+verify_store "tag c repaired"
+
 note "one piece of the extent list a, b and c share, damaged"
 piece=$("$STORE_TOOL" damage-piece "$S" flip)
 verify_faults "shared piece"
@@ -99,6 +108,16 @@ for x in a b c; do
 done
 grep -q "does not match its SHA-256.*costs 3 snapshots" "$T/pf" || fail "the piece's FAULT says not why, or not 3"
 grep -q "${ID[d]}" "$T/pf" && fail "the piece's FAULT costs d, which does not name it"
+# The same fault in --json: faults[] of {where, what, snapshots}.
+"$CASCTL" --json verify >"$T/v.json" 2>/dev/null && fail "--json verify passed with a damaged piece"
+python3 - "$T/v.json" "$piece" "${ID[a]}" "${ID[b]}" "${ID[c]}" <<'PY' || fail "the --json faults are wrong"
+import json, sys
+r = json.load(open(sys.argv[1]))
+piece, want = sys.argv[2], set(sys.argv[3:6])
+f = [x for x in r["faults"] if piece in x["where"]]
+assert r["ok"] is False and len(f) == 1, r["faults"]
+assert set(f[0]["snapshots"]) == want and "SHA-256" in f[0]["what"], f[0]
+PY
 "$STORE_TOOL" damage-piece "$S" flip >/dev/null
 verify_store "the piece put back"
 
