@@ -335,12 +335,27 @@ static int meta_check(struct chk *c, uint32_t num, const struct cas_pack_end *q,
 		if (!found || off >= qend)
 			break;
 		uint64_t next = off + 1;
-		for (; next < size; next++)
-			if (!memcmp(buf + next, CAS_META_REC_MAGIC, 4) && !meta_rec_check(buf + next, size - next, &len))
-				break;
+		while (next + CAS_REC_HEADER <= size &&
+		       (memcmp(buf + next, CAS_META_REC_MAGIC, 4) || meta_rec_check(buf + next, size - next, &len)))
+			next++;
+		if (next + CAS_REC_HEADER > size)
+			next = size;
+		/* No record after it, and the log ends below its committed end:
+		 * one fault, the cut, from here on. */
+		if (next >= size && size < qend) {
+			char cut[96];
+			snprintf(cut, sizeof(cut), "the log is cut short at %llu, below its committed end",
+				 (unsigned long long)size);
+			rc = span_add(c, false, num, off, qend, cut);
+			off = qend;
+			break;
+		}
 		rc = span_add(c, false, num, off, next < qend ? next : qend, why);
 		off = next;
 	}
+	/* Cut short at a record's end: what was past it is gone. */
+	if (rc == 0 && found && size < qend && off == size)
+		rc = span_add(c, false, num, size, qend, "the log is cut short, below its committed end");
 	free(buf);
 	return rc < 0 && !crest_errmsg()[0] ? crest_errf(rc, "checking meta log %s", path) : rc;
 }

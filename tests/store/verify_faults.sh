@@ -61,6 +61,18 @@ at=$(sed -n "s|^FAULT meta log $log at \([0-9]*\):.*|\1|p" "$T/faults" | head -1
 "$STORE_TOOL" flip "$log" "$off"
 verify_store "the meta log byte put back"
 
+note "a meta log cut short at random below its committed end"
+cp "$log" "$T/log.keep"
+cut=$(( 16 + (RANDOM * 32768 + RANDOM) % (size - 16) ))
+truncate -s "$cut" "$log"
+echo "   $log cut to $cut of $size bytes"
+verify_faults "meta log cut to $cut"
+grep -q "^FAULT meta log $log at [0-9]*: the log is cut short.*to $size unreadable" "$T/faults" ||
+	fail "no FAULT names the cut of $log"
+[ "$(grep -c "^FAULT meta log $log at" "$T/faults")" -eq 1 ] || fail "one cut of $log, more than one FAULT"
+cp "$T/log.keep" "$log"
+verify_store "the meta log put back whole"
+
 note "a summary key deleted: ls, show and get by id do not see the snapshot"
 "$STORE_TOOL" drop-key "$S" i "${ID[d]}"
 verify_faults "'i' key deleted"
