@@ -304,6 +304,9 @@ static int store_prepare(const char *dir, bool create, int *format, bool *create
 		int empty = dir_is_blank(dir);
 		if (empty < 0)
 			rc = crest_errf(empty, "cannot read store directory %s", dir);
+		else if (!empty && format_lost(dir) == 1)   /* a store: not to be made again */
+			rc = crest_errx(-EEXIST, "%s is a crest store already, which has lost its FORMAT "
+					"file: casctl repair writes it again", dir);
 		else if (!empty)
 			rc = format_missing(dir);
 		else {

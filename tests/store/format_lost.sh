@@ -31,8 +31,11 @@ for cmd in "crest ls" "crest get one $T/out" "crest put $T/d" "casctl verify" "c
 done
 [ ! -e "$S/FORMAT" ] || fail "a refused command wrote FORMAT"
 
-note "casctl repair writes it again"
-"$CASCTL" repair >"$T/repair.out" 2>&1 || { cat "$T/repair.out"; fail "casctl repair"; }
+expect_error "crest init of it" "$CREST" init "$S"
+case $ERR in *"a crest store already"*"casctl repair"*) ;; *) fail "crest init: $ERR" ;; esac
+
+note "casctl repair writes it again (with --init too: the store exists, only FORMAT is lost)"
+CREST_INIT=1 "$CASCTL" repair >"$T/repair.out" 2>&1 || { cat "$T/repair.out"; fail "casctl repair"; }
 sed 's/^/   | /' "$T/repair.out"
 grep -q "FORMAT written again" "$T/repair.out" || fail "repair did not say it wrote FORMAT"
 cmp "$S/FORMAT" "$T/FORMAT.was" || fail "FORMAT is not what it was: $(cat "$S/FORMAT")"
