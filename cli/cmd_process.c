@@ -9,6 +9,7 @@
 #include "cli/metrics.h"
 #include "restore/process.h"
 #include "util/err.h"
+#include "util/parse.h"
 #include "util/json.h"
 #include "util/progress.h"
 
@@ -145,11 +146,17 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 				return 2;
 			}
 		} else if (!strcmp(a, "--lock-timeout")) {
-			o.lock_timeout_ms = (unsigned)strtoul(v, &end, 10);
-			if (*end) {
-				fprintf(stderr, "crest: --lock-timeout %s: milliseconds\n", v);
+			/* A bare number is milliseconds, as it always was; the
+			 * driver takes an unsigned int of them, so the bound
+			 * (an hour) keeps the value from wrapping to 0, which
+			 * would mean the 10 s default. */
+			uint64_t ns;
+			if (parse_duration(v, PARSE_NS_MS, PARSE_NS_MS, 3600 * PARSE_NS_S, &ns) < 0) {
+				fprintf(stderr, "crest: --lock-timeout %s: not a duration from 1ms to 1h (a bare "
+					"number is milliseconds)\n", v);
 				return 2;
 			}
+			o.lock_timeout_ms = (unsigned)(ns / PARSE_NS_MS);
 		} else {
 			fprintf(stderr, "crest: checkpoint: unknown option %s\n", a);
 			usage_checkpoint();

@@ -176,7 +176,10 @@ int cmd_run(struct cli *c, int argc, char **argv)
 	uint64_t n = 0, failures = 0;
 	int status = 0;
 	for (;;) {
-		rc = pidns_wait(&run_job, ev.every_ns ? (int)(ev.every_ns / 1000000ull) : -1, &status);
+		/* every_ns is at most 366 days (cli_parse_duration), far inside
+		 * int64_t: never narrowed to an int of milliseconds, which
+		 * wrapped past 2^31 ms (to no checkpoint ever) and 2^32. */
+		rc = pidns_wait(&run_job, ev.every_ns ? (int64_t)ev.every_ns : -1, &status);
 		if (rc < 0) {
 			/* Cannot wait: the job goes on without crest. */
 			cli_metrics_close(mx);

@@ -6,6 +6,7 @@
 #include "os/proc.h"
 #include "util/err.h"
 #include "util/json.h"
+#include "util/parse.h"
 #include "util/progress.h"
 #include "util/sha256.h"
 
@@ -153,31 +154,7 @@ int cli_parse_size(const char *s, uint64_t *out)
 
 int cli_parse_duration(const char *s, uint64_t *ns)
 {
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	/* Decimal digits only: strtod also reads "nan", "inf", hex and
-	 * leading spaces. */
-	if (errno || end == s || strspn(s, "0123456789.eE+-") != (size_t)(end - s) || !(v > 0))
-		return -EINVAL;
-	double mul = 1e9;
-	if (!strcmp(end, "ms"))
-		mul = 1e6;
-	else if (!strcmp(end, "s") || !*end)
-		mul = 1e9;
-	else if (!strcmp(end, "m"))
-		mul = 60e9;
-	else if (!strcmp(end, "h"))
-		mul = 3600e9;
-	else
-		return -EINVAL;
-	/* Compared as doubles before the conversion, which is undefined for a
-	 * value out of range (1e308s would be). */
-	const double t = v * mul;
-	if (!(t >= (double)CLI_DURATION_MIN_NS && t <= (double)CLI_DURATION_MAX_NS))
-		return -EINVAL;
-	*ns = (uint64_t)t;
-	return 0;
+	return parse_duration(s, PARSE_NS_S, CLI_DURATION_MIN_NS, CLI_DURATION_MAX_NS, ns);
 }
 
 int cli_fail(const struct cli *c, int rc)
@@ -442,7 +419,7 @@ int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_ev
 {
 	if (!strcmp(a, "--every")) {
 		if (cli_parse_duration(v, &ev->every_ns) < 0) {
-			fprintf(stderr, "crest: --every %s: not a duration from 1ms to 366 days (30s, 5m, 1h)\n", v);
+			fprintf(stderr, "crest: --every %s: not a duration from 1ms to 366 days (30s, 5m, 1h, 7d)\n", v);
 			return -1;
 		}
 	} else if (!strcmp(a, "--branch")) {
