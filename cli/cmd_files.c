@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,6 +285,82 @@ static void usage_put(void)
 	fprintf(stderr, "usage: crest put [--tag T] [--branch B] [--chunker fixed|cdc] [--chunk-size N] PATH...\n");
 }
 
+/* Ctrl-C or SIGTERM during a put: the snapshot is cancelled (nothing of it
+ * is committed unless its commit had begun) and crest put says so, then
+ * closes the store, which cuts the packs back to their commit marks
+ * (cas_pack_close_writer): without this the default action killed crest
+ * silently and left the uncommitted tail (146 MiB seen) until the next
+ * writer. The handler runs on the main thread only (put_signals), so
+ * put_snap cannot be freed under it. */
+static struct engine_snap *volatile put_snap;
+static volatile sig_atomic_t put_sig;
+
+static void put_on_signal(int sig)
+{
+	put_sig = sig;
+	struct engine_snap *s = put_snap;
+	if (s)
+		engine_snapshot_cancel(s);
+}
+
+/* how SIG_BLOCK: SIGINT and SIGTERM blocked in this thread, and so in
+ * every thread it starts after (the engine's workers, RocksDB's); then
+ * SIG_UNBLOCK, in the main thread alone, with the handler in place. A
+ * signal crest was started ignoring stays ignored (nohup, or a
+ * non-interactive shell's `crest put &`, which ignores SIGINT): the
+ * caller asked for the put to outlive it. */
+static void put_signals(int how)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	if (how == SIG_UNBLOCK) {
+		struct sigaction sa = { .sa_handler = put_on_signal }, old;
+		sigemptyset(&sa.sa_mask);
+		static const int sigs[] = { SIGINT, SIGTERM };
+		for (size_t k = 0; k < 2; k++)
+			if (sigaction(sigs[k], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+				sigaction(sigs[k], &sa, NULL);
+	}
+	pthread_sigmask(how, &set, NULL);
+}
+
+/* Bytes of the store's pack files: what an interrupted put gave back is
+ * the difference across cas_close. */
+static uint64_t packs_bytes(const char *store)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/packs", store);
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	uint64_t sum = 0;
+	struct dirent *de;
+	struct stat sb;
+	while ((de = readdir(d)))
+		if (strstr(de->d_name, ".pack") && fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(sb.st_mode))
+			sum += (uint64_t)sb.st_size;
+	closedir(d);
+	return sum;
+}
+
+/* An interrupted put's line and exit status (128 + the signal, as shells
+ * give a command killed by it: 130 for Ctrl-C). */
+static int put_interrupted(const struct cli *c, struct engine *e, struct cas_store *store)
+{
+	engine_close(e);
+	const uint64_t before = packs_bytes(c->store);
+	cas_close(store);
+	const uint64_t after = packs_bytes(c->store);
+	const int sig = put_sig;
+	fprintf(stderr, "%s: put interrupted (%s): nothing committed; %llu bytes of pack space reclaimed\n",
+		c->prog, sig == SIGINT ? "SIGINT" : "SIGTERM",
+		(unsigned long long)(before > after ? before - after : 0));
+	return 128 + sig;
+}
+
 int cmd_put(struct cli *c, int argc, char **argv)
 {
 	const char *tag = NULL, *branch = CAS_BRANCH_DEFAULT;
@@ -365,8 +442,10 @@ int cmd_put(struct cli *c, int argc, char **argv)
 
 	struct cas_store *store;
 	struct engine *e;
+	put_signals(SIG_BLOCK);
 	int rc = cli_writer_open(c, &o, &store, &e);
 	if (rc < 0) {
+		put_signals(SIG_UNBLOCK);
 		free(names);
 		return cli_fail(c, rc);
 	}
@@ -388,21 +467,28 @@ int cmd_put(struct cli *c, int argc, char **argv)
 	if (rc < 0) {
 		engine_close(e);
 		cas_close(store);
+		put_signals(SIG_UNBLOCK);
 		free(names);
 		return cli_fail(c, rc);
 	}
 	struct cli_progress *pr = cli_progress_start(c, s, "put");
+	/* Every thread is started: from here a signal is the main thread's. */
+	put_snap = s;
+	put_signals(SIG_UNBLOCK);
 	struct put_links links = { 0 };   /* across the paths: a link may join two of them */
-	for (int k = i; rc == 0 && k < argc; k++)
+	for (int k = i; rc == 0 && k < argc && !put_sig; k++)
 		rc = put_walk(s, argv[k], names[k], c, &links);
 	put_links_free(&links);
 	free(names);
 	struct engine_result r;
-	if (rc < 0) {
+	if (rc < 0 || put_sig) {
 		char msg[1024];
 		crest_errcpy(msg, sizeof(msg));
+		put_snap = NULL;
 		cli_progress_stop(pr);
 		engine_snapshot_abort(s);
+		if (put_sig)
+			return put_interrupted(c, e, store);
 		engine_close(e);
 		cas_close(store);
 		crest_errset_str(msg);
@@ -412,7 +498,10 @@ int cmd_put(struct cli *c, int argc, char **argv)
 	while (!engine_snapshot_timedwait(s, 100000000ull))
 		;
 	cli_progress_stop(pr);
+	put_snap = NULL;   /* the wait frees s */
 	rc = engine_snapshot_wait(s, &r);
+	if (rc == -EINTR && put_sig)
+		return put_interrupted(c, e, store);
 	char msg[1024];
 	crest_errcpy(msg, sizeof(msg));
 	engine_close(e);
