@@ -113,7 +113,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
 		{ "--lock-timeout", NULL, "MS", "how long to wait for the job's GPU lock, in milliseconds" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
-		  "(PORT on 127.0.0.1, HOST:PORT, [V6]:PORT; port 0 picks one)" },
+		  "(PORT or :PORT listen on 127.0.0.1 only; HOST:PORT, [V6]:PORT, 0.0.0.0:PORT for every "
+		  "interface; port 0 picks one)" },
 		{ "--metrics-file", NULL, "FILE", "with --every: write the metrics as a node_exporter textfile after each round" },
 	} },
 	{ "crest", "restore", "SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] [--tmpdir DIR] [--branch BRANCH] "
@@ -155,7 +156,9 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--branch", NULL, "BRANCH", "the branch its snapshots go on (default main)" },
 		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
-		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics" },
+		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
+		  "(PORT or :PORT listen on 127.0.0.1 only; HOST:PORT, [V6]:PORT, 0.0.0.0:PORT for every "
+		  "interface; port 0 picks one)" },
 		{ "--metrics-file", NULL, "FILE", "with --every: write the metrics as a node_exporter textfile after each round" },
 	} },
 	{ "crest", "clone", "SNAPSHOT --branch NEW [--count N] [--workdir PATTERN] [--tmpdir DIR] "
