@@ -559,3 +559,56 @@ void proc_extfds_free(struct proc_extfds *f)
 	f->v = NULL;
 	f->n = 0;
 }
+
+/* One unsigned number from a /proc file, after prefix on a line of it
+ * (NULL: the file's first number). */
+static int proc_number(const char *path, const char *prefix, uint64_t *v)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return crest_errf(-errno, "cannot read %s", path);
+	char line[256];
+	int rc = crest_errx(-ENODATA, "%s: no %s in it", path, prefix ? prefix : "number");
+	while (fgets(line, sizeof(line), f)) {
+		const char *p = line;
+		if (prefix) {
+			if (strncmp(line, prefix, strlen(prefix)))
+				continue;
+			p += strlen(prefix);
+		}
+		unsigned long long n;
+		if (sscanf(p, " %llu", &n) == 1) {
+			*v = n;
+			crest_errset_str("");
+			rc = 0;
+		}
+		break;
+	}
+	fclose(f);
+	return rc;
+}
+
+int proc_room(uint64_t *mem_bytes, uint64_t *tasks)
+{
+	uint64_t kib, pid_max, threads_max;
+	int rc = proc_number("/proc/meminfo", "MemAvailable:", &kib);
+	if (rc == 0)
+		rc = proc_number("/proc/sys/kernel/pid_max", NULL, &pid_max);
+	if (rc == 0)
+		rc = proc_number("/proc/sys/kernel/threads-max", NULL, &threads_max);
+	if (rc < 0)
+		return rc;
+	/* loadavg's fourth field: "running/total" tasks. */
+	FILE *f = fopen("/proc/loadavg", "re");
+	if (!f)
+		return crest_errf(-errno, "cannot read /proc/loadavg");
+	unsigned long long running, total;
+	const int got = fscanf(f, "%*s %*s %*s %llu/%llu", &running, &total);
+	fclose(f);
+	if (got != 2)
+		return crest_errx(-ENODATA, "/proc/loadavg: no task count in it");
+	const uint64_t limit = pid_max < threads_max ? pid_max : threads_max;
+	*mem_bytes = kib * 1024;
+	*tasks = limit > total ? limit - total : 0;
+	return 0;
+}
