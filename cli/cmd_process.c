@@ -140,8 +140,11 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 		} else if (!strcmp(a, "--tag")) {
 			tag = v;
 		} else if (!strcmp(a, "--count")) {
+			/* strtoull alone takes " 5" and "-1" (negated to
+			 * 2^64 - 1): a digit first, and no overflow. */
+			errno = 0;
 			count = strtoull(v, &end, 10);
-			if (*end || !count) {
+			if (v[0] < '0' || v[0] > '9' || errno || *end || !count) {
 				fprintf(stderr, "crest: --count %s: not a positive number\n", v);
 				return 2;
 			}

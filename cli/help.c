@@ -106,12 +106,13 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--pid", NULL, "PID", "the process to checkpoint (required)" },
 		{ "--tag", NULL, "TAG", "name the snapshot" },
 		{ "--branch", NULL, "BRANCH", "the branch it goes on (default: the job's own, else main)" },
-		{ "--every", NULL, "DURATION", "checkpoint again every DURATION: 30s, 5m, 1h, 250ms" },
+		{ "--every", NULL, "DURATION", "checkpoint again every DURATION: 30s, 5m, 1h, 7d, 250ms (1ms to 366 days)" },
 		{ "--count", NULL, "N", "with --every: stop after N checkpoints" },
 		{ "--kill", NULL, NULL, "end the job once its snapshot is committed (it runs on if the store fails)" },
 		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
-		{ "--lock-timeout", NULL, "MS", "how long to wait for the job's GPU lock, in milliseconds" },
+		{ "--lock-timeout", NULL, "MS", "how long to wait for the job's GPU lock: milliseconds, or a duration "
+		  "(2s), up to 1h" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
 		  "(PORT or :PORT listen on 127.0.0.1 only; HOST:PORT, [V6]:PORT, 0.0.0.0:PORT for every "
 		  "interface; port 0 picks one)" },
@@ -152,7 +153,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "Runs COMMAND as root in a new pid namespace, so that it can be restored with the same "
 	  "pids, and checkpoints it every DURATION. Exits with the job's status.",
 	  "PROGRAM...", true, {
-		{ "--every", NULL, "DURATION", "checkpoint every DURATION: 30s, 5m, 1h" },
+		{ "--every", NULL, "DURATION", "checkpoint every DURATION: 30s, 5m, 1h, 7d (1ms to 366 days)" },
 		{ "--branch", NULL, "BRANCH", "the branch its snapshots go on (default main)" },
 		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },

@@ -22,6 +22,9 @@ for v in 367d 4294967296 8785h 0 0ms 0.0001ms 1e3 inf nan -5s ' 5s' 5x 5s5 . '' 
 	usage_error "--every $v: not a duration" "$CREST" --store "$S" run --every "$v" -- touch started
 done
 usage_error "--keep-within 367d: not a duration" "$CASCTL" --store "$S" gc --keep-within 367d
+for v in -1 ' 5' 99999999999999999999999 0; do
+	usage_error "--count $v: not a positive number" "$CREST" --store "$S" checkpoint --pid $$ --every 1s --count "$v"
+done
 for v in 4294967296 2h 0 -1; do
 	usage_error "--lock-timeout $v: not a duration" "$CREST" --store "$S" checkpoint --pid $$ --lock-timeout "$v"
 done
