@@ -11,7 +11,7 @@
 chmod 755 "$T"
 A=$T/attacker
 mkdir "$A" && chown "$U" "$A"
-"$CREST" init >/dev/null 2>&1 || true   # where main needs a store made first
+"$CREST" init >/dev/null || fail "crest init"
 mkdir "$T/data"
 head -c 5000 /dev/urandom >"$T/data/f"
 put --tag one "$T/data"

@@ -8,7 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 
 packs() { find "$S/packs" -name '*.pack' -printf '%s\n' 2>/dev/null | awk '{ s += $1 } END { print s + 0 }'; }
-"$CREST" init >/dev/null 2>&1 || true   # where main needs a store made first
+"$CREST" init >/dev/null || fail "crest init"
 head -c 1M /dev/urandom >"$T/small"
 "$CREST" put --tag first "$T/small" >/dev/null
 snaps0=$("$CREST" ls | grep -c .)

@@ -8,7 +8,7 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
-"$CREST" --store "$S" init >/dev/null 2>&1 || true   # where main needs a store made first
+"$CREST" --store "$S" init >/dev/null || fail "crest init"
 "$CREST" --store "$S" run --every 1h -- "$WORKLOAD" --mib 64 --interval-ms 100 --log "$T/job.log" \
 	</dev/null >job.out 2>run.err &
 RUN=$!

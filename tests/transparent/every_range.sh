@@ -41,7 +41,7 @@ for v in 4294967296ms 4294968s 2147483648ms 30d 366d; do
 	echo "ok: run --every $v: no checkpoint of a 3 s job"
 done
 # And short still works: 1s gives a 3-second job its checkpoints.
-"$CREST" --store "$S" init >/dev/null 2>&1 || true
+"$CREST" --store "$S" init >/dev/null || fail "crest init"
 "$CREST" --store "$S" run --every 1s -- sleep 3 >run.out 2>run.err || { cat run.err >&2; fail "run --every 1s failed"; }
 n=$(sed -n 's/.*after \([0-9]*\) checkpoints/\1/p' run.err)
 [ -n "$n" ] && [ "$n" -ge 1 ] && [ "$n" -le 4 ] || { cat run.err >&2; fail "run --every 1s: '$n' checkpoints of a 3 s job"; }

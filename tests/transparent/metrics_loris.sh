@@ -19,7 +19,7 @@ url_of() {
 	done
 	echo "$u"
 }
-"$CREST" --store "$S" init >/dev/null 2>&1 || true   # where main needs a store made first
+"$CREST" --store "$S" init >/dev/null || fail "crest init"
 
 # The default address: loopback, for PORT and for :PORT alike.
 for a in 0 :0; do
