@@ -54,6 +54,22 @@ wait "$BIG" || rc=$?
 [ "$(branches)" = "$b0" ] || fail "clone --count $n made branches: $(branches)"
 echo "ok: $(cat big.err)"
 
+# --workdir through a symlink another user owns (to a root-only
+# directory): refused, as crest get's DEST (issue 32, item 4), nothing
+# written there and no copy left running.
+. "$(dirname "$0")/../attacker.sh"
+chmod 755 "$T"
+mkdir "$T/attacker" && chown "$U" "$T/attacker"
+as_user ln -s "$OUT" "$T/attacker/wd"
+chmod 700 "$T"   # its mode at the snapshot: CRIU checks the job's cwd
+rc=0
+"$CREST" --store "$S" clone base --branch wd --workdir "$T/attacker/wd" >wd.out 2>wd.err || rc=$?
+[ "$rc" != 0 ] || fail "clone --workdir through a user's symlink succeeded"
+grep -q "symlink owned by uid" wd.err || { cat wd.err >&2; fail "clone --workdir: not refused for the symlink"; }
+! grep -q '^clone ' wd.out || fail "clone --workdir through a user's symlink left a copy: $(cat wd.out)"
+untouched "clone --workdir through a user's symlink"
+echo "ok: $(head -1 wd.err)"
+
 # Interrupted: each copy that ran has its line, branch and note.
 python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
 	"$CREST" --store "$S" clone base --branch exp --count 30 >clone.out 2>clone.err &
