@@ -38,7 +38,7 @@ PIDS+=("$BIG")
 while kill -0 "$BIG" 2>/dev/null; do
 	if grep -q '^clone ' big.out; then
 		kill -INT "$BIG"
-		sleep 2
+		wait "$BIG" || true   # the copy being started comes up and is printed
 		for p in $(sed -n 's/^clone .*: pid \([0-9]*\),.*/\1/p' big.out); do kill -9 "$p" 2>/dev/null || true; done
 		kill -9 "$BIG" 2>/dev/null || true
 		fail "clone --count $n of a 64 MiB job started copies with $((avail >> 20)) MiB available"
@@ -47,6 +47,7 @@ while kill -0 "$BIG" 2>/dev/null; do
 done
 rc=0
 wait "$BIG" || rc=$?
+PIDS+=($(sed -n 's/^clone .*: pid \([0-9]*\),.*/\1/p' big.out))
 [ "$rc" != 0 ] || fail "clone --count $n of a 64 MiB job succeeded with $((avail >> 20)) MiB available"
 [ "$(wc -l <big.err)" = 1 ] && grep -q "MemAvailable.*at most [0-9]* copies fit; none started" big.err ||
 	{ cat big.err >&2; fail "clone --count $n: not one line saying how many fit"; }
@@ -64,6 +65,7 @@ as_user ln -s "$OUT" "$T/attacker/wd"
 chmod 700 "$T"   # its mode at the snapshot: CRIU checks the job's cwd
 rc=0
 "$CREST" --store "$S" clone base --branch wd --workdir "$T/attacker/wd" >wd.out 2>wd.err || rc=$?
+PIDS+=($(sed -n 's/^clone .*: pid \([0-9]*\),.*/\1/p' wd.out))
 [ "$rc" != 0 ] || fail "clone --workdir through a user's symlink succeeded"
 grep -q "symlink owned by uid" wd.err || { cat wd.err >&2; fail "clone --workdir: not refused for the symlink"; }
 ! grep -q '^clone ' wd.out || fail "clone --workdir through a user's symlink left a copy: $(cat wd.out)"
@@ -85,6 +87,8 @@ kill -INT "$CL"
 rc=0
 wait "$CL" || rc=$?
 cat clone.out
+# Every copy that printed its line is ended on exit, whatever fails below.
+PIDS+=($(sed -n 's/^clone .*: pid \([0-9]*\),.*/\1/p' clone.out))
 grep -v '^clone ' clone.err >&2 || true
 [ "$rc" = 130 ] || fail "interrupted clone exited $rc, not 130"
 made=$(grep -c '^clone ' clone.out)
