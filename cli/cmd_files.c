@@ -502,6 +502,9 @@ int cmd_put(struct cli *c, int argc, char **argv)
 	rc = engine_snapshot_wait(s, &r);
 	if (rc == -EINTR && put_sig)
 		return put_interrupted(c, e, store);
+	if (rc == 0 && put_sig)
+		fprintf(stderr, "%s: put: %s came once the commit had begun: the snapshot is stored\n", c->prog,
+			put_sig == SIGINT ? "SIGINT" : "SIGTERM");
 	char msg[1024];
 	crest_errcpy(msg, sizeof(msg));
 	engine_close(e);

@@ -57,7 +57,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "snapshot files and directory trees",
 	  "Stores each PATH, and for a directory everything below it, as one snapshot: contents "
 	  "(holes kept), modes, times and symlinks. Chunks the store holds already are not stored "
-	  "again. Prints the new snapshot's id.",
+	  "again. Prints the new snapshot's id. Ctrl-C or SIGTERM before the commit: nothing is "
+	  "committed, the pack space written is given back, and crest exits 130 (143 for SIGTERM).",
 	  "PATH...", false, {
 		{ "--tag", NULL, "TAG", "name the snapshot" },
 		{ "--branch", NULL, "BRANCH", "the branch it goes on (default main)" },
