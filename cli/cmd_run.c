@@ -294,7 +294,7 @@ static int clone_fits(const char *name, const struct cas_manifest *m, unsigned l
 	char b1[32], b2[32], b3[32];
 	if (mem && count > mem_room / mem)
 		return crest_errx(-ENOMEM, "clone --count %lu: each copy of %s needs about %s of memory (its pages), "
-				  "%s in all, and the machine has %s available (MemAvailable): at most %llu "
+				  "%s in all, and %s is available (MemAvailable, or what crest's cgroup allows): at most %llu "
 				  "copies fit; none started", count, name, fmt_bytes(mem, b1, sizeof(b1)),
 				  fmt_bytes(mem * count, b2, sizeof(b2)), fmt_bytes(mem_room, b3, sizeof(b3)),
 				  (unsigned long long)(mem_room / mem));

@@ -31,8 +31,9 @@ int proc_pids_parse(const char *s, pid_t **out, size_t *n);
  * processes (crest clone --count): *mem_bytes, /proc/meminfo's
  * MemAvailable; *tasks, how many more tasks (processes and threads) the
  * kernel allows: the lower of kernel.pid_max and kernel.threads-max, less
- * the tasks that exist now (/proc/loadavg). 0, or -errno with a message
- * when /proc cannot say. */
+ * the tasks that exist now (/proc/loadavg). Each the lower still where
+ * crest's own cgroup (v1 or v2) sets a memory or pids limit: its limit
+ * less its usage. 0, or -errno with a message when /proc cannot say. */
 int proc_room(uint64_t *mem_bytes, uint64_t *tasks);
 
 /* The root and all its descendants. -ESRCH with a message if root is gone. */

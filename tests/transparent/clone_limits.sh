@@ -55,6 +55,29 @@ PIDS+=($(sed -n 's/^clone .*: pid \([0-9]*\),.*/\1/p' big.out))
 [ "$(branches)" = "$b0" ] || fail "clone --count $n made branches: $(branches)"
 echo "ok: $(cat big.err)"
 
+# And what crest's own cgroup allows: 10 copies of 64 MiB in a memory
+# cgroup of 256 MiB are refused (where a child cgroup can be made here).
+cg=$(sed -n 's/^[0-9]*:memory:\(.*\)$/\1/p' /proc/self/cgroup)
+cgd=/sys/fs/cgroup/memory$cg/crest-test-$$
+if [ -n "$cg" ] && mkdir "$cgd" 2>/dev/null; then
+	echo $((256 << 20)) >"$cgd/memory.limit_in_bytes"
+	rc=0
+	sh -c 'echo $$ >"$1/cgroup.procs" && exec "$2" --store "$3" clone base --branch cg --count 10' sh "$cgd" "$CREST" "$S" \
+		>cg.out 2>cg.err || rc=$?
+	# Whatever a failing crest started there ends now, and the cgroup goes.
+	for p in $(sed -n 's/^clone .*: pid \([0-9]*\),.*/\1/p' cg.out); do kill -9 "$p" 2>/dev/null || true; done
+	for _ in $(seq 50); do
+		for p in $(cat "$cgd/cgroup.procs" 2>/dev/null); do kill -9 "$p" 2>/dev/null || true; done
+		rmdir "$cgd" 2>/dev/null && break
+		sleep 0.1
+	done
+	[ "$rc" != 0 ] && grep -q "cgroup allows): at most [0-9] copies fit; none started" cg.err ||
+		{ cat cg.out cg.err >&2; fail "clone --count 10 in a 256 MiB cgroup: not refused"; }
+	echo "ok: in a 256 MiB memory cgroup: $(cat cg.err)"
+else
+	echo "note: no memory cgroup of v1 to make here: the cgroup limit is not checked"
+fi
+
 # --workdir through a symlink another user owns (to a root-only
 # directory): refused, as crest get's DEST (issue 32, item 4), nothing
 # written there and no copy left running.
