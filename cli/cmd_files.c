@@ -14,7 +14,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -290,40 +292,50 @@ static void usage_put(void)
  * closes the store, which cuts the packs back to their commit marks
  * (cas_pack_close_writer): without this the default action killed crest
  * silently and left the uncommitted tail (146 MiB seen) until the next
- * writer. The handler runs on the main thread only (put_signals), so
- * put_snap cannot be freed under it. */
-static struct engine_snap *volatile put_snap;
+ * writer.
+ *
+ * The handler may run on any thread (the engine's workers and RocksDB's
+ * take signals too). put_busy keeps s alive under it: the handler counts
+ * itself in before it reads put_snap, and put_snap_drop clears put_snap
+ * and then waits for the count to be 0 before s may be freed. Both are
+ * sequentially consistent, so a handler either sees NULL or is counted.
+ * Lock-free atomics: safe in a handler. */
+static _Atomic(struct engine_snap *) put_snap;
+static atomic_int put_busy;
 static volatile sig_atomic_t put_sig;
 
 static void put_on_signal(int sig)
 {
+	atomic_fetch_add(&put_busy, 1);
 	put_sig = sig;
-	struct engine_snap *s = put_snap;
+	struct engine_snap *s = atomic_load(&put_snap);
 	if (s)
 		engine_snapshot_cancel(s);
+	atomic_fetch_sub(&put_busy, 1);
 }
 
-/* how SIG_BLOCK: SIGINT and SIGTERM blocked in this thread, and so in
- * every thread it starts after (the engine's workers, RocksDB's); then
- * SIG_UNBLOCK, in the main thread alone, with the handler in place. A
+static void put_snap_drop(void)
+{
+	atomic_store(&put_snap, NULL);
+	while (atomic_load(&put_busy))
+		sched_yield();
+}
+
+/* From here a signal cancels s. Only once the store is open and the
+ * snapshot begun: until then Ctrl-C ends crest at once (nothing is written
+ * yet, and a put waiting for another writer's lock must not wait on). A
  * signal crest was started ignoring stays ignored (nohup, or a
  * non-interactive shell's `crest put &`, which ignores SIGINT): the
  * caller asked for the put to outlive it. */
-static void put_signals(int how)
+static void put_catch(struct engine_snap *s)
 {
-	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	if (how == SIG_UNBLOCK) {
-		struct sigaction sa = { .sa_handler = put_on_signal }, old;
-		sigemptyset(&sa.sa_mask);
-		static const int sigs[] = { SIGINT, SIGTERM };
-		for (size_t k = 0; k < 2; k++)
-			if (sigaction(sigs[k], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
-				sigaction(sigs[k], &sa, NULL);
-	}
-	pthread_sigmask(how, &set, NULL);
+	atomic_store(&put_snap, s);
+	struct sigaction sa = { .sa_handler = put_on_signal }, old;
+	sigemptyset(&sa.sa_mask);
+	static const int sigs[] = { SIGINT, SIGTERM };
+	for (size_t k = 0; k < 2; k++)
+		if (sigaction(sigs[k], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaction(sigs[k], &sa, NULL);
 }
 
 /* Bytes of the store's pack files: what an interrupted put gave back is
@@ -442,10 +454,8 @@ int cmd_put(struct cli *c, int argc, char **argv)
 
 	struct cas_store *store;
 	struct engine *e;
-	put_signals(SIG_BLOCK);
 	int rc = cli_writer_open(c, &o, &store, &e);
 	if (rc < 0) {
-		put_signals(SIG_UNBLOCK);
 		free(names);
 		return cli_fail(c, rc);
 	}
@@ -467,14 +477,11 @@ int cmd_put(struct cli *c, int argc, char **argv)
 	if (rc < 0) {
 		engine_close(e);
 		cas_close(store);
-		put_signals(SIG_UNBLOCK);
 		free(names);
 		return cli_fail(c, rc);
 	}
 	struct cli_progress *pr = cli_progress_start(c, s, "put");
-	/* Every thread is started: from here a signal is the main thread's. */
-	put_snap = s;
-	put_signals(SIG_UNBLOCK);
+	put_catch(s);
 	struct put_links links = { 0 };   /* across the paths: a link may join two of them */
 	for (int k = i; rc == 0 && k < argc && !put_sig; k++)
 		rc = put_walk(s, argv[k], names[k], c, &links);
@@ -484,7 +491,7 @@ int cmd_put(struct cli *c, int argc, char **argv)
 	if (rc < 0 || put_sig) {
 		char msg[1024];
 		crest_errcpy(msg, sizeof(msg));
-		put_snap = NULL;
+		put_snap_drop();
 		cli_progress_stop(pr);
 		engine_snapshot_abort(s);
 		if (put_sig)
@@ -498,7 +505,7 @@ int cmd_put(struct cli *c, int argc, char **argv)
 	while (!engine_snapshot_timedwait(s, 100000000ull))
 		;
 	cli_progress_stop(pr);
-	put_snap = NULL;   /* the wait frees s */
+	put_snap_drop();   /* the wait frees s */
 	rc = engine_snapshot_wait(s, &r);
 	if (rc == -EINTR && put_sig)
 		return put_interrupted(c, e, store);

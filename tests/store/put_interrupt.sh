@@ -47,6 +47,25 @@ for sig in INT TERM; do
 	[ "$(packs)" = "$bytes0" ] || fail "SIG$sig: packs hold $(packs) bytes, $bytes0 before the put"
 	echo "ok: SIG$sig mid-put: exit $rc, no snapshot, packs back to $bytes0 bytes ($n reclaimed)"
 done
+# Ctrl-C while the put waits for another writer's lock ends it at once
+# (nothing is written yet): it does not wait on for the lock first.
+flock "$S/lock" sleep 5 &
+F=$!
+sleep 0.5
+python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
+	"$CREST" put "$T/small" >"$T/out" 2>"$T/err" &
+P=$!
+sleep 1
+t0=$SECONDS
+kill -INT $P
+rc=0
+wait $P || rc=$?
+[ "$rc" = 130 ] || { cat "$T/err"; fail "SIGINT while waiting for the lock: exit $rc, not 130"; }
+[ $((SECONDS - t0)) -le 2 ] || fail "SIGINT while waiting for the lock took $((SECONDS - t0)) s"
+[ "$(packs)" = "$bytes0" ] || fail "packs changed by a put stopped while waiting for the lock"
+echo "ok: SIGINT while waiting for another writer's lock: ended at once (exit 130)"
+wait $F
+
 # The store is whole and takes the next put.
 "$CREST" put --tag again "$T/small" >/dev/null
 "$CASCTL" verify >/dev/null || fail "verify after the interrupted puts"
