@@ -109,6 +109,16 @@ int cli_parse_globals(struct cli *c, int argc, char **argv)
 		}
 	}
 	argv[out] = NULL;
+	/* The store's lock wait (cas/store.c) falls back to its default on a
+	 * bad value, for libcrest; a command line says so first, as a usage
+	 * error, before anything runs. Same parser and bounds. */
+	const char *lt = getenv("CREST_LOCK_TIMEOUT");
+	uint64_t ns;
+	if (lt && *lt && parse_duration(lt, PARSE_NS_S, 0, 366 * PARSE_NS_DAY, &ns) < 0) {
+		fprintf(stderr, "%s: CREST_LOCK_TIMEOUT=%s: not a duration from 0 to 366 days (seconds, or 30s, "
+			"5m, 1h)\n", c->prog, lt);
+		return -1;
+	}
 	/* A JSON consumer reads stdout; keep the terminal line off as well. */
 	if (c->json)
 		c->quiet = true;

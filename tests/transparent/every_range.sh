@@ -29,6 +29,12 @@ for v in 4294967296 2h 0 -1; do
 	usage_error "--lock-timeout $v: not a duration" "$CREST" --store "$S" checkpoint --pid $$ --lock-timeout "$v"
 done
 
+# CREST_LOCK_TIMEOUT through the same parser: a usage error on the
+# command line, before anything runs.
+for v in inf nan 1e400 -1 367d 5x; do
+	CREST_LOCK_TIMEOUT=$v usage_error "CREST_LOCK_TIMEOUT=$v: not a duration" "$CREST" --store "$S" run --every 1s -- touch started
+done
+
 # Accepted, and long: a 3-second job sees no checkpoint at all, and ends
 # when it ends (not 54 back-to-back checkpoints, nor one every 704 ms).
 for v in 4294967296ms 4294968s 2147483648ms 30d 366d; do
