@@ -556,11 +556,13 @@ static int slot_for_new(struct cli_metrics *m)
 	return oldest;
 }
 
-/* Takes every connection waiting (the backlog emptied each round, so none
- * waits there behind slow ones). */
+/* Takes the connections waiting, at most half the table a round: those
+ * taken in one round are read in the next before more come, so a scrape
+ * accepted in a flood has sent its request (and is no longer idle, nor
+ * dropped) before the connections behind it could push it out. */
 static void accept_all(struct cli_metrics *m)
 {
-	for (int k = 0; k < BACKLOG; k++) {
+	for (int k = 0; k < CONNS_MAX / 2; k++) {
 		const int fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			/* Out of descriptors or memory: the pending connection
