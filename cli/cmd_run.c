@@ -147,22 +147,35 @@ int cmd_run(struct cli *c, int argc, char **argv)
 		fprintf(stderr, "crest: %s\n", crest_errmsg());
 		return 2;
 	}
+	/* Every signal the init forwards: crest dying of SIGUSR1 or SIGQUIT
+	 * would leave the job running orphaned, its exit status lost and
+	 * its --every checkpoints stopped. Blocked across the spawn, with the
+	 * handlers in place before it: one sent as soon as the job runs (it
+	 * may say it is ready before pidns_spawn returns here) waits, and is
+	 * forwarded once the init's pid is known, rather than killing crest
+	 * (seen under load: SIGUSR2, exit 140). The helper keeps them
+	 * blocked (it only waits for the init), the init blocks everything
+	 * until its own handlers are set, and the job starts with none
+	 * blocked. */
+	size_t nfwd;
+	const int *fwd = pidns_forwarded(&nfwd);
+	struct sigaction sa = { .sa_handler = run_forward };
+	sigemptyset(&sa.sa_mask);
+	sigset_t fwdset, oldset;
+	sigemptyset(&fwdset);
+	for (size_t k = 0; k < nfwd; k++) {
+		sigaddset(&fwdset, fwd[k]);
+		sigaction(fwd[k], &sa, NULL);
+	}
+	sigprocmask(SIG_BLOCK, &fwdset, &oldset);
 	/* Before any thread or store: the init is a fork of this process. */
 	int rc = pidns_spawn(argv + i, c->umask, &run_job);
+	o.pid = run_job.init;
+	sigprocmask(SIG_SETMASK, &oldset, NULL);
 	if (rc < 0) {
 		cli_metrics_close(mx);
 		return cli_fail(c, rc);
 	}
-	o.pid = run_job.init;
-	struct sigaction sa = { .sa_handler = run_forward };
-	sigemptyset(&sa.sa_mask);
-	/* Every signal the init forwards: crest dying of SIGUSR1 or SIGQUIT
-	 * would leave the job running orphaned, its exit status lost and
-	 * its --every checkpoints stopped. */
-	size_t nfwd;
-	const int *fwd = pidns_forwarded(&nfwd);
-	for (size_t k = 0; k < nfwd; k++)
-		sigaction(fwd[k], &sa, NULL);
 	if (!c->quiet && !c->json)
 		fprintf(stderr, "crest: %s runs as pid %d (pid 1 of its namespace: crest's init, the job is "
 			"pid 2)\n", argv[i], (int)o.pid);
