@@ -330,7 +330,9 @@ static void put_snap_drop(void)
 static void put_catch(struct engine_snap *s)
 {
 	atomic_store(&put_snap, s);
-	struct sigaction sa = { .sa_handler = put_on_signal }, old;
+	/* SA_RESTART: any thread may take it, and the engine's reads and
+	 * RocksDB's calls go on rather than fail with EINTR. */
+	struct sigaction sa = { .sa_handler = put_on_signal, .sa_flags = SA_RESTART }, old;
 	sigemptyset(&sa.sa_mask);
 	static const int sigs[] = { SIGINT, SIGTERM };
 	for (size_t k = 0; k < 2; k++)
