@@ -16,6 +16,7 @@
 #include "util/err.h"
 #include "util/fault.h"
 #include "util/par.h"
+#include "util/parse.h"
 #include "util/progress.h"
 #include "util/sha256.h"
 
@@ -372,14 +373,16 @@ static double lock_timeout(void)
 	const char *env = getenv("CREST_LOCK_TIMEOUT");
 	if (!env || !*env)
 		return LOCK_TIMEOUT_DEFAULT;
-	char *end;
-	double t = strtod(env, &end);
-	if (*end || t != t || t < 0) {
-		fprintf(stderr, "crest: CREST_LOCK_TIMEOUT=%s is not a number of seconds; using %.0f\n", env,
-			LOCK_TIMEOUT_DEFAULT);
+	/* The one duration parser (a bare number is seconds, "2m" works
+	 * too), bounded to a year: "inf", "nan", "-1" and 1e400 are not
+	 * waits. */
+	uint64_t ns;
+	if (parse_duration(env, PARSE_NS_S, 0, 366 * PARSE_NS_DAY, &ns) < 0) {
+		fprintf(stderr, "crest: CREST_LOCK_TIMEOUT=%s is not a duration from 0 to 366 days (seconds, "
+			"or 30s, 5m, 1h); using %.0f\n", env, LOCK_TIMEOUT_DEFAULT);
 		return LOCK_TIMEOUT_DEFAULT;
 	}
-	return t;
+	return (double)ns / 1e9;
 }
 
 /* Says who holds the lock: the holder writes "PID COMMAND" into the lock

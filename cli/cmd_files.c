@@ -14,6 +14,9 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -279,6 +282,94 @@ static uint64_t rate(uint64_t bytes, double secs)
 	return r >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)r;
 }
 
+/* Ctrl-C or SIGTERM during a put: the snapshot is cancelled (nothing of it
+ * is committed unless its commit had begun) and crest put says so, then
+ * closes the store, which cuts the packs back to their commit marks
+ * (cas_pack_close_writer): without this the default action killed crest
+ * silently and left the uncommitted tail (146 MiB seen) until the next
+ * writer.
+ *
+ * The handler may run on any thread (the engine's workers and RocksDB's
+ * take signals too). put_busy keeps s alive under it: the handler counts
+ * itself in before it reads put_snap, and put_snap_drop clears put_snap
+ * and then waits for the count to be 0 before s may be freed. Both are
+ * sequentially consistent, so a handler either sees NULL or is counted.
+ * Lock-free atomics: safe in a handler. */
+static _Atomic(struct engine_snap *) put_snap;
+static atomic_int put_busy;
+static volatile sig_atomic_t put_sig;
+
+static void put_on_signal(int sig)
+{
+	atomic_fetch_add(&put_busy, 1);
+	put_sig = sig;
+	struct engine_snap *s = atomic_load(&put_snap);
+	if (s)
+		engine_snapshot_cancel(s);
+	atomic_fetch_sub(&put_busy, 1);
+}
+
+static void put_snap_drop(void)
+{
+	atomic_store(&put_snap, NULL);
+	while (atomic_load(&put_busy))
+		sched_yield();
+}
+
+/* From here a signal cancels s. Only once the store is open and the
+ * snapshot begun: until then Ctrl-C ends crest at once (nothing is written
+ * yet, and a put waiting for another writer's lock must not wait on). A
+ * signal crest was started ignoring stays ignored (nohup, or a
+ * non-interactive shell's `crest put &`, which ignores SIGINT): the
+ * caller asked for the put to outlive it. */
+static void put_catch(struct engine_snap *s)
+{
+	atomic_store(&put_snap, s);
+	/* SA_RESTART: any thread may take it, and the engine's reads and
+	 * RocksDB's calls go on rather than fail with EINTR. */
+	struct sigaction sa = { .sa_handler = put_on_signal, .sa_flags = SA_RESTART }, old;
+	sigemptyset(&sa.sa_mask);
+	static const int sigs[] = { SIGINT, SIGTERM };
+	for (size_t k = 0; k < 2; k++)
+		if (sigaction(sigs[k], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaction(sigs[k], &sa, NULL);
+}
+
+/* Bytes of the store's pack files: what an interrupted put gave back is
+ * the difference across cas_close. */
+static uint64_t packs_bytes(const char *store)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/packs", store);
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	uint64_t sum = 0;
+	struct dirent *de;
+	struct stat sb;
+	while ((de = readdir(d)))
+		if (strstr(de->d_name, ".pack") && fstatat(dirfd(d), de->d_name, &sb, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    S_ISREG(sb.st_mode))
+			sum += (uint64_t)sb.st_size;
+	closedir(d);
+	return sum;
+}
+
+/* An interrupted put's line and exit status (128 + the signal, as shells
+ * give a command killed by it: 130 for Ctrl-C). */
+static int put_interrupted(const struct cli *c, struct engine *e, struct cas_store *store)
+{
+	engine_close(e);
+	const uint64_t before = packs_bytes(c->store);
+	cas_close(store);
+	const uint64_t after = packs_bytes(c->store);
+	const int sig = put_sig;
+	fprintf(stderr, "%s: put interrupted (%s): nothing committed; %llu bytes of pack space reclaimed\n",
+		c->prog, sig == SIGINT ? "SIGINT" : "SIGTERM",
+		(unsigned long long)(before > after ? before - after : 0));
+	return 128 + sig;
+}
+
 int cmd_put(struct cli *c, int argc, char **argv)
 {
 	const char *tag = NULL, *branch = CAS_BRANCH_DEFAULT;
@@ -390,17 +481,21 @@ int cmd_put(struct cli *c, int argc, char **argv)
 		return cli_fail(c, rc);
 	}
 	struct cli_progress *pr = cli_progress_start(c, s, "put");
+	put_catch(s);
 	struct put_links links = { 0 };   /* across the paths: a link may join two of them */
-	for (int k = i; rc == 0 && k < argc; k++)
+	for (int k = i; rc == 0 && k < argc && !put_sig; k++)
 		rc = put_walk(s, argv[k], names[k], c, &links);
 	put_links_free(&links);
 	free(names);
 	struct engine_result r;
-	if (rc < 0) {
+	if (rc < 0 || put_sig) {
 		char msg[1024];
 		crest_errcpy(msg, sizeof(msg));
+		put_snap_drop();
 		cli_progress_stop(pr);
 		engine_snapshot_abort(s);
+		if (put_sig)
+			return put_interrupted(c, e, store);
 		engine_close(e);
 		cas_close(store);
 		crest_errset_str(msg);
@@ -410,7 +505,13 @@ int cmd_put(struct cli *c, int argc, char **argv)
 	while (!engine_snapshot_timedwait(s, 100000000ull))
 		;
 	cli_progress_stop(pr);
+	put_snap_drop();   /* the wait frees s */
 	rc = engine_snapshot_wait(s, &r);
+	if (rc == -EINTR && put_sig)
+		return put_interrupted(c, e, store);
+	if (rc == 0 && put_sig)
+		fprintf(stderr, "%s: put: %s came once the commit had begun: the snapshot is stored\n", c->prog,
+			put_sig == SIGINT ? "SIGINT" : "SIGTERM");
 	char msg[1024];
 	crest_errcpy(msg, sizeof(msg));
 	engine_close(e);

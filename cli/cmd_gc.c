@@ -62,7 +62,7 @@ int cmd_gc(struct cli *c, int argc, char **argv)
 				return 2;
 		} else if (!strcmp(a, "--keep-within")) {
 			if (cli_parse_duration(v, &p.keep_within_ns) < 0) {
-				fprintf(stderr, "casctl: --keep-within %s: not a duration (30m, 12h, 7d is 168h)\n", v);
+				fprintf(stderr, "casctl: --keep-within %s: not a duration from 1ms to 366 days (30m, 12h, 7d)\n", v);
 				return 2;
 			}
 		} else if (!strcmp(a, "--rewrite-below")) {

@@ -9,6 +9,7 @@
 #include "cli/metrics.h"
 #include "restore/process.h"
 #include "util/err.h"
+#include "util/parse.h"
 #include "util/json.h"
 #include "util/progress.h"
 
@@ -132,9 +133,15 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			if (cli_parse_uint(v, 1, UINT64_MAX, &count) < 0)
 				return cli_usage(c, "checkpoint", "--count %s: not a positive number", v);
 		} else if (!strcmp(a, "--lock-timeout")) {
-			if (cli_parse_uint(v, 0, 86400000, &n) < 0)
-				return cli_usage(c, "checkpoint", "--lock-timeout %s: milliseconds, 0 to 86400000", v);
-			o.lock_timeout_ms = (unsigned)n;
+			/* A bare number is milliseconds, as it always was; the
+			 * driver takes an unsigned int of them, so the bound
+			 * (an hour) keeps the value from wrapping to 0, which
+			 * would mean the 10 s default. */
+			uint64_t ns;
+			if (parse_duration(v, PARSE_NS_MS, PARSE_NS_MS, 3600 * PARSE_NS_S, &ns) < 0)
+				return cli_usage(c, "checkpoint", "--lock-timeout %s: not a duration from 1ms to 1h "
+						 "(a bare number is milliseconds)", v);
+			o.lock_timeout_ms = (unsigned)(ns / PARSE_NS_MS);
 		} else {
 			return cli_usage(c, "checkpoint", "unknown option %s", a);
 		}

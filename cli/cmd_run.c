@@ -9,6 +9,7 @@
 #include "cli/commands.h"
 #include "cli/metrics.h"
 #include "os/pidns.h"
+#include "os/proc.h"
 #include "restore/process.h"
 #include "util/err.h"
 #include "util/json.h"
@@ -130,22 +131,35 @@ int cmd_run(struct cli *c, int argc, char **argv)
 		fprintf(stderr, "crest: %s\n", crest_errmsg());
 		return 2;
 	}
+	/* Every signal the init forwards: crest dying of SIGUSR1 or SIGQUIT
+	 * would leave the job running orphaned, its exit status lost and
+	 * its --every checkpoints stopped. Blocked across the spawn, with the
+	 * handlers in place before it: one sent as soon as the job runs (it
+	 * may say it is ready before pidns_spawn returns here) waits, and is
+	 * forwarded once the init's pid is known, rather than killing crest
+	 * (seen under load: SIGUSR2, exit 140). The helper keeps them
+	 * blocked (it only waits for the init), the init blocks everything
+	 * until its own handlers are set, and the job starts with none
+	 * blocked. */
+	size_t nfwd;
+	const int *fwd = pidns_forwarded(&nfwd);
+	struct sigaction sa = { .sa_handler = run_forward };
+	sigemptyset(&sa.sa_mask);
+	sigset_t fwdset, oldset;
+	sigemptyset(&fwdset);
+	for (size_t k = 0; k < nfwd; k++) {
+		sigaddset(&fwdset, fwd[k]);
+		sigaction(fwd[k], &sa, NULL);
+	}
+	sigprocmask(SIG_BLOCK, &fwdset, &oldset);
 	/* Before any thread or store: the init is a fork of this process. */
 	int rc = pidns_spawn(argv + i, c->umask, &run_job);
+	o.pid = run_job.init;
+	sigprocmask(SIG_SETMASK, &oldset, NULL);
 	if (rc < 0) {
 		cli_metrics_close(mx);
 		return cli_fail(c, rc);
 	}
-	o.pid = run_job.init;
-	struct sigaction sa = { .sa_handler = run_forward };
-	sigemptyset(&sa.sa_mask);
-	/* Every signal the init forwards: crest dying of SIGUSR1 or SIGQUIT
-	 * would leave the job running orphaned, its exit status lost and
-	 * its --every checkpoints stopped. */
-	size_t nfwd;
-	const int *fwd = pidns_forwarded(&nfwd);
-	for (size_t k = 0; k < nfwd; k++)
-		sigaction(fwd[k], &sa, NULL);
 	if (!c->quiet && !c->json)
 		fprintf(stderr, "crest: %s runs as pid %d (pid 1 of its namespace: crest's init, the job is "
 			"pid 2)\n", argv[i], (int)o.pid);
@@ -160,7 +174,10 @@ int cmd_run(struct cli *c, int argc, char **argv)
 	uint64_t n = 0, failures = 0;
 	int status = 0;
 	for (;;) {
-		rc = pidns_wait(&run_job, ev.every_ns ? (int)(ev.every_ns / 1000000ull) : -1, &status);
+		/* every_ns is at most 366 days (cli_parse_duration), far inside
+		 * int64_t: never narrowed to an int of milliseconds, which
+		 * wrapped past 2^31 ms (to no checkpoint ever) and 2^32. */
+		rc = pidns_wait(&run_job, ev.every_ns ? (int64_t)ev.every_ns : -1, &status);
 		if (rc < 0) {
 			/* Cannot wait: the job goes on without crest. */
 			cli_metrics_close(mx);
@@ -211,6 +228,107 @@ static int expand(const char *pattern, unsigned k, char *out, size_t cap)
 	}
 	out[used] = 0;
 	return 0;
+}
+
+/* Set by SIGINT or SIGTERM during a clone: no copy starts after it. */
+static volatile sig_atomic_t clone_sig;
+
+static void clone_on_signal(int sig)
+{
+	clone_sig = sig;
+}
+
+/* A signal crest was started ignoring stays ignored (nohup, `cmd &`). */
+static void clone_signals(void)
+{
+	struct sigaction sa = { .sa_handler = clone_on_signal, .sa_flags = SA_RESTART }, old;
+	sigemptyset(&sa.sa_mask);
+	static const int sigs[] = { SIGINT, SIGTERM };
+	for (size_t k = 0; k < 2; k++)
+		if (sigaction(sigs[k], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+			sigaction(sigs[k], &sa, NULL);
+}
+
+/* What one copy needs of the machine, from its snapshot: memory, the bytes
+ * of CRIU's page images (what the copy maps back in); tasks, one a thread
+ * (CRIU's core-TID images) or process, and crest's init of its pid
+ * namespace. count copies must fit in what the machine has left
+ * (proc_room), or none starts: a clone of 1000 copies once ran 781 before
+ * it was stopped, the machine swapping. */
+static int clone_fits(const char *name, const struct cas_manifest *m, unsigned long count)
+{
+	uint64_t mem = 0, cores = 0;
+	for (size_t i = 0; i < m->nstreams; i++) {
+		const struct cas_stream *st = &m->streams[i];
+		if (st->type != CAS_STREAM_IMAGE)
+			continue;
+		const char *base = strrchr(st->name, '/');
+		base = base ? base + 1 : st->name;
+		if (!strncmp(base, "pages-", 6))
+			mem += st->size;
+		else if (!strncmp(base, "core-", 5))
+			cores++;
+	}
+	pid_t *pv = NULL;
+	size_t np = 0;
+	const char *pl = cas_manifest_get_label(m, "pids");
+	if (!pl || proc_pids_parse(pl, &pv, &np) < 0)
+		np = 0;
+	free(pv);
+	const uint64_t tasks = (cores > np ? cores : np) + 1;
+	uint64_t mem_room, task_room;
+	const int rc = proc_room(&mem_room, &task_room);
+	if (rc < 0)
+		return crest_errctx(rc, "clone: cannot tell what the machine can hold");
+	char b1[32], b2[32], b3[32];
+	if (mem && count > mem_room / mem)
+		return crest_errx(-ENOMEM, "clone --count %lu: each copy of %s needs about %s of memory (its pages), "
+				  "%s in all, and %s is available (MemAvailable, or what crest's cgroup allows): at most %llu "
+				  "copies fit; none started", count, name, fmt_bytes(mem, b1, sizeof(b1)),
+				  fmt_bytes(mem * count, b2, sizeof(b2)), fmt_bytes(mem_room, b3, sizeof(b3)),
+				  (unsigned long long)(mem_room / mem));
+	if (count > task_room / tasks)
+		return crest_errx(-EAGAIN, "clone --count %lu: each copy of %s needs %llu tasks, %llu in all, and "
+				  "the kernel allows %llu more (pid_max, threads-max): at most %llu copies fit; "
+				  "none started", count, name, (unsigned long long)tasks,
+				  (unsigned long long)(tasks * count), (unsigned long long)task_room,
+				  (unsigned long long)(task_room / tasks));
+	return 0;
+}
+
+/* Starts copy pid's branch at the snapshot (a manifest, no data) and
+ * notes the job, so that its checkpoints continue that branch. The store
+ * is opened for writing for this alone: between copies, other crests
+ * (the original's checkpoints) get their turn. */
+static int clone_record(const struct cli *c, const uint8_t id[32], const char *branch, pid_t pid,
+			uint8_t bid[32])
+{
+	struct cas_store *w;
+	int rc = cli_store_open(c, CAS_WRITE, &w);
+	if (rc < 0)
+		return rc;
+	rc = cas_branch_fork(w, id, branch, bid);
+	if (rc == 0)
+		cli_job_note(c, w, pid, bid, branch);
+	cas_close(w);
+	return rc;
+}
+
+/* A copy's line, printed as soon as it runs. */
+static void clone_say(const struct cli *c, unsigned long k, const char *hex, pid_t pid, const char *branch,
+		      const uint8_t *bid)
+{
+	if (c->json) {
+		char bh[65] = "";
+		if (bid)
+			cli_print_id(bh, bid);
+		printf("{\"clone\": %lu, \"snapshot\": \"%s\", \"pid\": %d, \"branch\": ", k, hex, (int)pid);
+		json_str(stdout, branch);
+		printf(", \"branch_snapshot\": \"%s\"}\n", bh);
+	} else if (!c->quiet) {
+		printf("clone %lu of %.12s: pid %d, branch %s\n", k, hex, (int)pid, branch);
+	}
+	fflush(stdout);
 }
 
 int cmd_clone(struct cli *c, int argc, char **argv)
@@ -307,13 +425,19 @@ int cmd_clone(struct cli *c, int argc, char **argv)
 	}
 	if (rc == 0)
 		crest_errset_str("");   /* cas_branch_head's -ENOENT above is what was wanted */
+	if (rc == 0)
+		rc = clone_fits(name, m, count);
 	char hex[65];
 	cli_print_id(hex, id);
 	pid_t *pids = calloc(count, sizeof(pid_t));
 	if (rc == 0 && !pids)
 		rc = crest_errf(-ENOMEM, "clone");
+	/* From here Ctrl-C or SIGTERM stops the starting, not crest: the
+	 * copies already running are said and kept. */
+	clone_signals();
 	unsigned long made = 0;
-	for (; rc == 0 && made < count; made++) {
+	int rrc = 0;
+	for (; rc == 0 && made < count && !clone_sig; made++) {
 		char wd[4096];
 		if (workdir)
 			rc = expand(workdir, (unsigned)(made + 1), wd, sizeof(wd));
@@ -332,43 +456,45 @@ int cmd_clone(struct cli *c, int argc, char **argv)
 			break;
 		}
 		pids[made] = r.pid;
+		/* Its branch and job note now, before the next copy starts: a
+		 * clone stopped at any point leaves every running copy with
+		 * both, and its line printed. */
+		uint8_t bid[32];
+		const int brc = clone_record(c, id, names[made], r.pid, bid);
+		clone_say(c, made + 1, hex, r.pid, names[made], brc == 0 ? bid : NULL);
+		if (brc < 0 && rrc == 0) {
+			rrc = crest_errctx(brc, "copy %lu runs as pid %d, but its branch %s could not be started",
+					   made + 1, (int)r.pid, names[made]);
+			rc = rrc;
+			made++;
+			break;
+		}
 	}
 	cas_manifest_free(m);
 	if (store)
 		cas_close(store);
-	store = NULL;
-	/* The branches: each starts at the snapshot (a manifest, no data). */
-	int brc = 0;
-	uint8_t *bids = calloc(made ? made : 1, 32);
-	if (made && !bids)
-		brc = crest_errf(-ENOMEM, "clone");
-	if (made && brc == 0)
-		brc = cli_store_open(c, CAS_WRITE, &store);
-	for (unsigned long k = 0; brc == 0 && k < made; k++) {
-		brc = cas_branch_fork(store, id, names[k], bids + 32 * k);
-		/* Each copy's checkpoints continue its own branch. */
-		if (brc == 0)
-			cli_job_note(c, store, pids[k], bids + 32 * k, names[k]);
-	}
-	if (store)
-		cas_close(store);
-	if (rc == 0 && brc < 0)
-		rc = crest_errctx(brc, "the copies run, but their branches could not be started");
-	for (unsigned long k = 0; k < made; k++) {
-		if (c->json) {
-			char bh[65];
-			cli_print_id(bh, bids + 32 * k);
-			printf("{\"clone\": %lu, \"snapshot\": \"%s\", \"pid\": %d, \"branch\": ", k + 1, hex, (int)pids[k]);
-			json_str(stdout, names[k]);
-			printf(", \"branch_snapshot\": \"%s\"}\n", brc == 0 ? bh : "");
-		} else if (!c->quiet) {
-			printf("clone %lu of %.12s: pid %d, branch %s\n", k + 1, hex, (int)pids[k], names[k]);
+	int ret = 0;
+	if (clone_sig) {
+		/* What ran, in one line on stderr (each copy's own line is on
+		 * stdout already). */
+		fprintf(stderr, "%s: clone interrupted (%s) after %lu of %lu copies", c->prog,
+			clone_sig == SIGINT ? "SIGINT" : "SIGTERM", made, count);
+		if (made) {
+			fprintf(stderr, "; running:");
+			for (unsigned long k = 0; k < made; k++)
+				fprintf(stderr, "%s pid %d branch %s", k ? "," : "", (int)pids[k], names[k]);
 		}
+		fprintf(stderr, "\n");
+		ret = 128 + clone_sig;
+	} else if (rc < 0) {
+		ret = cli_fail(c, rc);
+		if (made)
+			fprintf(stderr, "%s: %lu cop%s of %lu run%s, each with its branch (listed above)\n", c->prog,
+				made, made == 1 ? "y" : "ies", count, made == 1 ? "s" : "");
 	}
-	fflush(stdout);
-	free(bids);
 	free(pids);
 	free(names);
 	free(map);
-	return rc < 0 ? cli_fail(c, rc) : 0;
+	return ret;
 }
+

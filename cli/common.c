@@ -7,6 +7,7 @@
 #include "os/proc.h"
 #include "util/err.h"
 #include "util/json.h"
+#include "util/parse.h"
 #include "util/progress.h"
 #include "util/sha256.h"
 
@@ -122,6 +123,16 @@ int cli_parse_globals(struct cli *c, int argc, char **argv)
 		}
 	}
 	argv[out] = NULL;
+	/* The store's lock wait (cas/store.c) falls back to its default on a
+	 * bad value, for libcrest; a command line says so first, as a usage
+	 * error, before anything runs. Same parser and bounds. */
+	const char *lt = getenv("CREST_LOCK_TIMEOUT");
+	uint64_t ns;
+	if (lt && *lt && parse_duration(lt, PARSE_NS_S, 0, 366 * PARSE_NS_DAY, &ns) < 0) {
+		fprintf(stderr, "%s: CREST_LOCK_TIMEOUT=%s: not a duration from 0 to 366 days (seconds, or 30s, "
+			"5m, 1h)\n", c->prog, lt);
+		return -1;
+	}
 	/* A JSON consumer reads stdout; keep the terminal line off as well. */
 	if (c->json)
 		c->quiet = true;
@@ -277,31 +288,7 @@ int cli_parse_size(const char *s, uint64_t *out)
 
 int cli_parse_duration(const char *s, uint64_t *ns)
 {
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	/* Decimal digits only: strtod also reads "nan", "inf", hex and
-	 * leading spaces. */
-	if (errno || end == s || strspn(s, "0123456789.eE+-") != (size_t)(end - s) || !(v > 0))
-		return -EINVAL;
-	double mul = 1e9;
-	if (!strcmp(end, "ms"))
-		mul = 1e6;
-	else if (!strcmp(end, "s") || !*end)
-		mul = 1e9;
-	else if (!strcmp(end, "m"))
-		mul = 60e9;
-	else if (!strcmp(end, "h"))
-		mul = 3600e9;
-	else
-		return -EINVAL;
-	/* Compared as doubles before the conversion, which is undefined for a
-	 * value out of range (1e308s would be). */
-	const double t = v * mul;
-	if (!(t >= (double)CLI_DURATION_MIN_NS && t <= (double)CLI_DURATION_MAX_NS))
-		return -EINVAL;
-	*ns = (uint64_t)t;
-	return 0;
+	return parse_duration(s, PARSE_NS_S, CLI_DURATION_MIN_NS, CLI_DURATION_MAX_NS, ns);
 }
 
 int cli_fail(const struct cli *c, int rc)
@@ -577,7 +564,7 @@ int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_ev
 {
 	if (!strcmp(a, "--every")) {
 		if (cli_parse_duration(v, &ev->every_ns) < 0) {
-			fprintf(stderr, "crest: --every %s: not a duration from 1ms to 366 days (30s, 5m, 1h)\n", v);
+			fprintf(stderr, "crest: --every %s: not a duration from 1ms to 366 days (30s, 5m, 1h, 7d)\n", v);
 			return -1;
 		}
 	} else if (!strcmp(a, "--branch")) {

@@ -59,7 +59,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "snapshot files and directory trees",
 	  "Stores each PATH, and for a directory everything below it, as one snapshot: contents "
 	  "(holes kept), modes, times and symlinks. Chunks the store holds already are not stored "
-	  "again. Prints the new snapshot's id.",
+	  "again. Prints the new snapshot's id. Ctrl-C or SIGTERM before the commit: nothing is "
+	  "committed, the pack space written is given back, and crest exits 130 (143 for SIGTERM).",
 	  "PATH...", false, {
 		{ "--tag", NULL, "TAG", "name the snapshot" },
 		{ "--branch", NULL, "BRANCH", "the branch it goes on (default main)" },
@@ -108,14 +109,16 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--pid", NULL, "PID", "the process to checkpoint (required)" },
 		{ "--tag", NULL, "TAG", "name the snapshot; not with --every" },
 		{ "--branch", NULL, "BRANCH", "the branch it goes on (default: the job's own, else main)" },
-		{ "--every", NULL, "DURATION", "checkpoint again every DURATION: 30s, 5m, 1h, 250ms" },
+		{ "--every", NULL, "DURATION", "checkpoint again every DURATION: 30s, 5m, 1h, 7d, 250ms (1ms to 366 days)" },
 		{ "--count", NULL, "N", "with --every: stop after N checkpoints" },
 		{ "--kill", NULL, NULL, "end the job once its snapshot is committed (it runs on if the store fails); not with --every" },
 		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
-		{ "--lock-timeout", NULL, "MS", "how long to wait for the job's GPU lock, in milliseconds" },
+		{ "--lock-timeout", NULL, "MS", "how long to wait for the job's GPU lock: milliseconds, or a duration "
+		  "(2s), up to 1h" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
-		  "(PORT on 127.0.0.1, HOST:PORT, [V6]:PORT; port 0 picks one)" },
+		  "(PORT or :PORT listen on 127.0.0.1 only; HOST:PORT, [V6]:PORT, 0.0.0.0:PORT for every "
+		  "interface; port 0 picks one)" },
 		{ "--metrics-file", NULL, "FILE", "with --every: write the metrics as a node_exporter textfile after each round" },
 	} },
 	{ "crest", "restore", "SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] [--tmpdir DIR] [--branch BRANCH] "
@@ -153,11 +156,13 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "Runs COMMAND as root in a new pid namespace, so that it can be restored with the same "
 	  "pids, and checkpoints it every DURATION. Exits with the job's status.",
 	  "PROGRAM...", true, {
-		{ "--every", NULL, "DURATION", "checkpoint every DURATION: 30s, 5m, 1h" },
+		{ "--every", NULL, "DURATION", "checkpoint every DURATION: 30s, 5m, 1h, 7d (1ms to 366 days)" },
 		{ "--branch", NULL, "BRANCH", "with --every: the branch its snapshots go on (default main)" },
 		{ "--file-limit", NULL, "SIZE", "with --every: the largest open file stored with the job" },
 		{ "--tmpdir", NULL, "DIR", "with --every: where CRIU's images are staged" },
-		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics" },
+		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
+		  "(PORT or :PORT listen on 127.0.0.1 only; HOST:PORT, [V6]:PORT, 0.0.0.0:PORT for every "
+		  "interface; port 0 picks one)" },
 		{ "--metrics-file", NULL, "FILE", "with --every: write the metrics as a node_exporter textfile after each round" },
 	} },
 	{ "crest", "clone", "SNAPSHOT --branch NEW [--count N] [--workdir PATTERN] [--tmpdir DIR] "
@@ -166,7 +171,10 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "Restores N copies of a snapshot of a job started by crest run, each in a pid namespace "
 	  "of its own, on branch NEW (NEW-1 .. NEW-N for several); each copy's checkpoints continue "
 	  "its branch. PATTERN names each copy's directory for the job's files, %d its number "
-	  "(1..N); without it each file is copied beside itself as FILE.clone-N.",
+	  "(1..N); without it each file is copied beside itself as FILE.clone-N. N copies must fit "
+	  "what the machine (and crest's cgroup) can hold, the snapshot's memory and tasks times N, "
+	  "or none starts. Each copy's line, branch and note are made as it starts; Ctrl-C or "
+	  "SIGTERM stops the starting, says which copies run and exits 130 (143).",
 	  "SNAPSHOT", false, {
 		{ "--branch", NULL, "BRANCH", "the new branch the copies go on (required)" },
 		{ "--count", NULL, "N", "how many copies (1 to 1000, default 1)" },

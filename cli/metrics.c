@@ -2,6 +2,28 @@
  * metrics.c - Prometheus metrics of crest's checkpoint loops: the values,
  * their text format (0.0.4), a one-thread HTTP server and the
  * node_exporter textfile. See metrics.h.
+ *
+ * The server is one poll loop that always accepts: no connection holds a
+ * slot a scrape needs. It keeps at most CONNS_MAX connections; when a new
+ * one comes past that, the oldest still sending its request is dropped
+ * (a scrape sends its request at once, so a slow-loris client, a byte a
+ * second, is always the older), and each connection has a deadline to
+ * send its request and one to take the answer. It listens on loopback
+ * unless an address is named (--metrics 0.0.0.0:PORT).
+ *
+ * Why not a library. libmicrohttpd (Debian's libmicrohttpd-dev) is the
+ * one to weigh: an internal poll thread, a connection limit and a
+ * per-connection timeout, all well tested. But at its connection limit it
+ * refuses the new connection, so the limit is exactly the slot a slow
+ * client holds hostage: 32 idle connections at its default timeouts
+ * blind scrapes as the 8 slots here did (reported in issue 32), and
+ * dropping the oldest idle one is not among its options. For one fixed
+ * answer to GET /metrics it would also bring a parser of everything HTTP
+ * (chunked bodies, POST processing, upgrades: the parts its CVEs were in)
+ * into a process that runs as root beside the job, and a dependency to
+ * every install. What crest needs is the request line and the end of the
+ * headers, a few hundred lines it can bound and test. The checkpoint loop
+ * never waits on this thread: it only takes the lock on the values.
  */
 #include "cli/metrics.h"
 #include "util/err.h"
@@ -31,13 +53,19 @@
 /* A request is a line and a few headers: anything longer is refused, so a
  * client cannot make crest buffer more than this per connection. */
 #define REQ_MAX 4096
-#define CLIENTS_MAX 8
-/* A connection that has not sent its request and read the answer within
- * this is dropped: a stalled client holds a slot no longer. */
-#define CLIENT_DEADLINE_MS 5000
+/* Connections held at once (REQ_MAX bytes each: 256 KiB in all); a new
+ * one past it takes the place of the oldest still sending its request. */
+#define CONNS_MAX 64
+/* A connection that has not sent its whole request within REQ_DEADLINE_MS
+ * of its accept, or not taken its answer within SEND_DEADLINE_MS of it
+ * being ready, is dropped. */
+#define REQ_DEADLINE_MS 5000
+#define SEND_DEADLINE_MS 5000
+#define BACKLOG 128
 
 struct client {
 	int fd;
+	uint64_t born_ns;       /* accepted then: the oldest idle goes first */
 	uint64_t deadline_ns;
 	size_t inlen;
 	char in[REQ_MAX];
@@ -66,7 +94,7 @@ struct cli_metrics {
 	uint64_t every_ns;
 	pthread_mutex_t mu;
 	struct values v;          /* under mu */
-	struct client cl[CLIENTS_MAX];
+	struct client cl[CONNS_MAX];
 	uint64_t accept_pause_ns;  /* accept failing (EMFILE...): wait till then */
 };
 
@@ -90,8 +118,11 @@ static int parse_addr(const char *addr, struct sockaddr_storage *ss, socklen_t *
 			goto bad;   /* an IPv6 address wants its brackets */
 		memcpy(host, addr, (size_t)(colon - addr));
 		host[colon - addr] = 0;
+		/* ":PORT" is loopback too: every interface only when named
+		 * (0.0.0.0:PORT, [::]:PORT), since anyone who reaches the port
+		 * may read the job's figures and take the server's time. */
 		if (!host[0])
-			strcpy(host, "0.0.0.0");
+			strcpy(host, "127.0.0.1");
 		port = colon + 1;
 	} else {
 		strcpy(host, "127.0.0.1");
@@ -136,7 +167,7 @@ static int listen_on(struct cli_metrics *m, const char *addr)
 		return crest_errf(-errno, "--metrics %s: socket", addr);
 	const int one = 1;
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 16) < 0) {
+	if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, BACKLOG) < 0) {
 		rc = crest_errf(-errno, "--metrics %s: cannot listen there", addr);
 		close(fd);
 		return rc;
@@ -204,7 +235,7 @@ int cli_metrics_open(const char *addr, const char *file, struct cli_metrics **ou
 	if (!m)
 		return crest_errf(-ENOMEM, "metrics");
 	m->lfd = m->wake = m->dirfd = -1;
-	for (int i = 0; i < CLIENTS_MAX; i++)
+	for (int i = 0; i < CONNS_MAX; i++)
 		m->cl[i].fd = -1;
 	pthread_mutex_init(&m->mu, NULL);
 	int rc = 0;
@@ -422,6 +453,7 @@ static void respond(struct client *cl, const char *status, const char *ctype, co
 	cl->out = buf;
 	cl->outlen = len;
 	cl->outoff = 0;
+	cl->deadline_ns = time_now_ns() + SEND_DEADLINE_MS * 1000000ull;
 }
 
 static void respond_text(struct client *cl, const char *status, const char *msg)
@@ -506,26 +538,68 @@ static void client_write(struct client *cl)
 	client_close(cl);
 }
 
+/* A new connection's slot: a free one, else the oldest connection still
+ * sending its request, dropped for it; -1 when every connection is being
+ * answered (then the new one is closed: those answers are on their way). */
+static int slot_for_new(struct cli_metrics *m)
+{
+	int oldest = -1;
+	for (int i = 0; i < CONNS_MAX; i++) {
+		const struct client *cl = &m->cl[i];
+		if (cl->fd < 0)
+			return i;
+		if (!cl->out && (oldest < 0 || cl->born_ns < m->cl[oldest].born_ns))
+			oldest = i;
+	}
+	if (oldest >= 0)
+		client_close(&m->cl[oldest]);
+	return oldest;
+}
+
+/* Takes the connections waiting, at most half the table a round: those
+ * taken in one round are read in the next before more come, so a scrape
+ * accepted in a flood has sent its request (and is no longer idle, nor
+ * dropped) before the connections behind it could push it out. */
+static void accept_all(struct cli_metrics *m)
+{
+	for (int k = 0; k < CONNS_MAX / 2; k++) {
+		const int fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			/* Out of descriptors or memory: the pending connection
+			 * stays readable, and polling it again at once would
+			 * spin a core beside the job. */
+			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
+				m->accept_pause_ns = time_now_ns() + 100000000ull;
+			return;
+		}
+		const int i = slot_for_new(m);
+		if (i < 0) {
+			close(fd);
+			continue;
+		}
+		const uint64_t now = time_now_ns();
+		m->cl[i].fd = fd;
+		m->cl[i].born_ns = now;
+		m->cl[i].deadline_ns = now + REQ_DEADLINE_MS * 1000000ull;
+	}
+}
+
 static void *serve(void *arg)
 {
 	struct cli_metrics *m = arg;
 	for (;;) {
-		struct pollfd p[2 + CLIENTS_MAX];
-		int who[2 + CLIENTS_MAX];
+		struct pollfd p[2 + CONNS_MAX];
+		int who[2 + CONNS_MAX];
 		nfds_t n = 0;
 		p[n++] = (struct pollfd){ .fd = m->wake, .events = POLLIN };
-		int free_slots = 0;
 		const uint64_t now = time_now_ns();
 		uint64_t next = UINT64_MAX;
-		for (int i = 0; i < CLIENTS_MAX; i++) {
+		for (int i = 0; i < CONNS_MAX; i++) {
 			struct client *cl = &m->cl[i];
-			if (cl->fd < 0) {
-				free_slots++;
+			if (cl->fd < 0)
 				continue;
-			}
 			if (now >= cl->deadline_ns) {
 				client_close(cl);
-				free_slots++;
 				continue;
 			}
 			if (cl->deadline_ns < next)
@@ -533,12 +607,13 @@ static void *serve(void *arg)
 			who[n] = i;
 			p[n++] = (struct pollfd){ .fd = cl->fd, .events = cl->out ? POLLOUT : POLLIN };
 		}
-		/* With every slot taken, new connections wait in the backlog. */
+		/* The listening socket is always polled (but while accept
+		 * fails for want of descriptors): a full table makes room. */
 		const nfds_t lidx = n;
 		const bool paused = now < m->accept_pause_ns;
 		if (paused && m->accept_pause_ns < next)
 			next = m->accept_pause_ns;
-		if (free_slots && !paused)
+		if (!paused)
 			p[n++] = (struct pollfd){ .fd = m->lfd, .events = POLLIN };
 		const int timeout = next == UINT64_MAX ? -1 : (int)((next - now) / 1000000ull) + 1;
 		const int r = poll(p, n, timeout);
@@ -562,25 +637,10 @@ static void *serve(void *arg)
 			if (cl->fd >= 0 && cl->out && cl->outoff == 0)
 				client_write(cl);
 		}
-		if (lidx < n && p[lidx].revents) {
-			for (int i = 0; i < CLIENTS_MAX && free_slots; i++) {
-				if (m->cl[i].fd >= 0)
-					continue;
-				const int fd = accept4(m->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-				/* Out of descriptors or memory: the pending
-				 * connection stays readable, and polling it again
-				 * at once would spin a core beside the job. */
-				if (fd < 0 && errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-					m->accept_pause_ns = time_now_ns() + 100000000ull;
-				if (fd < 0)
-					break;
-				m->cl[i].fd = fd;
-				m->cl[i].deadline_ns = time_now_ns() + CLIENT_DEADLINE_MS * 1000000ull;
-				free_slots--;
-			}
-		}
+		if (lidx < n && p[lidx].revents)
+			accept_all(m);
 	}
-	for (int i = 0; i < CLIENTS_MAX; i++)
+	for (int i = 0; i < CONNS_MAX; i++)
 		client_close(&m->cl[i]);
 	return NULL;
 }
@@ -661,7 +721,7 @@ void cli_metrics_close(struct cli_metrics *m)
 		}
 		pthread_join(m->thread, NULL);
 	}
-	for (int i = 0; i < CLIENTS_MAX; i++)
+	for (int i = 0; i < CONNS_MAX; i++)
 		client_close(&m->cl[i]);
 	if (m->lfd >= 0)
 		close(m->lfd);

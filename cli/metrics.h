@@ -21,8 +21,9 @@
 struct cli_metrics;
 
 /* Checks and takes what the options name, before anything starts: binds
- * addr (PORT, HOST:PORT, [V6]:PORT, :PORT for every interface; host
- * 127.0.0.1 when only a port is given, port 0 for any free one), and opens
+ * addr (PORT, HOST:PORT, [V6]:PORT, :PORT; host 127.0.0.1 when none is
+ * given: every interface only when named, 0.0.0.0:PORT or [::]:PORT;
+ * port 0 for any free one), and opens
  * the directory of file, refusing a symlink anywhere on its path (crest
  * runs as root). Either may be NULL. 0, or -errno with a one-line message
  * naming the option; the caller exits 2. The listening socket is

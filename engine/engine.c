@@ -336,6 +336,10 @@ int engine_stream_add_fd(struct engine_stream *st, int fd, const char *what)
 		off_t hole = lseek(fd, (off_t)pos, SEEK_HOLE);
 		uint64_t end = hole < 0 || (uint64_t)hole > size ? size : (uint64_t)hole;
 		while (pos < end) {
+			if (atomic_load(&st->snap->cancelled)) {
+				rc = crest_errx(-EINTR, "interrupted while reading %s", what);
+				break;
+			}
 			/* Cut at multiples of the segment size: the same bytes give
 			 * the same segments, so CDC cuts stay put between snapshots. */
 			uint64_t next = (pos / seg + 1) * seg;
@@ -778,6 +782,10 @@ static void *committer_main(void *arg)
 		e->cq_head = s->next;
 		if (!e->cq_head)
 			e->cq_tail = NULL;
+		/* A cancel seen here fails the snapshot; one that comes
+		 * after this point is too late: the commit goes on. */
+		if (atomic_load(&s->cancelled))
+			eng_snap_fail(s, -EINTR, "interrupted: nothing committed");
 		int err = s->err;
 		bool aborted = s->aborted;
 		pthread_mutex_unlock(&e->lock);
@@ -853,6 +861,11 @@ int engine_snapshot_wait(struct engine_snap *s, struct engine_result *r)
 		*r = s->res;
 	snap_free(s);
 	return rc;
+}
+
+void engine_snapshot_cancel(struct engine_snap *s)
+{
+	atomic_store(&s->cancelled, 1);
 }
 
 void engine_snapshot_abort(struct engine_snap *s)

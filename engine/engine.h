@@ -161,5 +161,13 @@ bool engine_snapshot_timedwait(struct engine_snap *s, uint64_t timeout_ns);
 int engine_snapshot_wait(struct engine_snap *s, struct engine_result *r);
 /* Drops an unsealed snapshot: nothing of it is committed. */
 void engine_snapshot_abort(struct engine_snap *s);
+/* Asks that s fail with -EINTR ("interrupted") rather than commit: its
+ * workers skip what is left, engine_stream_add_fd stops, and the
+ * committer fails it unless its commit had begun (then it commits whole,
+ * and the wait says so). One lock-free atomic store: safe in a signal
+ * handler, on any thread, as long as s is not freed meanwhile. What its
+ * workers wrote is past the store's commit marks, cut when the store
+ * closes (cas_close). */
+void engine_snapshot_cancel(struct engine_snap *s);
 
 #endif

@@ -164,6 +164,9 @@ struct engine_snap {
 	bool sealed, done, aborted, detached;
 	int err;
 	char errmsg[1024];
+	/* engine_snapshot_cancel's, from a signal handler: read by the
+	 * workers (skip), the producer (stop) and the committer (fail). */
+	atomic_int cancelled;
 	/* updated by workers */
 	atomic_uint_fast64_t max_seq, bytes_done, expect;
 	atomic_uint_fast64_t zero_bytes, new_bytes, stored_bytes, chunks, new_chunks, guided_chunks;

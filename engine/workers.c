@@ -662,7 +662,7 @@ void *eng_worker_main(void *arg)
 		if (!e->jq_head)
 			e->jq_tail = NULL;
 		struct engine_snap *snap = sg->st->snap;
-		bool skip = snap->err || snap->aborted;
+		bool skip = snap->err || snap->aborted || atomic_load(&snap->cancelled);
 		pthread_mutex_unlock(&e->lock);
 
 		const uint64_t tw = wt_now(&w);

@@ -67,6 +67,7 @@
 #include "restore/regions.h"
 #include "restore/restore.h"
 #include "util/err.h"
+#include "util/parse.h"
 #include "util/progress.h"
 #include "util/sha256.h"
 
@@ -707,14 +708,14 @@ static uint64_t idle_from_env(void)
 	const char *e = getenv("CREST_STORE_IDLE_MS");
 	if (!e || !*e)
 		return IDLE_NEVER;
-	char *end;
-	const double ms = strtod(e, &end);
-	if (*end || ms < 0 || ms > 1e9) {
-		fprintf(stderr, "crest: CREST_STORE_IDLE_MS=%s is not a number of milliseconds; the session "
-			"keeps the store\n", e);
+	/* The one duration parser; a bare number is milliseconds. */
+	uint64_t ns;
+	if (parse_duration(e, PARSE_NS_MS, 0, 366 * PARSE_NS_DAY, &ns) < 0) {
+		fprintf(stderr, "crest: CREST_STORE_IDLE_MS=%s is not a number of milliseconds up to 366 days; "
+			"the session keeps the store\n", e);
 		return IDLE_NEVER;
 	}
-	return (uint64_t)(ms * 1e6);
+	return ns;
 }
 
 static int crest_destroy(crest_t *c);

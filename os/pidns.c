@@ -178,7 +178,7 @@ int pidns_spawn(char *const argv[], mode_t job_umask, struct pidns_job *j)
 	return 0;
 }
 
-int pidns_wait(struct pidns_job *j, int timeout_ms, int *status)
+int pidns_wait(struct pidns_job *j, int64_t timeout_ns, int *status)
 {
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -194,8 +194,8 @@ int pidns_wait(struct pidns_job *j, int timeout_ms, int *status)
 			return crest_errf(-errno, "waiting for the job (pid %d)", (int)j->init);
 		struct timespec now;
 		clock_gettime(CLOCK_MONOTONIC, &now);
-		const long long ms = (now.tv_sec - t0.tv_sec) * 1000LL + (now.tv_nsec - t0.tv_nsec) / 1000000;
-		if (timeout_ms >= 0 && ms >= timeout_ms)
+		const int64_t ns = (int64_t)(now.tv_sec - t0.tv_sec) * 1000000000 + (now.tv_nsec - t0.tv_nsec);
+		if (timeout_ns >= 0 && ns >= timeout_ns)
 			return 0;
 		struct timespec ts = { 0, 20 * 1000 * 1000 };
 		nanosleep(&ts, NULL);

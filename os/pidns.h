@@ -51,8 +51,8 @@ int pidns_init_main(char *const argv[]);
 
 /* Waits until the job's init has ended; 1 and its status (an exit code,
  * 128 + signal for a killed job) when it has, 0 if it still runs after
- * timeout_ms (0: do not wait; -1: for ever). */
-int pidns_wait(struct pidns_job *j, int timeout_ms, int *status);
+ * timeout_ns (0: do not wait; negative: for ever). */
+int pidns_wait(struct pidns_job *j, int64_t timeout_ns, int *status);
 
 /* Sends sig to the job (through its init, which forwards it). Safe in a
  * signal handler. */

@@ -565,3 +565,108 @@ void proc_extfds_free(struct proc_extfds *f)
 	f->v = NULL;
 	f->n = 0;
 }
+
+/* One unsigned number from a /proc file, after prefix on a line of it
+ * (NULL: the file's first number). */
+static int proc_number(const char *path, const char *prefix, uint64_t *v)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return crest_errf(-errno, "cannot read %s", path);
+	char line[256];
+	int rc = crest_errx(-ENODATA, "%s: no %s in it", path, prefix ? prefix : "number");
+	while (fgets(line, sizeof(line), f)) {
+		const char *p = line;
+		if (prefix) {
+			if (strncmp(line, prefix, strlen(prefix)))
+				continue;
+			p += strlen(prefix);
+		}
+		unsigned long long n;
+		if (sscanf(p, " %llu", &n) == 1) {
+			*v = n;
+			crest_errset_str("");
+			rc = 0;
+		}
+		break;
+	}
+	fclose(f);
+	return rc;
+}
+
+/* A limit and a usage of crest's own cgroup (v2: "0::/PATH", files
+ * v2max/v2cur; v1: the controller's own line, files v1max/v1cur), into
+ * *room as the limit less the usage when that is lower. "max", a missing
+ * file or no line leaves *room as it was: no limit to honour. */
+static void cgroup_room(const char *ctl, const char *v2max, const char *v2cur, const char *v1max,
+			const char *v1cur, uint64_t *room)
+{
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	if (!f)
+		return;
+	char line[1024], path[1400], dir[1100] = "";
+	bool v2 = false;
+	while (fgets(line, sizeof(line), f)) {
+		line[strcspn(line, "\n")] = 0;
+		char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c2 = 0;
+		if (!strcmp(c1 + 1, ctl)) {           /* v1: "N:memory:/PATH" */
+			snprintf(dir, sizeof(dir), "/sys/fs/cgroup/%s%s", ctl, c2 + 1);
+			v2 = false;
+			break;
+		}
+		if (!c1[1] && !strncmp(line, "0", 2)) {   /* v2: "0::/PATH" */
+			snprintf(dir, sizeof(dir), "/sys/fs/cgroup%s", c2 + 1);
+			v2 = true;
+		}
+	}
+	fclose(f);
+	if (!dir[0])
+		return;
+	uint64_t max, cur;
+	snprintf(path, sizeof(path), "%s/%s", dir, v2 ? v2max : v1max);
+	if (proc_number(path, NULL, &max) < 0) {   /* "max", or not there */
+		crest_errset_str("");
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/%s", dir, v2 ? v2cur : v1cur);
+	if (proc_number(path, NULL, &cur) < 0) {
+		crest_errset_str("");
+		cur = 0;
+	}
+	const uint64_t left = max > cur ? max - cur : 0;
+	if (left < *room)
+		*room = left;
+}
+
+int proc_room(uint64_t *mem_bytes, uint64_t *tasks)
+{
+	uint64_t kib, pid_max, threads_max;
+	int rc = proc_number("/proc/meminfo", "MemAvailable:", &kib);
+	if (rc == 0)
+		rc = proc_number("/proc/sys/kernel/pid_max", NULL, &pid_max);
+	if (rc == 0)
+		rc = proc_number("/proc/sys/kernel/threads-max", NULL, &threads_max);
+	if (rc < 0)
+		return rc;
+	/* loadavg's fourth field: "running/total" tasks. */
+	FILE *f = fopen("/proc/loadavg", "re");
+	if (!f)
+		return crest_errf(-errno, "cannot read /proc/loadavg");
+	unsigned long long running, total;
+	const int got = fscanf(f, "%*s %*s %*s %llu/%llu", &running, &total);
+	fclose(f);
+	if (got != 2)
+		return crest_errx(-ENODATA, "/proc/loadavg: no task count in it");
+	const uint64_t limit = pid_max < threads_max ? pid_max : threads_max;
+	*mem_bytes = kib * 1024;
+	*tasks = limit > total ? limit - total : 0;
+	/* The copies start in crest's cgroup: its limits bound them too (a
+	 * batch job's allocation, a container's). */
+	cgroup_room("memory", "memory.max", "memory.current", "memory.limit_in_bytes", "memory.usage_in_bytes",
+		    mem_bytes);
+	cgroup_room("pids", "pids.max", "pids.current", "pids.max", "pids.current", tasks);
+	return 0;
+}

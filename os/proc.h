@@ -27,6 +27,15 @@ struct proc_tree {
 char *proc_pids_format(const pid_t *v, size_t n);
 int proc_pids_parse(const char *s, pid_t **out, size_t *n);
 
+/* What the machine can still hold, for a caller about to start many
+ * processes (crest clone --count): *mem_bytes, /proc/meminfo's
+ * MemAvailable; *tasks, how many more tasks (processes and threads) the
+ * kernel allows: the lower of kernel.pid_max and kernel.threads-max, less
+ * the tasks that exist now (/proc/loadavg). Each the lower still where
+ * crest's own cgroup (v1 or v2) sets a memory or pids limit: its limit
+ * less its usage. 0, or -errno with a message when /proc cannot say. */
+int proc_room(uint64_t *mem_bytes, uint64_t *tasks);
+
 /* The root and all its descendants. -ESRCH with a message if root is gone. */
 int proc_tree_get(pid_t root, struct proc_tree *t);
 void proc_tree_free(struct proc_tree *t);

@@ -390,17 +390,14 @@ static int jobfile_clone(const struct restore_ctx *c, const struct cas_stream *s
 	}
 	crest_errset_str("");
 	if (o->workdir) {
-		if (mkdir(o->workdir, 0755) < 0 && errno != EEXIST) {
-			const int rc = crest_errf(-errno, "cannot create %s", o->workdir);
-			if (in >= 0)
-				close(in);
-			if (odfd >= 0)
-				close(odfd);
-			return rc;
-		}
-		f->dfd = open(o->workdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		/* Made and opened following only root's and the caller's
+		 * symlinks, as crest get's DEST: a --workdir in a user's
+		 * directory that the user turned into a link elsewhere does
+		 * not take root's copies there. */
+		f->dfd = fs_open_dir_owned(o->workdir, 1, 0755, NULL);
 		if (f->dfd < 0) {
-			const int rc = crest_errf(-errno, "cannot open %s", o->workdir);
+			const int rc = f->dfd;
+			f->dfd = -1;
 			if (in >= 0)
 				close(in);
 			if (odfd >= 0)

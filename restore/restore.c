@@ -469,10 +469,14 @@ int restore_tree(const struct restore_ctx *c, const struct cas_manifest *m, cons
 	free(symlinks);
 	if (rc < 0)
 		return rc;
-	/* dest itself is the caller's to name; below it nothing is followed. */
-	int destfd = open(dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	if (destfd < 0 && errno != ENOENT)
-		return crest_errf(-errno, "cannot open %s", dest);
+	/* dest itself is the caller's to name, but the way to it follows
+	 * only root's and the caller's symlinks (fs_open_dir_owned): as
+	 * root, a `dest` another user made a link to a root-only directory
+	 * would otherwise put root's files there. Below it nothing is
+	 * followed. */
+	int destfd = fs_open_dir_owned(dest, 0, 0, NULL);
+	if (destfd < 0 && destfd != -ENOENT)
+		return destfd;
 	for (size_t i = 0; destfd >= 0 && i < m->nstreams; i++) {
 		const char *name = m->streams[i].name;
 		char parent[4096];
@@ -497,11 +501,10 @@ int restore_tree(const struct restore_ctx *c, const struct cas_manifest *m, cons
 		return rc;
 	}
 	if (destfd < 0) {
-		if (mkdir(dest, 0700) < 0 && errno != EEXIST)
-			return crest_errf(-errno, "cannot create %s", dest);
-		destfd = open(dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		crest_errset_str("");   /* -ENOENT above: made now */
+		destfd = fs_open_dir_owned(dest, 1, 0700, NULL);
 		if (destfd < 0)
-			return crest_errf(-errno, "cannot open %s", dest);
+			return destfd;
 	}
 	/* One reader for every file: a tree of many small files would
 	 * otherwise list and open the packs once per file. */

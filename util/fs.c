@@ -258,3 +258,122 @@ const char *fs_split(const char *rel, char *parent, unsigned long cap)
 	snprintf(parent, cap, "%.*s", (int)(slash - rel), rel);
 	return slash + 1;
 }
+
+/* The rest of the path still to walk lives in one buffer: a link's target
+ * replaces the component that named it, ahead of what followed. */
+int fs_open_dir_owned(const char *path, int create, unsigned mode, int *created)
+{
+	if (created)
+		*created = 0;
+	if (!*path)
+		return crest_errx(-ENOENT, "an empty path is no directory");
+	char *rem = malloc(2 * PATH_MAX + 2), *tmp = malloc(2 * PATH_MAX + 2);
+	if (!rem || !tmp) {
+		free(rem);
+		free(tmp);
+		return crest_errf(-ENOMEM, "opening %s", path);
+	}
+	if (strlen(path) > PATH_MAX) {
+		free(rem);
+		free(tmp);
+		return crest_errx(-ENAMETOOLONG, "%s: path too long", path);
+	}
+	strcpy(rem, path);
+	int cur = open(path[0] == '/' ? "/" : ".", O_PATH | O_DIRECTORY | O_CLOEXEC);
+	int rc = cur < 0 ? crest_errf(-errno, "cannot open %s", path[0] == '/' ? "/" : ".") : 0;
+	unsigned links = 0;
+	char *p = rem;
+	while (rc == 0) {
+		while (*p == '/')
+			p++;
+		if (!*p)
+			break;
+		char *end = strchr(p, '/');
+		if (end)
+			*end++ = 0;
+		else
+			end = p + strlen(p);
+		const char *comp = p;
+		p = end;
+		const char *q = p;
+		while (*q == '/')
+			q++;
+		const bool last = !*q;
+		if (!strcmp(comp, "."))
+			continue;
+		int fd = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0 && errno == ENOENT && last && create) {
+			if (mkdirat(cur, comp, (mode_t)mode) == 0) {
+				if (created)
+					*created = 1;
+			} else if (errno != EEXIST) {
+				rc = crest_errf(-errno, "cannot create %s", path);
+				break;
+			}
+			fd = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		}
+		if (fd < 0) {
+			rc = crest_errf(-errno, "cannot open %s (at '%s')", path, comp);
+			break;
+		}
+		struct stat sb;
+		if (fstat(fd, &sb) < 0) {
+			rc = crest_errf(-errno, "cannot open %s (at '%s')", path, comp);
+			close(fd);
+			break;
+		}
+		if (S_ISLNK(sb.st_mode)) {
+			if (sb.st_uid != 0 && sb.st_uid != geteuid()) {
+				rc = crest_errx(-ELOOP, "refusing %s: '%s' on its path is a symlink owned by uid %u, "
+						"neither root nor the caller; crest does not follow another user's "
+						"symlink (docs/SECURITY.md)", path, comp, (unsigned)sb.st_uid);
+				close(fd);
+				break;
+			}
+			char target[PATH_MAX + 1];
+			/* "" with an O_PATH fd of the link: that very link. */
+			const ssize_t n = readlinkat(fd, "", target, PATH_MAX);
+			close(fd);
+			if (n <= 0 || ++links > 40) {
+				rc = n < 0 ? crest_errf(-errno, "cannot read the symlink '%s' in %s", comp, path)
+					   : crest_errx(-ELOOP, "%s: too many symlinks (or an empty one) on the way", path);
+				break;
+			}
+			target[n] = 0;
+			if (strlen(p) + (size_t)n + 2 > 2 * PATH_MAX) {
+				rc = crest_errx(-ENAMETOOLONG, "%s: path too long through its symlinks", path);
+				break;
+			}
+			const size_t rl = strlen(p);
+			memcpy(tmp, target, (size_t)n);
+			tmp[n] = '/';
+			memcpy(tmp + n + 1, p, rl + 1);
+			memcpy(rem, tmp, (size_t)n + rl + 2);
+			p = rem;
+			if (target[0] == '/') {
+				close(cur);
+				cur = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+				if (cur < 0)
+					rc = crest_errf(-errno, "cannot open /");
+			}
+			continue;
+		}
+		if (!S_ISDIR(sb.st_mode)) {
+			rc = crest_errx(-ENOTDIR, "%s: '%s' on its path is not a directory", path, comp);
+			close(fd);
+			break;
+		}
+		close(cur);
+		cur = fd;
+	}
+	free(rem);
+	free(tmp);
+	if (rc < 0) {
+		if (cur >= 0)
+			close(cur);
+		return rc;
+	}
+	const int dfd = openat(cur, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	close(cur);
+	return dfd < 0 ? crest_errf(-errno, "cannot open %s", path) : dfd;
+}

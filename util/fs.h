@@ -34,6 +34,21 @@ int fs_workdir_sweep(const char *parent, const char *prefix);
  * for a ".." that would leave dirfd. */
 int fs_openat_beneath(int dirfd, const char *rel, int flags, unsigned mode);
 
+/* Opens the directory path names (absolute, or from the working
+ * directory), following a symlink on the way, the last component
+ * included, only where root or the caller (the effective uid) owns it:
+ * the rule of the kernel's fs.protected_symlinks, everywhere rather than
+ * in sticky directories alone. So root's `crest get SNAP /home/u/dest`
+ * goes through /home -> /data/home (root's) but never through a `dest`
+ * (or a directory above it) that u made a link to a root-only place.
+ * Each component is opened O_NOFOLLOW from its parent's fd and a link is
+ * judged by the very inode read (no window between check and use); at
+ * most 40 links, as the kernel. With create, a missing last component is
+ * made (mkdirat, mode) and *created says so. Returns an O_RDONLY |
+ * O_DIRECTORY fd, or -errno with a message: -ELOOP (naming the link and
+ * its owner) for a link of another user's. */
+int fs_open_dir_owned(const char *path, int create, unsigned mode, int *created);
+
 /* Splits rel at its last '/': the parent part goes to parent (cap bytes,
  * "" when rel has no '/'), and the last component is returned. */
 const char *fs_split(const char *rel, char *parent, unsigned long cap);

@@ -6,6 +6,9 @@
   prom.py wait URL N [--labels k=v,...]     scrape until crest_checkpoints_total >= N
   prom.py status URL...                     print the HTTP status of each GET ("refused")
   prom.py abuse URL                         hostile clients must not stop a scrape
+  prom.py loris URL N SECONDS               N slow clients (a byte a second) for
+                                            SECONDS, scraping all along: each
+                                            scrape answered within 1 s
   prom.py selftest                          the reader refuses what is not the format
 
 file, scrape and wait print one "name value" line per sample, and fail (exit 1,
@@ -96,6 +99,59 @@ def get(url, timeout=5):
             return r.status, r.headers.get("Content-Type", ""), r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.headers.get("Content-Type", ""), e.read().decode()
+
+
+def loris(url, n, secs):
+    """n connections on 127.0.0.1 that send a request a byte a second,
+    reopened when crest drops them, while a scrape runs every 0.5 s: every
+    scrape must answer 200 within 1 s. Bounded: n connections at a time
+    and secs seconds."""
+    u = urllib.parse.urlsplit(url)
+    addr = (u.hostname, u.port)
+    req = b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-Slow: " + b"a" * 200
+    conns = []   # [socket, bytes sent]
+    def fill():
+        while len(conns) < n:
+            try:
+                conns.append([socket.create_connection(addr, timeout=1), 0])
+            except OSError:
+                break
+    fill()
+    opened = len(conns)
+    t_end = time.monotonic() + secs
+    next_drip = 0.0
+    worst, scrapes, dropped = 0.0, 0, 0
+    while time.monotonic() < t_end:
+        if time.monotonic() >= next_drip:
+            for c in conns[:]:
+                try:
+                    c[0].send(req[c[1] % len(req):c[1] % len(req) + 1])
+                    c[1] += 1
+                except OSError:
+                    c[0].close()
+                    conns.remove(c)
+                    dropped += 1
+            before = len(conns)
+            fill()
+            opened += len(conns) - before
+            next_drip = time.monotonic() + 1
+        t0 = time.monotonic()
+        try:
+            status, _, _ = get(url, timeout=5)
+        except (OSError, urllib.error.URLError) as e:
+            fail("a scrape beside %d slow clients failed after %.1f s: %s" % (len(conns), time.monotonic() - t0, e))
+        took = time.monotonic() - t0
+        scrapes += 1
+        worst = max(worst, took)
+        if status != 200 or took > 1.0:
+            fail("scrape %d beside %d slow clients: HTTP %d after %.2f s" % (scrapes, len(conns), status, took))
+        time.sleep(0.5)
+    for c in conns:
+        c[0].close()
+    if opened < n:
+        fail("only %d slow clients could connect" % opened)
+    print("ok: %d scrapes beside %d slow clients (%d opened, %d dropped by crest), the slowest %.3f s"
+          % (scrapes, n, opened, dropped, worst))
 
 
 def scrape(url, want):
@@ -199,6 +255,9 @@ def main():
         idle.close()
         big.close()
         print("ok: an idle, a vanished and an oversized client; the scrape took %.3f s" % (time.monotonic() - t0))
+        return
+    elif cmd == "loris":
+        loris(arg, int(sys.argv[3]), float(sys.argv[4]))
         return
     else:
         fail(__doc__)
