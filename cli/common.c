@@ -169,6 +169,10 @@ int cli_parse_duration(const char *s, uint64_t *ns)
 		mul = 60e9;
 	else if (!strcmp(end, "h"))
 		mul = 3600e9;
+	else if (!strcmp(end, "d"))
+		mul = 86400e9;
+	else if (!strcmp(end, "w"))
+		mul = 7 * 86400e9;
 	else
 		return -EINVAL;
 	/* Compared as doubles before the conversion, which is undefined for a

@@ -35,8 +35,9 @@ int cli_store_open(const struct cli *c, enum cas_mode mode, struct cas_store **o
 
 /* "4096", "64K", "16M", "2G" (powers of 1024). -EINVAL on anything else. */
 int cli_parse_size(const char *s, uint64_t *out);
-/* "30s", "5m", "1h", "250ms", plain seconds: a finite number, from 1 ms to
- * 366 days. -EINVAL on anything else. */
+/* "30s", "5m", "1h", "7d", "2w", "250ms", plain seconds: a finite number,
+ * from 1 ms to 366 days (m is minutes, as in sleep(1); d a day of 24 h, w
+ * 7 days). -EINVAL on anything else. */
 #define CLI_DURATION_MIN_NS 1000000ull
 #define CLI_DURATION_MAX_NS (366ull * 86400 * 1000000000)
 int cli_parse_duration(const char *s, uint64_t *ns);
