@@ -13,11 +13,13 @@
 
 static void usage_gc(void)
 {
-	fprintf(stderr, "usage: casctl gc [--keep-last N] [--keep-hourly N] [--keep-daily N] [--keep-within DURATION]\n"
-			"                 [--keep-tagged] [--rewrite-below FRACTION] [--dry-run]\n"
-			"  Per branch, keeps the newest N, the newest in each of the newest N hours or days\n"
-			"  (UTC), all within DURATION of the branch's newest, and every tagged snapshot; the\n"
-			"  head of every branch always stays. Packs less live than FRACTION (0.5) are rewritten.\n");
+	fprintf(stderr, "usage: casctl gc [--keep-last N] [--keep-hourly N] [--keep-daily N] [--keep-weekly N]\n"
+			"                 [--keep-monthly N] [--keep-yearly N] [--keep-within DURATION]\n"
+			"                 [--keep-tagged] [--keep-tag TAG]... [--rewrite-below FRACTION] [--dry-run]\n"
+			"  Per branch, keeps the newest N, the newest in each of the newest N hours, days, weeks,\n"
+			"  months or years that have snapshots (UTC), all within DURATION (7d, 12h) of the\n"
+			"  branch's newest, every tagged snapshot or those with a TAG; the head of every branch\n"
+			"  always stays. Packs less live than FRACTION (0.5) are rewritten.\n");
 }
 
 static int parse_count(const char *opt, const char *v, unsigned *out)
@@ -31,6 +33,9 @@ static int parse_count(const char *opt, const char *v, unsigned *out)
 	*out = (unsigned)n;
 	return 0;
 }
+
+static int gc_parse(struct cas_gc_policy *pp, const char **tags, int argc, char **argv);
+static int gc_run(struct cli *c, const struct cas_gc_policy *pp);
 
 static void print_ids(const char *key, uint8_t (*v)[32], size_t n)
 {
@@ -46,6 +51,24 @@ static void print_ids(const char *key, uint8_t (*v)[32], size_t n)
 int cmd_gc(struct cli *c, int argc, char **argv)
 {
 	struct cas_gc_policy p = { 0 };
+	/* --keep-tag's values point into argv: at most one per argument. */
+	const char **tags = calloc((size_t)argc, sizeof(*tags));
+	if (!tags)
+		return cli_fail(c, crest_errf(-ENOMEM, "gc"));
+	p.keep_tags = tags;
+	const int rc0 = gc_parse(&p, tags, argc, argv);
+	if (rc0) {
+		free(tags);
+		return rc0;
+	}
+	const int rc = gc_run(c, &p);
+	free(tags);
+	return rc;
+}
+
+static int gc_parse(struct cas_gc_policy *pp, const char **tags, int argc, char **argv)
+{
+	struct cas_gc_policy p = *pp;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--keep-tagged")) {
@@ -70,9 +93,24 @@ int cmd_gc(struct cli *c, int argc, char **argv)
 		} else if (!strcmp(a, "--keep-daily")) {
 			if (parse_count(a, v, &p.keep_daily) < 0)
 				return 2;
+		} else if (!strcmp(a, "--keep-weekly")) {
+			if (parse_count(a, v, &p.keep_weekly) < 0)
+				return 2;
+		} else if (!strcmp(a, "--keep-monthly")) {
+			if (parse_count(a, v, &p.keep_monthly) < 0)
+				return 2;
+		} else if (!strcmp(a, "--keep-yearly")) {
+			if (parse_count(a, v, &p.keep_yearly) < 0)
+				return 2;
+		} else if (!strcmp(a, "--keep-tag")) {
+			if (!(cas_snapshot_name_kind(v) & CAS_NAME_TAG)) {
+				fprintf(stderr, "casctl: --keep-tag %s: not a tag name\n", v);
+				return 2;
+			}
+			tags[p.nkeep_tags++] = v;
 		} else if (!strcmp(a, "--keep-within")) {
 			if (cli_parse_duration(v, &p.keep_within_ns) < 0) {
-				fprintf(stderr, "casctl: --keep-within %s: not a duration (30m, 12h, 7d is 168h)\n", v);
+				fprintf(stderr, "casctl: --keep-within %s: not a duration up to 366 days (30m, 12h, 7d, 2w)\n", v);
 				return 2;
 			}
 		} else if (!strcmp(a, "--rewrite-below")) {
@@ -92,6 +130,13 @@ int cmd_gc(struct cli *c, int argc, char **argv)
 		fprintf(stderr, "casctl: %s\n", crest_errmsg());
 		return 2;
 	}
+	*pp = p;
+	return 0;
+}
+
+static int gc_run(struct cli *c, const struct cas_gc_policy *pp)
+{
+	const struct cas_gc_policy p = *pp;
 	struct cas_store *store;
 	int rc = cli_store_open(c, CAS_WRITE, &store);
 	if (rc < 0)

@@ -237,19 +237,25 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "the byte ranges it lost (crest show; crest get --allow-damaged). Says what cannot be "
 	  "recovered; exits 1 when a snapshot is damaged or lost.",
 	  "", false, { { NULL, NULL, NULL, NULL } } },
-	{ "casctl", "gc", "[--keep-last N] [--keep-hourly N] [--keep-daily N] [--keep-within DURATION] [--keep-tagged] "
+	{ "casctl", "gc", "[--keep-last N] [--keep-hourly N] [--keep-daily N] [--keep-weekly N] [--keep-monthly N] "
+	  "[--keep-yearly N] [--keep-within DURATION] [--keep-tagged] [--keep-tag TAG]... "
 	  "[--rewrite-below FRACTION] [--dry-run]",
 	  "expire snapshots by a retention policy per branch; reclaim their space",
-	  "Per branch, keeps the newest N, the newest in each of the newest N hours or days (UTC), "
-	  "all within DURATION of the branch's newest, and every tagged snapshot; the head of every "
-	  "branch always stays. The rest are forgotten and their chunks reclaimed: packs less live "
-	  "than FRACTION are rewritten.",
+	  "Per branch, restic's rules: keeps the newest N, the newest in each of the newest N hours, "
+	  "days, weeks (Monday to Sunday), months or years that have snapshots (UTC; a bucket "
+	  "without one is not counted), all within DURATION of the branch's newest, every tagged "
+	  "snapshot or those with a given TAG; the head of every branch always stays. The rest are "
+	  "forgotten and their chunks reclaimed: packs less live than FRACTION are rewritten.",
 	  "", false, {
 		{ "--keep-last", NULL, "N", "keep the newest N snapshots of each branch" },
 		{ "--keep-hourly", NULL, "N", "keep the newest snapshot of each of the newest N hours" },
 		{ "--keep-daily", NULL, "N", "keep the newest snapshot of each of the newest N days" },
-		{ "--keep-within", NULL, "DURATION", "keep all within DURATION of the branch's newest: 12h, 168h" },
+		{ "--keep-weekly", NULL, "N", "keep the newest snapshot of each of the newest N weeks" },
+		{ "--keep-monthly", NULL, "N", "keep the newest snapshot of each of the newest N months" },
+		{ "--keep-yearly", NULL, "N", "keep the newest snapshot of each of the newest N years" },
+		{ "--keep-within", NULL, "DURATION", "keep all within DURATION of the branch's newest: 12h, 7d, 2w" },
 		{ "--keep-tagged", NULL, NULL, "keep every tagged snapshot" },
+		{ "--keep-tag", NULL, "TAG", "keep the snapshots tagged TAG (repeat for more tags)" },
 		{ "--rewrite-below", NULL, "FRACTION", "rewrite packs less live than this (above 0, at most 1; default 0.5)" },
 		{ "--dry-run", NULL, NULL, "say what would go, and change nothing" },
 	} },

@@ -176,16 +176,22 @@ def snaps():
     return [{"id": e["snapshot"], "branch": e["branch"], "t": e["time_ns"], "tags": e["tags"]}
             for e in js("log")]
 
-def model(ss, last=0, hourly=0, daily=0, within_ns=None, tagged=False):
+def cal(t, what):
+    import datetime
+    d = datetime.datetime.fromtimestamp(t // 10**9, tz=datetime.timezone.utc)
+    return {"w": d.isocalendar()[:2], "m": (d.year, d.month), "y": d.year}[what]
+
+def model(ss, last=0, hourly=0, daily=0, weekly=0, monthly=0, yearly=0, within_ns=None, tagged=False, tags=()):
     keep = set()
     for br in {s["branch"] for s in ss}:
         L = sorted((s for s in ss if s["branch"] == br), key=lambda s: (s["t"], s["id"]), reverse=True)
         keep.add(L[0]["id"])                      # the head, always
         keep |= {s["id"] for s in L[:last]}
-        for n, width in ((hourly, 3600 * 10**9), (daily, 86400 * 10**9)):
+        for n, width in ((hourly, 3600 * 10**9), (daily, 86400 * 10**9), (weekly, "w"), (monthly, "m"),
+                         (yearly, "y")):
             seen = []
             for s in L:
-                b = s["t"] // width
+                b = cal(s["t"], width) if isinstance(width, str) else s["t"] // width
                 if b not in seen and len(seen) < n:
                     seen.append(b)
                     keep.add(s["id"])
@@ -193,6 +199,7 @@ def model(ss, last=0, hourly=0, daily=0, within_ns=None, tagged=False):
             keep |= {s["id"] for s in L if s["t"] >= L[0]["t"] - within_ns}
         if tagged:
             keep |= {s["id"] for s in L if s["tags"]}
+        keep |= {s["id"] for s in L if set(s["tags"]) & set(tags)}
     return keep
 
 def gc(args, ss, want_keep, dry):
@@ -272,6 +279,11 @@ policies = [
     (["--keep-hourly", "3", "--keep-daily", "1", "--keep-last", "2"], dict(hourly=3, daily=1, last=2)),
     (["--keep-last", "2", "--keep-tagged", "--keep-within", W_ARG], dict(last=2, tagged=True, within_ns=W_NS)),
     (["--keep-last", "100"], dict(last=100)),
+    # The README's own example: 7d is a duration (it was refused once).
+    (["--keep-within", "7d"], dict(within_ns=7 * 86400 * 10**9)),
+    (["--keep-weekly", "1"], dict(weekly=1)),
+    (["--keep-monthly", "2", "--keep-yearly", "1"], dict(monthly=2, yearly=1)),
+    (["--keep-tag", "keep0", "--keep-tag", "keep3"], dict(tags=("keep0", "keep3"))),
 ]
 for args, kw in policies:
     gc(args, ss, model(ss, **kw), dry=True)
