@@ -233,16 +233,21 @@ struct runs {
 	int err;
 };
 
-static void runs_dir(struct cas_store *s, char *buf, size_t cap)
+/* STORE/gc for a run; for a dry run, a folder of its own under $TMPDIR
+ * (made when a run spills): a dry run writes nothing in the store, and
+ * may run beside a gc that holds the writer lock and uses STORE/gc. */
+static void runs_dir(struct cas_store *s, bool dry, char *buf, size_t cap)
 {
-	snprintf(buf, cap, "%s/gc", cas_dir(s));
+	const char *tmp = getenv("TMPDIR");
+	if (dry)
+		snprintf(buf, cap, "%s/crest-gc-dry.%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+	else
+		snprintf(buf, cap, "%s/gc", cas_dir(s));
 }
 
-/* Removes STORE/gc and what a killed run left in it. */
-static void runs_clear(struct cas_store *s)
+/* Removes the runs' folder and what a killed run left in it. */
+static void runs_clear(const char *dir)
 {
-	char dir[4096];
-	runs_dir(s, dir, sizeof(dir));
 	DIR *d = opendir(dir);
 	if (!d)
 		return;
@@ -1338,13 +1343,15 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	int rc = cas_gc_policy_check(pol);
 	if (rc < 0)
 		return rc;
-	if (s->mode != CAS_WRITE)
+	if (s->mode != CAS_WRITE && !pol->dry_run)
 		return crest_errx(-EROFS, "gc needs store %s open for writing", s->dir);
 	const double below = pol->rewrite_below > 0 ? pol->rewrite_below : 0.5;
 	/* What a killed run left: its runs, and packs it retired but could not
 	 * unlink. */
 	gc_time(NULL);
-	runs_clear(s);
+	struct runs live = { .cap = run_ids() };
+	runs_dir(s, pol->dry_run, live.dir, sizeof(live.dir));
+	runs_clear(live.dir);
 	if (!pol->dry_run && (rc = retire(s, r)) < 0)
 		return rc;
 	r->bytes_before = packs_bytes(s);
@@ -1356,13 +1363,11 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 		return rc;
 	gc_time("snapshot list");
 	struct snap *sv = calloc(n ? n : 1, sizeof(*sv));
-	struct runs live = { .cap = run_ids() };
 	struct pieceset pieces = { 0 };
 	struct idset bases = { 0 };      /* kept for the deltas that name them */
 	struct idset expired = { 0 };
 	struct merge mg;
 	bool merging = false;
-	runs_dir(s, live.dir, sizeof(live.dir));
 	struct scan sc = { .s = s, .live = &mg, .r = r, .dry = pol->dry_run };
 	struct piece_lister pl = { .s = s, .live = &pieces.set };
 	uint64_t meta_live = 0;   /* the kept manifests' meta log records, bytes */
@@ -1554,7 +1559,7 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	if (merging)
 		merge_close(&mg);
 	livelog_close(&ll);
-	runs_clear(s);
+	runs_clear(live.dir);
 	if (sc.b)
 		rocksdb_writebatch_destroy(sc.b);
 	if (sc.spare)

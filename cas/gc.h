@@ -62,7 +62,8 @@ struct cas_gc_policy {
 	const char *const *keep_tags;   /* or one of these */
 	size_t nkeep_tags;
 	double rewrite_below;      /* rewrite packs less live than this; 0: 0.5 */
-	bool dry_run;              /* decide and report; change nothing */
+	bool dry_run;              /* decide and report; change nothing: the store may be
+				    * open read-only (CAS_READ), and nothing in it is written */
 };
 
 /* One snapshot of one branch, for cas_gc_keep. */
@@ -100,8 +101,9 @@ struct cas_gc_result {
  * the heads. */
 int cas_gc_policy_check(const struct cas_gc_policy *p);
 
-/* Runs gc on a writer's store (CAS_WRITE). prog, when non-NULL, follows
- * the mark and the rewrite. */
+/* Runs gc on a writer's store (CAS_WRITE), or a dry run on any (CAS_READ
+ * is enough, and then not one file of the store changes). prog, when
+ * non-NULL, follows the mark and the rewrite. */
 int cas_gc(struct cas_store *s, const struct cas_gc_policy *p, struct cas_gc_result *r, struct progress *prog);
 void cas_gc_result_free(struct cas_gc_result *r);
 

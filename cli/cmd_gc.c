@@ -19,7 +19,8 @@ static void usage_gc(void)
 			"  Per branch, keeps the newest N, the newest in each of the newest N hours, days, weeks,\n"
 			"  months or years that have snapshots (UTC), all within DURATION (7d, 12h) of the\n"
 			"  branch's newest, every tagged snapshot or those with a TAG; the head of every branch\n"
-			"  always stays. Packs less live than FRACTION (0.5) are rewritten.\n");
+			"  always stays. Packs less live than FRACTION (0.5) are rewritten. --dry-run opens the\n"
+			"  store read-only and changes nothing.\n");
 }
 
 static int parse_count(const char *opt, const char *v, unsigned *out)
@@ -138,7 +139,10 @@ static int gc_run(struct cli *c, const struct cas_gc_policy *pp)
 {
 	const struct cas_gc_policy p = *pp;
 	struct cas_store *store;
-	int rc = cli_store_open(c, CAS_WRITE, &store);
+	/* A dry run reads: it opens the store as a reader does, so that not
+	 * one file of it changes (a writer's open reconciles the index, and
+	 * RocksDB writes its own files when opened for writing). */
+	int rc = cli_store_open(c, p.dry_run ? CAS_READ : CAS_WRITE, &store);
 	if (rc < 0)
 		return cli_fail(c, rc);
 	struct cas_gc_result r;

@@ -245,7 +245,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "days, weeks (Monday to Sunday), months or years that have snapshots (UTC; a bucket "
 	  "without one is not counted), all within DURATION of the branch's newest, every tagged "
 	  "snapshot or those with a given TAG; the head of every branch always stays. The rest are "
-	  "forgotten and their chunks reclaimed: packs less live than FRACTION are rewritten.",
+	  "forgotten and their chunks reclaimed: packs less live than FRACTION are rewritten. "
+	  "--dry-run opens the store read-only and changes nothing in it.",
 	  "", false, {
 		{ "--keep-last", NULL, "N", "keep the newest N snapshots of each branch" },
 		{ "--keep-hourly", NULL, "N", "keep the newest snapshot of each of the newest N hours" },
@@ -257,7 +258,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--keep-tagged", NULL, NULL, "keep every tagged snapshot" },
 		{ "--keep-tag", NULL, "TAG", "keep the snapshots tagged TAG (repeat for more tags)" },
 		{ "--rewrite-below", NULL, "FRACTION", "rewrite packs less live than this (above 0, at most 1; default 0.5)" },
-		{ "--dry-run", NULL, NULL, "say what would go, and change nothing" },
+		{ "--dry-run", NULL, NULL, "say what would go, and change nothing (opens the store read-only)" },
 	} },
 	{ "casctl", "help", "[COMMAND]", "the commands, or one command's options",
 	  "Prints the commands, or one command's synopsis and options, on stdout.",
