@@ -304,6 +304,11 @@ struct cas_snapinfo {
 	size_t ntags;
 	bool damaged;                /* a repair kept it without chunks it lost */
 };
+/* The tags that name snapshot id, in name order; the caller frees them
+ * with cas_snapshot_tags_free. */
+int cas_snapshot_tags(struct cas_store *s, const uint8_t id[32], char ***tags, size_t *n);
+void cas_snapshot_tags_free(char **tags, size_t n);
+
 /* All committed snapshots, oldest first. */
 int cas_snapshot_list(struct cas_store *s, struct cas_snapinfo **out, size_t *n);
 void cas_snapshot_list_free(struct cas_snapinfo *v, size_t n);

@@ -1857,6 +1857,47 @@ static int snapinfo_cmp(const void *a, const void *b)
 	return memcmp(x->id, y->id, 32);
 }
 
+struct tags_of_ctx {
+	const uint8_t *id;
+	char **v;
+	size_t n;
+};
+
+static int tags_of_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
+{
+	struct tags_of_ctx *c = arg;
+	if (vl != 32 || memcmp(v, c->id, 32))
+		return 0;
+	char **nv = realloc(c->v, (c->n + 1) * sizeof(*nv));
+	if (!nv)
+		return -ENOMEM;
+	c->v = nv;
+	if (!(c->v[c->n] = strndup(k, kl)))
+		return -ENOMEM;
+	c->n++;
+	return 0;
+}
+
+int cas_snapshot_tags(struct cas_store *s, const uint8_t id[32], char ***tags, size_t *n)
+{
+	struct tags_of_ctx c = { .id = id };
+	int rc = cas_db_scan(s, 't', tags_of_cb, &c);
+	if (rc < 0) {
+		cas_snapshot_tags_free(c.v, c.n);
+		return rc == -ENOMEM ? crest_errf(rc, "listing tags") : rc;
+	}
+	*tags = c.v;
+	*n = c.n;
+	return 0;
+}
+
+void cas_snapshot_tags_free(char **tags, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(tags[i]);
+	free(tags);
+}
+
 int cas_snapshot_list(struct cas_store *s, struct cas_snapinfo **out, size_t *n)
 {
 	struct list_ctx c = { .s = s };

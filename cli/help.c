@@ -80,8 +80,9 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "its streams, parent and labels.",
 	  "", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "show", "SNAPSHOT", "a snapshot's metadata and streams",
-	  "Prints a snapshot's metadata (kind, time, parent, branch, labels, tags) and its streams "
-	  "with their sizes; for a damaged snapshot, the byte ranges of each stream it lost. " SNAP_NAMES,
+	  "Prints a snapshot's metadata (kind, time, parent, branch, tags, labels) and its streams "
+	  "with their sizes; for a damaged snapshot, the byte ranges of each stream it lost; --json "
+	  "too. " SNAP_NAMES,
 	  "SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "tag", "[--force] SNAPSHOT TAG", "name a snapshot",
 	  "Gives SNAPSHOT the name TAG, usable wherever a snapshot is named. Tags do not move: a "
