@@ -2,7 +2,7 @@
  * cas.h - crest's content-addressed store. cas/ owns every file in a store
  * directory; nothing else opens them.
  *
- *   STORE/FORMAT          "crest-store 2": written first (cas_init), checked on open
+ *   STORE/FORMAT          "crest-store N": written first (cas_init), checked on open
  *   STORE/lock            flock()ed by the one writer, which writes
  *                         "PID COMMAND" into it for writers that wait
  *   STORE/packs/N.pack    append-only chunk records (header + LZ4 or raw data);
@@ -335,8 +335,9 @@ int cas_manifest_holes(struct cas_manifest *m, const struct cas_lost *v, size_t 
 int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32], bool move);
 int cas_tag_get(struct cas_store *s, const char *tag, uint8_t id[32]);
 int cas_tag_free(struct cas_store *s, const char *tag);
-/* -EINVAL with a message if unusable as a new tag: not a valid tag, or 4 to
- * 64 hex digits (it would shadow an id prefix). */
+/* -EINVAL with a message if unusable as a new tag: not a valid tag, 4 to
+ * 64 hex digits (it would shadow an id prefix), or starting with
+ * CAS_TAG_RESERVED (crest's own: branch refs). */
 int cas_tag_check(const char *tag);
 
 /* Every index entry, in key order; cb returns non-zero to stop (passed on). */

@@ -1379,6 +1379,18 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	for (size_t i = 0; rc == 0 && i < n; i++)
 		sv[i] = (struct snap){ .id = v[i].id, .t = v[i].head->time_ns, .branch = cas_manifest_branch(v[i].head),
 				       .tags = v[i].tags, .ntags = v[i].ntags, .bytes = v[i].head->logical_bytes };
+	/* Every branch's head stays, whatever the policy: a branch's newest
+	 * snapshot (keep_branch's v[0]), and the target of a ref on a branch
+	 * with no snapshot yet (history.h), which is a snapshot of another
+	 * branch and would otherwise expire by that branch's rules. */
+	struct cas_branch *heads = NULL;
+	size_t nheads = 0;
+	if (rc == 0)
+		rc = cas_branch_list(s, &heads, &nheads);
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		for (size_t h = 0; h < nheads && !sv[i].head; h++)
+			sv[i].head = !memcmp(heads[h].head, sv[i].id, 32);
+	cas_branch_list_free(heads, nheads);
 	if (rc == 0 && n > 1)
 		qsort(sv, n, sizeof(*sv), snap_cmp);
 	for (size_t i = 0; rc == 0 && i < n;) {

@@ -1483,6 +1483,14 @@ int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32], bool
 	int rc = cas_tag_check(tag);
 	if (rc < 0)
 		return rc;
+	return cas_tag_put(s, tag, id, move);
+}
+
+int cas_tag_put(struct cas_store *s, const char *tag, const uint8_t id[32], bool move)
+{
+	int rc;
+	if (!*tag || strlen(tag) > 128)   /* the key below holds no more, nor does FORMAT.md */
+		return crest_errx(-EINVAL, "tag '%s': must be 1 to 128 characters", tag);
 	if (!move) {
 		uint8_t old[32];
 		rc = cas_tag_get(s, tag, old);
@@ -1614,7 +1622,8 @@ int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
 	if (n == 0)
 		return crest_errx(-EINVAL, "empty snapshot name");
 	const int kind = cas_snapshot_name_kind(name);
-	if (kind & CAS_NAME_TAG) {
+	/* crest's own tags (branch refs) are no snapshot's name. */
+	if ((kind & CAS_NAME_TAG) && !cas_tag_reserved(name, n)) {
 		char *v = cas_db_get(s, 't', name, n, &vl, &rc);
 		if (v) {
 			if (vl == 32)
@@ -1817,10 +1826,16 @@ static int list_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg
 	return 0;
 }
 
+bool cas_tag_reserved(const char *k, size_t kl)
+{
+	const size_t n = strlen(CAS_TAG_RESERVED);
+	return kl >= n && !memcmp(k, CAS_TAG_RESERVED, n);
+}
+
 static int tag_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
 {
 	struct list_ctx *c = arg;
-	if (vl != 32)
+	if (vl != 32 || cas_tag_reserved(k, kl))
 		return 0;
 	for (size_t i = 0; i < c->n; i++) {
 		struct cas_snapinfo *si = &c->v[i];
@@ -1866,7 +1881,7 @@ struct tags_of_ctx {
 static int tags_of_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
 {
 	struct tags_of_ctx *c = arg;
-	if (vl != 32 || memcmp(v, c->id, 32))
+	if (vl != 32 || memcmp(v, c->id, 32) || cas_tag_reserved(k, kl))
 		return 0;
 	char **nv = realloc(c->v, (c->n + 1) * sizeof(*nv));
 	if (!nv)

@@ -295,7 +295,7 @@ int cmd_log(struct cli *c, int argc, char **argv)
 static void usage_branch(void)
 {
 	fprintf(stderr, "usage: crest branch [--json]              list branches and their heads\n"
-			"       crest branch NAME [SNAPSHOT]       start branch NAME at SNAPSHOT (default: head of main)\n");
+			"       crest branch NAME [SNAPSHOT]       point new branch NAME at SNAPSHOT (default: head of main)\n");
 }
 
 int cmd_branch(struct cli *c, int argc, char **argv)
@@ -353,12 +353,13 @@ int cmd_branch(struct cli *c, int argc, char **argv)
 	char fh[65], hex[65];
 	cli_print_id(fh, fid);
 	cli_print_id(hex, id);
+	/* A ref: the branch's head is the snapshot itself (hex is fh). */
 	if (c->json) {
 		printf("{\"branch\": ");
 		json_str(stdout, name);
 		printf(", \"from\": \"%s\", \"snapshot\": \"%s\"}\n", fh, hex);
 	} else if (!c->quiet) {
-		printf("branch %s starts at %.12s: snapshot %s\n", name, fh, hex);
+		printf("branch %s points at %s\n", name, hex);
 	}
 	return 0;
 }

@@ -363,7 +363,7 @@ int cmd_clone(struct cli *c, int argc, char **argv)
 	if (store)
 		cas_close(store);
 	store = NULL;
-	/* The branches: each starts at the snapshot (a manifest, no data). */
+	/* The branches: each a ref to the snapshot (history.h), no data. */
 	int brc = 0;
 	uint8_t *bids = calloc(made ? made : 1, 32);
 	if (made && !bids)

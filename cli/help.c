@@ -87,7 +87,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	{ "crest", "tag", "[--force] SNAPSHOT TAG", "name a snapshot",
 	  "Gives SNAPSHOT the name TAG, usable wherever a snapshot is named. Tags do not move: a "
 	  "tag that names another snapshot is refused (by put and checkpoint too) unless --force "
-	  "moves it. A tagged snapshot can be kept by casctl gc --keep-tagged.",
+	  "moves it. A tagged snapshot can be kept by casctl gc --keep-tagged or --keep-tag TAG. "
+	  "A TAG may not be 4 to 64 hex digits, or start with crest. (crest's own).",
 	  "SNAPSHOT TAG", false, {
 		{ "--force", "-f", NULL, "move TAG to SNAPSHOT if it names another snapshot" },
 	} },
@@ -143,8 +144,10 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--plot", NULL, "FILE", "draw the branch's sizes and stalls over time into FILE (PNG)" },
 	} },
 	{ "crest", "branch", "[NAME [SNAPSHOT]]", "list branches, or start one",
-	  "Without NAME, lists the branches with their heads. With NAME, starts branch NAME at "
-	  "SNAPSHOT (default: the head of main).",
+	  "Without NAME, lists the branches with their heads. With NAME, points the new branch NAME "
+	  "at SNAPSHOT (default: the head of main), as git does: a ref, no copy of the snapshot. "
+	  "The next checkpoint on NAME is SNAPSHOT's child; gc keeps SNAPSHOT while it is NAME's "
+	  "head. " SNAP_NAMES,
 	  "NAME SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--tmpdir DIR] [--metrics ADDR] "
 	  "[--metrics-file FILE] [--] COMMAND [ARG...]",

@@ -159,12 +159,15 @@ def put_some(n, sleep=0.05):
     return ids
 
 ids = put_some(14)
-# A branch started at an older snapshot: its manifest again, same tree.
-src = rng.choice(ids)
+# A branch pointed at an older snapshot: a ref, no new snapshot. Its
+# target is the branch's head until a put lands on it, and gc keeps it as
+# it keeps every head (the model takes heads from `crest branch`), even
+# when its own branch's rules would expire it.
+src = rng.choice(ids[:-3])
 fork = js("branch", "fork", src)["snapshot"]
-save(fork, os.path.join(saved, src))
-branches.append("fork")
-ids += [fork]
+if fork != src:
+    fail(f"crest branch fork {src[:12]}: made snapshot {fork[:12]}, not a ref to it")
+# (no put lands on "fork": its head stays the ref's target through every gc below)
 time.sleep(0.3)     # a gap, so keep-within has a clear boundary to find
 ids += put_some(14)
 tagged = rng.sample(ids, 4)
@@ -200,6 +203,7 @@ def model(ss, last=0, hourly=0, daily=0, weekly=0, monthly=0, yearly=0, within_n
         if tagged:
             keep |= {s["id"] for s in L if s["tags"]}
         keep |= {s["id"] for s in L if set(s["tags"]) & set(tags)}
+    keep |= {b["head"] for b in js("branch")}  # refs' targets too
     return keep
 
 def gc(args, ss, want_keep, dry):
@@ -328,11 +332,18 @@ def check_after(keep, expired):
     v = run([casctl, "--json", "verify"], ok=False)
     if v.returncode != 0 or not json.loads(v.stdout)["ok"]:
         fail(f"casctl verify after gc: rc {v.returncode}: {v.stdout[:400]} {v.stderr.strip()}")
-    # Branch heads are the newest of what is left.
+    # Branch heads are the newest of what is left; a ref alone still
+    # points at its target, which gc kept.
     for b in js("branch"):
         on = [s for s in ss if s["branch"] == b["branch"] and s["id"] in keep]
-        if b["head"] != max(on, key=lambda s: (s["t"], s["id"]))["id"]:
+        if not on:
+            if b["branch"] != "fork" or b["head"] != src or src not in keep or b["snapshots"] != 0:
+                fail(f"branch {b['branch']}: head {b['head'][:12]}, {b['snapshots']} snapshots; "
+                     f"only the ref fork -> {src[:12]} has none")
+        elif b["head"] != max(on, key=lambda s: (s["t"], s["id"]))["id"]:
             fail(f"branch {b['branch']}: head {b['head'][:12]} is not its newest kept snapshot")
+    if src not in keep:
+        fail(f"the ref fork's target {src[:12]} was not kept")
 
 check_after(keep, set(s["id"] for s in ss) - keep)
 print(f"ok: {len(keep)} kept snapshots restore bit-exact, {len(ss) - len(keep)} expired ones are gone, verify ok")

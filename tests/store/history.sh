@@ -3,7 +3,8 @@
 # checked after every step against a model of what each branch's head is
 # and what each new snapshot's parent and branch must be; then `crest log`
 # (whole, per branch, --graph) and `crest branch` against the same model,
-# in --json. The seed is printed; CREST_TEST_SEED replays a run.
+# in --json. `crest branch NAME S` must be a ref to S (no snapshot
+# written). The seed is printed; CREST_TEST_SEED replays a run.
 source "$(dirname "$0")/lib.sh"
 SEED=${CREST_TEST_SEED:-$(( $(date +%s%N) % 1000000 ))}
 echo "seed $SEED"
@@ -27,6 +28,7 @@ heads = {}       # branch -> head id (the model)
 parent = {}      # id -> parent id or None
 branch_of = {}   # id -> branch
 order = []       # ids, oldest first
+refs = {}        # branch -> the snapshot `crest branch` pointed it at
 
 def check_new(out, br, want_parent):
     sid = out["snapshot"]
@@ -52,6 +54,7 @@ for step in range(40):
     else:
         br = rng.choice(names)
         frm = rng.choice(order)
+        nsnap = len(js("ls"))
         p = run("--json", "branch", br, frm, ok=False)
         if br in heads:
             if p.returncode == 0 or "exists already" not in p.stderr:
@@ -60,9 +63,13 @@ for step in range(40):
         if p.returncode != 0:
             sys.exit(f"FAIL: crest branch {br} {frm[:12]}: {p.stderr}")
         out = json.loads(p.stdout)
-        if out["from"] != frm:
-            sys.exit(f"FAIL: branch {br} from {out['from']}, asked {frm}")
-        check_new(out, br, frm)
+        if out["from"] != frm or out["snapshot"] != frm:
+            sys.exit(f"FAIL: branch {br} from {out['from']} snapshot {out['snapshot']}, asked {frm}: "
+                     f"a branch is a ref to the snapshot itself")
+        if len(js("ls")) != nsnap:
+            sys.exit(f"FAIL: crest branch {br} wrote a snapshot: {nsnap} -> {len(js('ls'))}")
+        heads[br] = frm
+        refs[br] = frm
     # Branch heads and counts after every step.
     got = {b["branch"]: (b["head"], b["snapshots"]) for b in js("branch")}
     want = {b: (h, sum(1 for s in order if branch_of[s] == b)) for b, h in heads.items()}
@@ -126,16 +133,29 @@ for br in ("main", "solo"):
         f.write(f"{br} {rng.random()}\n")
     check_new(js("put", "--branch", br, data), br, heads.get(br))
 check_graph(js("log", "--graph"), "log --graph, a new root above main's head")
-print(f"ok: {len(order)} snapshots on {len(heads)} branches; heads, parents and logs match the model")
+print(f"ok: {len(order)} snapshots on {len(heads)} branches ({len(refs)} started as refs); "
+      f"heads, parents, logs and graphs match the model")
 PY
 # Bad input: one line, non-zero, and the store unharmed.
 rc=0; "$CREST" branch 'no spaces' 2>"$T/err" || rc=$?
 [ "$rc" -eq 1 ] && [ "$(wc -l <"$T/err")" -eq 1 ] || fail "bad branch name: rc $rc, $(cat "$T/err")"
 rc=0; "$CREST" log no-such-branch 2>"$T/err" || rc=$?
 [ "$rc" -eq 1 ] && grep -q "no snapshot on branch no-such-branch" "$T/err" || fail "log of a missing branch: rc $rc"
+# A ref is a tag named crest.branch/NAME: 115 characters are the most.
+long=$(printf 'b%.0s' $(seq 115))
+"$CREST" --quiet branch "$long" || fail "branch of 115 characters refused"
+[ "$("$CREST" --json branch | grep -c "\"$long\"")" -eq 1 ] || fail "branch of 115 characters not listed"
+rc=0; "$CREST" branch "x$long" 2>"$T/err" || rc=$?
+[ "$rc" -eq 1 ] && [ "$(wc -l <"$T/err")" -eq 1 ] && grep -q "at most 115" "$T/err" || fail "branch of 116 characters: rc $rc, $(cat "$T/err")"
 rc=0; "$CREST" branch x deadbeefdeadbeef 2>"$T/err" || rc=$?
 [ "$rc" -eq 1 ] || fail "branch from a missing snapshot: rc $rc"
 rc=0; "$CREST" put --branch '' "$T/tree" 2>"$T/err" || rc=$?
 [ "$rc" -eq 1 ] || fail "put on an empty branch name: rc $rc"
+# Refs are in the meta log like tags: an index rebuilt from the logs has
+# every branch as it was.
+"$CREST" --json branch >"$T/branches.before"
+"$CASCTL" --quiet repair >/dev/null 2>&1 || fail "casctl repair failed"
+"$CREST" --json branch >"$T/branches.after"
+cmp -s "$T/branches.before" "$T/branches.after" || fail "branches differ after casctl repair: $(diff "$T/branches.before" "$T/branches.after")"
 "$CASCTL" verify >/dev/null
 echo PASS
