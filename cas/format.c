@@ -77,6 +77,8 @@ int cas_tag_check(const char *tag)
 	if (tag_ok(tag) && !strncmp(tag, CAS_TAG_RESERVED, strlen(CAS_TAG_RESERVED)))
 		return crest_errx(-EINVAL, "tag '%s': tags that start with '%s' are crest's own", tag,
 				  CAS_TAG_RESERVED);
+	if (tag_ok(tag) && !strcmp(tag, CAS_NAME_LATEST))
+		return crest_errx(-EINVAL, "tag '%s': '%s' names the newest snapshot already", tag, CAS_NAME_LATEST);
 	if (tag_ok(tag))
 		return 0;
 	if (n == 0 || n > 128)

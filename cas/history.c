@@ -30,6 +30,9 @@ int cas_branch_check(const char *name)
 		      strchr("-_./@+", ch)))
 			return crest_errx(-EINVAL, "branch '%s': only letters, digits and -_./@+ are allowed", name);
 	}
+	if (!strcmp(name, CAS_NAME_LATEST))
+		return crest_errx(-EINVAL, "branch '%s': '%s' names the store's newest snapshot", name,
+				  CAS_NAME_LATEST);
 	return 0;
 }
 
@@ -205,5 +208,91 @@ int cas_branch_fork(struct cas_store *s, const uint8_t from[32], const char *nam
 		rc = crest_errx(-EEXIST, "branch %s exists already", name);
 	if (rc == 0)
 		memcpy(id, from, 32);
+	return rc;
+}
+
+/* NAME without ~: a tag, latest, a branch, an id prefix (history.h). */
+static int resolve_base(struct cas_store *s, const char *name, bool id_ok, uint8_t id[32])
+{
+	int rc = cas_snapshot_lookup(s, name, CAS_NAME_TAG, id);
+	if (rc != -ENOENT)
+		return rc;
+	if (!strcmp(name, CAS_NAME_LATEST)) {
+		struct cas_snapinfo *v;
+		size_t n;
+		if ((rc = cas_snapshot_list(s, &v, &n)) < 0)
+			return rc;
+		if (n)
+			memcpy(id, v[n - 1].id, 32);   /* oldest first: the last is the newest */
+		cas_snapshot_list_free(v, n);
+		return n ? 0 : crest_errx(-ENOENT, "store %s holds no snapshot: nothing is latest", cas_dir(s));
+	}
+	const bool hex = cas_snapshot_name_kind(name) & CAS_NAME_PREFIX;
+	/* A full id is never a branch's name in practice: no look-up. */
+	if (strlen(name) < 64 && cas_branch_check(name) == 0) {
+		uint8_t head[32];
+		char saved[1024];
+		crest_errcpy(saved, sizeof(saved));
+		rc = cas_branch_head(s, name, head);
+		if (rc == 0) {
+			uint8_t other[32];
+			if (id_ok && hex && cas_snapshot_lookup(s, name, CAS_NAME_PREFIX, other) == 0)
+				return crest_errx(-EINVAL, "'%s' is both a branch and a snapshot id prefix in %s: "
+						  "say %s~0 for the branch, or more of the id", name, cas_dir(s), name);
+			memcpy(id, head, 32);
+			return 0;
+		}
+		if (rc != -ENOENT)
+			return rc;
+		crest_errset_str(saved);
+	}
+	if (!id_ok)
+		return crest_errx(-ENOENT, "no tag or branch named '%s' in %s", name, cas_dir(s));
+	return cas_snapshot_lookup(s, name, CAS_NAME_PREFIX | CAS_NAME_TAG, id);
+}
+
+int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
+{
+	const char *tilde = strchr(name, '~');
+	if (!tilde)
+		return resolve_base(s, name, true, id);
+	const size_t bl = (size_t)(tilde - name);
+	char base[130];
+	if (bl == 0 || bl >= sizeof(base))
+		return crest_errx(-EINVAL, "snapshot name '%s': want NAME~N", name);
+	memcpy(base, name, bl);
+	base[bl] = 0;
+	/* NAME~N~M is NAME~(N+M), as in git. */
+	unsigned long back = 0;
+	for (const char *p = tilde; *p;) {
+		if (*p++ != '~')
+			return crest_errx(-EINVAL, "snapshot name '%s': want NAME~N", name);
+		char *end;
+		unsigned long k = 1;
+		if (*p >= '0' && *p <= '9') {
+			errno = 0;
+			k = strtoul(p, &end, 10);
+			if (errno || k > 1000000000ul)
+				return crest_errx(-EINVAL, "snapshot name '%s': N is too large", name);
+			p = end;
+		}
+		back += k;
+	}
+	int rc = resolve_base(s, base, back > 0, id);
+	for (unsigned long i = 0; rc == 0 && i < back; i++) {
+		struct cas_manifest *m;
+		if ((rc = cas_manifest_load(s, id, &m)) < 0)
+			break;
+		const bool has = m->has_parent;
+		if (has)
+			memcpy(id, m->parent, 32);
+		cas_manifest_free(m);
+		if (!has) {
+			char hex[65];
+			hex_encode(id, 32, hex);
+			rc = crest_errx(-ENOENT, "%s: snapshot %.12s, %lu back from %s, has no parent", name, hex, i,
+					base);
+		}
+	}
 	return rc;
 }

@@ -21,6 +21,17 @@
  * other tags. Stores written before refs (format 3) started a branch with
  * a copy of S's manifest on NAME: such a copy is a snapshot on NAME, and
  * reads as it always did.
+ *
+ * Snapshot names (cas_snapshot_resolve), tried in this order:
+ *   TAG        a tag (tags are the user's exact names: they win);
+ *   latest     the newest snapshot of the store, any branch;
+ *   BRANCH     the branch's head, as in git; an error when the name is
+ *              also an id prefix of a snapshot (say BRANCH~0, or more of
+ *              the id);
+ *   ID         a full id or a unique prefix of 4 or more hex digits;
+ *   NAME~N     N parents back from NAME (NAME~ is NAME~1; NAME~0 is NAME
+ *              taken as a tag, latest or a branch only, never an id).
+ * '~' is in no tag or branch name, so NAME~N reads one way only.
  */
 #ifndef CREST_CAS_HISTORY_H
 #define CREST_CAS_HISTORY_H
@@ -44,7 +55,7 @@ const char *cas_manifest_branch(const struct cas_manifest *m);
 int cas_manifest_set_branch(struct cas_manifest *m, const char *name);
 
 /* -EINVAL with a message if name cannot be a branch: 1 to 128 characters of
- * [A-Za-z0-9-_./@+]. */
+ * [A-Za-z0-9-_./@+], and not latest (a snapshot name of its own). */
 int cas_branch_check(const char *name);
 
 /* -EINVAL with a message if key is reserved for crest (CAS_LABEL_RESERVED). */
@@ -70,5 +81,6 @@ int cas_branch_head(struct cas_store *s, const char *name, uint8_t id[32]);
  * snapshot or a ref already. */
 int cas_branch_fork(struct cas_store *s, const uint8_t from[32], const char *name, uint8_t id[32]);
 
+/* cas_snapshot_resolve (cas.h) is here too, in history.c: the names above. */
 
 #endif

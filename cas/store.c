@@ -1615,13 +1615,13 @@ static int resolve_cb(const char *k, size_t kl, const char *v, size_t vl, void *
 	return 0;
 }
 
-int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
+int cas_snapshot_lookup(struct cas_store *s, const char *name, int what, uint8_t id[32])
 {
 	size_t n = strlen(name), vl;
 	int rc;
 	if (n == 0)
 		return crest_errx(-EINVAL, "empty snapshot name");
-	const int kind = cas_snapshot_name_kind(name);
+	const int kind = cas_snapshot_name_kind(name) & what;
 	/* crest's own tags (branch refs) are no snapshot's name. */
 	if ((kind & CAS_NAME_TAG) && !cas_tag_reserved(name, n)) {
 		char *v = cas_db_get(s, 't', name, n, &vl, &rc);
@@ -1638,8 +1638,8 @@ int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
 			return rc;
 	}
 	if (!(kind & CAS_NAME_PREFIX))
-		return crest_errx(-ENOENT, "no snapshot named '%s' in %s (not a tag, not an id prefix)",
-				  name, s->dir);
+		return crest_errx(-ENOENT, "no snapshot named '%s' in %s (not a tag, branch or id prefix, "
+				  "nor latest)", name, s->dir);
 	struct resolve_ctx c = { .s = s, .prefix = name, .plen = n };
 	rc = cas_db_scan(s, 'i', resolve_cb, &c);
 	if (rc < 0)

@@ -42,7 +42,9 @@ const struct cli_env_doc cli_env_docs[] = {
 	{ NULL, NULL },
 };
 
-#define SNAP_NAMES "SNAPSHOT is a full id, a unique id prefix (4 hex digits or more) or a tag."
+#define SNAP_NAMES "SNAPSHOT is a tag, latest (the store's newest), a branch (its head), a full id or " \
+	"a unique id prefix (4 hex digits or more), tried in that order; NAME~N is N parents back " \
+	"from NAME (main~1: the parent of main's head)."
 
 const struct cli_cmd_doc cli_cmd_docs[] = {
 	/* ---- crest ---- */
@@ -88,13 +90,13 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "Gives SNAPSHOT the name TAG, usable wherever a snapshot is named. Tags do not move: a "
 	  "tag that names another snapshot is refused (by put and checkpoint too) unless --force "
 	  "moves it. A tagged snapshot can be kept by casctl gc --keep-tagged or --keep-tag TAG. "
-	  "A TAG may not be 4 to 64 hex digits, or start with crest. (crest's own).",
+	  "A TAG may not be latest, 4 to 64 hex digits, or start with crest. (crest's own). " SNAP_NAMES,
 	  "SNAPSHOT TAG", false, {
 		{ "--force", "-f", NULL, "move TAG to SNAPSHOT if it names another snapshot" },
 	} },
 	{ "crest", "diff", "SNAPSHOT_A SNAPSHOT_B", "what changed from A to B, stream by stream",
 	  "Compares two snapshots stream by stream: streams added, removed and changed, the bytes "
-	  "that differ and the chunks they share.",
+	  "that differ and the chunks they share. " SNAP_NAMES,
 	  "SNAPSHOT SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "checkpoint",
 	  "--pid PID [--tag TAG] [--branch BRANCH] [--every DURATION [--count N]] [--kill] [--file-limit SIZE] "

@@ -36,8 +36,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	const int rc = cas_tag_check(s);
 	CHECK(rc == 0 || rc == -EINVAL);
-	/* A hex tag would shadow an id prefix; crest.* are crest's. */
-	const int own = !strncmp(s, CAS_TAG_RESERVED, strlen(CAS_TAG_RESERVED));
+	/* A hex tag would shadow an id prefix; latest and crest.* are crest's. */
+	const int own = !strcmp(s, CAS_NAME_LATEST) || !strncmp(s, CAS_TAG_RESERVED, strlen(CAS_TAG_RESERVED));
 	CHECK((rc == 0) == (tag && !hex && !own));
 	const int kind = cas_snapshot_name_kind(s);
 	CHECK(kind >= 0);

@@ -2,14 +2,18 @@
 # branches, branches started at random snapshots, and puts that follow,
 # checked after every step against a model of what each branch's head is
 # and what each new snapshot's parent and branch must be; then `crest log`
-# (whole, per branch, --graph) and `crest branch` against the same model,
-# in --json. `crest branch NAME S` must be a ref to S (no snapshot
-# written). The seed is printed; CREST_TEST_SEED replays a run.
+# (whole, per branch, --graph, each graph line checked to lead to its
+# parent and no root to anything) and `crest branch` against the same
+# model, in --json. `crest branch NAME S` must be a ref to S (no snapshot
+# written). Random tags, and after every step random names of every kind
+# (TAG, latest, BRANCH, NAME~N) resolved by crest show against the model,
+# whose tags (text and --json) must be the model's. The seed is printed;
+# CREST_TEST_SEED replays a run.
 source "$(dirname "$0")/lib.sh"
 SEED=${CREST_TEST_SEED:-$(( $(date +%s%N) % 1000000 ))}
 echo "seed $SEED"
 mkdir -p "$T/tree"
-CREST_BIN=$CREST DATA=$T/tree SEED=$SEED python3 - <<'PY'
+CREST_BIN=$CREST CASCTL_BIN=$CASCTL T=$T DATA=$T/tree SEED=$SEED python3 - <<'PY'
 import json, os, random, subprocess, sys
 
 crest, data, seed = os.environ["CREST_BIN"], os.environ["DATA"], int(os.environ["SEED"])
@@ -27,7 +31,8 @@ def js(*args):
 heads = {}       # branch -> head id (the model)
 parent = {}      # id -> parent id or None
 branch_of = {}   # id -> branch
-order = []       # ids, oldest first
+order = []       # ids, oldest first (and newest last: latest)
+tags = {}        # id -> set of tags
 refs = {}        # branch -> the snapshot `crest branch` pointed it at
 
 def check_new(out, br, want_parent):
@@ -42,15 +47,57 @@ def check_new(out, br, want_parent):
     heads[br] = sid
     order.append(sid)
 
-names = ["main", "exp", "lr-0.1", "a/b"]
+def back(sid, n):
+    for _ in range(n):
+        sid = parent[sid] if sid else None
+    return sid
+
+def check_names():
+    """Every kind of name, against the model: one resolver everywhere."""
+    cases = [("latest", order[-1])]
+    for br, h in heads.items():
+        cases.append((br, h))
+        k = rng.randrange(0, 4)
+        cases.append((f"{br}~{k}", back(h, k)))
+    for sid, ts in tags.items():
+        for t in ts:
+            cases.append((t, sid))
+            cases.append((f"{t}~", back(sid, 1)))
+    cases.append(("latest~1", back(order[-1], 1)))
+    for name, want in rng.sample(cases, min(len(cases), 8)):
+        p = run("--json", "show", name, ok=False)
+        if want is None:
+            if p.returncode != 1 or len(p.stderr.strip().splitlines()) != 1:
+                sys.exit(f"FAIL: show {name}: past the root, rc {p.returncode}: {p.stderr!r}")
+            continue
+        if p.returncode != 0:
+            sys.exit(f"FAIL: show {name}: rc {p.returncode}: {p.stderr.strip()} (model {want[:12]})")
+        got = json.loads(p.stdout)
+        if got["snapshot"] != want:
+            sys.exit(f"FAIL: show {name}: {got['snapshot'][:12]}, model {want[:12]}")
+        if sorted(got["tags"]) != sorted(tags.get(want, ())):
+            sys.exit(f"FAIL: show {name}: tags {got['tags']}, model {sorted(tags.get(want, ()))}")
+        txt = run("show", name).stdout
+        if sorted(l.split()[1] for l in txt.splitlines() if l.startswith("tag ")) != sorted(tags.get(want, ())):
+            sys.exit(f"FAIL: show {name} (text): tag lines differ from {sorted(tags.get(want, ()))}")
+
+names = ["main", "exp", "lr-0.1", "a/b", "fresh"]
+ntag = 0
 for step in range(40):
     op = rng.random()
-    if op < 0.7 or not order:
+    if op < 0.6 or not order:
+        # A put on a branch with no head starts a new root (item: log --graph).
         br = rng.choice(names[:2] if not order else names)
         with open(os.path.join(data, "f"), "a") as f:
             f.write(f"{step} {rng.random()}\n")
         out = js("put", "--branch", br, data)
         check_new(out, br, heads.get(br))
+    elif op < 0.75:
+        sid = rng.choice(order)
+        t = f"t{ntag}"
+        ntag += 1
+        run("--quiet", "tag", sid, t)
+        tags.setdefault(sid, set()).add(t)
     else:
         br = rng.choice(names)
         frm = rng.choice(order)
@@ -75,6 +122,7 @@ for step in range(40):
     want = {b: (h, sum(1 for s in order if branch_of[s] == b)) for b, h in heads.items()}
     if got != want:
         sys.exit(f"FAIL: step {step}: branches {got}, model {want}")
+    check_names()
 
 # log of each branch: its head, then parent after parent to the root.
 for br, h in heads.items():
@@ -89,6 +137,7 @@ for br, h in heads.items():
     for e in js("log", br):
         if e["parent"] != parent[e["snapshot"]] or e["branch"] != branch_of[e["snapshot"]]:
             sys.exit(f"FAIL: log {br}: {e['snapshot'][:12]} parent/branch differ from the model")
+
 def check_graph(lines, what):
     """Each '*' goes down its column as '|' to its parent's line (drawn
     there '*' or '/'), and a snapshot whose parent is not drawn (a root)
@@ -122,6 +171,8 @@ for e in full:
     want = sorted(b for b, h in heads.items() if h == e["snapshot"])
     if sorted(e["heads"]) != want:
         sys.exit(f"FAIL: log: {e['snapshot'][:12]} heads {e['heads']}, model {want}")
+    if sorted(e["tags"]) != sorted(tags.get(e["snapshot"], ())):
+        sys.exit(f"FAIL: log: {e['snapshot'][:12]} tags {e['tags']}")
 check_graph(full, "log --graph")
 for br in heads:
     check_graph(js("log", "--graph", br), f"log --graph {br}")
@@ -133,8 +184,49 @@ for br in ("main", "solo"):
         f.write(f"{br} {rng.random()}\n")
     check_new(js("put", "--branch", br, data), br, heads.get(br))
 check_graph(js("log", "--graph"), "log --graph, a new root above main's head")
-print(f"ok: {len(order)} snapshots on {len(heads)} branches ({len(refs)} started as refs); "
-      f"heads, parents, logs and graphs match the model")
+roots = sum(1 for s in order if parent[s] is None)
+print(f"ok: {len(order)} snapshots ({roots} roots) on {len(heads)} branches ({len(refs)} started as refs); "
+      f"heads, parents, names, tags, logs and graphs match the model")
+
+# The same names wherever a snapshot is named: one resolver.
+newest, main_head = order[-1], heads["main"]
+run("get", "latest", os.path.join(os.environ["T"], "got-latest"))
+with open(os.path.join(os.environ["T"], "got-latest", os.path.basename(data), "f")) as f, \
+     open(os.path.join(data, "f")) as g:
+    if f.read() != g.read():
+        sys.exit("FAIL: crest get latest: not the newest snapshot's tree")
+for args in (["diff", "main~1", "main"] if parent[main_head] else ["diff", "main", "latest"],
+             ["bench", "restore", "latest", "--to", "null"]):
+    run(*args)
+# latest is the root of solo: nothing is back from it.
+p = run("tag", "latest~1", "x", ok=False)
+if p.returncode != 1 or "has no parent" not in p.stderr:
+    sys.exit(f"FAIL: crest tag latest~1 past a root: rc {p.returncode}: {p.stderr.strip()}")
+if parent[main_head]:
+    run("--quiet", "tag", "main~", "named-by-tilde")
+    if js("show", "named-by-tilde")["snapshot"] != parent[main_head]:
+        sys.exit("FAIL: crest tag main~: tagged another snapshot")
+if subprocess.run([os.environ["CASCTL_BIN"], "verify", "main"], capture_output=True).returncode != 0:
+    sys.exit("FAIL: casctl verify main")
+out = js("branch", "from-main", "main")
+if out["snapshot"] != main_head:
+    sys.exit(f"FAIL: crest branch from-main main: points at {out['snapshot'][:12]}, main's head is {main_head[:12]}")
+
+# A name that is a branch and an id prefix at once: refused, and BRANCH~0
+# is the branch.
+amb = order[0][:6]
+run("--quiet", "branch", amb, order[-1])
+p = run("show", amb, ok=False)
+if p.returncode != 1 or "both a branch and a snapshot id prefix" not in p.stderr:
+    sys.exit(f"FAIL: show {amb} (a branch and an id prefix): rc {p.returncode}: {p.stderr.strip()}")
+if js("show", f"{amb}~0")["snapshot"] != order[-1]:
+    sys.exit(f"FAIL: show {amb}~0 is not the branch's head")
+# Names a user may not take: latest, crest.'s own, '~'.
+for args in (["tag", order[0], "latest"], ["tag", order[0], "crest.x"], ["branch", "latest"],
+             ["tag", order[0], "a~1"]):
+    p = run(*args, ok=False)
+    if p.returncode == 0:
+        sys.exit(f"FAIL: crest {' '.join(args)} was taken")
 PY
 # Bad input: one line, non-zero, and the store unharmed.
 rc=0; "$CREST" branch 'no spaces' 2>"$T/err" || rc=$?
