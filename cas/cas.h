@@ -2,7 +2,7 @@
  * cas.h - crest's content-addressed store. cas/ owns every file in a store
  * directory; nothing else opens them.
  *
- *   STORE/FORMAT          "crest-store 2": written first (cas_init), checked on open
+ *   STORE/FORMAT          "crest-store N": written first (cas_init), checked on open
  *   STORE/lock            flock()ed by the one writer, which writes
  *                         "PID COMMAND" into it for writers that wait
  *   STORE/packs/N.pack    append-only chunk records (header + LZ4 or raw data);
@@ -73,9 +73,11 @@ void cas_loc_encode(const struct cas_loc *l, uint8_t b[CAS_LOC_BYTES]);
 int cas_loc_decode(const uint8_t *b, size_t n, struct cas_loc *l);
 
 /* What a snapshot name may be (cas_snapshot_resolve tries a tag first,
- * then an id prefix): CAS_NAME_TAG when it is a valid tag, CAS_NAME_PREFIX
+ * and an id prefix last): CAS_NAME_TAG when it is a valid tag, CAS_NAME_PREFIX
  * when it is 4 to 64 hex digits, both, or 0 for neither (an empty name). */
 enum { CAS_NAME_TAG = 1, CAS_NAME_PREFIX = 2 };
+/* The newest snapshot of the store (cas_snapshot_resolve, history.h). */
+#define CAS_NAME_LATEST "latest"
 int cas_snapshot_name_kind(const char *name);
 
 /* The default store: $CREST_STORE, else ./crest-store. */
@@ -295,7 +297,10 @@ int cas_commit_encode(struct cas_store *s, const struct cas_manifest *m, const s
 int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n, struct cas_encoded *enc,
 		       const char *tag, const uint8_t id[32]);
 
-/* Snapshot names: a full id, a tag, or a unique id prefix of >= 4 hex digits. */
+/* The snapshot a user's name names: a tag, latest, a branch, a full id or a
+ * unique id prefix of >= 4 hex digits, and NAME~N (cas/history.h has the
+ * rules, history.c the resolver). 0 and the id, or a negative errno with a
+ * message. Every command that takes a snapshot name uses it. */
 int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32]);
 int cas_manifest_load(struct cas_store *s, const uint8_t id[32], struct cas_manifest **out);
 
@@ -306,6 +311,11 @@ struct cas_snapinfo {
 	size_t ntags;
 	bool damaged;                /* a repair kept it without chunks it lost */
 };
+/* The tags that name snapshot id, in name order; the caller frees them
+ * with cas_snapshot_tags_free. */
+int cas_snapshot_tags(struct cas_store *s, const uint8_t id[32], char ***tags, size_t *n);
+void cas_snapshot_tags_free(char **tags, size_t n);
+
 /* All committed snapshots, oldest first. */
 int cas_snapshot_list(struct cas_store *s, struct cas_snapinfo **out, size_t *n);
 void cas_snapshot_list_free(struct cas_snapinfo *v, size_t n);
@@ -332,8 +342,9 @@ int cas_manifest_holes(struct cas_manifest *m, const struct cas_lost *v, size_t 
 int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32], bool move);
 int cas_tag_get(struct cas_store *s, const char *tag, uint8_t id[32]);
 int cas_tag_free(struct cas_store *s, const char *tag);
-/* -EINVAL with a message if unusable as a new tag: not a valid tag, or 4 to
- * 64 hex digits (it would shadow an id prefix). */
+/* -EINVAL with a message if unusable as a new tag: not a valid tag, 4 to
+ * 64 hex digits (it would shadow an id prefix), latest, or starting with
+ * CAS_TAG_RESERVED (crest's own: branch refs). */
 int cas_tag_check(const char *tag);
 
 /* A fault casctl verify names: where it is (a file and offset, or an

@@ -162,6 +162,15 @@ int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off, bool r
 
 /* Every index entry of one type, in key order (keys without the type
  * byte); cb returns non-zero to stop (passed on). */
+/* A snapshot by tag (what has CAS_NAME_TAG) or unique id prefix (what has
+ * CAS_NAME_PREFIX), the tag first: the names the index holds.
+ * cas_snapshot_resolve (history.c) adds latest, branches and NAME~N. */
+int cas_snapshot_lookup(struct cas_store *s, const char *name, int what, uint8_t id[32]);
+/* cas_tag_set without the check of a user's tag name: for crest's own
+ * tags (CAS_TAG_RESERVED), such as branch refs. */
+int cas_tag_put(struct cas_store *s, const char *tag, const uint8_t id[32], bool move);
+/* Whether tag key k (kl bytes) is crest's own: listings leave it out. */
+bool cas_tag_reserved(const char *k, size_t kl);
 int cas_db_scan(struct cas_store *s, char type,
 		int (*cb)(const char *k, size_t kl, const char *v, size_t vl, void *arg), void *arg);
 /* Sorts e by id (RocksDB inserts a batch's keys in order far faster). */

@@ -74,6 +74,11 @@ int cas_tag_check(const char *tag)
 	if (tag_ok(tag) && (cas_snapshot_name_kind(tag) & CAS_NAME_PREFIX))
 		return crest_errx(-EINVAL, "tag '%s': 4 to 64 hex digits read as a snapshot id prefix; "
 				  "add a letter past f", tag);
+	if (tag_ok(tag) && !strncmp(tag, CAS_TAG_RESERVED, strlen(CAS_TAG_RESERVED)))
+		return crest_errx(-EINVAL, "tag '%s': tags that start with '%s' are crest's own", tag,
+				  CAS_TAG_RESERVED);
+	if (tag_ok(tag) && !strcmp(tag, CAS_NAME_LATEST))
+		return crest_errx(-EINVAL, "tag '%s': '%s' names the newest snapshot already", tag, CAS_NAME_LATEST);
 	if (tag_ok(tag))
 		return 0;
 	if (n == 0 || n > 128)

@@ -17,8 +17,16 @@
  * upgrades a version 1 store when it opens it, and reads it as it was.
  * Version 3 lets extent-list pieces be deltas (manifests of version 3,
  * manifest.h), which an older crest would take for damage; a writer
- * rewrites a version 2 store's FORMAT, and nothing else changes. */
-#define CAS_FORMAT_VERSION 3
+ * rewrites a version 2 store's FORMAT, and nothing else changes.
+ * Version 4 adds branch refs: tags named CAS_BRANCH_REF_PREFIX NAME point
+ * branch NAME at a snapshot (cas/history.h). An older crest would take one
+ * for a user's tag, and its gc could expire the branch's only snapshot; a
+ * writer rewrites an older store's FORMAT, and nothing else changes. */
+#define CAS_FORMAT_VERSION 4
+/* Tags whose names start with this are crest's own (a user's tag may not):
+ * CAS_BRANCH_REF_PREFIX NAME is branch NAME's ref. Listings leave them out. */
+#define CAS_TAG_RESERVED "crest."
+#define CAS_BRANCH_REF_PREFIX "crest.branch/"
 #define CAS_FORMAT_OLDEST 1
 
 /* Packs (STORE/packs/NNNNNNNN.pack) and meta logs (STORE/meta/NNNNNNNN.log)

@@ -50,9 +50,11 @@ static void gc_time(const char *what)
 
 int cas_gc_policy_check(const struct cas_gc_policy *p)
 {
-	if (!p->keep_last && !p->keep_hourly && !p->keep_daily && !p->keep_within_ns && !p->keep_tagged)
+	if (!p->keep_last && !p->keep_hourly && !p->keep_daily && !p->keep_weekly && !p->keep_monthly &&
+	    !p->keep_yearly && !p->keep_within_ns && !p->keep_tagged && !p->nkeep_tags)
 		return crest_errx(-EINVAL, "gc needs a rule for what to keep (--keep-last, --keep-hourly, "
-				  "--keep-daily, --keep-within or --keep-tagged): without one it would delete "
+				  "--keep-daily, --keep-weekly, --keep-monthly, --keep-yearly, --keep-within, "
+				  "--keep-tagged or --keep-tag): without one it would delete "
 				  "every snapshot but the branches' heads");
 	if (p->rewrite_below < 0 || p->rewrite_below > 1)
 		return crest_errx(-EINVAL, "gc: the rewrite threshold %.3f is not a fraction from 0 to 1",
@@ -117,7 +119,9 @@ struct snap {
 	const uint8_t *id;
 	uint64_t t, bytes;
 	const char *branch;
-	bool tagged, keep;
+	char **tags;
+	size_t ntags;
+	bool head, keep;
 };
 
 static int snap_cmp(const void *a, const void *b)
@@ -131,30 +135,78 @@ static int snap_cmp(const void *a, const void *b)
 	return memcmp(y->id, x->id, 32);
 }
 
-/* One branch's snapshots, newest first: marks the kept ones. */
-static void keep_branch(struct snap *v, size_t n, const struct cas_gc_policy *p)
+/* The buckets of restic's --keep-hourly ... --keep-yearly, in UTC. A week
+ * runs Monday to Sunday (ISO 8601's weeks: 1970-01-01 was a Thursday, so
+ * day d is in week (d + 3) / 7); a month and a year are the calendar's. */
+enum { B_HOUR, B_DAY, B_WEEK, B_MONTH, B_YEAR, B_N };
+
+static uint64_t bucket_of(int kind, uint64_t t_ns)
 {
-	uint64_t hb = UINT64_MAX, db = UINT64_MAX;
-	unsigned nh = 0, nd = 0;
+	const uint64_t day = t_ns / DAY_NS;
+	switch (kind) {
+	case B_HOUR: return t_ns / HOUR_NS;
+	case B_DAY: return day;
+	case B_WEEK: return (day + 3) / 7;
+	default: break;
+	}
+	const time_t secs = (time_t)(t_ns / 1000000000ull);
+	struct tm tm;
+	if (!gmtime_r(&secs, &tm))
+		return day;   /* out of gmtime's range: no calendar, a day is a bucket */
+	const uint64_t year = (uint64_t)((int64_t)tm.tm_year + 1900);
+	return kind == B_YEAR ? year : year * 12 + (uint64_t)tm.tm_mon;
+}
+
+void cas_gc_keep(const struct cas_gc_policy *p, struct cas_gc_snap *v, size_t n)
+{
+	const unsigned want[B_N] = { p->keep_hourly, p->keep_daily, p->keep_weekly, p->keep_monthly,
+				     p->keep_yearly };
+	uint64_t last[B_N];
+	unsigned got[B_N] = { 0 };
+	bool seen[B_N] = { false };
+	/* restic's walk: newest first, a snapshot is kept for a bucket rule
+	 * when it is the first (newest) seen in its bucket, until N buckets
+	 * have had one. Buckets with no snapshot never count. */
 	for (size_t i = 0; i < n; i++) {
-		bool k = i == 0 || i < p->keep_last;   /* the head, always */
-		const uint64_t h = v[i].t / HOUR_NS, d = v[i].t / DAY_NS;
-		if (nh < p->keep_hourly && h != hb) {
+		bool k = i == 0 || v[i].head || i < p->keep_last;   /* the head, always */
+		for (int b = 0; b < B_N; b++) {
+			if (got[b] >= want[b])
+				continue;
+			const uint64_t bk = bucket_of(b, v[i].time_ns);
+			if (seen[b] && bk == last[b])
+				continue;
 			k = true;
-			hb = h;
-			nh++;
+			last[b] = bk;
+			seen[b] = true;
+			got[b]++;
 		}
-		if (nd < p->keep_daily && d != db) {
+		if (p->keep_within_ns && v[i].time_ns + p->keep_within_ns >= v[0].time_ns)
 			k = true;
-			db = d;
-			nd++;
-		}
-		if (p->keep_within_ns && v[i].t + p->keep_within_ns >= v[0].t)
+		if (p->keep_tagged && v[i].ntags)
 			k = true;
-		if (p->keep_tagged && v[i].tagged)
-			k = true;
+		for (size_t t = 0; !k && t < v[i].ntags; t++)
+			for (size_t w = 0; !k && w < p->nkeep_tags; w++)
+				k = !strcmp(v[i].tags[t], p->keep_tags[w]);
 		v[i].keep = k;
 	}
+}
+
+/* One branch's snapshots, newest first: marks the kept ones. */
+static int keep_branch(struct snap *v, size_t n, const struct cas_gc_policy *p)
+{
+	struct cas_gc_snap *g = calloc(n ? n : 1, sizeof(*g));
+	if (!g)
+		return crest_errf(-ENOMEM, "gc");
+	for (size_t i = 0; i < n; i++) {
+		g[i] = (struct cas_gc_snap){ .time_ns = v[i].t, .tags = (const char *const *)v[i].tags,
+					     .ntags = v[i].ntags, .head = v[i].head };
+		memcpy(g[i].id, v[i].id, 32);
+	}
+	cas_gc_keep(p, g, n);
+	for (size_t i = 0; i < n; i++)
+		v[i].keep = g[i].keep;
+	free(g);
+	return 0;
 }
 
 /* ---- the mark, in bounded memory ----
@@ -181,16 +233,21 @@ struct runs {
 	int err;
 };
 
-static void runs_dir(struct cas_store *s, char *buf, size_t cap)
+/* STORE/gc for a run; for a dry run, a folder of its own under $TMPDIR
+ * (made when a run spills): a dry run writes nothing in the store, and
+ * may run beside a gc that holds the writer lock and uses STORE/gc. */
+static void runs_dir(struct cas_store *s, bool dry, char *buf, size_t cap)
 {
-	snprintf(buf, cap, "%s/gc", cas_dir(s));
+	const char *tmp = getenv("TMPDIR");
+	if (dry)
+		snprintf(buf, cap, "%s/crest-gc-dry.%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
+	else
+		snprintf(buf, cap, "%s/gc", cas_dir(s));
 }
 
-/* Removes STORE/gc and what a killed run left in it. */
-static void runs_clear(struct cas_store *s)
+/* Removes the runs' folder and what a killed run left in it. */
+static void runs_clear(const char *dir)
 {
-	char dir[4096];
-	runs_dir(s, dir, sizeof(dir));
 	DIR *d = opendir(dir);
 	if (!d)
 		return;
@@ -1286,13 +1343,15 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	int rc = cas_gc_policy_check(pol);
 	if (rc < 0)
 		return rc;
-	if (s->mode != CAS_WRITE)
+	if (s->mode != CAS_WRITE && !pol->dry_run)
 		return crest_errx(-EROFS, "gc needs store %s open for writing", s->dir);
 	const double below = pol->rewrite_below > 0 ? pol->rewrite_below : 0.5;
 	/* What a killed run left: its runs, and packs it retired but could not
 	 * unlink. */
 	gc_time(NULL);
-	runs_clear(s);
+	struct runs live = { .cap = run_ids() };
+	runs_dir(s, pol->dry_run, live.dir, sizeof(live.dir));
+	runs_clear(live.dir);
 	if (!pol->dry_run && (rc = retire(s, r)) < 0)
 		return rc;
 	r->bytes_before = packs_bytes(s);
@@ -1304,13 +1363,11 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 		return rc;
 	gc_time("snapshot list");
 	struct snap *sv = calloc(n ? n : 1, sizeof(*sv));
-	struct runs live = { .cap = run_ids() };
 	struct pieceset pieces = { 0 };
 	struct idset bases = { 0 };      /* kept for the deltas that name them */
 	struct idset expired = { 0 };
 	struct merge mg;
 	bool merging = false;
-	runs_dir(s, live.dir, sizeof(live.dir));
 	struct scan sc = { .s = s, .live = &mg, .r = r, .dry = pol->dry_run };
 	struct piece_lister pl = { .s = s, .live = &pieces.set };
 	uint64_t meta_live = 0;   /* the kept manifests' meta log records, bytes */
@@ -1321,14 +1378,26 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 		rc = crest_errf(-ENOMEM, "gc");
 	for (size_t i = 0; rc == 0 && i < n; i++)
 		sv[i] = (struct snap){ .id = v[i].id, .t = v[i].head->time_ns, .branch = cas_manifest_branch(v[i].head),
-				       .tagged = v[i].ntags > 0, .bytes = v[i].head->logical_bytes };
+				       .tags = v[i].tags, .ntags = v[i].ntags, .bytes = v[i].head->logical_bytes };
+	/* Every branch's head stays, whatever the policy: a branch's newest
+	 * snapshot (keep_branch's v[0]), and the target of a ref on a branch
+	 * with no snapshot yet (history.h), which is a snapshot of another
+	 * branch and would otherwise expire by that branch's rules. */
+	struct cas_branch *heads = NULL;
+	size_t nheads = 0;
+	if (rc == 0)
+		rc = cas_branch_list(s, &heads, &nheads);
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		for (size_t h = 0; h < nheads && !sv[i].head; h++)
+			sv[i].head = !memcmp(heads[h].head, sv[i].id, 32);
+	cas_branch_list_free(heads, nheads);
 	if (rc == 0 && n > 1)
 		qsort(sv, n, sizeof(*sv), snap_cmp);
 	for (size_t i = 0; rc == 0 && i < n;) {
 		size_t j = i;
 		while (j < n && !strcmp(sv[j].branch, sv[i].branch))
 			j++;
-		keep_branch(sv + i, j - i, pol);
+		rc = keep_branch(sv + i, j - i, pol);
 		i = j;
 	}
 	r->snapshots = n;
@@ -1502,7 +1571,7 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	if (merging)
 		merge_close(&mg);
 	livelog_close(&ll);
-	runs_clear(s);
+	runs_clear(live.dir);
 	if (sc.b)
 		rocksdb_writebatch_destroy(sc.b);
 	if (sc.spare)

@@ -2,10 +2,13 @@
  * gc.h - forgetting snapshots and reclaiming the space only they used.
  *
  * Which snapshots stay is a retention policy per branch, restic's rules:
- * the newest N (keep_last), the newest of each of the newest N hours and
- * days (UTC buckets), everything within a duration of the branch's newest
- * snapshot, every tagged one; and always the head of every branch. The
- * rest expire.
+ * the newest N (keep_last); the newest of each of the newest N hours,
+ * days, weeks (Monday to Sunday), months and years that have snapshots
+ * (UTC buckets: a bucket without a snapshot is not counted, so N buckets
+ * reach back as far as it takes); everything within a duration of the
+ * branch's newest snapshot; every tagged one, or every one with one of the
+ * given tags; and always the head of every branch (a branch ref's target
+ * too: history.h). The rest expire.
  *
  * Mark and sweep, never reference counts: the live chunks and pieces are
  * those the kept manifests name, marked afresh on every run, so no count
@@ -53,12 +56,30 @@
 #include "util/progress.h"
 
 struct cas_gc_policy {
-	unsigned keep_last, keep_hourly, keep_daily;
+	unsigned keep_last, keep_hourly, keep_daily, keep_weekly, keep_monthly, keep_yearly;
 	uint64_t keep_within_ns;
-	bool keep_tagged;
+	bool keep_tagged;          /* any tag */
+	const char *const *keep_tags;   /* or one of these */
+	size_t nkeep_tags;
 	double rewrite_below;      /* rewrite packs less live than this; 0: 0.5 */
-	bool dry_run;              /* decide and report; change nothing */
+	bool dry_run;              /* decide and report; change nothing: the store may be
+				    * open read-only (CAS_READ), and nothing in it is written */
 };
+
+/* One snapshot of one branch, for cas_gc_keep. */
+struct cas_gc_snap {
+	uint8_t id[32];
+	uint64_t time_ns;
+	const char *const *tags;
+	size_t ntags;
+	bool head;                 /* a branch's head or a ref's target: always kept */
+	bool keep;                 /* out */
+};
+
+/* The retention rules alone: v is one branch's snapshots, newest first (by
+ * time, then id descending); sets each keep. v[0] is always kept. What
+ * cas_gc decides with, exposed so that tests can hold it to a model. */
+void cas_gc_keep(const struct cas_gc_policy *p, struct cas_gc_snap *v, size_t n);
 
 struct cas_gc_result {
 	size_t snapshots;          /* before */
@@ -76,11 +97,13 @@ struct cas_gc_result {
 };
 
 /* -EINVAL with a message when the policy keeps nothing explicitly (every
- * keep_* is 0 and keep_tagged false): gc would expire all but the heads. */
+ * keep_* is 0, keep_tagged false, no keep_tags): gc would expire all but
+ * the heads. */
 int cas_gc_policy_check(const struct cas_gc_policy *p);
 
-/* Runs gc on a writer's store (CAS_WRITE). prog, when non-NULL, follows
- * the mark and the rewrite. */
+/* Runs gc on a writer's store (CAS_WRITE), or a dry run on any (CAS_READ
+ * is enough, and then not one file of the store changes). prog, when
+ * non-NULL, follows the mark and the rewrite. */
 int cas_gc(struct cas_store *s, const struct cas_gc_policy *p, struct cas_gc_result *r, struct progress *prog);
 void cas_gc_result_free(struct cas_gc_result *r);
 

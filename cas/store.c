@@ -1615,6 +1615,14 @@ int cas_tag_set(struct cas_store *s, const char *tag, const uint8_t id[32], bool
 	int rc = cas_tag_check(tag);
 	if (rc < 0)
 		return rc;
+	return cas_tag_put(s, tag, id, move);
+}
+
+int cas_tag_put(struct cas_store *s, const char *tag, const uint8_t id[32], bool move)
+{
+	int rc;
+	if (!*tag || strlen(tag) > 128)   /* the key below holds no more, nor does FORMAT.md */
+		return crest_errx(-EINVAL, "tag '%s': must be 1 to 128 characters", tag);
 	if (!move) {
 		uint8_t old[32];
 		rc = cas_tag_get(s, tag, old);
@@ -1739,14 +1747,15 @@ static int resolve_cb(const char *k, size_t kl, const char *v, size_t vl, void *
 	return 0;
 }
 
-int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
+int cas_snapshot_lookup(struct cas_store *s, const char *name, int what, uint8_t id[32])
 {
 	size_t n = strlen(name), vl;
 	int rc;
 	if (n == 0)
 		return crest_errx(-EINVAL, "empty snapshot name");
-	const int kind = cas_snapshot_name_kind(name);
-	if (kind & CAS_NAME_TAG) {
+	const int kind = cas_snapshot_name_kind(name) & what;
+	/* crest's own tags (branch refs) are no snapshot's name. */
+	if ((kind & CAS_NAME_TAG) && !cas_tag_reserved(name, n)) {
 		char *v = cas_db_get(s, 't', name, n, &vl, &rc);
 		if (v) {
 			if (vl == 32)
@@ -1761,8 +1770,8 @@ int cas_snapshot_resolve(struct cas_store *s, const char *name, uint8_t id[32])
 			return rc;
 	}
 	if (!(kind & CAS_NAME_PREFIX))
-		return crest_errx(-ENOENT, "no snapshot named '%s' in %s (not a tag, not an id prefix)",
-				  name, s->dir);
+		return crest_errx(-ENOENT, "no snapshot named '%s' in %s (not a tag, branch or id prefix, "
+				  "nor latest)", name, s->dir);
 	struct resolve_ctx c = { .s = s, .prefix = name, .plen = n };
 	rc = cas_db_scan(s, 'i', resolve_cb, &c);
 	if (rc < 0)
@@ -1949,10 +1958,16 @@ static int list_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg
 	return 0;
 }
 
+bool cas_tag_reserved(const char *k, size_t kl)
+{
+	const size_t n = strlen(CAS_TAG_RESERVED);
+	return kl >= n && !memcmp(k, CAS_TAG_RESERVED, n);
+}
+
 static int tag_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
 {
 	struct list_ctx *c = arg;
-	if (vl != 32)
+	if (vl != 32 || cas_tag_reserved(k, kl))
 		return 0;
 	for (size_t i = 0; i < c->n; i++) {
 		struct cas_snapinfo *si = &c->v[i];
@@ -1987,6 +2002,47 @@ static int snapinfo_cmp(const void *a, const void *b)
 	if (x->head->time_ns != y->head->time_ns)
 		return x->head->time_ns < y->head->time_ns ? -1 : 1;
 	return memcmp(x->id, y->id, 32);
+}
+
+struct tags_of_ctx {
+	const uint8_t *id;
+	char **v;
+	size_t n;
+};
+
+static int tags_of_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
+{
+	struct tags_of_ctx *c = arg;
+	if (vl != 32 || memcmp(v, c->id, 32) || cas_tag_reserved(k, kl))
+		return 0;
+	char **nv = realloc(c->v, (c->n + 1) * sizeof(*nv));
+	if (!nv)
+		return -ENOMEM;
+	c->v = nv;
+	if (!(c->v[c->n] = strndup(k, kl)))
+		return -ENOMEM;
+	c->n++;
+	return 0;
+}
+
+int cas_snapshot_tags(struct cas_store *s, const uint8_t id[32], char ***tags, size_t *n)
+{
+	struct tags_of_ctx c = { .id = id };
+	int rc = cas_db_scan(s, 't', tags_of_cb, &c);
+	if (rc < 0) {
+		cas_snapshot_tags_free(c.v, c.n);
+		return rc == -ENOMEM ? crest_errf(rc, "listing tags") : rc;
+	}
+	*tags = c.v;
+	*n = c.n;
+	return 0;
+}
+
+void cas_snapshot_tags_free(char **tags, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(tags[i]);
+	free(tags);
 }
 
 int cas_snapshot_list(struct cas_store *s, struct cas_snapinfo **out, size_t *n)

@@ -702,8 +702,13 @@ int cmd_show(struct cli *c, int argc, char **argv)
 	struct cas_lost *lost = NULL;
 	size_t nlost = 0;
 	rc = cas_snapshot_lost(store, id, &lost, &nlost);
+	char **tags = NULL;
+	size_t ntags = 0;
+	if (rc == 0)
+		rc = cas_snapshot_tags(store, id, &tags, &ntags);
 	cas_close(store);
 	if (rc < 0) {
+		free(lost);
 		cas_manifest_free(m);
 		return cli_fail(c, rc);
 	}
@@ -729,7 +734,12 @@ int cmd_show(struct cli *c, int argc, char **argv)
 			printf(": ");
 			json_str(stdout, m->labels[l].value);
 		}
-		printf("}, \"streams\": [");
+		printf("}, \"tags\": [");
+		for (size_t t = 0; t < ntags; t++) {
+			printf("%s", t ? ", " : "");
+			json_str(stdout, tags[t]);
+		}
+		printf("], \"streams\": [");
 	} else {
 		cli_fmt_time(m->time_ns, tbuf, sizeof(tbuf));
 		printf("snapshot %s\nkind     %s\ntime     %s\nlogical  %s\n", hex, m->kind, tbuf,
@@ -740,6 +750,8 @@ int cmd_show(struct cli *c, int argc, char **argv)
 			printf("parent   %s\n", ph);
 		}
 		printf("branch   %s\n", cas_manifest_branch(m));
+		for (size_t t = 0; t < ntags; t++)
+			printf("tag      %s\n", tags[t]);
 		for (size_t i = 0; i < nlost; i++)
 			printf("DAMAGED  %s: bytes %llu to %llu lost (crest get " CLI_ALLOW_DAMAGED
 			       " restores zeros there)\n", lost[i].stream < m->nstreams ? m->streams[lost[i].stream].name
@@ -775,6 +787,7 @@ int cmd_show(struct cli *c, int argc, char **argv)
 	}
 	if (c->json)
 		printf("%s]}\n", m->nstreams ? "\n" : "");
+	cas_snapshot_tags_free(tags, ntags);
 	cas_manifest_free(m);
 	free(lost);
 	return 0;

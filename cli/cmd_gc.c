@@ -22,6 +22,9 @@ static int parse_count(const char *opt, const char *v, unsigned *out)
 	return 0;
 }
 
+static int gc_parse(const struct cli *c, struct cas_gc_policy *pp, const char **tags, int argc, char **argv);
+static int gc_run(struct cli *c, const struct cas_gc_policy *pp);
+
 static void print_ids(const char *key, uint8_t (*v)[32], size_t n)
 {
 	printf(", \"%s\": [", key);
@@ -36,6 +39,24 @@ static void print_ids(const char *key, uint8_t (*v)[32], size_t n)
 int cmd_gc(struct cli *c, int argc, char **argv)
 {
 	struct cas_gc_policy p = { 0 };
+	/* --keep-tag's values point into argv: at most one per argument. */
+	const char **tags = calloc((size_t)argc, sizeof(*tags));
+	if (!tags)
+		return cli_fail(c, crest_errf(-ENOMEM, "gc"));
+	p.keep_tags = tags;
+	const int rc0 = gc_parse(c, &p, tags, argc, argv);
+	if (rc0) {
+		free(tags);
+		return rc0;
+	}
+	const int rc = gc_run(c, &p);
+	free(tags);
+	return rc;
+}
+
+static int gc_parse(const struct cli *c, struct cas_gc_policy *pp, const char **tags, int argc, char **argv)
+{
+	struct cas_gc_policy p = *pp;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i];
 		if (!strcmp(a, "--keep-tagged")) {
@@ -60,11 +81,23 @@ int cmd_gc(struct cli *c, int argc, char **argv)
 		} else if (!strcmp(a, "--keep-daily")) {
 			if (parse_count(a, v, &p.keep_daily) < 0)
 				return 2;
-		} else if (!strcmp(a, "--keep-within")) {
-			if (cli_parse_duration(v, &p.keep_within_ns) < 0) {
-				fprintf(stderr, "casctl: --keep-within %s: not a duration from 1ms to 366 days (30m, 12h, 7d)\n", v);
+		} else if (!strcmp(a, "--keep-weekly")) {
+			if (parse_count(a, v, &p.keep_weekly) < 0)
 				return 2;
-			}
+		} else if (!strcmp(a, "--keep-monthly")) {
+			if (parse_count(a, v, &p.keep_monthly) < 0)
+				return 2;
+		} else if (!strcmp(a, "--keep-yearly")) {
+			if (parse_count(a, v, &p.keep_yearly) < 0)
+				return 2;
+		} else if (!strcmp(a, "--keep-tag")) {
+			if (!(cas_snapshot_name_kind(v) & CAS_NAME_TAG))
+				return cli_usage(c, "gc", "--keep-tag %s: not a tag name", v);
+			tags[p.nkeep_tags++] = v;
+		} else if (!strcmp(a, "--keep-within")) {
+			if (cli_parse_duration(v, &p.keep_within_ns) < 0)
+				return cli_usage(c, "gc", "--keep-within %s: not a duration from 1ms to 366 days "
+						 "(30m, 12h, 7d, 2w)", v);
 		} else if (!strcmp(a, "--rewrite-below")) {
 			char *end;
 			p.rewrite_below = strtod(v, &end);
@@ -80,8 +113,18 @@ int cmd_gc(struct cli *c, int argc, char **argv)
 		fprintf(stderr, "casctl: %s\n", crest_errmsg());
 		return 2;
 	}
+	*pp = p;
+	return 0;
+}
+
+static int gc_run(struct cli *c, const struct cas_gc_policy *pp)
+{
+	const struct cas_gc_policy p = *pp;
 	struct cas_store *store;
-	int rc = cli_store_open(c, CAS_WRITE, &store);
+	/* A dry run reads: it opens the store as a reader does, so that not
+	 * one file of it changes (a writer's open reconciles the index, and
+	 * RocksDB writes its own files when opened for writing). */
+	int rc = cli_store_open(c, p.dry_run ? CAS_READ : CAS_WRITE, &store);
 	if (rc < 0)
 		return cli_fail(c, rc);
 	struct cas_gc_result r;

@@ -75,22 +75,38 @@ static void idmap_free(struct idmap *m)
  * expected the same snapshot (two children of one parent: a fork) join it
  * there, drawn '/'. The lanes are fixed-size strings: no line of the
  * output depends on more than the lanes open at that point.
+ *
+ * Two '*' one above the other in a column read as child and parent, as
+ * nothing is drawn between them. So a lane that closed on a line (a root,
+ * a snapshot whose parent is not drawn, a '/' join) is not taken by the
+ * next line: a new line of history, such as the root of a branch started
+ * afresh, opens beside it, not under another branch's snapshot as if it
+ * were that snapshot's parent. On the line after, the column is blank and
+ * may be taken again.
  */
 struct lanes {
 	uint8_t (*want)[32];
 	bool *open;
-	size_t n, cap;
+	size_t *closed;   /* the line a lane closed on (lines count from 1) */
+	size_t n, cap, line;
 };
+
+static void lanes_close(struct lanes *l, size_t col)
+{
+	l->open[col] = false;
+	l->closed[col] = l->line;
+}
 
 static int lanes_place(struct lanes *l, const uint8_t id[32], char *line, size_t cap, size_t *col_out)
 {
+	l->line++;
 	size_t col = l->n;
 	for (size_t i = 0; i < l->n && col == l->n; i++)
 		if (l->open[i] && !memcmp(l->want[i], id, 32))
 			col = i;
 	if (col == l->n) {
 		for (size_t i = 0; i < l->n && col == l->n; i++)
-			if (!l->open[i])
+			if (!l->open[i] && l->closed[i] + 1 < l->line)
 				col = i;
 	}
 	if (col == l->n) {
@@ -100,12 +116,16 @@ static int lanes_place(struct lanes *l, const uint8_t id[32], char *line, size_t
 			if (nw)
 				l->want = nw;
 			bool *no = nw ? realloc(l->open, nc * sizeof(*no)) : NULL;
-			if (!nw || !no)
+			if (no)
+				l->open = no;
+			size_t *ncl = no ? realloc(l->closed, nc * sizeof(*ncl)) : NULL;
+			if (!nw || !no || !ncl)
 				return crest_errf(-ENOMEM, "drawing the graph");
-			l->open = no;
+			l->closed = ncl;
 			l->cap = nc;
 		}
-		l->open[l->n++] = false;
+		l->open[l->n] = false;
+		l->closed[l->n++] = 0;
 	}
 	size_t k = 0;
 	for (size_t i = 0; i < l->n && k + 3 < cap; i++) {
@@ -114,7 +134,7 @@ static int lanes_place(struct lanes *l, const uint8_t id[32], char *line, size_t
 			ch = '*';
 		else if (l->open[i] && !memcmp(l->want[i], id, 32)) {
 			ch = '/';
-			l->open[i] = false;
+			lanes_close(l, i);
 		} else if (l->open[i])
 			ch = '|';
 		line[k++] = ch;
@@ -208,7 +228,7 @@ int cmd_log(struct cli *c, int argc, char **argv)
 			if (p >= 0 && show[p])
 				memcpy(ln.want[col], h->parent, 32);
 			else
-				ln.open[col] = false;
+				lanes_close(&ln, col);
 		}
 		char hex[65], ph[65] = "", tbuf[32];
 		cli_print_id(hex, v[k].id);
@@ -264,6 +284,7 @@ int cmd_log(struct cli *c, int argc, char **argv)
 		printf("%s]\n", first ? "" : "\n");
 	free(ln.want);
 	free(ln.open);
+	free(ln.closed);
 	free(show);
 	idmap_free(&im);
 	cas_branch_list_free(b, nb);
@@ -327,12 +348,13 @@ int cmd_branch(struct cli *c, int argc, char **argv)
 	char fh[65], hex[65];
 	cli_print_id(fh, fid);
 	cli_print_id(hex, id);
+	/* A ref: the branch's head is the snapshot itself (hex is fh). */
 	if (c->json) {
 		printf("{\"branch\": ");
 		json_str(stdout, name);
 		printf(", \"from\": \"%s\", \"snapshot\": \"%s\"}\n", fh, hex);
 	} else if (!c->quiet) {
-		printf("branch %s starts at %.12s: snapshot %s\n", name, fh, hex);
+		printf("branch %s points at %s\n", name, hex);
 	}
 	return 0;
 }

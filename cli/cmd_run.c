@@ -296,7 +296,7 @@ static int clone_fits(const char *name, const struct cas_manifest *m, unsigned l
 	return 0;
 }
 
-/* Starts copy pid's branch at the snapshot (a manifest, no data) and
+/* Starts copy pid's branch at the snapshot (a ref, no data: history.h) and
  * notes the job, so that its checkpoints continue that branch. The store
  * is opened for writing for this alone: between copies, other crests
  * (the original's checkpoints) get their turn. */

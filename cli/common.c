@@ -191,6 +191,22 @@ static const struct cli_opt_rule {
 	{ "crest", "log", "--plot", NULL, "--graph", "the picture has no graph" },
 };
 
+/* The value options that add up rather than contradict one another. */
+static const struct {
+	const char *prog, *cmd, *opt;
+} opt_repeatable[] = {
+	{ "casctl", "gc", "--keep-tag" },
+};
+
+static bool opt_repeats(const char *prog, const char *cmd, const char *opt)
+{
+	for (size_t r = 0; r < sizeof(opt_repeatable) / sizeof(opt_repeatable[0]); r++)
+		if (!strcmp(opt_repeatable[r].prog, prog) && !strcmp(opt_repeatable[r].cmd, cmd) &&
+		    !strcmp(opt_repeatable[r].opt, opt))
+			return true;
+	return false;
+}
+
 int cli_check_opts(const struct cli *c, int argc, char **argv)
 {
 	if (argc < 2)
@@ -219,8 +235,9 @@ int cli_check_opts(const struct cli *c, int argc, char **argv)
 		if (k < 0 || k >= CLI_DOC_MAX_OPTS)
 			continue;
 		/* A flag twice is the flag; a value twice is a contradiction
-		 * that the last one would settle without a word. */
-		if (seen[k]++ && o->arg)
+		 * that the last one would settle without a word, unless the
+		 * option adds up (gc --keep-tag). */
+		if (seen[k]++ && o->arg && !opt_repeats(c->prog, d->name, o->name))
 			return cli_usage(c, d->name, "%s given twice: give it once", o->name);
 	}
 	for (size_t r = 0; r < sizeof(opt_rules) / sizeof(opt_rules[0]); r++) {

@@ -59,9 +59,10 @@ int cli_parse_uint(const char *s, uint64_t lo, uint64_t hi, uint64_t *out);
 
 /* "4096", "64K", "16M", "2G" (powers of 1024). -EINVAL on anything else. */
 int cli_parse_size(const char *s, uint64_t *out);
-/* "30s", "5m", "1h", "7d", "250ms", plain seconds, from 1 ms to 366 days
- * (util/parse.h's parser): -EINVAL when s is not a duration, -ERANGE out
- * of range. Carried as 64-bit nanoseconds wherever it goes. */
+/* "30s", "5m", "1h", "7d", "2w", "250ms", plain seconds, from 1 ms to 366
+ * days (util/parse.h's parser; m is minutes, as in sleep(1), d a day of
+ * 24 h, w 7 days): -EINVAL when s is not a duration, -ERANGE out of range.
+ * Carried as 64-bit nanoseconds wherever it goes. */
 #define CLI_DURATION_MIN_NS 1000000ull
 #define CLI_DURATION_MAX_NS (366ull * 86400 * 1000000000)
 int cli_parse_duration(const char *s, uint64_t *ns);

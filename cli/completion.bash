@@ -11,11 +11,18 @@ _crest_argof() {
 
 # Snapshots (12-digit id prefixes, and tags) and branches, from crest --json;
 # nothing, quietly, without a store.
-_crest_snapshots() {
+_crest_ids_tags() {
 	local out
 	out=$("$_c_crest" "${_c_store[@]}" --json ls 2>/dev/null) || return 0
 	sed -n 's/.*"snapshot": "\([0-9a-f]\{12\}\).*/\1/p' <<<"$out"
 	sed -n 's/.*"tags": \[\([^]]*\)\].*/\1/p' <<<"$out" | tr ',' '\n' | sed -n 's/^ *"\(.*\)" *$/\1/p'
+}
+# A snapshot name: ids, tags, latest and branches (cas/history.h).
+_crest_snapshots() {
+	_crest_ids_tags
+	[[ -n $("$_c_crest" "${_c_store[@]}" --json ls 2>/dev/null | grep -m1 '"snapshot"') ]] || return 0
+	echo latest
+	_crest_branches
 }
 _crest_branches() {
 	"$_c_crest" "${_c_store[@]}" --json branch 2>/dev/null | sed -n 's/.*"branch": "\([^"]*\)".*/\1/p'

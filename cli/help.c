@@ -44,7 +44,9 @@ const struct cli_env_doc cli_env_docs[] = {
 	{ NULL, NULL },
 };
 
-#define SNAP_NAMES "SNAPSHOT is a full id, a unique id prefix (4 hex digits or more) or a tag."
+#define SNAP_NAMES "SNAPSHOT is a tag, latest (the store's newest), a branch (its head), a full id or " \
+	"a unique id prefix (4 hex digits or more), tried in that order; NAME~N is N parents back " \
+	"from NAME (main~1: the parent of main's head)."
 
 const struct cli_cmd_doc cli_cmd_docs[] = {
 	/* ---- crest ---- */
@@ -83,19 +85,21 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "its streams, parent and labels.",
 	  "", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "show", "SNAPSHOT", "a snapshot's metadata and streams",
-	  "Prints a snapshot's metadata (kind, time, parent, branch, labels, tags) and its streams "
-	  "with their sizes; for a damaged snapshot, the byte ranges of each stream it lost. " SNAP_NAMES,
+	  "Prints a snapshot's metadata (kind, time, parent, branch, tags, labels) and its streams "
+	  "with their sizes; for a damaged snapshot, the byte ranges of each stream it lost; --json "
+	  "too. " SNAP_NAMES,
 	  "SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "tag", "[--force] SNAPSHOT TAG", "name a snapshot",
 	  "Gives SNAPSHOT the name TAG, usable wherever a snapshot is named. Tags do not move: a "
 	  "tag that names another snapshot is refused (by put and checkpoint too) unless --force "
-	  "moves it. A tagged snapshot can be kept by casctl gc --keep-tagged.",
+	  "moves it. A tagged snapshot can be kept by casctl gc --keep-tagged or --keep-tag TAG. "
+	  "A TAG may not be latest, 4 to 64 hex digits, or start with crest. (crest's own). " SNAP_NAMES,
 	  "SNAPSHOT TAG", false, {
 		{ "--force", "-f", NULL, "move TAG to SNAPSHOT if it names another snapshot" },
 	} },
 	{ "crest", "diff", "SNAPSHOT_A SNAPSHOT_B", "what changed from A to B, stream by stream",
 	  "Compares two snapshots stream by stream: streams added, removed and changed, the bytes "
-	  "that differ and the chunks they share.",
+	  "that differ and the chunks they share. " SNAP_NAMES,
 	  "SNAPSHOT SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "checkpoint",
 	  "--pid PID [--tag TAG] [--branch BRANCH] [--every DURATION [--count N]] [--kill] [--file-limit SIZE] "
@@ -147,8 +151,10 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--plot", NULL, "FILE", "draw the branch's sizes and stalls over time into FILE (PNG); not with --graph" },
 	} },
 	{ "crest", "branch", "[NAME [SNAPSHOT]]", "list branches, or start one",
-	  "Without NAME, lists the branches with their heads. With NAME, starts branch NAME at "
-	  "SNAPSHOT (default: the head of main).",
+	  "Without NAME, lists the branches with their heads. With NAME, points the new branch NAME "
+	  "at SNAPSHOT (default: the head of main), as git does: a ref, no copy of the snapshot. "
+	  "The next checkpoint on NAME is SNAPSHOT's child; gc keeps SNAPSHOT while it is NAME's "
+	  "head. " SNAP_NAMES,
 	  "NAME SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--tmpdir DIR] [--metrics ADDR] "
 	  "[--metrics-file FILE] [--] COMMAND [ARG...]",
@@ -255,21 +261,28 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "recovered; exits 1 when a snapshot is damaged or lost. Writes FORMAT again when it is lost and the "
 	  "directory is plainly a crest store (only a store's entries, and a crest meta log in meta/).",
 	  "", false, { { NULL, NULL, NULL, NULL } } },
-	{ "casctl", "gc", "[--keep-last N] [--keep-hourly N] [--keep-daily N] [--keep-within DURATION] [--keep-tagged] "
+	{ "casctl", "gc", "[--keep-last N] [--keep-hourly N] [--keep-daily N] [--keep-weekly N] [--keep-monthly N] "
+	  "[--keep-yearly N] [--keep-within DURATION] [--keep-tagged] [--keep-tag TAG]... "
 	  "[--rewrite-below FRACTION] [--dry-run]",
 	  "expire snapshots by a retention policy per branch; reclaim their space",
-	  "Per branch, keeps the newest N, the newest in each of the newest N hours or days (UTC), "
-	  "all within DURATION of the branch's newest, and every tagged snapshot; the head of every "
-	  "branch always stays. The rest are forgotten and their chunks reclaimed: packs less live "
-	  "than FRACTION are rewritten.",
+	  "Per branch, restic's rules: keeps the newest N, the newest in each of the newest N hours, "
+	  "days, weeks (Monday to Sunday), months or years that have snapshots (UTC; a bucket "
+	  "without one is not counted), all within DURATION of the branch's newest, every tagged "
+	  "snapshot or those with a given TAG; the head of every branch always stays. The rest are "
+	  "forgotten and their chunks reclaimed: packs less live than FRACTION are rewritten. "
+	  "--dry-run opens the store read-only and changes nothing in it.",
 	  "", false, {
 		{ "--keep-last", NULL, "N", "keep the newest N snapshots of each branch" },
 		{ "--keep-hourly", NULL, "N", "keep the newest snapshot of each of the newest N hours" },
 		{ "--keep-daily", NULL, "N", "keep the newest snapshot of each of the newest N days" },
-		{ "--keep-within", NULL, "DURATION", "keep all within DURATION of the branch's newest: 12h, 168h" },
+		{ "--keep-weekly", NULL, "N", "keep the newest snapshot of each of the newest N weeks" },
+		{ "--keep-monthly", NULL, "N", "keep the newest snapshot of each of the newest N months" },
+		{ "--keep-yearly", NULL, "N", "keep the newest snapshot of each of the newest N years" },
+		{ "--keep-within", NULL, "DURATION", "keep all within DURATION of the branch's newest: 12h, 7d, 2w" },
 		{ "--keep-tagged", NULL, NULL, "keep every tagged snapshot" },
+		{ "--keep-tag", NULL, "TAG", "keep the snapshots tagged TAG (repeat for more tags)" },
 		{ "--rewrite-below", NULL, "FRACTION", "rewrite packs less live than this (above 0, at most 1; default 0.5)" },
-		{ "--dry-run", NULL, NULL, "say what would go, and change nothing" },
+		{ "--dry-run", NULL, NULL, "say what would go, and change nothing (opens the store read-only)" },
 	} },
 	{ "casctl", "help", "[COMMAND]", "the commands, or one command's options",
 	  "Prints the commands, or one command's synopsis and options, on stdout.",

@@ -172,7 +172,8 @@ struct crest_restore_result {
 	uint64_t cache_bytes;        /* of bytes, those restored from the host cache */
 };
 
-/* Streams a snapshot (id, unique id prefix, or tag; NULL: the newest library
+/* Streams a snapshot (named as crest names one: a tag, latest, a branch's
+ * head, an id or unique id prefix, NAME~N; NULL: the newest library
  * snapshot) back into the registered regions (device regions from the host
  * cache where it holds them, checked: crest_options). The snapshot's regions must
  * match the registered ones by name and size, both ways: otherwise -EINVAL
@@ -186,9 +187,10 @@ struct crest_restore_result {
 int crest_restore(crest_t *c, const char *snapshot, struct crest_restore_result *r);
 
 /* Puts the later checkpoints on branch name (1 to 128 of [A-Za-z0-9-_./@+];
- * otherwise -EINVAL). When the branch has snapshots, the next checkpoint's
- * parent is its head, so the branch goes on from there; when it has none,
- * it is new and starts from the parent the handle has (the newest
+ * otherwise -EINVAL). When the branch has a head (a snapshot on it, or the
+ * one `crest branch` pointed it at), the next checkpoint's parent is that
+ * head, so the branch goes on from there; when it has none, it is new and
+ * starts from the parent the handle has (the newest
  * checkpoint waited for, or a restored snapshot). Checkpoints in flight stay
  * on the branch they were taken on and become no parent. */
 int crest_set_branch(crest_t *c, const char *name);

@@ -48,6 +48,8 @@ int parse_duration(const char *s, uint64_t bare_unit_ns, uint64_t min_ns, uint64
 		unit = 3600 * PARSE_NS_S;
 	else if (!strcmp(p, "d"))
 		unit = PARSE_NS_DAY;
+	else if (!strcmp(p, "w"))
+		unit = 7 * PARSE_NS_DAY;
 	else
 		return -EINVAL;
 	const unsigned __int128 t = (unsigned __int128)whole * unit + (unsigned __int128)frac * unit / frac_den;

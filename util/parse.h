@@ -14,7 +14,8 @@
 #define PARSE_NS_S  1000000000ull
 #define PARSE_NS_DAY (86400ull * PARSE_NS_S)
 
-/* "250ms", "30s", "1.5m", "2h", "7d", or a bare number in bare_unit_ns
+/* "250ms", "30s", "1.5m", "2h", "7d", "2w" (units ns, us, ms, s, m, h, d,
+ * w: 7 days), or a bare number in bare_unit_ns
  * (seconds for most, milliseconds where the option always took those):
  * decimal digits with at most one '.', then the unit, nothing else (no
  * sign, space, exponent, "inf" or "nan"). Digits below a nanosecond are

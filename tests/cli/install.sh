@@ -77,6 +77,9 @@ has "snapshot ids" "$id" _crest_crest "$B/crest" --store "$S" get ""
 has "snapshots after options" cli-test-tag _crest_crest "$B/crest" restore --keep-files --store "$S" ""
 has "snapshot values" cli-test-tag _crest_crest "$B/crest" --store "$S" branch b1 ""
 has "casctl snapshots" cli-test-tag _crest_casctl "$B/casctl" --store "$S" verify ""
+has "latest" latest _crest_crest "$B/crest" --store "$S" get l
+has "branches as snapshots" main _crest_crest "$B/crest" --store "$S" show ma
+has "casctl gc's new options" --keep-weekly _crest_casctl "$B/casctl" gc --keep-w
 has "branches" main _crest_crest "$B/crest" --store "$S" log ""
 has "help topics" checkpoint _crest_crest "$B/crest" help che
 # Nothing, and quietly, where there is no store or the operands are done.

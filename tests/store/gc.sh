@@ -159,12 +159,15 @@ def put_some(n, sleep=0.05):
     return ids
 
 ids = put_some(14)
-# A branch started at an older snapshot: its manifest again, same tree.
-src = rng.choice(ids)
+# A branch pointed at an older snapshot: a ref, no new snapshot. Its
+# target is the branch's head until a put lands on it, and gc keeps it as
+# it keeps every head (the model takes heads from `crest branch`), even
+# when its own branch's rules would expire it.
+src = rng.choice(ids[:-3])
 fork = js("branch", "fork", src)["snapshot"]
-save(fork, os.path.join(saved, src))
-branches.append("fork")
-ids += [fork]
+if fork != src:
+    fail(f"crest branch fork {src[:12]}: made snapshot {fork[:12]}, not a ref to it")
+# (no put lands on "fork": its head stays the ref's target through every gc below)
 time.sleep(0.3)     # a gap, so keep-within has a clear boundary to find
 ids += put_some(14)
 tagged = rng.sample(ids, 4)
@@ -176,16 +179,22 @@ def snaps():
     return [{"id": e["snapshot"], "branch": e["branch"], "t": e["time_ns"], "tags": e["tags"]}
             for e in js("log")]
 
-def model(ss, last=0, hourly=0, daily=0, within_ns=None, tagged=False):
+def cal(t, what):
+    import datetime
+    d = datetime.datetime.fromtimestamp(t // 10**9, tz=datetime.timezone.utc)
+    return {"w": d.isocalendar()[:2], "m": (d.year, d.month), "y": d.year}[what]
+
+def model(ss, last=0, hourly=0, daily=0, weekly=0, monthly=0, yearly=0, within_ns=None, tagged=False, tags=()):
     keep = set()
     for br in {s["branch"] for s in ss}:
         L = sorted((s for s in ss if s["branch"] == br), key=lambda s: (s["t"], s["id"]), reverse=True)
         keep.add(L[0]["id"])                      # the head, always
         keep |= {s["id"] for s in L[:last]}
-        for n, width in ((hourly, 3600 * 10**9), (daily, 86400 * 10**9)):
+        for n, width in ((hourly, 3600 * 10**9), (daily, 86400 * 10**9), (weekly, "w"), (monthly, "m"),
+                         (yearly, "y")):
             seen = []
             for s in L:
-                b = s["t"] // width
+                b = cal(s["t"], width) if isinstance(width, str) else s["t"] // width
                 if b not in seen and len(seen) < n:
                     seen.append(b)
                     keep.add(s["id"])
@@ -193,6 +202,8 @@ def model(ss, last=0, hourly=0, daily=0, within_ns=None, tagged=False):
             keep |= {s["id"] for s in L if s["t"] >= L[0]["t"] - within_ns}
         if tagged:
             keep |= {s["id"] for s in L if s["tags"]}
+        keep |= {s["id"] for s in L if set(s["tags"]) & set(tags)}
+    keep |= {b["head"] for b in js("branch")}  # refs' targets too
     return keep
 
 def gc(args, ss, want_keep, dry):
@@ -224,7 +235,9 @@ def gc(args, ss, want_keep, dry):
 
 def fingerprint():
     out = {}
-    for sub in ("packs", "meta"):
+    # index/ too: a dry run opens the store read-only, and RocksDB must
+    # not have written one byte of its files (LOG, MANIFEST, WAL) either.
+    for sub in ("packs", "meta", "index"):
         for root, _, names in os.walk(os.path.join(store, sub)):
             for n in names:
                 p = os.path.join(root, n)
@@ -272,6 +285,11 @@ policies = [
     (["--keep-hourly", "3", "--keep-daily", "1", "--keep-last", "2"], dict(hourly=3, daily=1, last=2)),
     (["--keep-last", "2", "--keep-tagged", "--keep-within", W_ARG], dict(last=2, tagged=True, within_ns=W_NS)),
     (["--keep-last", "100"], dict(last=100)),
+    # The README's own example: 7d is a duration (it was refused once).
+    (["--keep-within", "7d"], dict(within_ns=7 * 86400 * 10**9)),
+    (["--keep-weekly", "1"], dict(weekly=1)),
+    (["--keep-monthly", "2", "--keep-yearly", "1"], dict(monthly=2, yearly=1)),
+    (["--keep-tag", "keep0", "--keep-tag", "keep3"], dict(tags=("keep0", "keep3"))),
 ]
 for args, kw in policies:
     gc(args, ss, model(ss, **kw), dry=True)
@@ -279,7 +297,7 @@ if fingerprint() != before:
     a, b = before[0], fingerprint()[0]
     fail(f"a dry run changed the store: {sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k))} "
          f"or the listing")
-print("ok: dry runs match the model and change nothing (packs/, meta/ and ls byte-identical)")
+print("ok: dry runs match the model and change nothing (packs/, meta/, index/ and ls byte-identical)")
 
 # A gc that expires (default rewrite threshold).
 args, kw = ["--keep-last", "2", "--keep-tagged", "--keep-within", W_ARG], dict(last=2, tagged=True, within_ns=W_NS)
@@ -314,11 +332,18 @@ def check_after(keep, expired):
     v = run([casctl, "--json", "verify"], ok=False)
     if v.returncode != 0 or not json.loads(v.stdout)["ok"]:
         fail(f"casctl verify after gc: rc {v.returncode}: {v.stdout[:400]} {v.stderr.strip()}")
-    # Branch heads are the newest of what is left.
+    # Branch heads are the newest of what is left; a ref alone still
+    # points at its target, which gc kept.
     for b in js("branch"):
         on = [s for s in ss if s["branch"] == b["branch"] and s["id"] in keep]
-        if b["head"] != max(on, key=lambda s: (s["t"], s["id"]))["id"]:
+        if not on:
+            if b["branch"] != "fork" or b["head"] != src or src not in keep or b["snapshots"] != 0:
+                fail(f"branch {b['branch']}: head {b['head'][:12]}, {b['snapshots']} snapshots; "
+                     f"only the ref fork -> {src[:12]} has none")
+        elif b["head"] != max(on, key=lambda s: (s["t"], s["id"]))["id"]:
             fail(f"branch {b['branch']}: head {b['head'][:12]} is not its newest kept snapshot")
+    if src not in keep:
+        fail(f"the ref fork's target {src[:12]} was not kept")
 
 check_after(keep, set(s["id"] for s in ss) - keep)
 print(f"ok: {len(keep)} kept snapshots restore bit-exact, {len(ss) - len(keep)} expired ones are gone, verify ok")

@@ -66,7 +66,9 @@ wait_lines c1/job.log $((at + 10)) 30
 wait_lines job.log $((now + 10)) 30
 echo "ok: copy pid $CPID started at $at lines beside the original (pid $INIT, at $now); both went on"
 "$CREST" --store "$S" --quiet checkpoint --pid "$CPID" --branch copy || fail "checkpoint of the copy"
-[ "$("$CREST" --store "$S" log copy | grep -c ' copy ')" = 2 ] || { "$CREST" --store "$S" log copy >&2; fail "branch copy does not hold the fork and the copy's checkpoint"; }
+# The branch is a ref to SNAP2 (no copy of it): the copy's checkpoint is
+# the one snapshot on it, SNAP2's child.
+[ "$("$CREST" --store "$S" log copy | grep -c " copy .*parent ${SNAP2:0:12}")" = 1 ] || { "$CREST" --store "$S" log copy >&2; fail "branch copy does not hold the copy's checkpoint alone, a child of ${SNAP2:0:12}"; }
 # SIGTERM to the copy's init reaches the job; SIGTERM to crest run too.
 kill -TERM "$CPID"
 deadline=$((SECONDS + 10))
