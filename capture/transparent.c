@@ -13,6 +13,7 @@
 #include "gpu/gpuckpt.h"
 #include "gpu/gpumap.h"
 #include "os/pidns.h"
+#include "os/sock.h"
 #include "util/err.h"
 #include "util/fs.h"
 #include "util/progress.h"
@@ -117,6 +118,7 @@ static void tp_capture_free(struct tp_capture *c)
 	proc_extfds_free(&c->ext);
 	free(c->cuda);
 	free(c->cuda_inner);
+	free(c->tcp_ports);
 	free(c->gpus);
 	free(c->held);
 	memset(c, 0, sizeof(*c));
@@ -170,8 +172,45 @@ static void read_sizes(struct tp_capture *c)
 	fclose(f);
 }
 
+/* What the tree's TCP sockets ask of the dump (os/sock.h), or a refusal,
+ * before anything is frozen: CRIU would fail on them, or restore a job
+ * that holds half a connection nobody answers. */
+static int check_sockets(const struct tp_opts *o, struct tp_capture *c)
+{
+	struct sock_list l;
+	int rc = sock_list_tree(&c->tree, &l);
+	if (rc < 0)
+		return rc;
+	const struct sock_tcp *out = sock_first_outside(&l);
+	if (l.ninet && !criu_dumps_inet(o->criu))
+		rc = crest_errx(-ENOTSUP, "cannot checkpoint pid %d: pid %d holds an internet socket (inode %llu), "
+				"and criu %d.%d.%d cannot dump one on this kernel (Linux >= 6.16); nothing was "
+				"frozen. scripts/install-criu.sh installs criu 4.2, which can", (int)o->pid,
+				(int)l.inet_pid, (unsigned long long)l.inet_ino, o->criu->major, o->criu->minor,
+				o->criu->sub);
+	else if (out && !o->tcp_close)
+		rc = crest_errx(-EOPNOTSUPP, "cannot checkpoint pid %d: pid %d holds a TCP connection from %s to "
+				"%s, a peer outside the job%s, and a restored job could not use it (CRIU saves "
+				"only this end); nothing was frozen. --tcp-close checkpoints it anyway: the "
+				"restored job finds its TCP connections closed (for a server whose clients "
+				"reconnect)", (int)o->pid, (int)out->pid, out->local, out->remote,
+				l.noutside > 1 ? " (and more)" : "");
+	c->tcp_close = rc == 0 && o->tcp_close && (l.ninside || l.noutside);
+	c->tcp_established = rc == 0 && !c->tcp_close && l.ninside;
+	/* A restore in place ends what the killed job left in TIME_WAIT on
+	 * these ports (os/sock.h: sock_tw_end). */
+	if (rc == 0 && l.n && !(c->tcp_ports = calloc(l.n, 6)))
+		rc = crest_errf(-ENOMEM, "checkpoint");
+	for (size_t i = 0, used = 0; rc == 0 && i < l.n; i++)
+		used += (size_t)snprintf(c->tcp_ports + used, 6 * l.n - used, "%s%u", i ? "," : "",
+					 (unsigned)l.v[i].port);
+	sock_list_free(&l);
+	return rc;
+}
+
 /* Every check that can fail without harm comes first: the pid exists, we
- * are root, the driver has the checkpoint API when CUDA is in use. */
+ * are root, the driver has the checkpoint API when CUDA is in use, CRIU
+ * can dump the tree's sockets. */
 static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -238,6 +277,8 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	 * own): named external, and a fresh one on restore. */
 	if (rc == 0 && proc_own_netns(o->pid) == 1)
 		c->netns = proc_ns_ino(o->pid, "net");
+	if (rc == 0)
+		rc = check_sockets(o, c);
 	if (rc < 0) {
 		tp_capture_free(c);
 		return rc;
@@ -339,7 +380,8 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	struct criu_dump_opts dopts = { .pid = o->pid, .dir = c->dir, .leave_running = !o->kill,
 					.leave_stopped = o->kill, .shell_job = c->shell_job,
 					.action_script = hook, .mntns = c->mntns, .external = ext,
-					.nexternal = next, .netns = c->netns };
+					.nexternal = next, .netns = c->netns,
+					.tcp_established = c->tcp_established, .tcp_close = c->tcp_close };
 	rc = criu_dump(o->criu, &dopts);
 	uint64_t t2 = time_now_ns();
 	c->dump_ns = t2 - t1;
@@ -521,6 +563,11 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 		rc = cas_manifest_label(m, "mntns", "1");
 	if (rc == 0 && c->netns)
 		rc = cas_manifest_label(m, "netns", "1");
+	/* The restore must tell CRIU the same (restore/process.c). */
+	if (rc == 0 && (c->tcp_established || c->tcp_close))
+		rc = cas_manifest_label(m, "tcp", c->tcp_close ? "close" : "established");
+	if (rc == 0 && c->tcp_ports)
+		rc = cas_manifest_label(m, "tcp_ports", c->tcp_ports);
 	if (rc == 0 && c->ext.n)
 		rc = label_extfds(m, &c->ext);
 	if (rc == 0)

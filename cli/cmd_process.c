@@ -102,7 +102,7 @@ static void on_stop(int sig)
 static void usage_checkpoint(void)
 {
 	fprintf(stderr, "usage: crest checkpoint --pid PID [--tag T] [--branch B] [--every DURATION [--count N]] [--kill]\n"
-			"                        [--file-limit SIZE] [--tmpdir DIR] [--lock-timeout MS]\n"
+			"                        [--file-limit SIZE] [--tmpdir DIR] [--lock-timeout MS] [--tcp-close]\n"
 			"                        [--metrics [HOST:]PORT] [--metrics-file PATH]   (with --every)\n");
 }
 
@@ -116,6 +116,10 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 		const char *a = argv[i];
 		if (!strcmp(a, "--kill")) {
 			o.kill = true;
+			continue;
+		}
+		if (!strcmp(a, "--tcp-close")) {
+			o.tcp_close = true;
 			continue;
 		}
 		if (i + 1 >= argc) {

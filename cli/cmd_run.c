@@ -47,7 +47,7 @@ static void run_resumed(void *arg, const struct tp_opts *o, const struct tp_capt
 static void usage_run(void)
 {
 	fprintf(stderr, "usage: crest run [--every DURATION] [--branch B] [--file-limit SIZE] [--tmpdir DIR] "
-			"-- COMMAND [ARG...]\n"
+			"[--tcp-close] -- COMMAND [ARG...]\n"
 			"                 [--metrics [HOST:]PORT] [--metrics-file PATH]   (with --every)\n");
 }
 
@@ -104,6 +104,10 @@ int cmd_run(struct cli *c, int argc, char **argv)
 		}
 		if (a[0] != '-')
 			break;
+		if (!strcmp(a, "--tcp-close")) {
+			o.tcp_close = true;
+			continue;
+		}
 		if (i + 1 >= argc) {
 			usage_run();
 			return 2;

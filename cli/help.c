@@ -96,12 +96,14 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "SNAPSHOT SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "checkpoint",
 	  "--pid PID [--tag TAG] [--branch BRANCH] [--every DURATION [--count N]] [--kill] [--file-limit SIZE] "
-	  "[--tmpdir DIR] [--lock-timeout MS] [--metrics ADDR] [--metrics-file FILE]",
+	  "[--tmpdir DIR] [--lock-timeout MS] [--tcp-close] [--metrics ADDR] [--metrics-file FILE]",
 	  "snapshot a running process",
 	  "Checkpoints process PID and its children with CRIU (as root), GPU state included, into "
 	  "one snapshot; the job runs on as soon as its state is copied out, while crest stores it. "
 	  "With --every, checkpoints again every DURATION until stopped (or --count times). Files "
-	  "the job holds open for writing are stored with it.",
+	  "the job holds open for writing are stored with it, and so are its listening sockets and "
+	  "the TCP connections between its own processes. A connection to a peer outside the job "
+	  "is refused before anything is frozen, unless --tcp-close drops it.",
 	  "", false, {
 		{ "--pid", NULL, "PID", "the process to checkpoint (required)" },
 		{ "--tag", NULL, "TAG", "name the snapshot" },
@@ -112,6 +114,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
 		{ "--lock-timeout", NULL, "MS", "how long to wait for the job's GPU lock, in milliseconds" },
+		{ "--tcp-close", NULL, NULL, "checkpoint a job with connections to peers outside it: a restore "
+		  "gives the job every TCP connection closed (for a server whose clients reconnect)" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
 		  "(PORT on 127.0.0.1, HOST:PORT, [V6]:PORT; port 0 picks one)" },
 		{ "--metrics-file", NULL, "FILE", "with --every: write the metrics as a node_exporter textfile after each round" },
@@ -145,8 +149,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "Without NAME, lists the branches with their heads. With NAME, starts branch NAME at "
 	  "SNAPSHOT (default: the head of main).",
 	  "NAME SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
-	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--tmpdir DIR] [--metrics ADDR] "
-	  "[--metrics-file FILE] [--] COMMAND [ARG...]",
+	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--tmpdir DIR] [--tcp-close] "
+	  "[--metrics ADDR] [--metrics-file FILE] [--] COMMAND [ARG...]",
 	  "run a job in a pid namespace of its own, checkpointed",
 	  "Runs COMMAND as root in a new pid namespace, so that it can be restored with the same "
 	  "pids, and checkpoints it every DURATION. Exits with the job's status.",
@@ -155,6 +159,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--branch", NULL, "BRANCH", "the branch its snapshots go on (default main)" },
 		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
+		{ "--tcp-close", NULL, NULL, "as checkpoint's: drop TCP connections to peers outside the job" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics" },
 		{ "--metrics-file", NULL, "FILE", "with --every: write the metrics as a node_exporter textfile after each round" },
 	} },
