@@ -230,7 +230,11 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	if (pidns_init_of(o->pid, &c->pidns) != 1)
 		c->pidns = 0;
 
-	/* Which processes hold a CUDA context. */
+	/* Which processes hold a CUDA context: those that map libcuda and
+	 * for which the driver knows a state. One that maps it without a
+	 * context (a launcher, a data-loader worker) is a CPU process: the
+	 * driver's lock would refuse it (CUDA_ERROR_NOT_INITIALIZED), so it is
+	 * left out before anything is locked. */
 	c->cuda = calloc(c->tree.n, sizeof(pid_t));
 	if (!c->cuda) {
 		tp_capture_free(c);
@@ -239,6 +243,27 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	for (size_t i = 0; i < c->tree.n; i++)
 		if (proc_uses_cuda(c->tree.pids[i]))
 			c->cuda[c->ncuda++] = c->tree.pids[i];
+	const struct cudrv *d = NULL;
+	if (c->ncuda) {
+		rc = cudrv_load(&d);
+		if (rc == 0)
+			rc = cudrv_need_checkpoint(d);
+		size_t kept = 0;
+		for (size_t i = 0; rc == 0 && i < c->ncuda; i++) {
+			CUresult why;
+			if (gpuckpt_has_state(d, c->cuda[i], &why))
+				c->cuda[kept++] = c->cuda[i];
+		}
+		if (rc == 0)
+			c->ncuda = kept;
+		if (rc == 0 && c->ncuda)
+			rc = record_gpus(d, c);
+		if (rc < 0) {
+			crest_errctx(rc, "pid %d uses CUDA", (int)c->cuda[0]);
+			tp_capture_free(c);
+			return rc;
+		}
+	}
 	/* The driver is reached by host pid, and a copy restored in a new
 	 * namespace gets new ones: it finds its CUDA processes by the pids
 	 * they have inside (the same in every copy). */
@@ -249,19 +274,6 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 			if (pidns_inner_pid(c->cuda[i], &c->cuda_inner[i]) < 0)
 				rc = crest_errx(-ESRCH, "pid %d is gone", (int)c->cuda[i]);
 		if (rc < 0) {
-			tp_capture_free(c);
-			return rc;
-		}
-	}
-	const struct cudrv *d = NULL;
-	if (c->ncuda) {
-		rc = cudrv_load(&d);
-		if (rc == 0)
-			rc = cudrv_need_checkpoint(d);
-		if (rc == 0)
-			rc = record_gpus(d, c);
-		if (rc < 0) {
-			crest_errctx(rc, "pid %d uses CUDA", (int)c->cuda[0]);
 			tp_capture_free(c);
 			return rc;
 		}

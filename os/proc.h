@@ -31,7 +31,8 @@ int proc_pids_parse(const char *s, pid_t **out, size_t *n);
 int proc_tree_get(pid_t root, struct proc_tree *t);
 void proc_tree_free(struct proc_tree *t);
 
-/* True when the process maps libcuda: it has a CUDA context to checkpoint. */
+/* True when the process maps libcuda: it may have a CUDA context to
+ * checkpoint (the driver tells: gpu/gpuckpt.h, gpuckpt_has_state). */
 bool proc_uses_cuda(pid_t pid);
 
 /* 'R', 'S', 'Z', ... or 0 when the process does not exist. */
