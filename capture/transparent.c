@@ -197,6 +197,20 @@ static int check_sockets(const struct tp_opts *o, struct tp_capture *c)
 				l.noutside > 1 ? " (and more)" : "");
 	c->tcp_close = rc == 0 && o->tcp_close && (l.ninside || l.noutside);
 	c->tcp_established = rc == 0 && !c->tcp_close && l.ninside;
+	/* Saved connections are locked while CRIU works (a tree in a
+	 * namespace of its own needs no lock); which lock is asked now, a run
+	 * of criu, and not inside the stall. */
+	if (c->tcp_established && !c->netns && !criu_net_lockable(o->criu)) {
+		const struct sock_tcp *in = NULL;
+		for (size_t i = 0; i < l.n && !in; i++)
+			if (l.v[i].state != SOCK_TCP_LISTEN && !l.v[i].outside)
+				in = &l.v[i];
+		rc = crest_errx(-ENOTSUP, "cannot checkpoint pid %d: pid %d holds a TCP connection from %s to %s, "
+				"and CRIU must lock the network to save it, but this criu has no nftables lock and "
+				"there is no iptables-restore on PATH; nothing was frozen. Install iptables, or "
+				"criu 4.2 (scripts/install-criu.sh)", (int)o->pid, in ? (int)in->pid : 0,
+				in ? in->local : "?", in ? in->remote : "?");
+	}
 	/* A restore in place ends what the killed job left in TIME_WAIT on
 	 * these ports (os/sock.h: sock_tw_end). */
 	if (rc == 0 && l.n && !(c->tcp_ports = calloc(l.n, 6)))

@@ -369,6 +369,24 @@ bool criu_nftables(const struct criu *c)
 	return known;
 }
 
+bool criu_net_lockable(const struct criu *c)
+{
+	if (criu_nftables(c))
+		return true;
+	const char *path = getenv("PATH");
+	char dir[PATH_MAX + 32];
+	for (const char *p = path ? path : "/usr/sbin:/usr/bin:/sbin:/bin"; *p;) {
+		const size_t n = strcspn(p, ":");
+		if (n && n < PATH_MAX) {
+			snprintf(dir, sizeof(dir), "%.*s/iptables-restore", (int)n, p);
+			if (access(dir, X_OK) == 0)
+				return true;
+		}
+		p += n + (p[n] == ':');
+	}
+	return false;
+}
+
 bool criu_dumps_inet(const struct criu *c)
 {
 	if (c->major > 4 || (c->major == 4 && c->minor >= 2))

@@ -30,6 +30,12 @@ bool criu_breakpoints_fire(void);
  * nf_tables), asked once per process and path. */
 bool criu_nftables(const struct criu *c);
 
+/* Whether criu can lock the host's network for a TCP dump here: with
+ * nftables, or with its default, iptables, whose iptables-restore must
+ * then be on PATH. Where neither is, a dump with --tcp-established fails
+ * ("Iptables configuration failed") once the tree is frozen. */
+bool criu_net_lockable(const struct criu *c);
+
 /* Whether this criu can dump an internet socket on the running kernel:
  * criu 4.1 cannot on Linux >= 6.16, which restricted SO_PASSCRED to unix
  * sockets (criu issues #2705/#2718, fixed in 4.2). */

@@ -63,6 +63,17 @@ wait_lines a.log 20
 pids=$(job_pids a.log)
 [ "$(echo "$pids" | wc -w)" = 2 ] || fail "the job is not two processes: $pids"
 ss -tnp state established | grep -q "pid=$JOB," || fail "the job holds no established TCP connection"
+# A criu that cannot lock the network (no nftables lock, no iptables): the
+# checkpoint is refused before anything is frozen, and the job runs on.
+REAL_CRIU=${CREST_CRIU:-$(cd "$(dirname "$0")/../.." && pwd)/.deps/criu/criu}
+printf '#!/bin/sh\n[ "$1" = check ] && exit 1\nPATH=/usr/bin:/bin exec %s "$@"\n' "$REAL_CRIU" >nolock-criu
+chmod +x nolock-criu
+expect_error "lock the network" env PATH=/nonexistent CREST_CRIU="$T/nolock-criu" "$CREST" --store "$S" checkpoint --pid "$JOB"
+for p in $pids; do
+	case "$(awk '{print $3}' /proc/"$p"/stat)" in T|t) fail "pid $p was left stopped by a refused checkpoint" ;; esac
+done
+at=$(lines a.log)
+wait_lines a.log $((at + 10)) 10
 "$CREST" --store "$S" --quiet checkpoint --pid "$JOB" --tag a || fail "checkpoint of a job with a loopback connection"
 at=$(lines a.log)
 wait_lines a.log $((at + 20))
