@@ -6,7 +6,8 @@
 # where criu has it, not iptables): the job's log then equals an
 # uninterrupted run's. Once as a plain job in the host's network namespace
 # (crest checkpoint --pid), once under crest run (its pid and mount
-# namespaces; the network namespace is still the host's).
+# namespaces; the network namespace is still the host's), and once as a
+# copy (crest clone) in a network namespace of its own beside the original.
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
@@ -98,7 +99,20 @@ SNAP=$(grep '^crest: snapshot' run.err | sed -n '2s/^crest: snapshot \([0-9a-f]*
 [ -n "$INIT" ] && [ -n "$SNAP" ] || { cat run.err >&2; fail "crest run did not say its pid and snapshots"; }
 PIDS+=("$INIT")
 grep -q "checkpoint.*failed" run.err && { cat run.err >&2; fail "a checkpoint under crest run failed"; }
-kill -9 "$RUN"
+# 3. A copy beside the running original (crest clone): in a network
+# namespace of its own, where the connection comes back on the same ports.
+"$CREST" --store "$S" clone "$SNAP" --branch copy --workdir "$T/c%d" >clone.out || fail "clone: $(cat clone.out)"
+CPID=$(sed -n 's/^clone 1 of .*: pid \([0-9]*\),.*/\1/p' clone.out)
+[ -n "$CPID" ] || { cat clone.out >&2; fail "clone printed no pid"; }
+PIDS+=("$CPID")
+deadline=$((SECONDS + 60))
+while [ -e /proc/"$CPID" ] && [ "$(awk '{print $3}' /proc/"$CPID"/stat 2>/dev/null)" != Z ]; do
+	[ $SECONDS -lt $deadline ] || fail "the copy did not end"
+	sleep 0.1
+done
+cmp c1/b.log ref.log || fail "the copy's log differs from an uninterrupted run's ($(lines c1/b.log) of $STEPS lines)"
+echo "ok: crest clone: the copy's connection came back in its own namespace; $STEPS lines as uninterrupted"
+kill -9 "$RUN" 2>/dev/null || true   # it may have ended with its job meanwhile
 wait "$RUN" 2>/dev/null || true
 kill_gone "$INIT"   # the namespace's init: the kernel ends the rest with it
 wait_end b.log
