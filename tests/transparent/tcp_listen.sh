@@ -10,8 +10,9 @@ source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
 cat >server.py <<'PY'
-import os, socket, sys
+import os, signal, socket, sys
 os.closerange(3, 1 << 16)
+signal.alarm(300)   # ends by itself, whatever becomes of the test (restored too: CRIU keeps the timer)
 srv = socket.socket()
 srv.bind(("127.0.0.1", 0))
 srv.listen(8)

@@ -11,7 +11,8 @@ source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
 cat >echo.py <<'PY'
-import os, socket, sys, threading
+import os, signal, socket, sys, threading
+signal.alarm(300)   # ends by itself, whatever becomes of the test
 srv = socket.socket()
 srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 srv.bind(("127.0.0.1", 0))
