@@ -86,6 +86,7 @@ cmp a.log ref.log || fail "the restored job's log differs from an uninterrupted 
 echo "ok: host namespace: checkpointed at line $at, killed, restored; the connection went on: $STEPS lines as uninterrupted"
 
 # 2. Under crest run.
+: >run.err   # there before the loop below reads it
 "$CREST" --store "$S" run --every 1s -- python3 "$T/job.py" "$T/b.log" "$STEPS" </dev/null >/dev/null 2>run.err &
 RUN=$!
 PIDS+=("$RUN")
