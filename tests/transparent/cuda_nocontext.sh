@@ -12,6 +12,8 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
+# The store is made on purpose (lib.sh's CREST_INIT=1 would make it too).
+"$CREST" init "$S" >/dev/null || fail "crest init $S"
 mkdir cuda state
 cp "$FAKE_CUDA" cuda/libcuda.so.1
 export CREST_LIBCUDA=$T/cuda/libcuda.so.1 FAKE_CUDA_STATE=$T/state

@@ -9,6 +9,8 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
+# The store is made on purpose (lib.sh's CREST_INIT=1 would make it too).
+"$CREST" init "$S" >/dev/null || fail "crest init $S"
 cat >server.py <<'PY'
 import os, signal, socket, sys
 os.closerange(3, 1 << 16)

@@ -10,6 +10,8 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
+# The store is made on purpose (lib.sh's CREST_INIT=1 would make it too).
+"$CREST" init "$S" >/dev/null || fail "crest init $S"
 cat >echo.py <<'PY'
 import os, signal, socket, sys, threading
 signal.alarm(300)   # ends by itself, whatever becomes of the test

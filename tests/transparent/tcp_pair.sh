@@ -11,6 +11,8 @@
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
+# The store is made on purpose (lib.sh's CREST_INIT=1 would make it too).
+"$CREST" init "$S" >/dev/null || fail "crest init $S"
 STEPS=300
 # The parent asks, the child answers i*i over the connection; the parent
 # logs each answer. Inherited descriptors are closed: a file the job holds
