@@ -188,6 +188,13 @@ static int check_sockets(const struct tp_opts *o, struct tp_capture *c)
 				"frozen. scripts/install-criu.sh installs criu 4.2, which can", (int)o->pid,
 				(int)l.inet_pid, (unsigned long long)l.inet_ino, o->criu->major, o->criu->minor,
 				o->criu->sub);
+	else if (l.nunix_outside)
+		rc = crest_errx(-EOPNOTSUPP, "cannot checkpoint pid %d: pid %d holds a unix socket (inode %llu) "
+				"connected to %s%s, a peer outside the job, and CRIU cannot save half of a "
+				"connection; nothing was frozen. The job must close it first, or be started with "
+				"that peer inside it (a job whose output goes to a socket can write to a file "
+				"instead)", (int)o->pid, (int)l.unix_pid, (unsigned long long)l.unix_ino,
+				l.unix_peer[0] ? l.unix_peer : "an unnamed socket", l.nunix_outside > 1 ? " (and more)" : "");
 	else if (out && !o->tcp_close)
 		rc = crest_errx(-EOPNOTSUPP, "cannot checkpoint pid %d: pid %d holds a TCP connection from %s to "
 				"%s, a peer outside the job%s, and a restored job could not use it (CRIU saves "

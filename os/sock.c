@@ -6,7 +6,9 @@
 #include <linux/inet_diag.h>
 #include <linux/netlink.h>
 #include <linux/sock_diag.h>
+#include <linux/unix_diag.h>
 #include <netinet/in.h>
+#include <linux/rtnetlink.h>
 #include <sys/socket.h>
 #include <dirent.h>
 #include <errno.h>
@@ -179,6 +181,121 @@ static bool peer_inside(const struct entry *c, const struct table *t, const stru
 	return false;
 }
 
+/* One unix socket of the caller's namespace, as sock_diag shows it. */
+struct usock {
+	uint64_t ino, peer;
+	char name[112];
+};
+
+/* Every unix socket of the caller's network namespace, with its peer and
+ * its name; -errno when sock_diag cannot be asked. */
+static int unix_dump(struct usock **v, size_t *n)
+{
+	*v = NULL;
+	*n = 0;
+	const int nl = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (nl < 0)
+		return -errno;
+	struct {
+		struct nlmsghdr h;
+		struct unix_diag_req r;
+	} req;
+	memset(&req, 0, sizeof(req));
+	req.h.nlmsg_len = sizeof(req);
+	req.h.nlmsg_type = SOCK_DIAG_BY_FAMILY;
+	req.h.nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP;
+	req.r.sdiag_family = AF_UNIX;
+	req.r.udiag_states = ~0u;
+	req.r.udiag_show = UDIAG_SHOW_NAME | UDIAG_SHOW_PEER;
+	struct sockaddr_nl sa = { .nl_family = AF_NETLINK };
+	int rc = sendto(nl, &req, sizeof(req), 0, (struct sockaddr *)&sa, sizeof(sa)) < 0 ? -errno : 0;
+	static char buf[32768] __attribute__((aligned(8)));
+	size_t cap = 0;
+	for (bool end = false; rc == 0 && !end;) {
+		const ssize_t got = recv(nl, buf, sizeof(buf), 0);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			rc = -errno;
+			break;
+		}
+		int len = (int)got;
+		for (struct nlmsghdr *hd = (struct nlmsghdr *)buf; rc == 0 && NLMSG_OK(hd, len); hd = NLMSG_NEXT(hd, len)) {
+			if (hd->nlmsg_type == NLMSG_DONE) {
+				end = true;
+				break;
+			}
+			if (hd->nlmsg_type == NLMSG_ERROR) {
+				const struct nlmsgerr *e = NLMSG_DATA(hd);
+				rc = e->error ? e->error : -EIO;
+				break;
+			}
+			const struct unix_diag_msg *m = NLMSG_DATA(hd);
+			struct usock u = { .ino = m->udiag_ino };
+			int alen = (int)(hd->nlmsg_len - NLMSG_LENGTH(sizeof(*m)));
+			for (struct rtattr *a = (struct rtattr *)(m + 1); RTA_OK(a, alen); a = RTA_NEXT(a, alen)) {
+				if (a->rta_type == UNIX_DIAG_PEER && RTA_PAYLOAD(a) >= sizeof(uint32_t)) {
+					uint32_t peer;
+					memcpy(&peer, RTA_DATA(a), sizeof(peer));
+					u.peer = peer;
+				} else if (a->rta_type == UNIX_DIAG_NAME && RTA_PAYLOAD(a) > 0) {
+					/* An abstract name starts with a NUL: shown as '@'. */
+					size_t l = RTA_PAYLOAD(a) < sizeof(u.name) - 1 ? RTA_PAYLOAD(a) : sizeof(u.name) - 1;
+					memcpy(u.name, RTA_DATA(a), l);
+					u.name[l] = 0;
+					if (!u.name[0] && l > 1) {
+						u.name[0] = '@';
+						for (size_t k = 1; k < l; k++)
+							if (!u.name[k])
+								u.name[k] = '@';
+					}
+				}
+			}
+			if (*n == cap) {
+				struct usock *nv = realloc(*v, (cap = cap ? 2 * cap : 256) * sizeof(*nv));
+				if (!nv) {
+					rc = -ENOMEM;
+					break;
+				}
+				*v = nv;
+			}
+			(*v)[(*n)++] = u;
+		}
+	}
+	close(nl);
+	if (rc < 0) {
+		free(*v);
+		*v = NULL;
+		*n = 0;
+	}
+	return rc;
+}
+
+/* The tree's unix sockets (those of its processes that share the caller's
+ * network namespace: sock_diag answers for that one only) whose peer no
+ * process of the tree holds. A failure to ask leaves them to CRIU. */
+static void unix_outside(const struct held *h, size_t nh, struct sock_list *out)
+{
+	const uint64_t mine = proc_ns_ino(getpid(), "net");
+	struct usock *v;
+	size_t n;
+	if (unix_dump(&v, &n) < 0)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		const struct held *x = held_find(h, nh, v[i].ino);
+		if (!x || x->netns != mine || !v[i].peer || held_find(h, nh, v[i].peer))
+			continue;
+		if (!out->nunix_outside++) {
+			out->unix_pid = x->pid;
+			out->unix_ino = x->ino;
+			for (size_t k = 0; k < n; k++)
+				if (v[k].ino == v[i].peer)
+					snprintf(out->unix_peer, sizeof(out->unix_peer), "%s", v[k].name);
+		}
+	}
+	free(v);
+}
+
 int sock_list_tree(const struct proc_tree *t, struct sock_list *out)
 {
 	memset(out, 0, sizeof(*out));
@@ -253,6 +370,8 @@ int sock_list_tree(const struct proc_tree *t, struct sock_list *out)
 		free(tb.v);
 	}
 	free(done);
+	if (rc == 0)
+		unix_outside(h, nh, out);
 	free(h);
 	if (rc < 0)
 		sock_list_free(out);

@@ -50,10 +50,19 @@ struct sock_list {
 	size_t ninet;
 	pid_t inet_pid;
 	uint64_t inet_ino;
+	/* Unix sockets connected to a peer outside the tree (sock_diag, in the
+	 * caller's network namespace): CRIU cannot dump one ("Can't dump half
+	 * of stream unix connection", "External socket is used"), and says
+	 * so only once the tree is frozen. The first one: */
+	size_t nunix_outside;
+	pid_t unix_pid;
+	uint64_t unix_ino;
+	char unix_peer[112];       /* the peer's address ("/run/x.sock", "@abstract"), or "" */
 };
 
-/* The tree's internet sockets. A process gone meanwhile is left out (CRIU
- * will say so); -ENOMEM with a message. */
+/* The tree's internet sockets, and its unix sockets connected outside it.
+ * A process gone meanwhile is left out (CRIU will say so); -ENOMEM with a
+ * message. Where sock_diag cannot be asked, unix sockets are left to CRIU. */
 int sock_list_tree(const struct proc_tree *t, struct sock_list *out);
 void sock_list_free(struct sock_list *l);
 
