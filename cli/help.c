@@ -103,7 +103,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "With --every, checkpoints again every DURATION until stopped (or --count times). Files "
 	  "the job holds open for writing are stored with it, and so are its listening sockets and "
 	  "the TCP connections between its own processes. A connection to a peer outside the job "
-	  "is refused before anything is frozen, unless --tcp-close drops it.",
+	  "is refused before anything is frozen, unless --tcp-close drops it (a unix socket "
+	  "connected outside the job is refused always: CRIU cannot save it).",
 	  "", false, {
 		{ "--pid", NULL, "PID", "the process to checkpoint (required)" },
 		{ "--tag", NULL, "TAG", "name the snapshot" },
