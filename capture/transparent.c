@@ -13,6 +13,7 @@
 #include "gpu/gpuckpt.h"
 #include "gpu/gpumap.h"
 #include "os/pidns.h"
+#include "os/sock.h"
 #include "util/err.h"
 #include "util/fs.h"
 #include "util/progress.h"
@@ -117,6 +118,7 @@ static void tp_capture_free(struct tp_capture *c)
 	proc_extfds_free(&c->ext);
 	free(c->cuda);
 	free(c->cuda_inner);
+	free(c->tcp_ports);
 	free(c->gpus);
 	free(c->held);
 	memset(c, 0, sizeof(*c));
@@ -170,8 +172,66 @@ static void read_sizes(struct tp_capture *c)
 	fclose(f);
 }
 
+/* What the tree's TCP sockets ask of the dump (os/sock.h), or a refusal,
+ * before anything is frozen: CRIU would fail on them, or restore a job
+ * that holds half a connection nobody answers. */
+static int check_sockets(const struct tp_opts *o, struct tp_capture *c)
+{
+	struct sock_list l;
+	int rc = sock_list_tree(&c->tree, &l);
+	if (rc < 0)
+		return rc;
+	const struct sock_tcp *out = sock_first_outside(&l);
+	if (l.ninet && !criu_dumps_inet(o->criu))
+		rc = crest_errx(-ENOTSUP, "cannot checkpoint pid %d: pid %d holds an internet socket (inode %llu), "
+				"and criu %d.%d.%d cannot dump one on this kernel (Linux >= 6.16); nothing was "
+				"frozen. scripts/install-criu.sh installs criu 4.2, which can", (int)o->pid,
+				(int)l.inet_pid, (unsigned long long)l.inet_ino, o->criu->major, o->criu->minor,
+				o->criu->sub);
+	else if (l.nunix_outside)
+		rc = crest_errx(-EOPNOTSUPP, "cannot checkpoint pid %d: pid %d holds a unix socket (inode %llu) "
+				"connected to %s%s, a peer outside the job, and CRIU cannot save half of a "
+				"connection; nothing was frozen. The job must close it first, or be started with "
+				"that peer inside it (a job whose output goes to a socket can write to a file "
+				"instead)", (int)o->pid, (int)l.unix_pid, (unsigned long long)l.unix_ino,
+				l.unix_peer[0] ? l.unix_peer : "an unnamed socket", l.nunix_outside > 1 ? " (and more)" : "");
+	else if (out && !o->tcp_close)
+		rc = crest_errx(-EOPNOTSUPP, "cannot checkpoint pid %d: pid %d holds a TCP connection from %s to "
+				"%s, a peer outside the job%s, and a restored job could not use it (CRIU saves "
+				"only this end); nothing was frozen. --tcp-close checkpoints it anyway: the "
+				"restored job finds its TCP connections closed (for a server whose clients "
+				"reconnect)", (int)o->pid, (int)out->pid, out->local, out->remote,
+				l.noutside > 1 ? " (and more)" : "");
+	c->tcp_close = rc == 0 && o->tcp_close && (l.ninside || l.noutside);
+	c->tcp_established = rc == 0 && !c->tcp_close && l.ninside;
+	/* Saved connections are locked while CRIU works (a tree in a
+	 * namespace of its own needs no lock); which lock is asked now, a run
+	 * of criu, and not inside the stall. */
+	if (c->tcp_established && !c->netns && !criu_net_lockable(o->criu)) {
+		const struct sock_tcp *in = NULL;
+		for (size_t i = 0; i < l.n && !in; i++)
+			if (l.v[i].state != SOCK_TCP_LISTEN && !l.v[i].outside)
+				in = &l.v[i];
+		rc = crest_errx(-ENOTSUP, "cannot checkpoint pid %d: pid %d holds a TCP connection from %s to %s, "
+				"and CRIU must lock the network to save it, but this criu has no nftables lock and "
+				"there is no iptables-restore on PATH; nothing was frozen. Install iptables, or "
+				"criu 4.2 (scripts/install-criu.sh)", (int)o->pid, in ? (int)in->pid : 0,
+				in ? in->local : "?", in ? in->remote : "?");
+	}
+	/* A restore in place ends what the killed job left in TIME_WAIT on
+	 * these ports (os/sock.h: sock_tw_end). */
+	if (rc == 0 && l.n && !(c->tcp_ports = calloc(l.n, 6)))
+		rc = crest_errf(-ENOMEM, "checkpoint");
+	for (size_t i = 0, used = 0; rc == 0 && i < l.n; i++)
+		used += (size_t)snprintf(c->tcp_ports + used, 6 * l.n - used, "%s%u", i ? "," : "",
+					 (unsigned)l.v[i].port);
+	sock_list_free(&l);
+	return rc;
+}
+
 /* Every check that can fail without harm comes first: the pid exists, we
- * are root, the driver has the checkpoint API when CUDA is in use. */
+ * are root, the driver has the checkpoint API when CUDA is in use, CRIU
+ * can dump the tree's sockets. */
 static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -205,7 +265,11 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	if (pidns_init_of(o->pid, &c->pidns) != 1)
 		c->pidns = 0;
 
-	/* Which processes hold a CUDA context. */
+	/* Which processes hold a CUDA context: those that map libcuda and
+	 * for which the driver knows a state. One that maps it without a
+	 * context (a launcher, a data-loader worker) is a CPU process: the
+	 * driver's lock would refuse it (CUDA_ERROR_NOT_INITIALIZED), so it is
+	 * left out before anything is locked. */
 	c->cuda = calloc(c->tree.n, sizeof(pid_t));
 	if (!c->cuda) {
 		tp_capture_free(c);
@@ -214,6 +278,27 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	for (size_t i = 0; i < c->tree.n; i++)
 		if (proc_uses_cuda(c->tree.pids[i]))
 			c->cuda[c->ncuda++] = c->tree.pids[i];
+	const struct cudrv *d = NULL;
+	if (c->ncuda) {
+		rc = cudrv_load(&d);
+		if (rc == 0)
+			rc = cudrv_need_checkpoint(d);
+		size_t kept = 0;
+		for (size_t i = 0; rc == 0 && i < c->ncuda; i++) {
+			CUresult why;
+			if (gpuckpt_has_state(d, c->cuda[i], &why))
+				c->cuda[kept++] = c->cuda[i];
+		}
+		if (rc == 0)
+			c->ncuda = kept;
+		if (rc == 0 && c->ncuda)
+			rc = record_gpus(d, c);
+		if (rc < 0) {
+			crest_errctx(rc, "pid %d uses CUDA", (int)c->cuda[0]);
+			tp_capture_free(c);
+			return rc;
+		}
+	}
 	/* The driver is reached by host pid, and a copy restored in a new
 	 * namespace gets new ones: it finds its CUDA processes by the pids
 	 * they have inside (the same in every copy). */
@@ -224,19 +309,6 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 			if (pidns_inner_pid(c->cuda[i], &c->cuda_inner[i]) < 0)
 				rc = crest_errx(-ESRCH, "pid %d is gone", (int)c->cuda[i]);
 		if (rc < 0) {
-			tp_capture_free(c);
-			return rc;
-		}
-	}
-	const struct cudrv *d = NULL;
-	if (c->ncuda) {
-		rc = cudrv_load(&d);
-		if (rc == 0)
-			rc = cudrv_need_checkpoint(d);
-		if (rc == 0)
-			rc = record_gpus(d, c);
-		if (rc < 0) {
-			crest_errctx(rc, "pid %d uses CUDA", (int)c->cuda[0]);
 			tp_capture_free(c);
 			return rc;
 		}
@@ -252,6 +324,8 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	 * own): named external, and a fresh one on restore. */
 	if (rc == 0 && proc_own_netns(o->pid) == 1)
 		c->netns = proc_ns_ino(o->pid, "net");
+	if (rc == 0)
+		rc = check_sockets(o, c);
 	if (rc < 0) {
 		tp_capture_free(c);
 		return rc;
@@ -353,7 +427,8 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	struct criu_dump_opts dopts = { .pid = o->pid, .dir = c->dir, .leave_running = !o->kill,
 					.leave_stopped = o->kill, .shell_job = c->shell_job,
 					.action_script = hook, .mntns = c->mntns, .external = ext,
-					.nexternal = next, .netns = c->netns };
+					.nexternal = next, .netns = c->netns,
+					.tcp_established = c->tcp_established, .tcp_close = c->tcp_close };
 	rc = criu_dump(o->criu, &dopts);
 	uint64_t t2 = time_now_ns();
 	c->dump_ns = t2 - t1;
@@ -535,6 +610,11 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 		rc = cas_manifest_label(m, "mntns", "1");
 	if (rc == 0 && c->netns)
 		rc = cas_manifest_label(m, "netns", "1");
+	/* The restore must tell CRIU the same (restore/process.c). */
+	if (rc == 0 && (c->tcp_established || c->tcp_close))
+		rc = cas_manifest_label(m, "tcp", c->tcp_close ? "close" : "established");
+	if (rc == 0 && c->tcp_ports)
+		rc = cas_manifest_label(m, "tcp_ports", c->tcp_ports);
 	if (rc == 0 && c->ext.n)
 		rc = label_extfds(m, &c->ext);
 	if (rc == 0)

@@ -39,6 +39,10 @@ struct tp_opts {
 	const char *tmpdir;        /* for images; NULL: /dev/shm */
 	const struct criu *criu;
 	const char *branch;        /* the snapshot's branch; NULL: CAS_BRANCH_DEFAULT */
+	/* Drop the job's TCP connections (criu --tcp-close): a restore gives
+	 * it each one closed. Without it a connection to a peer outside the
+	 * tree is refused before anything is frozen. */
+	bool tcp_close;
 };
 
 struct tp_capture {
@@ -62,6 +66,9 @@ struct tp_capture {
 	bool mntns;                /* the tree has a mount namespace of its own (crest run) */
 	struct proc_extfds ext;    /* then: its descriptors on the host's mounts (its stdio) */
 	uint64_t netns;            /* a network namespace of its own (a copy's): its inode, or 0 */
+	bool tcp_established;      /* it holds TCP connections, both ends in the tree: saved */
+	bool tcp_close;            /* it holds TCP connections, dropped (tp_opts.tcp_close) */
+	char *tcp_ports;           /* the local ports of its TCP sockets, "P,P,...", or NULL */
 	char comm[64];
 	uint64_t stall_ns, gpu_lock_ns, gpu_ckpt_ns, dump_ns, gpu_resume_ns;
 	uint64_t image_bytes;

@@ -98,6 +98,10 @@ int cmd_run(struct cli *c, int argc, char **argv)
 		}
 		if (a[0] != '-')
 			break;
+		if (!strcmp(a, "--tcp-close")) {
+			o.tcp_close = true;
+			continue;
+		}
 		if (i + 1 >= argc)
 			return cli_usage(c, "run", "%s needs a value", a);
 		const int took = cli_every_opt(a, argv[++i], &o, &ev);

@@ -184,6 +184,7 @@ static const struct cli_opt_rule {
 	{ "crest", "run", "--branch", "--every", NULL, "without it crest run takes no checkpoints" },
 	{ "crest", "run", "--file-limit", "--every", NULL, "without it crest run takes no checkpoints" },
 	{ "crest", "run", "--tmpdir", "--every", NULL, "without it crest run takes no checkpoints" },
+	{ "crest", "run", "--tcp-close", "--every", NULL, "without it crest run takes no checkpoints" },
 	{ "crest", "run", "--metrics-file", "--every", NULL, "the metrics are of the rounds of --every" },
 	{ "crest", "restore", "--gpu", NULL, "--gpu-map", "give one" },
 	{ "crest", "clone", "--gpu", NULL, "--gpu-map", "give one" },

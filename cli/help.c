@@ -103,12 +103,15 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "SNAPSHOT SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "checkpoint",
 	  "--pid PID [--tag TAG] [--branch BRANCH] [--every DURATION [--count N]] [--kill] [--file-limit SIZE] "
-	  "[--tmpdir DIR] [--lock-timeout MS] [--metrics ADDR] [--metrics-file FILE]",
+	  "[--tmpdir DIR] [--lock-timeout MS] [--tcp-close] [--metrics ADDR] [--metrics-file FILE]",
 	  "snapshot a running process",
 	  "Checkpoints process PID and its children with CRIU (as root), GPU state included, into "
 	  "one snapshot; the job runs on as soon as its state is copied out, while crest stores it. "
 	  "With --every, checkpoints again every DURATION until stopped (or --count times). Files "
-	  "the job holds open for writing are stored with it.",
+	  "the job holds open for writing are stored with it, and so are its listening sockets and "
+	  "the TCP connections between its own processes. A connection to a peer outside the job "
+	  "is refused before anything is frozen, unless --tcp-close drops it (a unix socket "
+	  "connected outside the job is refused always: CRIU cannot save it).",
 	  "", false, {
 		{ "--pid", NULL, "PID", "the process to checkpoint (required)" },
 		{ "--tag", NULL, "TAG", "name the snapshot; not with --every" },
@@ -120,6 +123,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
 		{ "--lock-timeout", NULL, "MS", "how long to wait for the job's GPU lock: milliseconds, or a duration "
 		  "(2s), up to 1h" },
+		{ "--tcp-close", NULL, NULL, "checkpoint a job with connections to peers outside it: a restore "
+		  "gives the job every TCP connection closed (for a server whose clients reconnect)" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
 		  "(PORT or :PORT listen on 127.0.0.1 only; HOST:PORT, [V6]:PORT, 0.0.0.0:PORT for every "
 		  "interface; port 0 picks one)" },
@@ -156,8 +161,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "The next checkpoint on NAME is SNAPSHOT's child; gc keeps SNAPSHOT while it is NAME's "
 	  "head. " SNAP_NAMES,
 	  "NAME SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
-	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--tmpdir DIR] [--metrics ADDR] "
-	  "[--metrics-file FILE] [--] COMMAND [ARG...]",
+	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--tmpdir DIR] [--tcp-close] "
+	  "[--metrics ADDR] [--metrics-file FILE] [--] COMMAND [ARG...]",
 	  "run a job in a pid namespace of its own, checkpointed",
 	  "Runs COMMAND as root in a new pid namespace, so that it can be restored with the same "
 	  "pids, and checkpoints it every DURATION. Exits with the job's status.",
@@ -166,6 +171,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--branch", NULL, "BRANCH", "with --every: the branch its snapshots go on (default main)" },
 		{ "--file-limit", NULL, "SIZE", "with --every: the largest open file stored with the job" },
 		{ "--tmpdir", NULL, "DIR", "with --every: where CRIU's images are staged" },
+		{ "--tcp-close", NULL, NULL, "with --every: as checkpoint's, drop TCP connections to peers outside the job" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
 		  "(PORT or :PORT listen on 127.0.0.1 only; HOST:PORT, [V6]:PORT, 0.0.0.0:PORT for every "
 		  "interface; port 0 picks one)" },

@@ -16,6 +16,13 @@ static int pid_err(int rc, pid_t pid, const char *step)
 	return crest_errctx(rc, "%s of CUDA process %d", step, (int)pid);
 }
 
+bool gpuckpt_has_state(const struct cudrv *d, pid_t pid, CUresult *why)
+{
+	CUprocessState st = CU_PROCESS_STATE_RUNNING;
+	*why = d->CheckpointProcessGetState ? d->CheckpointProcessGetState(pid, &st) : CUDA_ERROR_NOT_SUPPORTED;
+	return *why == CUDA_SUCCESS;
+}
+
 int gpuckpt_suspend(const struct cudrv *d, const pid_t *pids, size_t n, unsigned timeout_ms,
 		    uint64_t *lock_ns, uint64_t *ckpt_ns)
 {

@@ -22,6 +22,15 @@ struct gpuckpt_map {
 	CUuuid from, to;
 };
 
+/* Whether the driver holds CUDA state for pid: cuCheckpointProcessGetState
+ * answers for it. A process can map libcuda with no context at all (a
+ * torch.multiprocessing.spawn launcher, a data-loader worker, a process
+ * that imported torch and never touched the GPU): the driver then answers
+ * an error (CUDA_ERROR_NOT_INITIALIZED from its Lock, seen with driver
+ * 580), and such a process is a CPU process to CRIU. *why gets the
+ * driver's answer (CUDA_SUCCESS when it holds state). */
+bool gpuckpt_has_state(const struct cudrv *d, pid_t pid, CUresult *why);
+
 int gpuckpt_suspend(const struct cudrv *d, const pid_t *pids, size_t n, unsigned timeout_ms,
 		    uint64_t *lock_ns, uint64_t *ckpt_ns);
 int gpuckpt_resume(const struct cudrv *d, const pid_t *pids, size_t n, const struct gpuckpt_map *map,

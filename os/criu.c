@@ -23,6 +23,7 @@
 #include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/user.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <dirent.h>
 #include <unistd.h>
@@ -353,6 +354,60 @@ int criu_find(struct criu *c)
 			  "to a criu 4 program");
 }
 
+bool criu_nftables(const struct criu *c)
+{
+	static char asked[4096];
+	static bool known;
+	if (strcmp(asked, c->path)) {
+		char **env;
+		known = false;
+		if (criu_env(&env) == 0) {
+			char *argv[] = { (char *)c->path, "check", "--feature", "network_lock_nftables", NULL };
+			known = run_wait(argv, env, NULL, 0, NULL, 0, -1, NULL, NULL) == 0;
+			criu_env_free(env);
+		}
+		snprintf(asked, sizeof(asked), "%s", c->path);
+	}
+	return known;
+}
+
+bool criu_net_lockable(const struct criu *c)
+{
+	if (criu_nftables(c))
+		return true;
+	const char *path = getenv("PATH");
+	char dir[PATH_MAX + 32];
+	for (const char *p = path ? path : "/usr/sbin:/usr/bin:/sbin:/bin"; *p;) {
+		const size_t n = strcspn(p, ":");
+		if (n && n < PATH_MAX) {
+			snprintf(dir, sizeof(dir), "%.*s/iptables-restore", (int)n, p);
+			if (access(dir, X_OK) == 0)
+				return true;
+		}
+		p += n + (p[n] == ':');
+	}
+	return false;
+}
+
+bool criu_dumps_inet(const struct criu *c)
+{
+	if (c->major > 4 || (c->major == 4 && c->minor >= 2))
+		return true;
+	struct utsname u;
+	int kmaj = 0, kmin = 0;
+	if (uname(&u) < 0 || sscanf(u.release, "%d.%d", &kmaj, &kmin) != 2)
+		return true;   /* unknown: let criu say */
+	return kmaj < 6 || (kmaj == 6 && kmin < 16);
+}
+
+/* The lock for a TCP dump or restore: nothing else in a namespace of the
+ * tree's own, else nftables where criu has it (else criu's default,
+ * iptables, which fails where the host has none: the message says so). */
+static const char *net_lock(const struct criu *c, bool own_net)
+{
+	return own_net ? "skip" : criu_nftables(c) ? "nftables" : NULL;
+}
+
 /* The error lines of a criu log, joined, for a message. */
 static void log_errors(const char *log, char *buf, size_t cap)
 {
@@ -531,7 +586,7 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 	if (o->nexternal > 64)
 		return crest_errx(-E2BIG, "criu dump of pid %d: %zu external files, at most 64", (int)o->pid,
 				  o->nexternal);
-	const char *argv[24 + 2 * 64];
+	const char *argv[28 + 2 * 64];
 	int n = 0;
 	argv[n++] = c->path;
 	argv[n++] = "dump";
@@ -565,6 +620,14 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 		 * dumped, and no iptables to ask. */
 		argv[n++] = "--network-lock";
 		argv[n++] = "skip";
+	}
+	if (o->tcp_established || o->tcp_close) {
+		argv[n++] = o->tcp_close ? "--tcp-close" : "--tcp-established";
+		const char *lock = o->netns ? NULL : net_lock(c, false);   /* a netns: skip, above */
+		if (lock) {
+			argv[n++] = "--network-lock";
+			argv[n++] = lock;
+		}
 	}
 	for (size_t i = 0; i < o->nexternal; i++) {
 		argv[n++] = "--external";
@@ -657,7 +720,7 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 	unlink(pidfile);
 	if (o->ninherit > 64)
 		return crest_errx(-E2BIG, "criu restore: %zu files to hand on, at most 64", o->ninherit);
-	const char *argv[24 + 2 * 65];
+	const char *argv[28 + 2 * 65];
 	char inh[65][PATH_MAX + 32];
 	int keep[65];
 	size_t nkeep = 0;
@@ -676,6 +739,14 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 		argv[n++] = "--shell-job";
 	if (o->stream)
 		argv[n++] = "--stream";
+	if (o->tcp_established || o->tcp_close) {
+		argv[n++] = o->tcp_close ? "--tcp-close" : "--tcp-established";
+		const char *lock = net_lock(c, o->new_net || o->net_external);
+		if (lock) {
+			argv[n++] = "--network-lock";
+			argv[n++] = lock;
+		}
+	}
 	if (o->mntns) {
 		/* The mounts dumped as external are the host's own: bound back
 		 * from where they are, under the host's root. */

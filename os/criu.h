@@ -25,6 +25,22 @@ struct criu {
  * trap that never comes (os/CRIU-NOTES.md). */
 bool criu_breakpoints_fire(void);
 
+/* Whether this criu locks the network with nftables (criu check --feature
+ * network_lock_nftables: 4.x built with libnftables, on a kernel with
+ * nf_tables), asked once per process and path. */
+bool criu_nftables(const struct criu *c);
+
+/* Whether criu can lock the host's network for a TCP dump here: with
+ * nftables, or with its default, iptables, whose iptables-restore must
+ * then be on PATH. Where neither is, a dump with --tcp-established fails
+ * ("Iptables configuration failed") once the tree is frozen. */
+bool criu_net_lockable(const struct criu *c);
+
+/* Whether this criu can dump an internet socket on the running kernel:
+ * criu 4.1 cannot on Linux >= 6.16, which restricted SO_PASSCRED to unix
+ * sockets (criu issues #2705/#2718, fixed in 4.2). */
+bool criu_dumps_inet(const struct criu *c);
+
 /* Finds criu 4 or later: $CREST_CRIU, then .deps/criu/criu beside the
  * source tree this crest was built from or run in. */
 int criu_find(struct criu *c);
@@ -47,6 +63,13 @@ struct criu_dump_opts {
 	 * its firewall with iptables) but named external: a restore gives the
 	 * tree a fresh one. */
 	uint64_t netns;
+	/* TCP connections (os/sock.h): tcp_established saves them (both ends
+	 * must be in the tree), tcp_close leaves them out (a restore gives
+	 * the job each one closed). Either way the network is locked while
+	 * CRIU works with nftables where this criu can (criu_nftables), since
+	 * many hosts have no iptables for CRIU's default lock. */
+	bool tcp_established;
+	bool tcp_close;
 };
 int criu_dump(const struct criu *c, const struct criu_dump_opts *o);
 
@@ -74,6 +97,9 @@ struct criu_restore_opts {
 	/* The images come from an image streamer on dir's streamer-serve.sock
 	 * (restore/imgsrv.h), not from files in dir. */
 	bool stream;
+	/* The dump's TCP flags (criu_dump_opts), which the images need back. */
+	bool tcp_established;
+	bool tcp_close;
 	const struct criu_inherit *inherit;
 	size_t ninherit;
 	pid_t *pid_out;            /* the restored root */

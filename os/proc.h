@@ -40,7 +40,8 @@ int proc_room(uint64_t *mem_bytes, uint64_t *tasks);
 int proc_tree_get(pid_t root, struct proc_tree *t);
 void proc_tree_free(struct proc_tree *t);
 
-/* True when the process maps libcuda: it has a CUDA context to checkpoint. */
+/* True when the process maps libcuda: it may have a CUDA context to
+ * checkpoint (the driver tells: gpu/gpuckpt.h, gpuckpt_has_state). */
 bool proc_uses_cuda(pid_t pid);
 
 /* 'R', 'S', 'Z', ... or 0 when the process does not exist. */

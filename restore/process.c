@@ -5,6 +5,7 @@
 #include "gpu/gpumap.h"
 #include "os/pidns.h"
 #include "os/proc.h"
+#include "os/sock.h"
 #include "util/err.h"
 #include "util/fault.h"
 #include "util/fs.h"
@@ -57,6 +58,40 @@ static int parse_pids(const char *s, pid_t **out, size_t *n)
 	if (rc == -ENOMEM)
 		return crest_errf(rc, "restore");
 	return rc < 0 ? crest_errx(-EBADMSG, "the snapshot's pid list '%.64s' is damaged", s) : 0;
+}
+
+/* The ports label ("P,P,...", capture/transparent.c), read strictly like
+ * every number of a manifest, into *ports (malloc'ed). */
+static int parse_ports(const char *s, uint16_t **ports, size_t *n)
+{
+	*ports = NULL;
+	*n = 0;
+	if (!s || !*s)
+		return 0;
+	size_t cap = 1;
+	for (const char *p = s; *p; p++)
+		cap += *p == ',';
+	if (!(*ports = calloc(cap, sizeof(**ports))))
+		return crest_errf(-ENOMEM, "restore");
+	char one[8];
+	for (const char *p = s;;) {
+		const size_t len = strcspn(p, ",");
+		uint64_t v;
+		if (len >= sizeof(one))
+			break;
+		memcpy(one, p, len);
+		one[len] = 0;
+		if (!num_parse(one, 65535, &v))
+			break;
+		(*ports)[(*n)++] = (uint16_t)v;
+		if (!p[len])
+			return 0;
+		p += len + 1;
+	}
+	free(*ports);
+	*ports = NULL;
+	*n = 0;
+	return crest_errx(-EBADMSG, "the snapshot's port list '%.64s' is damaged", s);
 }
 
 /* CRIU must create the job's processes with their old pids: each must be
@@ -1120,6 +1155,19 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	for (size_t i = 0; rc == 0 && i < next; i++)
 		inh[ninh++] = (struct criu_inherit){ .fd = ext[i].fd, .key = ext[i].key };
 	const char *sj = cas_manifest_get_label(m, "shell_job");
+	const char *tcp = cas_manifest_get_label(m, "tcp");
+	/* In the host's network namespace, the killed job's connections may
+	 * sit in TIME_WAIT on the ports its sockets bind again (os/sock.h). */
+	uint16_t *ports = NULL;
+	size_t nports = 0, ended = 0;
+	if (rc == 0 && !o->beside && !(netl && !strcmp(netl, "1")))
+		rc = parse_ports(cas_manifest_get_label(m, "tcp_ports"), &ports, &nports);
+	if (rc == 0 && nports)
+		rc = sock_tw_end(ports, nports, &ended);
+	free(ports);
+	if (rc == 0 && ended && o->notes)
+		fprintf(o->notes, "ended %zu TIME_WAIT socket%s the killed job left on its ports\n", ended,
+			ended == 1 ? "" : "s");
 	uint64_t t1 = time_now_ns();
 	struct imgsrv *srv = NULL;
 	if (rc == 0 && serve) {
@@ -1138,6 +1186,8 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	struct criu_restore_opts ro = { .dir = dir, .shell_job = sj && !strcmp(sj, "1"), .pid_out = &r->pid,
 					.mntns = mnl && !strcmp(mnl, "1"), .new_net = o->beside,
 					.net_external = netl && !strcmp(netl, "1"), .stream = serve,
+					.tcp_established = tcp && !strcmp(tcp, "established"),
+					.tcp_close = tcp && !strcmp(tcp, "close"),
 					.inherit = inh, .ninherit = ninh,
 					.started = guard.pid ? rp_guard_started : NULL, .started_arg = &guard };
 	bool ran_criu = false;

@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
-# Installs CRIU 4.x from Debian 13 "trixie" into a private prefix, for crest's tests and CI.
+# Installs CRIU 4.2 or later from Debian "sid" into a private prefix, for crest's tests and CI.
 #
 # Why: Debian 12's criu 3.17 fails on the kernels we run on ("vdso: Unexpected rt vDSO area
-# bounds"). trixie's criu 4.1.1 works, but needs trixie's libc. So we fetch criu and every
-# library it depends on (libc6 included) with apt, using a private apt configuration that
-# knows about trixie (the system's sources and its libc are never touched), unpack the .debs
-# with dpkg-deb -x into PREFIX, and write PREFIX/criu, a wrapper that starts criu through
-# trixie's own dynamic loader with the prefix's library directories.
+# bounds"), and Debian 13 "trixie"'s criu 4.1.1 cannot dump a process holding any AF_INET
+# socket on kernels >= 6.16 (os/CRIU-NOTES.md); sid's 4.2.x can. It needs sid's libc. So we
+# fetch criu and every library it depends on (libc6 included) with apt, using a private apt
+# configuration that knows about that suite (the system's sources and its libc are never
+# touched), unpack the .debs with dpkg-deb -x into PREFIX, and write PREFIX/criu, a wrapper
+# that starts criu through the suite's own dynamic loader with the prefix's library
+# directories.
 #
 # Usage: scripts/install-criu.sh [PREFIX]      (default: $CRIU_PREFIX, else <repo>/.deps/criu)
-#   CRIU_DEBIAN_SUITE=sid picks criu 4.2.x instead: 4.1.1 cannot dump processes holding
-#   AF_INET sockets on kernels >= 6.16 (os/CRIU-NOTES.md). Remove PREFIX to switch.
-#   CRIU_DEBIAN_MIRROR overrides the mirror (default http://deb.debian.org/debian).
+#   CRIU_DEBIAN_SUITE=trixie picks criu 4.1.1 instead (then any 4.x is accepted; remove
+#   PREFIX to go back from 4.2 to it). CRIU_DEBIAN_MIRROR overrides the mirror (default
+#   http://deb.debian.org/debian).
 # Needs root (criu itself needs it anyway) and network access to a Debian mirror.
-# Idempotent: does nothing but `criu check` when PREFIX/criu --version already says 4.x.
+# Idempotent: does nothing but `criu check` when PREFIX/criu --version already says 4.2 or
+# later (4.x with CRIU_DEBIAN_SUITE=trixie). An older criu there (a checkout that ran this
+# script when it installed trixie's 4.1.1) is replaced: that is the upgrade.
 set -euo pipefail
 
 die() { echo "install-criu: error: $*" >&2; exit 1; }
@@ -22,7 +26,13 @@ log() { echo "install-criu: $*" >&2; }
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)
 prefix=${1:-${CRIU_PREFIX:-$repo_root/.deps/criu}}
 mirror=${CRIU_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-suite=${CRIU_DEBIAN_SUITE:-trixie}   # sid has criu 4.2.x (see os/CRIU-NOTES.md)
+suite=${CRIU_DEBIAN_SUITE:-sid}   # sid has criu 4.2.x, trixie 4.1.1 (see os/CRIU-NOTES.md)
+# The oldest criu this prefix may keep: 4.2 (AF_INET sockets on new kernels), unless the
+# caller asked for another suite on purpose.
+case "$suite" in
+    sid|unstable) min_minor=2 ;;
+    *) min_minor=0 ;;
+esac
 keyring=/usr/share/keyrings/debian-archive-keyring.gpg
 arch=amd64
 triplet=x86_64-linux-gnu
@@ -32,15 +42,24 @@ triplet=x86_64-linux-gnu
 mkdir -p "$prefix" || die "cannot create prefix $prefix"
 prefix=$(cd "$prefix" && pwd -P)
 
-# criu --version prints "Version: 4.1.1"; anything 4.x or later is good enough.
-criu_is_v4() {
-    [ -x "$prefix/criu" ] || return 1
-    local v
-    v=$("$prefix/criu" --version 2>/dev/null | sed -n 's/^Version: *//p' | head -n1) || return 1
-    case "$v" in
-        [4-9].*|[1-9][0-9]*.*) return 0 ;;
-        *) return 1 ;;
+# The version PREFIX/criu says ("4.1.1"), or nothing when there is none that runs.
+criu_version() {
+    [ -x "$prefix/criu" ] || return 0
+    "$prefix/criu" --version 2>/dev/null | sed -n 's/^Version: *//p' | head -n1 || true
+}
+
+# criu --version prints "Version: 4.2.1"; 4.<min_minor> or later is good enough.
+criu_is_current() {
+    local v major minor
+    v=$(criu_version)
+    [ -n "$v" ] || return 1
+    major=${v%%.*}
+    minor=${v#*.}
+    minor=${minor%%.*}
+    case "$major$minor" in
+        *[!0-9]*|"") return 1 ;;
     esac
+    [ "$major" -gt 4 ] || { [ "$major" -eq 4 ] && [ "$minor" -ge "$min_minor" ]; }
 }
 
 run_check() {
@@ -59,11 +78,13 @@ run_check() {
     fi
 }
 
-if criu_is_v4; then
-    log "criu 4.x already installed in $prefix; skipping download"
+if criu_is_current; then
+    log "criu $(criu_version) already installed in $prefix; skipping download"
     run_check
     exit 0
 fi
+old=$(criu_version)
+[ -z "$old" ] || log "criu $old in $prefix is older than 4.$min_minor: replacing it with $suite's"
 
 command -v apt-get >/dev/null || die "apt-get not found (Debian or derivative required)"
 command -v dpkg-deb >/dev/null || die "dpkg-deb not found"
@@ -74,6 +95,8 @@ command -v dpkg-deb >/dev/null || die "dpkg-deb not found"
 # sources, lists, package cache and dpkg status stay as they are. An empty dpkg status makes
 # apt-cache list the full dependency closure rather than what the host happens to have.
 aptdir=$prefix/.apt
+# Lists of another suite (an earlier install of trixie's criu) must not mix with this one's.
+[ ! -f "$aptdir/sources.list" ] || grep -qF " $suite main" "$aptdir/sources.list" || rm -rf "$aptdir/lists"
 mkdir -p "$aptdir/lists/partial" "$aptdir/cache/archives/partial" "$aptdir/debs"
 echo "deb [signed-by=$keyring] $mirror $suite main" >"$aptdir/sources.list"
 : >"$aptdir/status"
@@ -100,7 +123,7 @@ apt-get "${apt_opts[@]}" -q update >"$aptdir/update.log" 2>&1 ||
 compgen -G "$aptdir/lists/*_Packages*" >/dev/null ||
     die "no $suite package index was fetched from $mirror (see $aptdir/update.log): $(grep -E '^(W|E):' "$aptdir/update.log" | head -n3)"
 
-# Dependency closure of criu in trixie: hard Depends/Pre-Depends only (Recommends such as
+# Dependency closure of criu in the suite: hard Depends/Pre-Depends only (Recommends such as
 # iproute2 and python3-pycriu are not needed to dump and restore). Lines starting with a
 # space are the dependency edges; the others are the package names of the closure.
 mapfile -t pkgs < <(apt-cache "${apt_opts[@]}" depends --recurse --no-recommends \
@@ -124,7 +147,7 @@ for deb in "$aptdir"/debs/*.deb; do
     dpkg-deb -x "$deb" "$root" || die "dpkg-deb -x $deb into $root failed"
 done
 
-# trixie is merged-/usr: libc6 ships /usr/lib/$triplet/ld-linux-x86-64.so.2. Recreate the
+# trixie and sid are merged-/usr: libc6 ships /usr/lib/$triplet/ld-linux-x86-64.so.2. Recreate the
 # usual top-level links so that PREFIX/lib/$triplet/ld-linux-x86-64.so.2 resolves as well.
 for d in lib lib64 bin sbin; do
     if [ -d "$root/usr/$d" ] && [ ! -e "$root/$d" ]; then
@@ -132,7 +155,7 @@ for d in lib lib64 bin sbin; do
     fi
 done
 [ -x "$root/usr/sbin/criu" ] || die "criu binary not found at usr/sbin/criu in the unpacked packages"
-[ -x "$root/usr/lib/$triplet/ld-linux-x86-64.so.2" ] || die "trixie's ld-linux-x86-64.so.2 not found after unpacking"
+[ -x "$root/usr/lib/$triplet/ld-linux-x86-64.so.2" ] || die "$suite's ld-linux-x86-64.so.2 not found after unpacking"
 
 # Move the new tree into place (replacing the previous one, if any).
 for d in usr lib lib64 bin sbin etc var; do
@@ -152,12 +175,12 @@ libpath_rel=$(printf ':$p/%s' "${libdirs[@]}")
 libpath_rel=${libpath_rel#:}
 
 # The wrapper finds its prefix at run time, so the tree can be moved as a whole. It runs
-# criu through trixie's loader: criu never sees the host's libc, and programs criu executes
+# criu through the suite's loader: criu never sees the host's libc, and programs criu executes
 # (iptables, ip, action scripts) run with the host's own libraries, since no LD_* variable
 # is set.
 cat >"$prefix/criu.new" <<EOF
 #!/bin/sh
-# Runs criu 4.x from Debian trixie through its own dynamic loader (made by
+# Runs criu from Debian $suite through its own dynamic loader (made by
 # scripts/install-criu.sh). Use it exactly like criu: PREFIX/criu dump -t PID ...
 p=\$(cd "\$(dirname "\$0")" && pwd -P) || exit 1
 exec "\$p/lib/$triplet/ld-linux-x86-64.so.2" --library-path "$libpath_rel" "\$p/usr/sbin/criu" "\$@"
@@ -177,6 +200,6 @@ if echo "$ldlist" | grep '=>' | grep -v "$prefix/" | grep -q .; then
     die "criu would load libraries from outside $prefix: $(echo "$ldlist" | grep '=>' | grep -v "$prefix/")"
 fi
 
-criu_is_v4 || die "$prefix/criu --version does not report 4.x: $("$prefix/criu" --version 2>&1 | head -n3)"
+criu_is_current || die "$prefix/criu --version does not report 4.$min_minor or later: $("$prefix/criu" --version 2>&1 | head -n3)"
 log "installed criu into $prefix"
 run_check

@@ -1,8 +1,10 @@
 #!/bin/bash
 # Sets crest up on a fresh Debian 12 machine and runs its main job:
 #   1. Debian's packages crest builds and tests with (only those missing);
-#   2. criu 4 in a private prefix (scripts/install-criu.sh: Debian 12's criu
-#      3.17 fails on current kernels; the system's libc is left alone);
+#   2. criu 4.2 or later in a private prefix (scripts/install-criu.sh:
+#      Debian 12's criu 3.17 fails on current kernels, and 4.1.1 cannot dump
+#      an AF_INET socket on Linux >= 6.16; the system's libc is left alone).
+#      A .deps/criu that holds an older criu (4.1.1) is upgraded in place;
 #   3. a release build in build/;
 #   4. `crest demo` on a store in the working directory (./crest-store).
 # Options: --deps-only (steps 1-2), --no-demo (steps 1-3). Needs root.
@@ -37,7 +39,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
-echo "=== criu 4"
+echo "=== criu 4.2"
 scripts/install-criu.sh
 [ "$mode" = deps ] && exit 0
 

@@ -22,6 +22,13 @@
  *      a driver call, at an exact step;
  *  FAKE_CUDA_FAIL=OP  every call of OP fails (CUDA_ERROR_UNKNOWN) and
  *      changes nothing.
+ * And a process that loads it with FAKE_CUDA_NO_CONTEXT set in its
+ * environment maps libcuda but has no context, like a
+ * torch.multiprocessing.spawn launcher on the H100 (driver 580): every
+ * checkpoint call on it, cuCheckpointProcessGetState included, answers
+ * CUDA_ERROR_NOT_INITIALIZED (a lock or another step tried on it is logged
+ * as "OP PID: no context"). It says so in $FAKE_CUDA_STATE/PID.noctx,
+ * made as the library loads.
  */
 /* No cuda.h: these stubs do not match its prototypes, and need not. */
 typedef int CUresult;
@@ -59,7 +66,9 @@ STUB(cuCheckpointProcessGetRestoreThreadId)
 #endif
 #ifdef FAKE_WITH_CHECKPOINT
 STUB(cuDeviceGet) STUB(cuDeviceGetName) STUB(cuDeviceGetUuid)
-STUB(cuCheckpointProcessGetState)
+/* The driver knows the process (it has a context) and says it runs; only
+ * the steps refuse. */
+CUresult cuCheckpointProcessGetState(int pid, int *st) { (void)pid; *st = 0; return CUDA_SUCCESS; }
 STUB(cuCheckpointProcessLock) STUB(cuCheckpointProcessCheckpoint)
 STUB(cuCheckpointProcessRestore) STUB(cuCheckpointProcessUnlock)
 #elif !defined(FAKE_STATEFUL)
@@ -68,6 +77,7 @@ STUB(cuDeviceGet) STUB(cuDeviceGetName) STUB(cuDeviceGetUuid)
 
 #ifdef FAKE_STATEFUL
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -166,13 +176,35 @@ static void die_hook(const char *op, int after, int pid)
 	raise(SIGKILL);
 }
 
+__attribute__((constructor)) static void fake_load(void)
+{
+	if (!getenv("FAKE_CUDA_NO_CONTEXT"))
+		return;
+	char name[48], path[4096];
+	snprintf(name, sizeof(name), "%d.noctx", (int)getpid());
+	path_of(path, sizeof(path), name);
+	const int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		close(fd);
+}
+
+static bool no_context(int pid)
+{
+	char name[48], path[4096];
+	snprintf(name, sizeof(name), "%d.noctx", pid);
+	path_of(path, sizeof(path), name);
+	return access(path, F_OK) == 0;
+}
+
 /* What the driver answers a pid with no process it can reach: a free pid,
- * or a zombie (exited, not reaped: its GPU contexts are gone); 0 for a
- * live one. */
+ * or a zombie (exited, not reaped: its GPU contexts are gone), or one that
+ * has no context (FAKE_CUDA_NO_CONTEXT); 0 for a live one. */
 static CUresult unreachable(int pid)
 {
 	if (pid <= 0 || (kill(pid, 0) < 0 && errno == ESRCH))
 		return CUDA_ERROR_INVALID_VALUE;
+	if (no_context(pid))
+		return CUDA_ERROR_NOT_INITIALIZED;
 	char path[64], buf[512];
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
 	const int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -188,6 +220,8 @@ static CUresult unreachable(int pid)
 static CUresult step(int pid, const char *op, int from, int to)
 {
 	const CUresult u = unreachable(pid);
+	if (u == CUDA_ERROR_NOT_INITIALIZED && no_context(pid))
+		logline("%s %d: no context (%d %d) in pid %d\n", pid, op, from, to);
 	if (u != CUDA_SUCCESS)
 		return u;
 	die_hook(op, 0, pid);
