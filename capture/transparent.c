@@ -333,8 +333,9 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	/* The freeze: from here until resume, the job does not run. */
 	uint64_t t0 = time_now_ns();
 	if (c->ncuda) {
-		rc = gpuckpt_suspend(d, c->cuda, c->ncuda, o->lock_timeout_ms ? o->lock_timeout_ms : 10000,
-				     &c->gpu_lock_ns, &c->gpu_ckpt_ns);
+		rc = gpuckpt_suspend(d, c->cuda, c->ncuda, o->lock_timeout_ms ? o->lock_timeout_ms : TP_LOCK_TIMEOUT_MS,
+				     o->lock_within_ms ? o->lock_within_ms : TP_LOCK_WITHIN_MS, &c->gpu_lock_ns,
+				     &c->gpu_ckpt_ns);
 		if (rc < 0) {
 			tp_capture_free(c);
 			return rc;

@@ -30,12 +30,17 @@
 #include "engine/engine.h"
 
 #define TP_FILE_LIMIT_DEFAULT (64ull << 20)
+/* The defaults of --lock-timeout (each try to lock the CUDA processes) and
+ * --lock-within (all tries; gpu/gpuckpt.h says why there are several). */
+#define TP_LOCK_TIMEOUT_MS 10000u
+#define TP_LOCK_WITHIN_MS 30000u
 
 struct tp_opts {
 	pid_t pid;
 	bool kill;                 /* end the job once its snapshot is stored */
 	uint64_t file_limit;       /* bytes kept of each file open for writing */
-	unsigned lock_timeout_ms;  /* for cuCheckpointProcessLock; 0: 10 s */
+	unsigned lock_timeout_ms;  /* for cuCheckpointProcessLock, each try; 0: 10 s */
+	unsigned lock_within_ms;   /* all tries to lock every CUDA process at once; 0: 30 s */
 	const char *tmpdir;        /* for images; NULL: /dev/shm */
 	const struct criu *criu;
 	const char *branch;        /* the snapshot's branch; NULL: CAS_BRANCH_DEFAULT */

@@ -142,6 +142,12 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 				return cli_usage(c, "checkpoint", "--lock-timeout %s: not a duration from 1ms to 1h "
 						 "(a bare number is milliseconds)", v);
 			o.lock_timeout_ms = (unsigned)(ns / PARSE_NS_MS);
+		} else if (!strcmp(a, "--lock-within")) {
+			uint64_t ns;
+			if (parse_duration(v, PARSE_NS_S, PARSE_NS_MS, 24 * 3600 * PARSE_NS_S, &ns) < 0)
+				return cli_usage(c, "checkpoint", "--lock-within %s: not a duration from 1ms to 24h "
+						 "(30s, 2m, 500ms)", v);
+			o.lock_within_ms = (unsigned)(ns / PARSE_NS_MS);
 		} else {
 			return cli_usage(c, "checkpoint", "unknown option %s", a);
 		}

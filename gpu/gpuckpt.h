@@ -22,8 +22,28 @@ struct gpuckpt_map {
 	CUuuid from, to;
 };
 
-int gpuckpt_suspend(const struct cudrv *d, const pid_t *pids, size_t n, unsigned timeout_ms,
+/*
+ * Locks, then checkpoints, every process of pids; all at once, one thread
+ * each, so that n processes stall about as long as the slowest one, not
+ * the sum. Each lock waits at most timeout_ms (0: for good). The ranks of
+ * a collective job (NCCL) cannot be locked one after the other: a rank
+ * whose collective is in flight waits for its peers, and a peer already
+ * locked never joins, so its lock gives up (CUDA_ERROR_NOT_READY, seen on
+ * the H100). Locked at once, none is left waiting on a locked peer. Where
+ * a lock still gives up (NOT_READY, TIMEOUT), every process locked in
+ * that round is unlocked at once, so the collective can end, and the
+ * round is tried again after a short, growing, jittered pause, for at
+ * most within_ms in all (0: one round); then -ETIMEDOUT, with a message
+ * saying why, and every process running, unlocked. Any other failure
+ * leaves every process as it was (restored, unlocked) and is returned.
+ * lock_ns: the time spent locking, every round; ckpt_ns: checkpointing.
+ */
+int gpuckpt_suspend(const struct cudrv *d, const pid_t *pids, size_t n, unsigned timeout_ms, unsigned within_ms,
 		    uint64_t *lock_ns, uint64_t *ckpt_ns);
+/* Restores (with map, when the driver has a process checkpointed) and then
+ * unlocks every process of pids: all restores at once, then all unlocks at
+ * once. Each process is brought as far as it goes; the first failure is
+ * returned, naming its pid and the driver's error. */
 int gpuckpt_resume(const struct cudrv *d, const pid_t *pids, size_t n, const struct gpuckpt_map *map,
 		   size_t nmap);
 /* For a guard whose crest died inside a suspend or a resume: brings each
