@@ -140,6 +140,38 @@ static int record_gpus(const struct cudrv *d, struct tp_capture *c)
 	return rc;
 }
 
+/* A process with CUDA state on more than one GPU: the driver checkpoints
+ * it, and then, with peer access between those GPUs, cannot restore it
+ * (cuCheckpointProcessRestore: CUDA_ERROR_INVALID_VALUE, whatever the GPU
+ * pairs; shared notes): a checkpoint would leave it checkpointed for
+ * good. So it is refused before anything is locked, unless the user
+ * accepts the risk (--multi-gpu-process). Which GPUs a process holds
+ * state on is gpumap_held's rule. */
+static int refuse_multi_gpu(const struct cudrv *d, const struct tp_capture *c)
+{
+	struct gpu_info *host = NULL;
+	size_t nhost = 0;
+	if (gpumap_host(d, &host, &nhost) < 0) {
+		host = NULL;   /* the GPUs are then named by UUID alone */
+		nhost = 0;
+	}
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < c->ncuda; i++) {
+		char what[512];
+		const size_t k = gpumap_held(c->cuda[i], host, nhost, what, sizeof(what));
+		if (k > 1)
+			rc = crest_errx(-EOPNOTSUPP, "pid %d holds CUDA state on %zu GPUs (%s): the driver checkpoints "
+					"such a process but cannot restore it when it moves data between its GPUs (peer "
+					"access: cuCheckpointProcessRestore answers CUDA_ERROR_INVALID_VALUE and the process "
+					"never runs again), so nothing was frozen and the job runs on. Keep one GPU per "
+					"process (one rank per GPU), or move tensors between GPUs through host memory and "
+					"pass --multi-gpu-process to accept the risk, or save it through crest's library "
+					"(crest_checkpoint) instead", (int)c->cuda[i], k, what);
+	}
+	free(host);
+	return rc;
+}
+
 static int write_list(const char *path, const struct proc_files *f)
 {
 	FILE *out = fopen(path, "we");
@@ -237,6 +269,15 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 			rc = record_gpus(d, c);
 		if (rc < 0) {
 			crest_errctx(rc, "pid %d uses CUDA", (int)c->cuda[0]);
+			tp_capture_free(c);
+			return rc;
+		}
+	}
+	/* What the driver could not give back is refused before anything
+	 * is frozen (gpu/gpuckpt.h). */
+	if (c->ncuda && !o->multi_gpu) {
+		rc = refuse_multi_gpu(d, c);
+		if (rc < 0) {
 			tp_capture_free(c);
 			return rc;
 		}

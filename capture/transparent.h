@@ -44,6 +44,8 @@ struct tp_opts {
 	const char *tmpdir;        /* for images; NULL: /dev/shm */
 	const struct criu *criu;
 	const char *branch;        /* the snapshot's branch; NULL: CAS_BRANCH_DEFAULT */
+	bool multi_gpu;            /* --multi-gpu-process: take a process with CUDA state on several
+				    * GPUs, which the driver may not restore (gpu/gpuckpt.h) */
 };
 
 struct tp_capture {

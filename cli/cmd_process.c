@@ -112,6 +112,10 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			o.kill = true;
 			continue;
 		}
+		if (!strcmp(a, "--multi-gpu-process")) {
+			o.multi_gpu = true;
+			continue;
+		}
 		if (a[0] != '-')
 			return cli_usage(c, "checkpoint", "takes no operands: %s (the process is --pid PID)", a);
 		if (i + 1 >= argc)

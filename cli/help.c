@@ -103,7 +103,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "SNAPSHOT SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "checkpoint",
 	  "--pid PID [--tag TAG] [--branch BRANCH] [--every DURATION [--count N]] [--kill] [--file-limit SIZE] "
-	  "[--tmpdir DIR] [--lock-timeout MS] [--lock-within DURATION] [--metrics ADDR] [--metrics-file FILE]",
+	  "[--tmpdir DIR] [--lock-timeout MS] [--lock-within DURATION] [--multi-gpu-process] [--metrics ADDR] "
+	  "[--metrics-file FILE]",
 	  "snapshot a running process",
 	  "Checkpoints process PID and its children with CRIU (as root), GPU state included, into "
 	  "one snapshot; the job runs on as soon as its state is copied out, while crest stores it. "
@@ -123,6 +124,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--lock-within", NULL, "DURATION", "how long crest keeps trying to lock every CUDA process at once "
 		  "(default 30s): a lock that gives up (NCCL: a collective in flight while a peer rank is locked) "
 		  "lets all go and tries again after a pause; then crest says why and the job runs on, unfrozen" },
+		{ "--multi-gpu-process", NULL, NULL, "take a process that holds CUDA state on several GPUs, which is "
+		  "refused otherwise: the driver cannot restore one that moves data between its GPUs (peer access)." },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
 		  "(PORT or :PORT listen on 127.0.0.1 only; HOST:PORT, [V6]:PORT, 0.0.0.0:PORT for every "
 		  "interface; port 0 picks one)" },
