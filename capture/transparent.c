@@ -97,6 +97,30 @@ static int tp_capture_resume(struct tp_capture *c)
 	return 0;
 }
 
+/* For a job the driver could not give back (c->stranded): keeps the
+ * images where they are, under a name no sweep removes, and ends the
+ * tree. The kept directory's path goes to kept ("" if the rename
+ * failed: the images then go with tp_capture_free). */
+static void tp_capture_strand(struct tp_capture *c, bool keep, char *kept, size_t cap)
+{
+	kept[0] = 0;
+	const char *base = strrchr(c->dir, '/');
+	if (keep && base && !strncmp(base + 1, "crest-ckpt-", 11)) {
+		char to[PATH_MAX + 16], fto[PATH_MAX + 32];
+		snprintf(to, sizeof(to), "%.*s/crest-kept-%s", (int)(base - c->dir), c->dir, base + 12);
+		snprintf(fto, sizeof(fto), "%s.files", to);
+		if (rename(c->dir, to) == 0) {
+			snprintf(kept, cap, "%s", to);
+			rename(c->files_dir, fto);
+		}
+	}
+	/* Stopped first, so that no process of it forks past the listing
+	 * that tp_capture_kill's SIGKILLs go by. */
+	c->stopped = true;   /* tp_capture_kill ends only a tree it holds */
+	signal_tree(c, SIGSTOP);
+	tp_capture_kill(c);
+}
+
 /* Removes the images and frees c. A tree still stopped is resumed first:
  * the job is never left stopped, nor ended without a stored snapshot. */
 static void tp_capture_free(struct tp_capture *c)
@@ -412,6 +436,15 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	}
 	c->gpu_resume_ns = time_now_ns() - t2;
 	c->stall_ns = time_now_ns() - t0;
+	/* The dump is whole but a process stays in the driver's hands: its
+	 * images are stored (tp_checkpoint), then the job is ended. The guard
+	 * stays armed until then: crest dying meanwhile leaves it to the
+	 * guard, which says what it could not bring back. */
+	if (rc == 0 && rrc < 0) {
+		crest_errcpy(c->stranded, sizeof(c->stranded));
+		read_sizes(c);
+		return 0;
+	}
 	if (!c->stopped)
 		tp_guard_disarm(&c->guard);   /* running again, or failed: no longer held */
 	if (rc < 0) {
@@ -427,11 +460,6 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 			crest_errctx(rc, "process %d exited during its checkpoint", (int)o->pid);
 		tp_capture_free(c);
 		return rc;
-	}
-	if (rrc < 0) {
-		crest_errctx(rrc, "the dump worked but the job's GPU state could not be brought back");
-		tp_capture_free(c);
-		return rrc;
 	}
 	read_sizes(c);
 	return 0;
@@ -764,6 +792,29 @@ int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opt
 			h->ingesting(h->arg, s);
 		rc = engine_snapshot_wait(s, &st->r);
 		memcpy(st->id, st->r.id, 32);
+	}
+	/* A job the driver did not give back after the dump (cap.stranded)
+	 * can never run again: it is ended once its snapshot is committed, or
+	 * at once, its images kept on tmpfs, when the store failed. */
+	if (cap.stranded[0]) {
+		char why[1024], kept[PATH_MAX + 16], hex[65];
+		crest_errcpy(why, sizeof(why));
+		tp_capture_strand(&cap, rc < 0, kept, sizeof(kept));
+		for (int i = 0; i < 32; i++)
+			snprintf(hex + 2 * i, 3, "%02x", st->id[i]);
+		if (rc == 0)
+			rc = crest_errx(-EIO, "%s: the job's GPU state could not be brought back after its dump, so "
+					"it could never run again: crest ended the job (pid %d) once its snapshot %.12s "
+					"was stored, which keeps its images (crest restore %.12s; the driver may refuse that "
+					"restore too, as it does for a process on several GPUs with peer access)",
+					cap.stranded, (int)o->pid, hex, hex);
+		else
+			rc = crest_errx(rc, "%s: the job's GPU state could not be brought back after its dump, so "
+					"it could never run again: crest ended the job (pid %d); its snapshot was not "
+					"stored (%s), and its images are %s%s", cap.stranded, (int)o->pid, why,
+					kept[0] ? "kept in " : "lost", kept[0] ? kept : "");
+		tp_capture_free(&cap);
+		return rc;
 	}
 	/* --kill: the job ends only now that its snapshot is committed; if it
 	 * was not, the job runs on (its images alone would be lost with the

@@ -72,6 +72,11 @@ struct tp_capture {
 	char comm[64];
 	uint64_t stall_ns, gpu_lock_ns, gpu_ckpt_ns, dump_ns, gpu_resume_ns;
 	uint64_t image_bytes;
+	/* Set when, after the dump, the driver could not give a CUDA process
+	 * back (it stays checkpointed or locked, and can never run again): what
+	 * it said. The images are stored all the same, then the job is ended
+	 * (tp_checkpoint), loudly; never left frozen in silence. */
+	char stranded[1024];
 };
 
 /* What one tp_checkpoint did. */

@@ -125,7 +125,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		  "(default 30s): a lock that gives up (NCCL: a collective in flight while a peer rank is locked) "
 		  "lets all go and tries again after a pause; then crest says why and the job runs on, unfrozen" },
 		{ "--multi-gpu-process", NULL, NULL, "take a process that holds CUDA state on several GPUs, which is "
-		  "refused otherwise: the driver cannot restore one that moves data between its GPUs (peer access)." },
+		  "refused otherwise: the driver cannot restore one that moves data between its GPUs (peer access). "
+		  "If its GPU state then cannot be brought back, crest stores the snapshot, ends the job and says so" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
 		  "(PORT or :PORT listen on 127.0.0.1 only; HOST:PORT, [V6]:PORT, 0.0.0.0:PORT for every "
 		  "interface; port 0 picks one)" },

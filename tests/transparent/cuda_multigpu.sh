@@ -1,14 +1,22 @@
 #!/bin/bash
 # Issue 33: a process with CUDA state on two GPUs, which the driver
 # checkpoints and then cannot restore (peer access: shared notes), is
-# refused before anything is locked or frozen, unless --multi-gpu-process
-# says to take it. Against the stand-in driver (fake_libcuda.c's
+# refused before anything is locked or frozen; with --multi-gpu-process it
+# is taken, and when the driver's restore after the dump then fails, crest
+# stores the snapshot, ends the job and says so: never a job left
+# checkpointed in silence. Against the stand-in driver (fake_libcuda.c's
 # stateful build) and a stand-in nvidia-smi, which lists the job under the
 # GPUs written in apps.csv (gpu/gpumap.h's gpumap_held reads it).
 #  one:     the job on GPU 0 alone: checkpointed as usual;
 #  two:     the job on GPU 0 and another: refused with one line naming the
 #           pid, both GPUs and the way around it; no driver call made, no
-#           images, the job runs on.
+#           images, the job runs on;
+#  flag:    the same with --multi-gpu-process and every driver restore
+#           failing (FAKE_CUDA_FAIL=restore): crest fails with one line
+#           naming the pid, the driver's error and the stored snapshot, and
+#           the job is ended; that snapshot then restores (the stand-in's
+#           restore working again) and runs to the end of an uninterrupted
+#           run's log.
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
@@ -61,4 +69,27 @@ sleep 0.3
 [ "$(lines job.log)" -gt "$n" ] || fail "two: the refused job makes no progress"
 echo "ok: two: refused before any driver call"
 
+# flag
+: >state/log
+FAKE_CUDA_FAIL=restore "$CREST" --store "$S" --quiet checkpoint --pid "$JOB" --multi-gpu-process --tag mg \
+	>/dev/null 2>ck.err && fail "flag: a checkpoint whose driver restore failed reported success"
+[ "$(wc -l <ck.err)" = 1 ] || fail "flag: not one line: $(cat ck.err)"
+for want in "of CUDA process $JOB" "cuCheckpointProcessRestore: CUDA_ERROR_UNKNOWN" "crest ended the job (pid $JOB)" \
+	"was stored, which keeps its images (crest restore"; do
+	grep -qF "$want" ck.err || fail "flag: the error does not say '$want': $(cat ck.err)"
+done
+wait "$JOB" 2>/dev/null || true
+kill -0 "$JOB" 2>/dev/null && fail "flag: the job whose GPU state could not come back still runs"
+grep -q "^checkpoint $JOB: 1 -> 2" state/log || fail "flag: the job was not checkpointed by the driver: $(cat state/log)"
+kill_gone "$JOB"
+: >apps.csv
+"$CREST" --store "$S" --quiet restore mg >/dev/null 2>rs.err || fail "flag: the stored snapshot did not restore: $(cat rs.err)"
+[ "$(state "$JOB")" = 0 ] || fail "flag: the restored job is in driver state $(state "$JOB")"
+deadline=$((SECONDS + 60))
+while kill -0 "$JOB" 2>/dev/null && [ "$(awk '{print $3}' /proc/"$JOB"/stat 2>/dev/null)" != Z ]; do
+	[ $SECONDS -lt $deadline ] || fail "flag: the restored job did not end"
+	sleep 0.1
+done
+cmp -s job.log ref.log || fail "flag: the restored job's log differs from an uninterrupted run's ($(lines job.log) of $STEPS lines)"
+echo "ok: flag: $(cat ck.err)"
 echo PASS
