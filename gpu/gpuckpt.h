@@ -7,6 +7,39 @@
  * thread inside each target, so the targets must be running (not frozen)
  * while these calls run. All or nothing: if one process fails, the ones
  * already done are brought back before the error is returned.
+ *
+ * What the driver allows, and what crest refuses (issue 33; what was seen
+ * is in shared/notes/gpu-checkpoint-facts.md):
+ *  - One process on one GPU: checkpointed and restored, onto the same GPU
+ *    or, with every GPU it saw mapped, onto others of the same chip
+ *    (gpumap.h).
+ *  - Several CUDA processes (the ranks of a job, one GPU each): the driver
+ *    takes each alone; crest calls it for all at once (gpuckpt_suspend),
+ *    which NCCL needs: ranks locked one after the other deadlock on a
+ *    collective in flight (the later lock answers CUDA_ERROR_NOT_READY).
+ *    A lock that still gives up is let go on every rank and tried again,
+ *    within --lock-within; then crest gives up and the job runs on.
+ *  - A process that maps libcuda without a context (a spawn launcher):
+ *    every driver call fails for it (CUDA_ERROR_NOT_INITIALIZED); it is a
+ *    CPU process to CRIU.
+ *  - Managed memory (cudaMallocManaged): the driver's checkpoint answers
+ *    CUDA_ERROR_NOT_SUPPORTED; crest undoes the locks and the job runs on.
+ *  - One process with CUDA state on two or more GPUs that moves data
+ *    between them (peer access): the driver checkpoints it, then its
+ *    restore answers CUDA_ERROR_INVALID_VALUE (CUDA_ERROR_OPERATING_SYSTEM
+ *    with GPU pairs) and the process stays checkpointed for good; the bare
+ *    driver + CRIU flow fails the same way. crest refuses a process on
+ *    several GPUs (gpumap_held's rule) before anything is locked, unless
+ *    --multi-gpu-process. With it, a driver restore that fails after the
+ *    dump ends in a defined state (capture/transparent.c): the snapshot is
+ *    stored (or its images kept on tmpfs as crest-kept-*), the job is
+ *    ended, and crest says which pid, which driver error and where the
+ *    images are; a restore of that snapshot is then likely to fail the
+ *    same way, and crest restore ends what it brought back (the snapshot
+ *    untouched). The ways around it: one GPU per process, tensors moved
+ *    between GPUs through host memory (that process restored bit-exact),
+ *    or crest's library (crest_checkpoint), which copies device memory
+ *    itself.
  */
 #ifndef CREST_GPU_GPUCKPT_H
 #define CREST_GPU_GPUCKPT_H
