@@ -92,8 +92,7 @@ static int tp_capture_resume(struct tp_capture *c)
 	int rc = c->ncuda ? gpuckpt_resume(c->drv, c->cuda, c->ncuda, NULL, 0) : 0;
 	tp_guard_disarm(&c->guard);
 	if (rc < 0)
-		return crest_errctx(rc, "pid %d runs again but its GPU state could not be brought back",
-				    (int)c->tree.pids[0]);
+		return crest_errctx(rc, "pid %d's GPU state could not be brought back", (int)c->tree.pids[0]);
 	return 0;
 }
 
@@ -827,9 +826,16 @@ int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opt
 		char why[1024];
 		crest_errcpy(why, sizeof(why));
 		const int rrc = tp_capture_resume(&cap);
-		if (rrc < 0)
-			crest_errctx(rrc, "nothing stored (%s), and then", why);
-		else
+		if (rrc < 0) {
+			/* The driver did not give the job back: it can never run
+			 * again. Ended, its images kept (the only copy). */
+			char msg[1024], kept[PATH_MAX + 16];
+			crest_errcpy(msg, sizeof(msg));
+			tp_capture_strand(&cap, true, kept, sizeof(kept));
+			crest_errx(rc, "nothing stored (%s), and then %s: the job could never run again, so crest ended "
+				   "it (pid %d); its images are %s%s", why, msg, (int)o->pid, kept[0] ? "kept in " : "lost",
+				   kept);
+		} else
 			crest_errx(rc, "%s; nothing was stored, so pid %d was not ended (--kill): it runs on",
 				   why, (int)o->pid);
 	}

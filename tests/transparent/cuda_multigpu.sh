@@ -16,7 +16,9 @@
 #           naming the pid, the driver's error and the stored snapshot, and
 #           the job is ended; that snapshot then restores (the stand-in's
 #           restore working again) and runs to the end of an uninterrupted
-#           run's log.
+#           run's log;
+#  killfull: --kill into a store too small, every driver restore failing:
+#           the job ended, its images kept on tmpfs where the line says.
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
@@ -92,4 +94,30 @@ while kill -0 "$JOB" 2>/dev/null && [ "$(awk '{print $3}' /proc/"$JOB"/stat 2>/d
 done
 cmp -s job.log ref.log || fail "flag: the restored job's log differs from an uninterrupted run's ($(lines job.log) of $STEPS lines)"
 echo "ok: flag: $(cat ck.err)"
+
+# killfull: --kill into a store too small for the job, and the driver's
+# restore failing as crest gives the job back: the job is ended, its
+# images kept on tmpfs, and the line says where.
+small_store
+: >apps.csv
+setsid python3 -c 'import ctypes, os, sys, time
+os.closerange(3, 1 << 16)
+ctypes.CDLL(sys.argv[1])
+keep = os.urandom(32 << 20)
+while True:
+    time.sleep(0.05)' "$T/cuda/libcuda.so.1" </dev/null >/dev/null 2>&1 &
+BIG=$!
+PIDS+=("$BIG")
+for i in $(seq 1 100); do grep -q libcuda /proc/"$BIG"/maps 2>/dev/null && [ "$(awk '/VmRSS/ {print $2}' /proc/"$BIG"/status)" -gt 32768 ] && break; sleep 0.05; done
+FAKE_CUDA_FAIL=restore "$CREST" --store small/st --quiet checkpoint --pid "$BIG" --kill >/dev/null 2>ck.err &&
+	fail "killfull: a --kill into a full store reported success"
+[ "$(wc -l <ck.err)" = 1 ] || fail "killfull: not one line: $(cat ck.err)"
+grep -q "No space left on device" ck.err && grep -qF "crest ended it (pid $BIG); its images are kept in /dev/shm/crest-kept-$BIG-" ck.err ||
+	fail "killfull: the error does not say the store was full, the job ended and where its images are: $(cat ck.err)"
+kept=$(sed -n 's/.*its images are kept in \(.*\)$/\1/p' ck.err)
+[ -s "$kept/pstree.img" ] || fail "killfull: no images in $kept"
+rm -rf "$kept" "$kept.files"
+wait "$BIG" 2>/dev/null || true
+kill -0 "$BIG" 2>/dev/null && fail "killfull: the job whose GPU state could not come back still runs"
+echo "ok: killfull: $(cat ck.err)"
 echo PASS
