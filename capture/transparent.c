@@ -14,6 +14,7 @@
 #include "gpu/gpumap.h"
 #include "os/pidns.h"
 #include "util/err.h"
+#include "util/fault.h"
 #include "util/fs.h"
 #include "util/progress.h"
 
@@ -440,6 +441,7 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	 * stays armed until then: crest dying meanwhile leaves it to the
 	 * guard, which says what it could not bring back. */
 	if (rc == 0 && rrc < 0) {
+		crest_fault_die("capture.stranded");   /* tests only: util/fault.h */
 		crest_errcpy(c->stranded, sizeof(c->stranded));
 		read_sizes(c);
 		return 0;

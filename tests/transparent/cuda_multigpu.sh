@@ -18,7 +18,9 @@
 #           restore working again) and runs to the end of an uninterrupted
 #           run's log;
 #  killfull: --kill into a store too small, every driver restore failing:
-#           the job ended, its images kept on tmpfs where the line says.
+#           the job ended, its images kept on tmpfs where the line says;
+#  guard:   crest dying right after such a failed restore, and its guard's
+#           bringing back failing too: the guard ends the job, and says so.
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
@@ -120,4 +122,28 @@ rm -rf "$kept" "$kept.files"
 wait "$BIG" 2>/dev/null || true
 kill -0 "$BIG" 2>/dev/null && fail "killfull: the job whose GPU state could not come back still runs"
 echo "ok: killfull: $(cat ck.err)"
+
+# guard: crest dies just after the driver's restore failed (before it
+# stores anything), and the guard's own bringing back fails too: the guard
+# must end the job (of 100 s) and say so, not leave it checkpointed.
+setsid python3 "$T/job.py" "$T/cuda/libcuda.so.1" "$T/job2.log" 5000 </dev/null >/dev/null 2>&1 &
+JOB2=$!
+PIDS+=("$JOB2")
+wait_lines job2.log 10
+FAKE_CUDA_FAIL=restore CREST_FAULT_DIE=capture.stranded CREST_FAULT_SITE=capture.guard.gpu:1:EIO \
+	"$CREST" --store "$S" --quiet checkpoint --pid "$JOB2" >/dev/null 2>guard.err &&
+	fail "guard: a crest that died reported success"
+deadline=$((SECONDS + 30))
+while kill -0 "$JOB2" 2>/dev/null && [ "$(awk '{print $3}' /proc/"$JOB2"/stat 2>/dev/null)" != Z ]; do
+	[ $SECONDS -lt $deadline ] || fail "guard: the job still runs 30 s after crest died, its GPU state not brought back: $(cat guard.err)"
+	sleep 0.1
+done
+while pgrep -f -- "__capture-guard $JOB2 " >/dev/null; do
+	[ $SECONDS -lt $deadline ] || fail "guard: the guard still runs"
+	sleep 0.1
+done
+grep -q "the checkpoint of pid $JOB2 ended without crest.*so the guard ended the job, which could never run again" guard.err ||
+	fail "guard: the guard did not say it ended the job: $(cat guard.err)"
+[ "$(lines job2.log)" -lt 5000 ] || fail "guard: the job ran to its end: it was never ended"
+echo "ok: guard: $(grep 'ended without crest' guard.err)"
 echo PASS
