@@ -4,6 +4,7 @@
 #include "os/proc.h"
 #include "os/spawn.h"
 #include "util/err.h"
+#include "util/fault.h"
 #include "util/progress.h"
 
 #include <dirent.h>
@@ -186,10 +187,30 @@ int tp_guard_main(int argc, char **argv)
 				if (!was && proc_state(t.pids[i]) == 'T')
 					kill(t.pids[i], SIGCONT);
 			}
-			const int rc = gpuckpt_guard_settle(cuda, ncuda, NULL, 0, proc_gone);
-			fprintf(stderr, "crest: the checkpoint of pid %ld ended without crest (was it killed?): %s%s%s\n",
-				root, rc < 0 ? "its GPU state could not be brought back: " : "it runs again",
-				rc < 0 ? crest_errmsg() : "", traced ? " (CRIU still held it)" : "");
+			int rc = crest_fault_res("capture.guard.gpu", 0);   /* tests only: util/fault.h */
+			if (rc == 0)
+				rc = gpuckpt_guard_settle(cuda, ncuda, NULL, 0, proc_gone);
+			else
+				crest_errf(rc, "bringing back the GPU state of %zu CUDA process(es)", ncuda);
+			/* A process the driver still holds can never run again, and
+			 * nobody is left to store it: the job is ended (stopped
+			 * first, so that nothing forks past the listing), never left
+			 * frozen in silence. */
+			if (rc < 0) {
+				for (size_t i = 0; i < t.n; i++)
+					kill(t.pids[i], SIGSTOP);
+				struct proc_tree now;
+				const struct proc_tree *k = proc_tree_get((pid_t)root, &now) == 0 ? &now : &t;
+				for (size_t i = 0; i < k->n; i++)
+					kill(k->pids[i], SIGKILL);
+				if (k == &now)
+					proc_tree_free(&now);
+			}
+			fprintf(stderr, "crest: the checkpoint of pid %ld ended without crest (was it killed?): %s%s%s%s\n",
+				root, rc < 0 ? "its GPU state could not be brought back (" : "it runs again",
+				rc < 0 ? crest_errmsg() : "",
+				rc < 0 ? "), so the guard ended the job, which could never run again" : "",
+				traced ? " (CRIU still held it)" : "");
 			proc_tree_free(&t);
 			free(cuda);
 			free(held);

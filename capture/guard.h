@@ -13,7 +13,10 @@
  * row, no CRIU dump of it runs and nothing of it is traced), continues a
  * --kill tree but for the processes stopped before the freeze, and brings
  * back the driver's state of each CUDA process (restore, unlock), as crest
- * would have.
+ * would have. If the driver cannot give a process back (it stays locked or
+ * checkpointed, and can never run again), the guard ends the tree and says
+ * so: with crest gone nobody is left to store it, and a job frozen for
+ * good in silence is the one outcome never allowed.
  */
 #ifndef CREST_CAPTURE_GUARD_H
 #define CREST_CAPTURE_GUARD_H

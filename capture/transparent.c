@@ -15,6 +15,7 @@
 #include "os/pidns.h"
 #include "os/sock.h"
 #include "util/err.h"
+#include "util/fault.h"
 #include "util/fs.h"
 #include "util/progress.h"
 
@@ -93,9 +94,32 @@ static int tp_capture_resume(struct tp_capture *c)
 	int rc = c->ncuda ? gpuckpt_resume(c->drv, c->cuda, c->ncuda, NULL, 0) : 0;
 	tp_guard_disarm(&c->guard);
 	if (rc < 0)
-		return crest_errctx(rc, "pid %d runs again but its GPU state could not be brought back",
-				    (int)c->tree.pids[0]);
+		return crest_errctx(rc, "pid %d's GPU state could not be brought back", (int)c->tree.pids[0]);
 	return 0;
+}
+
+/* For a job the driver could not give back (c->stranded): keeps the
+ * images where they are, under a name no sweep removes, and ends the
+ * tree. The kept directory's path goes to kept ("" if the rename
+ * failed: the images then go with tp_capture_free). */
+static void tp_capture_strand(struct tp_capture *c, bool keep, char *kept, size_t cap)
+{
+	kept[0] = 0;
+	const char *base = strrchr(c->dir, '/');
+	if (keep && base && !strncmp(base + 1, "crest-ckpt-", 11)) {
+		char to[PATH_MAX + 16], fto[PATH_MAX + 32];
+		snprintf(to, sizeof(to), "%.*s/crest-kept-%s", (int)(base - c->dir), c->dir, base + 12);
+		snprintf(fto, sizeof(fto), "%s.files", to);
+		if (rename(c->dir, to) == 0) {
+			snprintf(kept, cap, "%s", to);
+			rename(c->files_dir, fto);
+		}
+	}
+	/* Stopped first, so that no process of it forks past the listing
+	 * that tp_capture_kill's SIGKILLs go by. */
+	c->stopped = true;   /* tp_capture_kill ends only a tree it holds */
+	signal_tree(c, SIGSTOP);
+	tp_capture_kill(c);
 }
 
 /* Removes the images and frees c. A tree still stopped is resumed first:
@@ -139,6 +163,38 @@ static int record_gpus(const struct cudrv *d, struct tp_capture *c)
 		rc = gpumap_format(seen, nseen, &c->gpus);
 	free(host);
 	free(seen);
+	return rc;
+}
+
+/* A process with CUDA state on more than one GPU: the driver checkpoints
+ * it, and then, with peer access between those GPUs, cannot restore it
+ * (cuCheckpointProcessRestore: CUDA_ERROR_INVALID_VALUE, whatever the GPU
+ * pairs; shared notes): a checkpoint would leave it checkpointed for
+ * good. So it is refused before anything is locked, unless the user
+ * accepts the risk (--multi-gpu-process). Which GPUs a process holds
+ * state on is gpumap_held's rule. */
+static int refuse_multi_gpu(const struct cudrv *d, const struct tp_capture *c)
+{
+	struct gpu_info *host = NULL;
+	size_t nhost = 0;
+	if (gpumap_host(d, &host, &nhost) < 0) {
+		host = NULL;   /* the GPUs are then named by UUID alone */
+		nhost = 0;
+	}
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < c->ncuda; i++) {
+		char what[512];
+		const size_t k = gpumap_held(c->cuda[i], host, nhost, what, sizeof(what));
+		if (k > 1)
+			rc = crest_errx(-EOPNOTSUPP, "pid %d holds CUDA state on %zu GPUs (%s): the driver checkpoints "
+					"such a process but cannot restore it when it moves data between its GPUs (peer "
+					"access: cuCheckpointProcessRestore answers CUDA_ERROR_INVALID_VALUE and the process "
+					"never runs again), so nothing was frozen and the job runs on. Keep one GPU per "
+					"process (one rank per GPU), or move tensors between GPUs through host memory and "
+					"pass --multi-gpu-process to accept the risk, or save it through crest's library "
+					"(crest_checkpoint) instead", (int)c->cuda[i], k, what);
+	}
+	free(host);
 	return rc;
 }
 
@@ -313,6 +369,15 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 			return rc;
 		}
 	}
+	/* What the driver could not give back is refused before anything
+	 * is frozen (gpu/gpuckpt.h). */
+	if (c->ncuda && !o->multi_gpu) {
+		rc = refuse_multi_gpu(d, c);
+		if (rc < 0) {
+			tp_capture_free(c);
+			return rc;
+		}
+	}
 	rc = proc_files_writable(&c->tree, &c->files);
 	/* In a mount namespace of its own, what the job holds on the host's
 	 * mounts (its stdio) is dumped as external and handed back on restore. */
@@ -407,8 +472,9 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	/* The freeze: from here until resume, the job does not run. */
 	uint64_t t0 = time_now_ns();
 	if (c->ncuda) {
-		rc = gpuckpt_suspend(d, c->cuda, c->ncuda, o->lock_timeout_ms ? o->lock_timeout_ms : 10000,
-				     &c->gpu_lock_ns, &c->gpu_ckpt_ns);
+		rc = gpuckpt_suspend(d, c->cuda, c->ncuda, o->lock_timeout_ms ? o->lock_timeout_ms : TP_LOCK_TIMEOUT_MS,
+				     o->lock_within_ms ? o->lock_within_ms : TP_LOCK_WITHIN_MS, &c->gpu_lock_ns,
+				     &c->gpu_ckpt_ns);
 		if (rc < 0) {
 			tp_capture_free(c);
 			return rc;
@@ -445,6 +511,16 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	}
 	c->gpu_resume_ns = time_now_ns() - t2;
 	c->stall_ns = time_now_ns() - t0;
+	/* The dump is whole but a process stays in the driver's hands: its
+	 * images are stored (tp_checkpoint), then the job is ended. The guard
+	 * stays armed until then: crest dying meanwhile leaves it to the
+	 * guard, which says what it could not bring back. */
+	if (rc == 0 && rrc < 0) {
+		crest_fault_die("capture.stranded");   /* tests only: util/fault.h */
+		crest_errcpy(c->stranded, sizeof(c->stranded));
+		read_sizes(c);
+		return 0;
+	}
 	if (!c->stopped)
 		tp_guard_disarm(&c->guard);   /* running again, or failed: no longer held */
 	if (rc < 0) {
@@ -460,11 +536,6 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 			crest_errctx(rc, "process %d exited during its checkpoint", (int)o->pid);
 		tp_capture_free(c);
 		return rc;
-	}
-	if (rrc < 0) {
-		crest_errctx(rrc, "the dump worked but the job's GPU state could not be brought back");
-		tp_capture_free(c);
-		return rrc;
 	}
 	read_sizes(c);
 	return 0;
@@ -803,6 +874,29 @@ int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opt
 		rc = engine_snapshot_wait(s, &st->r);
 		memcpy(st->id, st->r.id, 32);
 	}
+	/* A job the driver did not give back after the dump (cap.stranded)
+	 * can never run again: it is ended once its snapshot is committed, or
+	 * at once, its images kept on tmpfs, when the store failed. */
+	if (cap.stranded[0]) {
+		char why[1024], kept[PATH_MAX + 16], hex[65];
+		crest_errcpy(why, sizeof(why));
+		tp_capture_strand(&cap, rc < 0, kept, sizeof(kept));
+		for (int i = 0; i < 32; i++)
+			snprintf(hex + 2 * i, 3, "%02x", st->id[i]);
+		if (rc == 0)
+			rc = crest_errx(-EIO, "%s: the job's GPU state could not be brought back after its dump, so "
+					"it could never run again: crest ended the job (pid %d) once its snapshot %.12s "
+					"was stored, which keeps its images (crest restore %.12s; the driver may refuse that "
+					"restore too, as it does for a process on several GPUs with peer access)",
+					cap.stranded, (int)o->pid, hex, hex);
+		else
+			rc = crest_errx(rc, "%s: the job's GPU state could not be brought back after its dump, so "
+					"it could never run again: crest ended the job (pid %d); its snapshot was not "
+					"stored (%s), and its images are %s%s", cap.stranded, (int)o->pid, why,
+					kept[0] ? "kept in " : "lost", kept[0] ? kept : "");
+		tp_capture_free(&cap);
+		return rc;
+	}
 	/* --kill: the job ends only now that its snapshot is committed; if it
 	 * was not, the job runs on (its images alone would be lost with the
 	 * tmpfs, and a job to restore by hand helps nobody). */
@@ -814,9 +908,16 @@ int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opt
 		char why[1024];
 		crest_errcpy(why, sizeof(why));
 		const int rrc = tp_capture_resume(&cap);
-		if (rrc < 0)
-			crest_errctx(rrc, "nothing stored (%s), and then", why);
-		else
+		if (rrc < 0) {
+			/* The driver did not give the job back: it can never run
+			 * again. Ended, its images kept (the only copy). */
+			char msg[1024], kept[PATH_MAX + 16];
+			crest_errcpy(msg, sizeof(msg));
+			tp_capture_strand(&cap, true, kept, sizeof(kept));
+			crest_errx(rc, "nothing stored (%s), and then %s: the job could never run again, so crest ended "
+				   "it (pid %d); its images are %s%s", why, msg, (int)o->pid, kept[0] ? "kept in " : "lost",
+				   kept);
+		} else
 			crest_errx(rc, "%s; nothing was stored, so pid %d was not ended (--kill): it runs on",
 				   why, (int)o->pid);
 	}

@@ -30,12 +30,17 @@
 #include "engine/engine.h"
 
 #define TP_FILE_LIMIT_DEFAULT (64ull << 20)
+/* The defaults of --lock-timeout (each try to lock the CUDA processes) and
+ * --lock-within (all tries; gpu/gpuckpt.h says why there are several). */
+#define TP_LOCK_TIMEOUT_MS 10000u
+#define TP_LOCK_WITHIN_MS 30000u
 
 struct tp_opts {
 	pid_t pid;
 	bool kill;                 /* end the job once its snapshot is stored */
 	uint64_t file_limit;       /* bytes kept of each file open for writing */
-	unsigned lock_timeout_ms;  /* for cuCheckpointProcessLock; 0: 10 s */
+	unsigned lock_timeout_ms;  /* for cuCheckpointProcessLock, each try; 0: 10 s */
+	unsigned lock_within_ms;   /* all tries to lock every CUDA process at once; 0: 30 s */
 	const char *tmpdir;        /* for images; NULL: /dev/shm */
 	const struct criu *criu;
 	const char *branch;        /* the snapshot's branch; NULL: CAS_BRANCH_DEFAULT */
@@ -43,6 +48,8 @@ struct tp_opts {
 	 * it each one closed. Without it a connection to a peer outside the
 	 * tree is refused before anything is frozen. */
 	bool tcp_close;
+	bool multi_gpu;            /* --multi-gpu-process: take a process with CUDA state on several
+				    * GPUs, which the driver may not restore (gpu/gpuckpt.h) */
 };
 
 struct tp_capture {
@@ -72,6 +79,11 @@ struct tp_capture {
 	char comm[64];
 	uint64_t stall_ns, gpu_lock_ns, gpu_ckpt_ns, dump_ns, gpu_resume_ns;
 	uint64_t image_bytes;
+	/* Set when, after the dump, the driver could not give a CUDA process
+	 * back (it stays checkpointed or locked, and can never run again): what
+	 * it said. The images are stored all the same, then the job is ended
+	 * (tp_checkpoint), loudly; never left frozen in silence. */
+	char stranded[1024];
 };
 
 /* What one tp_checkpoint did. */

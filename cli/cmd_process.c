@@ -29,7 +29,10 @@ static void on_resumed(void *arg, const struct tp_opts *o, const struct tp_captu
 {
 	const struct cli *c = ((const struct ckpt_view *)arg)->c;
 	if (!c->quiet && !c->json) {
-		if (o->kill)
+		if (cap->stranded[0])
+			printf("pid %d (%s) dumped in %.3f s, but its GPU state could not be brought back: it is "
+			       "ended once the snapshot is stored\n", (int)o->pid, cap->comm, cli_secs(cap->stall_ns));
+		else if (o->kill)
 			printf("pid %d (%s) dumped in %.3f s and stopped: it ends once the snapshot is "
 			       "stored (--kill)\n", (int)o->pid, cap->comm, cli_secs(cap->stall_ns));
 		else
@@ -116,6 +119,10 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			o.tcp_close = true;
 			continue;
 		}
+		if (!strcmp(a, "--multi-gpu-process")) {
+			o.multi_gpu = true;
+			continue;
+		}
 		if (a[0] != '-')
 			return cli_usage(c, "checkpoint", "takes no operands: %s (the process is --pid PID)", a);
 		if (i + 1 >= argc)
@@ -146,6 +153,12 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 				return cli_usage(c, "checkpoint", "--lock-timeout %s: not a duration from 1ms to 1h "
 						 "(a bare number is milliseconds)", v);
 			o.lock_timeout_ms = (unsigned)(ns / PARSE_NS_MS);
+		} else if (!strcmp(a, "--lock-within")) {
+			uint64_t ns;
+			if (parse_duration(v, PARSE_NS_S, PARSE_NS_MS, 24 * 3600 * PARSE_NS_S, &ns) < 0)
+				return cli_usage(c, "checkpoint", "--lock-within %s: not a duration from 1ms to 24h "
+						 "(30s, 2m, 500ms)", v);
+			o.lock_within_ms = (unsigned)(ns / PARSE_NS_MS);
 		} else {
 			return cli_usage(c, "checkpoint", "unknown option %s", a);
 		}

@@ -103,7 +103,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "SNAPSHOT SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "checkpoint",
 	  "--pid PID [--tag TAG] [--branch BRANCH] [--every DURATION [--count N]] [--kill] [--file-limit SIZE] "
-	  "[--tmpdir DIR] [--lock-timeout MS] [--tcp-close] [--metrics ADDR] [--metrics-file FILE]",
+	  "[--tmpdir DIR] [--lock-timeout MS] [--lock-within DURATION] [--multi-gpu-process] [--tcp-close] "
+	  "[--metrics ADDR] [--metrics-file FILE]",
 	  "snapshot a running process",
 	  "Checkpoints process PID and its children with CRIU (as root), GPU state included, into "
 	  "one snapshot; the job runs on as soon as its state is copied out, while crest stores it. "
@@ -121,8 +122,14 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--kill", NULL, NULL, "end the job once its snapshot is committed (it runs on if the store fails); not with --every" },
 		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
-		{ "--lock-timeout", NULL, "MS", "how long to wait for the job's GPU lock: milliseconds, or a duration "
-		  "(2s), up to 1h" },
+		{ "--lock-timeout", NULL, "MS", "how long each try waits to lock the job's GPU state: milliseconds, or a "
+		  "duration (2s), up to 1h (default 10s); the CUDA processes are locked all at once" },
+		{ "--lock-within", NULL, "DURATION", "how long crest keeps trying to lock every CUDA process at once "
+		  "(default 30s): a lock that gives up (NCCL: a collective in flight while a peer rank is locked) "
+		  "lets all go and tries again after a pause; then crest says why and the job runs on, unfrozen" },
+		{ "--multi-gpu-process", NULL, NULL, "take a process that holds CUDA state on several GPUs, which is "
+		  "refused otherwise: the driver cannot restore one that moves data between its GPUs (peer access). "
+		  "If its GPU state then cannot be brought back, crest stores the snapshot, ends the job and says so" },
 		{ "--tcp-close", NULL, NULL, "checkpoint a job with connections to peers outside it: a restore "
 		  "gives the job every TCP connection closed (for a server whose clients reconnect)" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "

@@ -7,6 +7,39 @@
  * thread inside each target, so the targets must be running (not frozen)
  * while these calls run. All or nothing: if one process fails, the ones
  * already done are brought back before the error is returned.
+ *
+ * What the driver allows, and what crest refuses (issue 33; what was seen
+ * is in shared/notes/gpu-checkpoint-facts.md):
+ *  - One process on one GPU: checkpointed and restored, onto the same GPU
+ *    or, with every GPU it saw mapped, onto others of the same chip
+ *    (gpumap.h).
+ *  - Several CUDA processes (the ranks of a job, one GPU each): the driver
+ *    takes each alone; crest calls it for all at once (gpuckpt_suspend),
+ *    which NCCL needs: ranks locked one after the other deadlock on a
+ *    collective in flight (the later lock answers CUDA_ERROR_NOT_READY).
+ *    A lock that still gives up is let go on every rank and tried again,
+ *    within --lock-within; then crest gives up and the job runs on.
+ *  - A process that maps libcuda without a context (a spawn launcher):
+ *    every driver call fails for it (CUDA_ERROR_NOT_INITIALIZED); it is a
+ *    CPU process to CRIU.
+ *  - Managed memory (cudaMallocManaged): the driver's checkpoint answers
+ *    CUDA_ERROR_NOT_SUPPORTED; crest undoes the locks and the job runs on.
+ *  - One process with CUDA state on two or more GPUs that moves data
+ *    between them (peer access): the driver checkpoints it, then its
+ *    restore answers CUDA_ERROR_INVALID_VALUE (CUDA_ERROR_OPERATING_SYSTEM
+ *    with GPU pairs) and the process stays checkpointed for good; the bare
+ *    driver + CRIU flow fails the same way. crest refuses a process on
+ *    several GPUs (gpumap_held's rule) before anything is locked, unless
+ *    --multi-gpu-process. With it, a driver restore that fails after the
+ *    dump ends in a defined state (capture/transparent.c): the snapshot is
+ *    stored (or its images kept on tmpfs as crest-kept-*), the job is
+ *    ended, and crest says which pid, which driver error and where the
+ *    images are; a restore of that snapshot is then likely to fail the
+ *    same way, and crest restore ends what it brought back (the snapshot
+ *    untouched). The ways around it: one GPU per process, tensors moved
+ *    between GPUs through host memory (that process restored bit-exact),
+ *    or crest's library (crest_checkpoint), which copies device memory
+ *    itself.
  */
 #ifndef CREST_GPU_GPUCKPT_H
 #define CREST_GPU_GPUCKPT_H
@@ -31,8 +64,29 @@ struct gpuckpt_map {
  * driver's answer (CUDA_SUCCESS when it holds state). */
 bool gpuckpt_has_state(const struct cudrv *d, pid_t pid, CUresult *why);
 
-int gpuckpt_suspend(const struct cudrv *d, const pid_t *pids, size_t n, unsigned timeout_ms,
+
+/*
+ * Locks, then checkpoints, every process of pids; all at once, one thread
+ * each, so that n processes stall about as long as the slowest one, not
+ * the sum. Each lock waits at most timeout_ms (0: for good). The ranks of
+ * a collective job (NCCL) cannot be locked one after the other: a rank
+ * whose collective is in flight waits for its peers, and a peer already
+ * locked never joins, so its lock gives up (CUDA_ERROR_NOT_READY, seen on
+ * the H100). Locked at once, none is left waiting on a locked peer. Where
+ * a lock still gives up (NOT_READY, TIMEOUT), every process locked in
+ * that round is unlocked at once, so the collective can end, and the
+ * round is tried again after a short, growing, jittered pause, for at
+ * most within_ms in all (0: one round); then -ETIMEDOUT, with a message
+ * saying why, and every process running, unlocked. Any other failure
+ * leaves every process as it was (restored, unlocked) and is returned.
+ * lock_ns: the time spent locking, every round; ckpt_ns: checkpointing.
+ */
+int gpuckpt_suspend(const struct cudrv *d, const pid_t *pids, size_t n, unsigned timeout_ms, unsigned within_ms,
 		    uint64_t *lock_ns, uint64_t *ckpt_ns);
+/* Restores (with map, when the driver has a process checkpointed) and then
+ * unlocks every process of pids: all restores at once, then all unlocks at
+ * once. Each process is brought as far as it goes; the first failure is
+ * returned, naming its pid and the driver's error. */
 int gpuckpt_resume(const struct cudrv *d, const pid_t *pids, size_t n, const struct gpuckpt_map *map,
 		   size_t nmap);
 /* For a guard whose crest died inside a suspend or a resume: brings each

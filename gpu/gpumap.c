@@ -345,3 +345,76 @@ int gpumap_complete(const struct gpu_info *seen, size_t nseen, const struct gpu_
 	*n = k;
 	return 0;
 }
+
+struct held_ctx {
+	pid_t pid;
+	CUuuid seen[64];
+	size_t n;
+};
+
+/* "pid, GPU-uuid, ..." of a running compute process: one context. */
+static void held_line(char *l, void *arg)
+{
+	struct held_ctx *c = arg;
+	char uuid[64];
+	int pid;
+	CUuuid u;
+	if (sscanf(l, "%d, %63[^,\n]", &pid, uuid) != 2 || pid != c->pid || gpuckpt_parse_uuid(uuid, &u) < 0)
+		return;
+	for (size_t i = 0; i < c->n; i++)
+		if (!memcmp(c->seen[i].bytes, u.bytes, sizeof(u.bytes)))
+			return;
+	if (c->n < sizeof(c->seen) / sizeof(c->seen[0]))
+		c->seen[c->n++] = u;
+}
+
+/* The distinct /dev/nvidiaN that pid maps, as "/dev/nvidia0, ..." into
+ * what; how many. */
+static size_t held_maps(pid_t pid, char *what, size_t cap)
+{
+	char path[64], line[4096];
+	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return 0;
+	bool have[256] = { false };
+	size_t n = 0, len = 0;
+	while (fgets(line, sizeof(line), f)) {
+		const char *p = strstr(line, "/dev/nvidia");
+		char *end;
+		if (!p || p[11] < '0' || p[11] > '9')
+			continue;
+		const unsigned long k = strtoul(p + 11, &end, 10);
+		if (k >= 256 || (*end != '\n' && *end != ' ' && *end) || have[k])
+			continue;
+		have[k] = true;
+		n++;
+		if (cap > len)
+			len += (size_t)snprintf(what + len, cap - len, "%s/dev/nvidia%lu", len ? ", " : "", k);
+	}
+	fclose(f);
+	return n;
+}
+
+size_t gpumap_held(pid_t pid, const struct gpu_info *host, size_t nhost, char *what, size_t cap)
+{
+	struct held_ctx *c = calloc(1, sizeof(*c));
+	if (cap)
+		what[0] = 0;
+	if (!c)
+		return 0;   /* not told: not refused */
+	c->pid = pid;
+	smi("--query-compute-apps=pid,gpu_uuid", held_line, c);
+	size_t n = c->n, len = 0;
+	for (size_t i = 0; i < n && cap > len; i++) {
+		char u[41];
+		gpumap_uuid_str(&c->seen[i], u);
+		const int k = find(host, nhost, &c->seen[i]);
+		if (k >= 0)
+			len += (size_t)snprintf(what + len, cap - len, "%sGPU %d (%s)", i ? ", " : "", k, u);
+		else
+			len += (size_t)snprintf(what + len, cap - len, "%s%s", i ? ", " : "", u);
+	}
+	free(c);
+	return n ? n : held_maps(pid, what, cap);
+}

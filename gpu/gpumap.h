@@ -40,6 +40,22 @@ int gpumap_seen(pid_t pid, const struct gpu_info *host, size_t nhost, struct gpu
 void gpumap_used(const pid_t *pids, size_t npids, struct gpu_info *seen, size_t nseen);
 void gpumap_free_mem(struct gpu_info *host, size_t nhost);
 
+/*
+ * The GPUs on which pid holds CUDA state, as far as can be told from
+ * outside the process: into what, "GPU 0 (GPU-uuid), GPU 1 (GPU-uuid)"
+ * or "/dev/nvidia0, /dev/nvidia1"; how many (0 when none can be told).
+ * The one place that says what "holds state on a GPU" means, for the
+ * refusal of a process on several GPUs (gpuckpt.h says why): change the
+ * rule here. Today: the GPUs nvidia-smi lists the process under (one per
+ * CUDA context it has; --query-compute-apps), else, where nvidia-smi is
+ * missing or does not see the process (another pid namespace), the
+ * distinct /dev/nvidiaN it maps (/proc/PID/maps). Not the files it holds
+ * open: CUDA may open every GPU's device file at cuInit, one it uses or
+ * not (not verified on the GPU machines; gpu-check's multigpu_refuse logs
+ * what the maps and descriptors of a 2-GPU process show).
+ */
+size_t gpumap_held(pid_t pid, const struct gpu_info *host, size_t nhost, char *what, size_t cap);
+
 /* "GPU-uuid=name[@MiB];..." and back (-EINVAL with a message). */
 int gpumap_format(const struct gpu_info *g, size_t n, char **out);
 int gpumap_parse(const char *s, struct gpu_info **out, size_t *n);

@@ -13,14 +13,17 @@
  *
  * Sites: "pack.write" (a pack write's completion), "pack.sync" (an early
  * data sync of a finished pack), "guard.gpu" (the restore guard's bringing
- * back of the GPU state of a tree crest left: fails before it starts).
+ * back of the GPU state of a tree crest left: fails before it starts),
+ * "capture.guard.gpu" (the same for the checkpoint's guard).
  *
  * crest_fault_die(site) kills the calling process with SIGKILL when
  * CREST_FAULT_DIE names the site, after one line on stderr: a crash at an
  * exact step, for the tests of what a guard does when crest dies there,
  * where a kill timed from outside lands too early or too late. Sites:
  * "restore.cuda" (a process restore after CRIU, before the driver gives
- * the processes their GPU state back).
+ * the processes their GPU state back), "capture.stranded" (a checkpoint
+ * whose driver restore failed after the dump, before it stores the
+ * images; capture/transparent.h).
  *
  * crest_fault_pause(site) holds the calling thread at a step when
  * CREST_FAULT_PAUSE="SITE:FILE" names the site: it creates FILE, then

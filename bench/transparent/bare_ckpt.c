@@ -36,7 +36,7 @@ int main(int argc, char **argv)
 	}
 	uint64_t lock_ns = 0, ckpt_ns = 0;
 	uint64_t t0 = time_now_ns();
-	rc = gpuckpt_suspend(d, &pid, 1, 0, &lock_ns, &ckpt_ns);
+	rc = gpuckpt_suspend(d, &pid, 1, 0, 0, &lock_ns, &ckpt_ns);
 	uint64_t t1 = time_now_ns();
 	struct criu_dump_opts o = { .pid = pid, .dir = argv[2], .leave_running = true };
 	if (rc == 0)

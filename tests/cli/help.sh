@@ -82,7 +82,7 @@ around() {
 	"crest demo") pre=() post=()   # no criu (CREST_CRIU below): fails after parsing
 		[ "$3" = --checkpoints ] && post=(--restore-from 1) ;;
 	"crest run") pre=() post=(-- /bin/true)
-		case $3 in --metrics|--metrics-file|--branch|--file-limit|--tmpdir) pre=(--every 1h) ;; esac ;;
+		case $3 in --metrics|--metrics-file|--branch|--file-limit|--tmpdir|--tcp-close) pre=(--every 1h) ;; esac ;;
 	"casctl gc") pre=() post=(--keep-last 1) ;;
 	*) pre=() post=() ;;
 	esac

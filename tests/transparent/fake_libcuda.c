@@ -29,6 +29,22 @@
  * CUDA_ERROR_NOT_INITIALIZED (a lock or another step tried on it is logged
  * as "OP PID: no context"). It says so in $FAKE_CUDA_STATE/PID.noctx,
  * made as the library loads.
+ * What a target process has in its own environment (/proc/PID/environ;
+ * else crest's) shapes its calls, so that each process of a tree can
+ * differ:
+ *  FAKE_CUDA_LOCK_MS, FAKE_CUDA_CKPT_MS, FAKE_CUDA_RESTORE_MS  its lock,
+ *      checkpoint and restore take that long (the driver's work on a big
+ *      job: seconds);
+ *  FAKE_CUDA_NCCL=ranks|always  it is a rank of a collective job (NCCL),
+ *      the other processes with the variable its peers. A rank's lock
+ *      cannot end while a peer is locked and it is not, since its
+ *      collective in flight waits for that peer: the lock waits out its
+ *      timeout and answers CUDA_ERROR_NOT_READY, changing nothing, as on
+ *      the H100 (shared notes). "ranks": when a peer's lock had ended
+ *      before this one began (locked one after the other; locks made at
+ *      once succeed, as a collective both have in flight can end);
+ *      "always": when a peer is locked as this lock ends, however close
+ *      (a job whose ranks are never quiet together: locks can only fail).
  */
 /* No cuda.h: these stubs do not match its prototypes, and need not. */
 typedef int CUresult;
@@ -40,7 +56,8 @@ CUresult cuDriverGetVersion(int *v) { *v = 12020; return CUDA_SUCCESS; }
 CUresult cuGetErrorName(CUresult r, const char **s)
 {
 	*s = r == CUDA_ERROR_NOT_SUPPORTED ? "CUDA_ERROR_NOT_SUPPORTED"
-	     : r == 1 ? "CUDA_ERROR_INVALID_VALUE" : r == 3 ? "CUDA_ERROR_NOT_INITIALIZED" : r == 401 ? "CUDA_ERROR_ILLEGAL_STATE" : "CUDA_ERROR_UNKNOWN";
+	     : r == 1 ? "CUDA_ERROR_INVALID_VALUE" : r == 3 ? "CUDA_ERROR_NOT_INITIALIZED" : r == 401 ? "CUDA_ERROR_ILLEGAL_STATE"
+	     : r == 600 ? "CUDA_ERROR_NOT_READY" : "CUDA_ERROR_UNKNOWN";
 	return CUDA_SUCCESS;
 }
 CUresult cuGetErrorString(CUresult r, const char **s)
@@ -76,9 +93,12 @@ STUB(cuDeviceGet) STUB(cuDeviceGetName) STUB(cuDeviceGetUuid)
 #endif
 
 #ifdef FAKE_STATEFUL
+#include <dirent.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <fcntl.h>
+#include <sys/file.h>
+#include <time.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -88,6 +108,7 @@ STUB(cuDeviceGet) STUB(cuDeviceGetName) STUB(cuDeviceGetUuid)
 #define CUDA_ERROR_INVALID_VALUE 1
 #define CUDA_ERROR_NOT_INITIALIZED 3
 #define CUDA_ERROR_ILLEGAL_STATE 401
+#define CUDA_ERROR_NOT_READY 600
 #define CUDA_ERROR_UNKNOWN 999
 enum { RUNNING, LOCKED, CHECKPOINTED };   /* CUprocessState's numbers */
 
@@ -241,6 +262,126 @@ static CUresult step(int pid, const char *op, int from, int to)
 	return CUDA_SUCCESS;
 }
 
+/* NAME from pid's environment, else from the caller's, into buf: NULL
+ * when neither has it. */
+static const char *target_env(int pid, const char *name, char *buf, size_t cap)
+{
+	char path[64], env[65536];
+	snprintf(path, sizeof(path), "/proc/%d/environ", pid);
+	const int fd = open(path, O_RDONLY | O_CLOEXEC);
+	ssize_t n = fd >= 0 ? read(fd, env, sizeof(env) - 1) : -1;
+	if (fd >= 0)
+		close(fd);
+	const size_t len = strlen(name);
+	for (ssize_t i = 0; n > 0 && i < n; i += (ssize_t)strlen(env + i) + 1) {
+		env[n] = 0;
+		if (!strncmp(env + i, name, len) && env[i + (ssize_t)len] == '=') {
+			snprintf(buf, cap, "%s", env + i + len + 1);
+			return buf;
+		}
+	}
+	const char *v = getenv(name);
+	if (!v)
+		return NULL;
+	snprintf(buf, cap, "%s", v);
+	return buf;
+}
+
+static unsigned target_ms(int pid, const char *name)
+{
+	char buf[32];
+	return target_env(pid, name, buf, sizeof(buf)) ? (unsigned)strtoul(buf, NULL, 10) : 0;
+}
+
+static unsigned long long now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (unsigned long long)ts.tv_sec * 1000ull + (unsigned long long)ts.tv_nsec / 1000000ull;
+}
+
+static void nap_ms(unsigned long long ms)
+{
+	struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000L };
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* A peer rank (FAKE_CUDA_NCCL) of pid that is locked now, with when its
+ * lock ended (PID.locked_at), or 0. */
+static int peer_locked(int pid, unsigned long long *at)
+{
+	char path[4096];
+	path_of(path, sizeof(path), "");
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	int peer = 0;
+	struct dirent *e;
+	while (!peer && (e = readdir(d))) {
+		int p = 0;
+		char rest[32];
+		if (sscanf(e->d_name, "%d.%31s", &p, rest) != 2 || strcmp(rest, "locked_at") || p == pid)
+			continue;
+		if (state_of(p) != LOCKED || unreachable(p) != CUDA_SUCCESS)
+			continue;
+		char name[48];
+		snprintf(name, sizeof(name), "%d.locked_at", p);
+		path_of(path, sizeof(path), name);
+		FILE *f = fopen(path, "re");
+		if (f) {
+			if (fscanf(f, "%llu", at) == 1)
+				peer = p;
+			fclose(f);
+		}
+	}
+	closedir(d);
+	return peer;
+}
+
+/* The lock of a rank (FAKE_CUDA_NCCL), begun at begin: under the ranks'
+ * own lock (nccl.lock), so that two locks ending together see each
+ * other. */
+static CUresult nccl_lock(int pid, const char *mode, unsigned long long begin, unsigned timeout_ms)
+{
+	char path[4096];
+	path_of(path, sizeof(path), "nccl.lock");
+	const int lk = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lk >= 0)
+		flock(lk, LOCK_EX);
+	unsigned long long at = 0;
+	const int peer = peer_locked(pid, &at);
+	const int busy = peer && (!strcmp(mode, "always") || at <= begin);
+	CUresult r = CUDA_SUCCESS;
+	if (!busy) {
+		r = step(pid, "lock", RUNNING, LOCKED);
+		if (r == CUDA_SUCCESS) {
+			char name[48], line[32];
+			snprintf(name, sizeof(name), "%d.locked_at", pid);
+			path_of(path, sizeof(path), name);
+			const int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+			const int n = snprintf(line, sizeof(line), "%llu\n", now_ms());
+			if (fd >= 0) {
+				if (write(fd, line, (size_t)n) < 0) {
+					/* then the peers do not see this lock: the test fails */
+				}
+				close(fd);
+			}
+		}
+	}
+	if (lk >= 0)
+		close(lk);
+	if (!busy)
+		return r;
+	/* Its collective waits for the peer: the lock waits out its timeout
+	 * (the driver's 0, none, is 10 s here) and gives up. */
+	const unsigned long long waited = now_ms() - begin, limit = timeout_ms ? timeout_ms : 10000;
+	if (waited < limit)
+		nap_ms(limit - waited);
+	logline("%s %d: not ready (peer %d locked%.0d) in pid %d\n", pid, "lock", peer, 0);
+	return CUDA_ERROR_NOT_READY;
+}
+
 CUresult cuCheckpointProcessGetState(int pid, int *st)
 {
 	const CUresult u = unreachable(pid);
@@ -249,8 +390,30 @@ CUresult cuCheckpointProcessGetState(int pid, int *st)
 	*st = state_of(pid);
 	return CUDA_SUCCESS;
 }
-CUresult cuCheckpointProcessLock(int pid, void *a) { (void)a; return step(pid, "lock", RUNNING, LOCKED); }
-CUresult cuCheckpointProcessCheckpoint(int pid, void *a) { (void)a; return step(pid, "checkpoint", LOCKED, CHECKPOINTED); }
-CUresult cuCheckpointProcessRestore(int pid, void *a) { (void)a; return step(pid, "restore", CHECKPOINTED, LOCKED); }
+/* a: CUcheckpointLockArgs, whose first member is timeoutMs. */
+CUresult cuCheckpointProcessLock(int pid, void *a)
+{
+	const unsigned long long begin = now_ms();
+	if (unreachable(pid) == CUDA_SUCCESS)
+		nap_ms(target_ms(pid, "FAKE_CUDA_LOCK_MS"));
+	char mode[16];
+	if (unreachable(pid) == CUDA_SUCCESS && target_env(pid, "FAKE_CUDA_NCCL", mode, sizeof(mode)))
+		return nccl_lock(pid, mode, begin, a ? *(const unsigned *)a : 0);
+	return step(pid, "lock", RUNNING, LOCKED);
+}
+CUresult cuCheckpointProcessCheckpoint(int pid, void *a)
+{
+	(void)a;
+	if (unreachable(pid) == CUDA_SUCCESS && state_of(pid) == LOCKED)
+		nap_ms(target_ms(pid, "FAKE_CUDA_CKPT_MS"));
+	return step(pid, "checkpoint", LOCKED, CHECKPOINTED);
+}
+CUresult cuCheckpointProcessRestore(int pid, void *a)
+{
+	(void)a;
+	if (unreachable(pid) == CUDA_SUCCESS && state_of(pid) == CHECKPOINTED)
+		nap_ms(target_ms(pid, "FAKE_CUDA_RESTORE_MS"));
+	return step(pid, "restore", CHECKPOINTED, LOCKED);
+}
 CUresult cuCheckpointProcessUnlock(int pid, void *a) { (void)a; return step(pid, "unlock", LOCKED, RUNNING); }
 #endif

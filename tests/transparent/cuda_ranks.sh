@@ -1,0 +1,145 @@
+#!/bin/bash
+# Issue 33: every CUDA process of a tree locked, checkpointed, restored and
+# unlocked at once (gpu/gpuckpt.h), against the stand-in driver
+# (fake_libcuda.c's stateful build), whose calls take the time each
+# process's environment asks (FAKE_CUDA_*_MS) and whose ranks of a
+# collective job (FAKE_CUDA_NCCL) cannot be locked one after the other.
+# A launcher (no CUDA) starts two ranks, each appending "step N" to its own
+# log. Three cases:
+#  time:   ranks whose checkpoints take 0.6 s and 1.0 s (locks 0.2 s,
+#          restores 0.4 s and 0.8 s): crest's lock + checkpoint must take
+#          about the slowest rank's 1.2 s, not the sum's 2.0 s, and its
+#          resume about 0.8 s, not 1.2 s;
+#  ranks:  two NCCL ranks (a lock fails when a peer was locked before it
+#          began): checkpointed with --kill, then restored; each log must
+#          equal an uninterrupted run's;
+#  always: two NCCL ranks that are never quiet together (a lock fails when
+#          a peer is locked as it ends): crest must give up after
+#          --lock-within 2s, having tried more than once, with one line
+#          that says why, every rank unlocked and running, nothing frozen,
+#          each log equal to an uninterrupted run's.
+source "$(dirname "$0")/lib.sh"
+need_root
+cd "$T"
+mkdir cuda state
+cp "$FAKE_CUDA" cuda/libcuda.so.1
+export CREST_LIBCUDA=$T/cuda/libcuda.so.1 FAKE_CUDA_STATE=$T/state
+cat >launcher.py <<'PY'
+# launcher.py LIB DIR STEPS ENV0 ENV1: rank R runs with the variables of
+# ENVR ("A=1,B=2") and appends to DIR/rR.log.
+import os, subprocess, sys
+os.closerange(3, 1 << 16)
+lib, d, steps = sys.argv[1:4]
+ranks = []
+for r, spec in enumerate(sys.argv[4:]):
+    env = dict(os.environ)
+    env.update(kv.split("=", 1) for kv in spec.split(",") if kv)
+    ranks.append(subprocess.Popen([sys.executable, os.path.join(os.path.dirname(sys.argv[0]), "rank.py"), lib,
+                                   "%s/r%d.log" % (d, r), steps], env=env, close_fds=True))
+sys.exit(max(p.wait() for p in ranks))
+PY
+cat >rank.py <<'PY'
+import ctypes, sys, time
+ctypes.CDLL(sys.argv[1])
+out = open(sys.argv[2], "a", buffering=1)
+for i in range(int(sys.argv[3])):
+    out.write("step %d\n" % i)
+    time.sleep(0.02)
+PY
+state() { cat "state/$1" 2>/dev/null || echo 0; }
+# job STEPS ENV0 ENV1: the launcher in the background (pid in JOB), its
+# ranks' pids in R0 and R1, each rank past 10 steps.
+job() {
+	local steps=$1 i
+	rm -f r0.log r1.log
+	seq 0 $((steps - 1)) | sed 's/^/step /' >ref.log
+	setsid python3 "$T/launcher.py" "$T/cuda/libcuda.so.1" "$T" "$steps" "$2" "$3" </dev/null >/dev/null 2>job.err &
+	JOB=$!
+	PIDS+=("$JOB")
+	wait_lines r0.log 10
+	wait_lines r1.log 10
+	R0="" R1=""
+	for i in $(seq 1 100); do
+		for p in $(pgrep -P "$JOB"); do
+			grep -q "r0.log" /proc/"$p"/cmdline 2>/dev/null && R0=$p
+			grep -q "r1.log" /proc/"$p"/cmdline 2>/dev/null && R1=$p
+		done
+		[ -n "$R0" ] && [ -n "$R1" ] && break
+		sleep 0.05
+	done
+	[ -n "$R0" ] && [ -n "$R1" ] || fail "the launcher has not two ranks"
+	PIDS+=("$R0" "$R1")
+}
+# ended WHAT: the job's processes end, and each rank's log equals an
+# uninterrupted run's.
+ended() {
+	local deadline=$((SECONDS + 60)) p
+	for p in "$JOB" "$R0" "$R1"; do
+		while kill -0 "$p" 2>/dev/null && [ "$(awk '{print $3}' /proc/"$p"/stat 2>/dev/null)" != Z ]; do
+			[ $SECONDS -lt $deadline ] || fail "$1: the job did not end"
+			sleep 0.1
+		done
+	done
+	for r in 0 1; do
+		cmp -s "r$r.log" ref.log || fail "$1: rank $r's log differs from an uninterrupted run's ($(lines "r$r.log") of $(lines ref.log) lines)"
+	done
+}
+secs() { python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(" ".join("%.3f" % d[k] for k in sys.argv[2:]))' "$@"; }
+between() { awk -v v="$1" -v lo="$2" -v hi="$3" 'BEGIN { exit !(v >= lo && v < hi) }'; }
+
+# time: about the slowest rank, not the sum.
+job 400 FAKE_CUDA_LOCK_MS=200,FAKE_CUDA_CKPT_MS=600,FAKE_CUDA_RESTORE_MS=400 \
+	FAKE_CUDA_LOCK_MS=200,FAKE_CUDA_CKPT_MS=1000,FAKE_CUDA_RESTORE_MS=800
+"$CREST" --store "$S" --json checkpoint --pid "$JOB" >ck.json 2>ck.err || fail "time: checkpoint: $(cat ck.err)"
+read -r lock ckpt resume < <(secs ck.json gpu_lock_seconds gpu_checkpoint_seconds gpu_resume_seconds)
+frozen=$(awk -v a="$lock" -v b="$ckpt" 'BEGIN { printf "%.3f", a + b }')
+between "$frozen" 1.2 1.7 ||
+	fail "time: lock + checkpoint of two ranks took $frozen s (lock $lock s, checkpoint $ckpt s); the slowest takes 1.2 s, both one after the other 2.0 s"
+between "$resume" 0.8 1.1 ||
+	fail "time: the resume of two ranks took $resume s; the slowest takes 0.8 s, both one after the other 1.2 s"
+for p in "$R0" "$R1"; do [ "$(state "$p")" = 0 ] || fail "time: rank $p was left in driver state $(state "$p")"; done
+ended time
+echo "ok: time: two ranks locked and checkpointed in $frozen s (slowest 1.2 s, sum 2.0 s), resumed in $resume s (slowest 0.8 s, sum 1.2 s)"
+
+# ranks: locked at once, none waits on a locked peer.
+: >state/log
+job 400 FAKE_CUDA_NCCL=ranks,FAKE_CUDA_LOCK_MS=200 FAKE_CUDA_NCCL=ranks,FAKE_CUDA_LOCK_MS=200
+"$CREST" --store "$S" --quiet checkpoint --pid "$JOB" --kill --tag nccl --lock-timeout 1000 --lock-within 5s 2>ck.err ||
+	fail "ranks: checkpoint of two NCCL ranks: $(cat ck.err)"
+for p in "$R0" "$R1"; do
+	grep -q "^checkpoint $p: 1 -> 2" state/log || fail "ranks: rank $p was not checkpointed: $(cat state/log)"
+done
+busy=$(grep -c "not ready" state/log || true)
+kill_gone "$R0"
+kill_gone "$R1"
+kill_gone "$JOB"
+"$CREST" --store "$S" --quiet restore nccl >/dev/null 2>rs.err || fail "ranks: restore: $(cat rs.err)"
+for p in "$R0" "$R1"; do
+	[ "$(state "$p")" = 0 ] || fail "ranks: restored rank $p is in driver state $(state "$p"), not running"
+done
+ended ranks
+echo "ok: ranks: two NCCL ranks locked at once ($busy lock(s) that gave up first), checkpointed, restored; logs as uninterrupted"
+
+# always: crest gives up within the bound, the job runs on.
+: >state/log
+job 300 FAKE_CUDA_NCCL=always,FAKE_CUDA_LOCK_MS=50 FAKE_CUDA_NCCL=always,FAKE_CUDA_LOCK_MS=50
+t0=$(date +%s.%N)
+"$CREST" --store "$S" checkpoint --pid "$JOB" --lock-timeout 300 --lock-within 2s >/dev/null 2>ck.err &&
+	fail "always: a checkpoint of ranks that are never quiet together succeeded"
+took=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+[ "$(wc -l <ck.err)" = 1 ] || fail "always: not one line: $(cat ck.err)"
+grep -q "could not lock all 2 CUDA processes at once within 2000 ms" ck.err &&
+	grep -q "every process was unlocked and the job runs on" ck.err ||
+	fail "always: the error does not say why crest gave up and that the job runs on: $(cat ck.err)"
+tries=$(grep -c "not ready" state/log || true)
+[ "$tries" -ge 2 ] || fail "always: crest did not try again ($tries lock(s) gave up): $(cat state/log)"
+between "$took" 2 5 || fail "always: crest gave up after $took s, not about 2 s (--lock-within 2s)"
+for p in "$R0" "$R1"; do [ "$(state "$p")" = 0 ] || fail "always: rank $p was left in driver state $(state "$p")"; done
+grep -q "^checkpoint" state/log && fail "always: a rank was checkpointed although not all were locked: $(cat state/log)"
+ls /dev/shm | grep -q "^crest-ckpt-$JOB-" && fail "always: images left in /dev/shm"
+n0=$(lines r0.log)
+sleep 0.5
+[ "$(lines r0.log)" -gt "$n0" ] || fail "always: rank 0 makes no progress after crest gave up"
+ended always
+echo "ok: always: gave up after $took s and $tries lock(s) that gave up: $(cat ck.err)"
+echo PASS
