@@ -30,6 +30,16 @@
 #include "engine/engine.h"
 
 #define TP_FILE_LIMIT_DEFAULT (64ull << 20)
+#define TP_WORKDIR_LIMIT_DEFAULT (1ull << 30)
+
+/* --workdir DIR: a directory the job writes by path (logs it opens again
+ * each step, event files, its own checkpoints), captured whole with every
+ * snapshot from inside CRIU's freeze, beside the files the job holds open,
+ * so it matches the memory image. Stored as the snapshot's streams
+ * "workdir" and "workdir/..." (engine_put_tree: contents with holes, modes,
+ * symlinks; owners and hard links are not kept), its path in the label
+ * "workdir". A tree over the limit is refused before anything is frozen
+ * (and, grown past it by the freeze, fails the dump: the job runs on). */
 
 struct tp_opts {
 	pid_t pid;
@@ -39,6 +49,8 @@ struct tp_opts {
 	const char *tmpdir;        /* for images; NULL: /dev/shm */
 	const struct criu *criu;
 	const char *branch;        /* the snapshot's branch; NULL: CAS_BRANCH_DEFAULT */
+	const char *workdir;       /* --workdir: absolute, free of symlinks; NULL: none */
+	uint64_t workdir_limit;    /* bytes of regular files in it; 0: TP_WORKDIR_LIMIT_DEFAULT */
 };
 
 struct tp_capture {
@@ -46,6 +58,8 @@ struct tp_capture {
 	int lock_fd;               /* its lock, held while it is in use */
 	bool locked;
 	char files_dir[PATH_MAX + 8]; /* contents of files the job writes */
+	const char *workdir;       /* tp_opts.workdir: its copy is files_dir/wd */
+	uint64_t workdir_bytes;    /* what the listing before the freeze found */
 	struct proc_tree tree;
 	pid_t *cuda;
 	pid_t *cuda_inner;         /* in its pid namespace, when pidns: restore maps them to new host pids */

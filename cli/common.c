@@ -12,12 +12,14 @@
 #include "util/sha256.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -593,6 +595,26 @@ int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_ev
 		}
 	} else if (!strcmp(a, "--tmpdir")) {
 		o->tmpdir = v;
+	} else if (!strcmp(a, "--workdir")) {
+		/* Resolved once, here: the snapshot names it by its real path,
+		 * and the capture then follows no symlink in it. */
+		static char wd[PATH_MAX];
+		struct stat sb;
+		errno = 0;
+		if (!realpath(v, wd) || stat(wd, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+			fprintf(stderr, "crest: --workdir %s: %s\n", v, errno ? strerror(errno) : "not a directory");
+			return -1;
+		}
+		if (!strcmp(wd, "/")) {
+			fprintf(stderr, "crest: --workdir %s: not the root directory: name the job's own directory\n", v);
+			return -1;
+		}
+		o->workdir = wd;
+	} else if (!strcmp(a, "--workdir-limit")) {
+		if (cli_parse_size(v, &o->workdir_limit) < 0 || !o->workdir_limit) {
+			fprintf(stderr, "crest: --workdir-limit %s: not a size\n", v);
+			return -1;
+		}
 	} else if (!strcmp(a, "--metrics")) {
 		ev->maddr = v;
 	} else if (!strcmp(a, "--metrics-file")) {

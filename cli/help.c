@@ -103,12 +103,14 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "SNAPSHOT SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "checkpoint",
 	  "--pid PID [--tag TAG] [--branch BRANCH] [--every DURATION [--count N]] [--kill] [--file-limit SIZE] "
-	  "[--tmpdir DIR] [--lock-timeout MS] [--metrics ADDR] [--metrics-file FILE]",
+	  "[--workdir DIR [--workdir-limit SIZE]] [--tmpdir DIR] [--lock-timeout MS] [--metrics ADDR] [--metrics-file FILE]",
 	  "snapshot a running process",
 	  "Checkpoints process PID and its children with CRIU (as root), GPU state included, into "
 	  "one snapshot; the job runs on as soon as its state is copied out, while crest stores it. "
 	  "With --every, checkpoints again every DURATION until stopped (or --count times). Files "
-	  "the job holds open for writing are stored with it.",
+	  "the job holds open for writing are stored with it; files it opens again each step (a log it "
+	  "appends to, event files, its own checkpoints) only with --workdir DIR, which stores DIR whole, "
+	  "as the freeze saw it.",
 	  "", false, {
 		{ "--pid", NULL, "PID", "the process to checkpoint (required)" },
 		{ "--tag", NULL, "TAG", "name the snapshot; not with --every" },
@@ -117,6 +119,9 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--count", NULL, "N", "with --every: stop after N checkpoints" },
 		{ "--kill", NULL, NULL, "end the job once its snapshot is committed (it runs on if the store fails); not with --every" },
 		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
+		{ "--workdir", NULL, "DIR", "a directory the job writes by path (logs, event files, its own checkpoints): "
+		  "stored whole with each snapshot, put back exactly by restore, copied for each clone" },
+		{ "--workdir-limit", NULL, "SIZE", "the most --workdir may hold (default 1G): larger is refused before the job is frozen" },
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
 		{ "--lock-timeout", NULL, "MS", "how long to wait for the job's GPU lock: milliseconds, or a duration "
 		  "(2s), up to 1h" },
@@ -156,15 +161,21 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "The next checkpoint on NAME is SNAPSHOT's child; gc keeps SNAPSHOT while it is NAME's "
 	  "head. " SNAP_NAMES,
 	  "NAME SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
-	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--tmpdir DIR] [--metrics ADDR] "
+	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--workdir DIR [--workdir-limit SIZE]] "
+	  "[--tmpdir DIR] [--metrics ADDR] "
 	  "[--metrics-file FILE] [--] COMMAND [ARG...]",
 	  "run a job in a pid namespace of its own, checkpointed",
 	  "Runs COMMAND as root in a new pid namespace, so that it can be restored with the same "
-	  "pids, and checkpoints it every DURATION. Exits with the job's status.",
+	  "pids, and checkpoints it every DURATION. Exits with the job's status. With --workdir DIR each "
+	  "snapshot holds DIR as the frozen job saw it: restore puts it back exactly (files made after "
+	  "the snapshot removed), and each clone runs with its own copy mounted over DIR.",
 	  "PROGRAM...", true, {
 		{ "--every", NULL, "DURATION", "checkpoint every DURATION: 30s, 5m, 1h, 7d (1ms to 366 days)" },
 		{ "--branch", NULL, "BRANCH", "with --every: the branch its snapshots go on (default main)" },
 		{ "--file-limit", NULL, "SIZE", "with --every: the largest open file stored with the job" },
+		{ "--workdir", NULL, "DIR", "with --every: a directory the job writes by path (logs, event files, its own "
+		  "checkpoints): stored whole with each snapshot, put back exactly by restore, copied for each clone" },
+		{ "--workdir-limit", NULL, "SIZE", "the most --workdir may hold (default 1G): larger is refused before the job is frozen" },
 		{ "--tmpdir", NULL, "DIR", "with --every: where CRIU's images are staged" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
 		  "(PORT or :PORT listen on 127.0.0.1 only; HOST:PORT, [V6]:PORT, 0.0.0.0:PORT for every "
