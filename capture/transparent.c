@@ -322,11 +322,18 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	 * tree that would be refused; the hook finds the path in files_dir. */
 	if (o->workdir) {
 		const uint64_t limit = o->workdir_limit ? o->workdir_limit : TP_WORKDIR_LIMIT_DEFAULT;
-		rc = wd_measure(o->workdir, limit, &c->workdir_bytes);
+		/* Through the job's root: a job in a mount namespace of its own
+		 * (a clone, with its copy of DIR mounted over DIR) is captured as
+		 * it sees DIR, not as the host does. */
+		char seen[PATH_MAX + 32];
+		snprintf(seen, sizeof(seen), "/proc/%d/root%s", (int)o->pid, o->workdir);
+		rc = wd_measure(seen, limit, &c->workdir_bytes);
+		if (rc < 0)
+			crest_errctx(rc, "pid %d", (int)o->pid);
 		char wpath[PATH_MAX + 16];
 		snprintf(wpath, sizeof(wpath), "%s/workdir", c->files_dir);
 		FILE *wf = rc == 0 ? fopen(wpath, "we") : NULL;
-		if (rc == 0 && (!wf || fprintf(wf, "%llu %s", (unsigned long long)limit, o->workdir) < 0))
+		if (rc == 0 && (!wf || fprintf(wf, "%llu %s", (unsigned long long)limit, seen) < 0))
 			rc = crest_errf(-errno, "cannot write %s", wpath);
 		if (wf && fclose(wf) != 0 && rc == 0)
 			rc = crest_errf(-errno, "cannot write %s", wpath);
@@ -335,6 +342,18 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 			return rc;
 		}
 		c->workdir = o->workdir;
+		/* A copy gets its own DIR by a bind over it, which a working
+		 * directory inside DIR does not follow (restore/process.c). */
+		const size_t wl = strlen(o->workdir);
+		for (size_t i = 0; i < c->tree.n && !c->workdir_cwd; i++) {
+			char link[64], cwd[PATH_MAX];
+			snprintf(link, sizeof(link), "/proc/%d/cwd", (int)c->tree.pids[i]);
+			const ssize_t l = readlink(link, cwd, sizeof(cwd) - 1);
+			if (l > 0) {
+				cwd[l] = 0;
+				c->workdir_cwd = !strncmp(cwd, o->workdir, wl) && (cwd[wl] == '/' || !cwd[wl]);
+			}
+		}
 	}
 
 	/* The processes stopped already (SIGSTOP, job control): left stopped
@@ -615,6 +634,8 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 		snprintf(wd, sizeof(wd), "%s/wd", c->files_dir);
 		struct engine_links links = { 0 };
 		rc = cas_manifest_label(m, "workdir", c->workdir);
+		if (rc == 0 && c->workdir_cwd)
+			rc = cas_manifest_label(m, "workdir_cwd", "1");
 		if (rc == 0)
 			rc = engine_put_tree(s, wd, "workdir", &links);
 		engine_links_free(&links);
@@ -917,11 +938,40 @@ static int wd_hook(const char *files_dir)
 	return 0;
 }
 
+/* A restore's: DIR/bind ("SRC\nDST\n", restore/process.c) bound over DST in
+ * the restored tree's mount namespace (its init: CRTOOLS_INIT_PID), once
+ * CRIU has restored the tree and before it resumes. No file: nothing
+ * to do. A failure fails the restore (and says why on stderr, which goes
+ * to CRIU's log). */
+static int bind_hook(const char *dir)
+{
+	char path[PATH_MAX + 16], src[PATH_MAX + 2], dst[PATH_MAX + 2];
+	snprintf(path, sizeof(path), "%s/bind", dir);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? 0 : 1;
+	const bool ok = fgets(src, sizeof(src), f) && fgets(dst, sizeof(dst), f);
+	fclose(f);
+	const char *init = getenv("CRTOOLS_INIT_PID");
+	long pid = init ? strtol(init, NULL, 10) : 0;
+	if (!ok || pid <= 0)
+		return 1;
+	src[strcspn(src, "\n")] = 0;
+	dst[strcspn(dst, "\n")] = 0;
+	if (pidns_bind_over((pid_t)pid, src, dst) < 0) {
+		fprintf(stderr, "crest: %s\n", crest_errmsg());
+		return 1;
+	}
+	return 0;
+}
+
 int tp_hook_main(int argc, char **argv)
 {
 	const char *action = getenv("CRTOOLS_SCRIPT_ACTION");
 	if (argc != 3 || !action)
 		return 2;
+	if (!strcmp(action, "post-restore"))
+		return bind_hook(argv[1]);
 	if (strcmp(action, "post-dump"))
 		return 0;
 	unsigned long long limit = strtoull(argv[2], NULL, 10);

@@ -74,6 +74,7 @@ struct criu_restore_opts {
 	/* The images come from an image streamer on dir's streamer-serve.sock
 	 * (restore/imgsrv.h), not from files in dir. */
 	bool stream;
+	const char *action_script; /* an executable criu runs at each step, or NULL */
 	const struct criu_inherit *inherit;
 	size_t ninherit;
 	pid_t *pid_out;            /* the restored root */
