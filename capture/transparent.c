@@ -172,7 +172,7 @@ static void read_sizes(struct tp_capture *c)
 
 /* --workdir before the freeze: a directory (not a symlink), whose regular
  * files add up to at most limit bytes. */
-static int wd_measure(const char *dir, uint64_t limit, uint64_t *bytes);
+static int wd_measure(const char *dir, const char *name, uint64_t limit, uint64_t *bytes);
 
 /* Every check that can fail without harm comes first: the pid exists, we
  * are root, the driver has the checkpoint API when CUDA is in use. */
@@ -327,9 +327,7 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		 * it sees DIR, not as the host does. */
 		char seen[PATH_MAX + 32];
 		snprintf(seen, sizeof(seen), "/proc/%d/root%s", (int)o->pid, o->workdir);
-		rc = wd_measure(seen, limit, &c->workdir_bytes);
-		if (rc < 0)
-			crest_errctx(rc, "pid %d", (int)o->pid);
+		rc = wd_measure(seen, o->workdir, limit, &c->workdir_bytes);
 		char wpath[PATH_MAX + 16];
 		snprintf(wpath, sizeof(wpath), "%s/workdir", c->files_dir);
 		FILE *wf = rc == 0 ? fopen(wpath, "we") : NULL;
@@ -877,14 +875,15 @@ static int wd_measure_dir(int fd, uint64_t limit, uint64_t *bytes, const char *t
 	return rc;
 }
 
-static int wd_measure(const char *dir, uint64_t limit, uint64_t *bytes)
+/* dir as the job sees it (through /proc/PID/root); name: DIR, for messages. */
+static int wd_measure(const char *dir, const char *name, uint64_t limit, uint64_t *bytes)
 {
 	*bytes = 0;
 	const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0)
-		return crest_errf(-errno, "cannot open --workdir %s%s", dir,
+		return crest_errf(-errno, "cannot open --workdir %s%s", name,
 				  errno == ELOOP || errno == ENOTDIR ? " (it must be a directory, not a symlink)" : "");
-	const int rc = wd_measure_dir(fd, limit, bytes, dir, 0);
+	const int rc = wd_measure_dir(fd, limit, bytes, name, 0);
 	close(fd);
 	return rc;
 }

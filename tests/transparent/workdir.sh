@@ -1,0 +1,88 @@
+# Issue 33, item 8: a job that writes files by path, opening them again
+# each step (`echo >> run.log`, as training jobs do with their logs, event
+# files and checkpoints), under `crest run --workdir DIR`.
+# - clone: the copy's lines go to its own run.log (DIR.clone-1, mounted
+#   over DIR for it), and the original's run.log holds the original's
+#   lines only, no interleaving;
+# - restore in place after a kill: run.log is the snapshot's and goes on
+#   from there (no line from after the snapshot, none missing), and files
+#   made after the snapshot are gone;
+# - a DIR over --workdir-limit is refused before anything is frozen.
+source "$(dirname "$0")/lib.sh"
+need_root
+cd "$T"
+mkdir w
+# Step i appends "step i" to run.log by path and, every 5 steps, writes
+# ck-i holding i: an uninterrupted run leaves run.log = step 1..n.
+JOB='i=0; while :; do i=$((i+1)); echo "step $i" >>"$0/run.log"; [ $((i % 5)) -ne 0 ] || echo $i >"$0/ck-$i"; sleep 0.05; done'
+# The log an uninterrupted run has after n steps.
+ref() { for ((k = 1; k <= $1; k++)); do echo "step $k"; done; }
+# The ck-N files in $1 must be exactly those of an uninterrupted run of $2 steps.
+check_cks() {
+	local want got
+	want=$(for ((k = 5; k <= $2; k += 5)); do echo "ck-$k"; done)
+	got=$(cd "$1" && ls | grep '^ck-' | sort -t- -k2 -n || true)
+	[ "$want" = "$got" ] || fail "$1 holds $(echo $got) after $2 steps; an uninterrupted run makes $(echo $want)"
+	for f in "$1"/ck-*; do [ "$(cat "$f")" = "${f##*-}" ] || fail "$f holds $(cat "$f")"; done
+}
+"$CREST" --store "$S" run --every 1s --workdir "$T/w" -- sh -c "$JOB" "$T/w" </dev/null >job.out 2>run.err &
+RUN=$!
+PIDS+=("$RUN")
+deadline=$((SECONDS + 30))
+while [ "$(grep -c '^crest: snapshot' run.err || true)" -lt 2 ]; do
+	[ $SECONDS -lt $deadline ] || { cat run.err >&2; fail "crest run took no 2 snapshots in 30 s"; }
+	sleep 0.1
+done
+INIT=$(sed -n 's/.* runs as pid \([0-9]*\) .*/\1/p' run.err)
+PIDS+=("$INIT")
+SNAP1=$(grep '^crest: snapshot' run.err | sed -n '1s/^crest: snapshot \([0-9a-f]*\) .*/\1/p')
+SNAP2=$(grep '^crest: snapshot' run.err | sed -n '2s/^crest: snapshot \([0-9a-f]*\) .*/\1/p')
+"$CREST" --store "$S" show "$SNAP1" | grep -q "workdir=$T/w" || fail "snapshot 1 does not name its workdir"
+"$CREST" --store "$S" show "$SNAP1" | grep -q " workdir/run.log$" || fail "snapshot 1 does not hold run.log"
+
+# A clone of snapshot 1 beside the running original.
+"$CREST" --store "$S" clone "$SNAP1" --branch copy >clone.out || fail "clone: $(cat clone.out)"
+cat clone.out
+CPID=$(sed -n 's/^clone 1 of .*: pid \([0-9]*\),.*/\1/p' clone.out)
+[ -n "$CPID" ] || fail "clone printed no pid"
+PIDS+=("$CPID")
+[ -d w.clone-1 ] || fail "the copy's workdir w.clone-1 was not made"
+c0=$(lines w.clone-1/run.log)
+wait_lines w.clone-1/run.log $((c0 + 20)) 30
+kill -9 "$CPID"
+n=$(lines w.clone-1/run.log)
+ref "$n" | cmp - w.clone-1/run.log || fail "the copy's run.log is not an uninterrupted run's"
+check_cks w.clone-1 "$n"
+m=$(lines w/run.log)
+ref "$m" | cmp - w/run.log || fail "the original's run.log holds lines that are not its own (the copy wrote into it?)"
+echo "ok: the copy wrote $n lines to its own run.log; the original's $m lines are its own"
+
+# The limit: refused before the job is frozen, and the job runs on.
+expect_error "over --workdir-limit" "$CREST" --store "$S" checkpoint --pid "$INIT" --workdir "$T/w" --workdir-limit 100
+m=$(lines w/run.log)
+wait_lines w/run.log $((m + 5)) 30
+
+# Restore in place of snapshot 2, once the original is gone and has run
+# well past it, with a file made by hand after it.
+wait_lines w/run.log $((m + 40)) 30
+kill -9 "$RUN" "$INIT"
+kill_gone "$INIT"
+wait "$RUN" 2>/dev/null || true
+orig=$(lines w/run.log)
+echo junk >w/made-after
+"$CREST" --store "$S" restore "$SNAP2" >restore.out || fail "restore: $(cat restore.out)"
+cat restore.out
+grep -q "restored --workdir $T/w" restore.out || fail "restore did not say that it put the workdir back"
+RPID=$(sed -n 's/^restored .*: pid \([0-9]*\) running again.*/\1/p' restore.out)
+[ -n "$RPID" ] || fail "restore printed no pid"
+PIDS+=("$RPID")
+[ ! -e w/made-after ] || fail "w/made-after, made after the snapshot, is still there"
+r0=$(lines w/run.log)
+[ "$r0" -lt "$orig" ] || fail "run.log has $r0 lines after the restore, as many as the original left ($orig)"
+wait_lines w/run.log $((r0 + 10)) 30
+kill -9 "$RPID"
+r=$(lines w/run.log)
+ref "$r" | cmp - w/run.log || fail "run.log after the restore is not an uninterrupted run's"
+check_cks w "$r"
+ls -a | grep -q 'crest-restore' && fail "a staging directory was left beside w: $(ls -a)"
+echo "PASS: restored run.log went on from the snapshot ($r0 lines, the original had left $orig): $r lines, identical to an uninterrupted run; files made after the snapshot gone"
