@@ -188,7 +188,9 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "Restores N copies of a snapshot of a job started by crest run, each in a pid namespace "
 	  "of its own, on branch NEW (NEW-1 .. NEW-N for several); each copy's checkpoints continue "
 	  "its branch. PATTERN names each copy's directory for the job's files, %d its number "
-	  "(1..N); without it each file is copied beside itself as FILE.clone-N. N copies must fit "
+	  "(1..N); without it each file is copied beside itself as FILE.clone-N. A snapshot taken "
+	  "with --workdir DIR gives each copy its own copy of DIR (DIR.clone-N, or PATTERN/BASENAME), "
+	  "mounted over DIR for it. N copies must fit "
 	  "what the machine (and crest's cgroup) can hold, the snapshot's memory and tasks times N, "
 	  "or none starts. Each copy's line, branch and note are made as it starts; Ctrl-C or "
 	  "SIGTERM stops the starting, says which copies run and exits 130 (143).",
