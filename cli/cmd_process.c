@@ -14,6 +14,7 @@
 #include "util/progress.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -193,6 +194,19 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	bool has_parent = has_key && cas_job_find(store, key, parent, job_branch, sizeof(job_branch)) == 0;
 	if (!o.branch)
 		o.branch = has_parent ? job_branch : CAS_BRANCH_DEFAULT;
+	/* A job restored or cloned from a snapshot taken with --workdir keeps
+	 * it: its later snapshots hold DIR too (a clone's, its own copy). */
+	static char job_wd[PATH_MAX];
+	struct cas_manifest *pm = NULL;
+	if (has_parent && !o.workdir && cas_manifest_load(store, parent, &pm) == 0) {
+		const char *wd = cas_manifest_get_label(pm, "workdir");
+		if (wd && snprintf(job_wd, sizeof(job_wd), "%s", wd) < (int)sizeof(job_wd) && job_wd[0] == '/') {
+			o.workdir = job_wd;
+			if (!c->quiet && !c->json)
+				printf("--workdir %s, as in the snapshot pid %d came from\n", job_wd, (int)o.pid);
+		}
+		cas_manifest_free(pm);
+	}
 	if (!has_parent)
 		has_parent = cas_branch_head(store, o.branch, parent) == 0;
 	crest_errset_str("");
