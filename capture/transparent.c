@@ -340,6 +340,9 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 			return rc;
 		}
 		c->workdir = o->workdir;
+		struct stat hs, js;
+		c->workdir_bound = stat(seen, &js) == 0 && (stat(o->workdir, &hs) < 0 || hs.st_dev != js.st_dev ||
+							     hs.st_ino != js.st_ino);
 		/* A copy gets its own DIR by a bind over it, which a working
 		 * directory inside DIR does not follow (restore/process.c). */
 		const size_t wl = strlen(o->workdir);
@@ -634,6 +637,8 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 		rc = cas_manifest_label(m, "workdir", c->workdir);
 		if (rc == 0 && c->workdir_cwd)
 			rc = cas_manifest_label(m, "workdir_cwd", "1");
+		if (rc == 0 && c->workdir_bound)
+			rc = cas_manifest_label(m, "workdir_bound", "1");
 		if (rc == 0)
 			rc = engine_put_tree(s, wd, "workdir", &links);
 		engine_links_free(&links);

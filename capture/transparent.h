@@ -61,6 +61,7 @@ struct tp_capture {
 	const char *workdir;       /* tp_opts.workdir: its copy is files_dir/wd */
 	uint64_t workdir_bytes;    /* what the listing before the freeze found */
 	bool workdir_cwd;          /* a process's working directory is below it (no clone) */
+	bool workdir_bound;        /* the job sees another DIR than the host's: a clone's own copy */
 	struct proc_tree tree;
 	pid_t *cuda;
 	pid_t *cuda_inner;         /* in its pid namespace, when pidns: restore maps them to new host pids */

@@ -1290,6 +1290,12 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	struct wdir wd = { .path = wdl, .pfd = -1 };
 	if (rc == 0 && wdl)
 		rc = wd_check(c, wdl);
+	/* A copy's DIR is its own copy, bound over DIR where only it sees it:
+	 * put back in place it would replace the original's DIR. */
+	if (rc == 0 && wdl && !o->beside && cas_manifest_get_label(m, "workdir_bound"))
+		rc = crest_errx(-EPERM, "cannot restore %s in place: it is of a copy (crest clone) whose --workdir "
+				"%s was its own copy, and in place it would replace the original's %s; run it as "
+				"a copy with crest clone", c->snapshot, wdl, wdl);
 	if (rc == 0 && wdl && o->beside && cas_manifest_get_label(m, "workdir_cwd"))
 		rc = crest_errx(-EINVAL, "snapshot %s: the job's working directory is below --workdir %s, where a "
 				"copy would find the original's files by relative paths: start the job outside %s "
