@@ -25,6 +25,8 @@ check_cks() {
 	[ "$want" = "$got" ] || fail "$1 holds $(echo $got) after $2 steps; an uninterrupted run makes $(echo $want)"
 	for f in "$1"/ck-*; do [ "$(cat "$f")" = "${f##*-}" ] || fail "$f holds $(cat "$f")"; done
 }
+# run.err exists before the job's shell makes it: the wait below reads it at once.
+: >run.err
 "$CREST" --store "$S" run --every 1s --workdir "$T/w" -- sh -c "$JOB" "$T/w" </dev/null >job.out 2>run.err &
 RUN=$!
 PIDS+=("$RUN")
@@ -49,6 +51,19 @@ PIDS+=("$CPID")
 [ -d w.clone-1 ] || fail "the copy's workdir w.clone-1 was not made"
 c0=$(lines w.clone-1/run.log)
 wait_lines w.clone-1/run.log $((c0 + 20)) 30
+# The copy's own checkpoint keeps --workdir (the snapshot it came from had
+# it) and holds the copy's run.log, not the original's; in place it is
+# refused, since it would replace the original's DIR.
+b0=$(stat -c %s w.clone-1/run.log)
+"$CREST" --store "$S" checkpoint --pid "$CPID" --branch copy --tag copyck >ck.out || fail "checkpoint of the copy: $(cat ck.out)"
+b1=$(stat -c %s w.clone-1/run.log)
+grep -q -- "--workdir $T/w, as in the snapshot" ck.out || { cat ck.out >&2; fail "the copy's checkpoint did not keep --workdir"; }
+got=$("$CREST" --store "$S" show copyck | awk '$NF == "workdir/run.log" { print $2 }')
+[ -n "$got" ] && [ "$got" -ge "$b0" ] && [ "$got" -le "$b1" ] ||
+	fail "the copy's snapshot holds a run.log of ${got:-no} bytes; the copy's had $b0..$b1 (the original's: $(stat -c %s w/run.log))"
+expect_error "is of a copy" "$CREST" --store "$S" restore copyck
+c0=$(lines w.clone-1/run.log)
+wait_lines w.clone-1/run.log $((c0 + 5)) 30
 kill -9 "$CPID"
 n=$(lines w.clone-1/run.log)
 ref "$n" | cmp - w.clone-1/run.log || fail "the copy's run.log is not an uninterrupted run's"
