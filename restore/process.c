@@ -461,9 +461,10 @@ static int jobfile_clone(const struct restore_ctx *c, const struct cas_stream *s
  * before CRIU runs, with the job's files: files made after the snapshot
  * are gone, changed ones are as they were. A failed restore swaps it back;
  * a restore that worked removes the old DIR, under the temporary name by
- * then. A crest killed between the swap and CRIU's outcome leaves DIR as the
- * snapshot had it and the old one beside it under that name (the restore
- * guard does not know of it). The job's own files below DIR are not staged
+ * then. A crest killed between the swap and CRIU's outcome is covered by the
+ * restore guard, told of DIR as of a job file: it swaps the old DIR back
+ * (the staged tree is then left beside it under the temporary name), or
+ * after a restore that came up leaves the old one there. The job's own files below DIR are not staged
  * apart: the tree holds them, copied in the same freeze.
  * For a copy beside (clone) DIR is rebuilt as DIR.clone-N beside DIR (or
  * WORKDIR/BASE with clone --workdir), never over an existing path, and
@@ -488,6 +489,7 @@ struct wdir {
 	char tmp[NAME_MAX + 1];    /* in pfd: the new tree; after the swap, the old DIR */
 	char copy[PATH_MAX];       /* beside: the copy's real path */
 	bool existed, swapped, made;
+	uint64_t orig_ino, new_ino; /* in place: DIR's and the new tree's, for the guard */
 	size_t nfiles;
 };
 
@@ -581,6 +583,7 @@ static int wd_stage(const struct restore_ctx *c, const struct cas_manifest *m, c
 				return crest_errx(-EPERM, "refusing to put back --workdir %s: it is now %s", w->path,
 						  S_ISLNK(sb.st_mode) ? "a symlink" : "not a directory");
 			w->existed = true;
+			w->orig_ino = (uint64_t)sb.st_ino;
 		} else if (errno != ENOENT) {
 			return crest_errf(-errno, "cannot stat %s", w->path);
 		}
@@ -633,6 +636,9 @@ static int wd_stage(const struct restore_ctx *c, const struct cas_manifest *m, c
 		rc = crest_errf(-errno, "cannot set the mode of %s", w->path);
 	if (rc == 0 && w->existed && fchownat(w->pfd, name, sb.st_uid, sb.st_gid, AT_SYMLINK_NOFOLLOW) < 0)
 		rc = crest_errf(-errno, "cannot give the new %s its owner", w->path);
+	struct stat ns;
+	if (rc == 0 && !o->beside && fstatat(w->pfd, name, &ns, AT_SYMLINK_NOFOLLOW) == 0)
+		w->new_ino = (uint64_t)ns.st_ino;
 	if (rc == 0 && o->beside && !realpath(dest, w->copy))
 		rc = crest_errf(-errno, "cannot find the copy of %s", w->path);
 	if (rc < 0)
@@ -1372,7 +1378,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	 * GPU state of its CUDA processes if crest dies before it has dealt
 	 * with CRIU's outcome (restore/guard.h). */
 	struct rp_guard guard = { 0, -1 };
-	if (rc == 0 && ((files && !o->beside) || ncuda))
+	if (rc == 0 && (((files || wdl) && !o->beside) || ncuda))
 		rc = rp_guard_start(&guard, dir, dir_lock);
 	if (rc == 0 && ncuda)
 		rc = rp_guard_cuda(&guard, cuda_in ? cuda_in : cuda, ncuda, cuda_in != NULL, gmap, ngmap);
@@ -1386,6 +1392,14 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 				       : jobfile_stage(c, &m->streams[i], &files[k++]);
 	if (rc == 0 && wdl)
 		rc = wd_stage(c, m, o, &wd);
+	/* The guard swaps DIR back, as a job file, if crest dies once it is in. */
+	if (rc == 0 && wdl && !o->beside) {
+		struct rp_guard_file g = { .idx = (uint32_t)nfiles, .existed = wd.existed, .orig_ino = wd.orig_ino,
+					   .new_ino = wd.new_ino };
+		snprintf(g.base, sizeof(g.base), "%s", wd.base);
+		snprintf(g.tmp, sizeof(g.tmp), "%s", wd.tmp);
+		rc = rp_guard_file(&guard, &g, wd.pfd);
+	}
 	char bind_sh[PATH_MAX + 16];
 	if (rc == 0 && wdl && o->beside)
 		rc = wd_bind_script(&wd, dir, bind_sh, sizeof(bind_sh));
@@ -1439,6 +1453,8 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		rc = jobfile_swap(&files[i]);
 	if (rc == 0 && wdl && !o->beside)
 		rc = wd_swap(&wd);
+	if (rc == 0 && wdl && !o->beside)
+		crest_fault_die("restore.workdir");   /* tests only: util/fault.h */
 	if (rc == 0)
 		rc = extfds_open(ext, next, files, nfiles, o->beside, wdl ? &wd : NULL);
 	for (size_t i = 0; rc == 0 && i < next; i++)

@@ -20,7 +20,8 @@
  * exact step, for the tests of what a guard does when crest dies there,
  * where a kill timed from outside lands too early or too late. Sites:
  * "restore.cuda" (a process restore after CRIU, before the driver gives
- * the processes their GPU state back).
+ * the processes their GPU state back), "restore.workdir" (a process
+ * restore in place, its --workdir swapped in, before CRIU runs).
  *
  * crest_fault_pause(site) holds the calling thread at a step when
  * CREST_FAULT_PAUSE="SITE:FILE" names the site: it creates FILE, then

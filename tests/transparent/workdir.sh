@@ -85,6 +85,19 @@ kill_gone "$INIT"
 wait "$RUN" 2>/dev/null || true
 orig=$(lines w/run.log)
 echo junk >w/made-after
+# A crest that dies with the snapshot's DIR swapped in, before CRIU: its
+# guard swaps the job's DIR back (the staged tree stays beside it).
+sum=$(cat w/run.log w/made-after | md5sum)
+if CREST_FAULT_DIE=restore.workdir "$CREST" --store "$S" restore "$SNAP2" >die.out 2>&1; then
+	fail "a restore told to die at restore.workdir did not"
+fi
+deadline=$((SECONDS + 10))
+until [ -e w/made-after ] && [ "$(cat w/run.log w/made-after | md5sum)" = "$sum" ]; do
+	[ $SECONDS -lt $deadline ] || { cat die.out >&2; ls -la w >&2; fail "the guard did not put w back after crest died"; }
+	sleep 0.05
+done
+echo "ok: crest died with the snapshot's w swapped in; its guard put the job's w back ($(lines w/run.log) lines)"
+rm -rf .w.crest-restore-*   # the staged tree the guard left
 "$CREST" --store "$S" restore "$SNAP2" >restore.out || fail "restore: $(cat restore.out)"
 cat restore.out
 grep -q "restored --workdir $T/w" restore.out || fail "restore did not say that it put the workdir back"
