@@ -39,7 +39,10 @@
  * "workdir" and "workdir/..." (engine_put_tree: contents with holes, modes,
  * symlinks; owners and hard links are not kept), its path in the label
  * "workdir". A tree over the limit is refused before anything is frozen
- * (and, grown past it by the freeze, fails the dump: the job runs on). */
+ * (and, grown past it by the freeze, fails the dump: the job runs on).
+ * Copied in the freeze, it lengthens the stall by what the copy takes: on
+ * the development VM (2 shared cores), 202 files of 1.8 MiB added about
+ * 4 ms to a crest run job's median stall of 88 ms (25 checkpoints each). */
 
 struct tp_opts {
 	pid_t pid;

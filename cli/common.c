@@ -187,6 +187,10 @@ static const struct cli_opt_rule {
 	{ "crest", "run", "--file-limit", "--every", NULL, "without it crest run takes no checkpoints" },
 	{ "crest", "run", "--tmpdir", "--every", NULL, "without it crest run takes no checkpoints" },
 	{ "crest", "run", "--metrics-file", "--every", NULL, "the metrics are of the rounds of --every" },
+	{ "crest", "run", "--workdir", "--every", NULL, "without it crest run takes no checkpoints (crest checkpoint "
+	  "--pid takes --workdir too)" },
+	{ "crest", "run", "--workdir-limit", "--workdir", NULL, "it limits --workdir" },
+	{ "crest", "checkpoint", "--workdir-limit", "--workdir", NULL, "it limits --workdir" },
 	{ "crest", "restore", "--gpu", NULL, "--gpu-map", "give one" },
 	{ "crest", "clone", "--gpu", NULL, "--gpu-map", "give one" },
 	{ "crest", "demo", "--cpu", NULL, "--gpu", "give one" },
