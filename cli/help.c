@@ -139,7 +139,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "holds the job's files open for writing (the job, or a copy of it, runs). "
 	  SNAP_NAMES,
 	  "SNAPSHOT", false, {
-		{ "--keep-files", NULL, NULL, "leave the job's open files as they are now" },
+		{ "--keep-files", NULL, NULL, "leave the job's open files (and its --workdir) as they are now" },
 		{ "--gpu", NULL, "N", "move the job's first GPU to GPU N (an index or a UUID); not with --gpu-map" },
 		{ "--gpu-map", NULL, "OLD=NEW,...", "map the job's GPUs by UUID onto GPUs here" },
 		{ "--tmpdir", NULL, "DIR", "CRIU's working directory (and its images with CREST_RESTORE_IMAGES=files)" },
