@@ -76,6 +76,18 @@ m=$(lines orig.log)
 ref "$m" | cmp - orig.log || fail "the original's run.log holds lines that are not its own (the copy wrote into it?)"
 echo "ok: the copy wrote $n lines to its own run.log; the original's $m lines are its own"
 
+# With clone --workdir PATTERN the copy's DIR is PATTERN/w.
+"$CREST" --store "$S" clone "$SNAP1" --branch copy2 --workdir "$T/c%d" >clone2.out || fail "clone 2: $(cat clone2.out)"
+C2=$(sed -n 's/^clone 1 of .*: pid \([0-9]*\),.*/\1/p' clone2.out)
+[ -n "$C2" ] || fail "clone 2 printed no pid"
+PIDS+=("$C2")
+c0=$(lines c1/w/run.log)
+wait_lines c1/w/run.log $((c0 + 10)) 30
+kill -9 "$C2"
+n=$(lines c1/w/run.log)
+ref "$n" | cmp - c1/w/run.log || fail "copy 2's run.log (c1/w) is not an uninterrupted run's"
+echo "ok: a copy with clone --workdir $T/c%d wrote $n lines to c1/w/run.log"
+
 # The limit: refused before the job is frozen, and the job runs on.
 expect_error "over --workdir-limit" "$CREST" --store "$S" checkpoint --pid "$INIT" --workdir "$T/w" --workdir-limit 100
 m=$(lines w/run.log)
@@ -117,4 +129,24 @@ r=$(lines w/run.log)
 ref "$r" | cmp - w/run.log || fail "run.log after the restore is not an uninterrupted run's"
 check_cks w "$r"
 ls -a | grep -q 'crest-restore' && fail "a staging directory was left beside w: $(ls -a)"
+# A job whose working directory is inside DIR: its relative paths would
+# reach the original's DIR through a bind, so a clone is refused.
+mkdir w2
+: >run2.err
+"$CREST" --store "$S" run --every 1s --branch inside --workdir "$T/w2" -- sh -c 'cd "$0" && while :; do echo x >>run.log; sleep 0.05; done' "$T/w2" \
+	</dev/null >job2.out 2>run2.err &
+RUN2=$!
+PIDS+=("$RUN2")
+deadline=$((SECONDS + 30))
+until grep -q '^crest: snapshot' run2.err; do
+	[ $SECONDS -lt $deadline ] || { cat run2.err >&2; fail "crest run in w2 took no snapshot in 30 s"; }
+	sleep 0.1
+done
+INIT2=$(sed -n 's/.* runs as pid \([0-9]*\) .*/\1/p' run2.err)
+PIDS+=("$INIT2")
+SNAP3=$(sed -n '0,/^crest: snapshot/s/^crest: snapshot \([0-9a-f]*\) .*/\1/p' run2.err)
+expect_error "working directory is below --workdir" "$CREST" --store "$S" clone "$SNAP3" --branch inside-copy
+[ ! -e w2.clone-1 ] || fail "a refused clone made w2.clone-1"
+kill -TERM "$RUN2"
+wait "$RUN2" 2>/dev/null || true
 echo "PASS: restored run.log went on from the snapshot ($r0 lines, the original had left $orig): $r lines, identical to an uninterrupted run; files made after the snapshot gone"
