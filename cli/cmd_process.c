@@ -153,7 +153,10 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 		return cli_usage_fail(c, -EINVAL);
 	if (o.branch && cas_branch_check(o.branch) < 0)
 		return cli_usage_fail(c, -EINVAL);
-	/* Cheap checks first: nothing is frozen or written until they pass. */
+	/* Cheap checks first: nothing is frozen or written until they pass
+	 * (--workdir again below once the store says whether the job had one). */
+	if (cli_workdir_check(c, &o) < 0)
+		return cli_usage_fail(c, -EINVAL);
 	if (!proc_state(o.pid))
 		return cli_fail(c, crest_errx(-ESRCH, "no process with pid %d", (int)o.pid));
 	if (geteuid() != 0)
@@ -210,6 +213,12 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	if (!has_parent)
 		has_parent = cas_branch_head(store, o.branch, parent) == 0;
 	crest_errset_str("");
+	if ((rc = cli_workdir_check(c, &o)) < 0) {
+		engine_close(e);
+		cas_close(store);
+		cli_metrics_close(mx);
+		return cli_usage_fail(c, rc);
+	}
 	if (mx && (rc = cli_metrics_start(mx, c, o.branch, o.pid, ev.every_ns)) < 0) {
 		engine_close(e);
 		cas_close(store);

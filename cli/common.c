@@ -583,6 +583,43 @@ void cli_job_note(const struct cli *c, struct cas_store *store, pid_t pid, const
 			c->prog, crest_errmsg(), (int)pid);
 }
 
+/* path resolved (its parent where it does not exist yet). */
+static bool real_or_parent(const char *path, char *out)
+{
+	if (realpath(path, out))
+		return true;
+	char tmp[PATH_MAX], parent[PATH_MAX];
+	snprintf(tmp, sizeof(tmp), "%s", path);
+	char *slash = strrchr(tmp, '/');
+	const char *base = slash ? slash + 1 : tmp;
+	if (slash)
+		*slash = 0;
+	if (!realpath(slash ? (tmp[0] ? tmp : "/") : ".", parent))
+		return false;
+	return snprintf(out, PATH_MAX, "%s/%s", strcmp(parent, "/") ? parent : "", base) < PATH_MAX;
+}
+
+static bool path_within(const char *a, const char *b)
+{
+	const size_t l = strlen(b);
+	return !strncmp(a, b, l) && (a[l] == '/' || !a[l]);
+}
+
+int cli_workdir_check(const struct cli *c, const struct tp_opts *o)
+{
+	if (!o->workdir)
+		return 0;
+	const char *what[2] = { c->store, o->tmpdir ? o->tmpdir : "/dev/shm" };
+	const char *name[2] = { "the store", "the images directory (--tmpdir)" };
+	for (int k = 0; k < 2; k++) {
+		char r[PATH_MAX];
+		if (what[k] && real_or_parent(what[k], r) && (path_within(r, o->workdir) || path_within(o->workdir, r)))
+			return crest_errx(-EINVAL, "--workdir %s and %s %s lie one inside the other: each checkpoint "
+					  "would copy %s into itself; keep them apart", o->workdir, name[k], r, name[k]);
+	}
+	return 0;
+}
+
 int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_every *ev)
 {
 	if (!strcmp(a, "--every")) {

@@ -90,6 +90,9 @@ echo "ok: a copy with clone --workdir $T/c%d wrote $n lines to c1/w/run.log"
 
 # The limit: refused before the job is frozen, and the job runs on.
 expect_error "over --workdir-limit" "$CREST" --store "$S" checkpoint --pid "$INIT" --workdir "$T/w" --workdir-limit 100
+# A store inside DIR would be copied into itself at each checkpoint.
+expect_error "copy the store into itself" "$CREST" --store "$T/w/store" checkpoint --pid "$INIT" --workdir "$T/w"
+[ ! -e w/store ] || fail "the refused checkpoint made its store inside w"
 m=$(lines w/run.log)
 wait_lines w/run.log $((m + 5)) 30
 
