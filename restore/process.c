@@ -464,8 +464,9 @@ static int jobfile_clone(const struct restore_ctx *c, const struct cas_stream *s
  * then. A crest killed between the swap and CRIU's outcome is covered by the
  * restore guard, told of DIR as of a job file: it swaps the old DIR back
  * (the staged tree is then left beside it under the temporary name), or
- * after a restore that came up leaves the old one there. The job's own files below DIR are not staged
- * apart: the tree holds them, copied in the same freeze.
+ * after a restore that came up leaves the old one there. The job's own
+ * files below DIR are not staged apart: the tree holds them, copied in the
+ * same freeze.
  * For a copy beside (clone) DIR is rebuilt as DIR.clone-N beside DIR (or
  * WORKDIR/BASE with clone --workdir), never over an existing path, and
  * bound over DIR in the copy's mount namespace by CRIU's post-restore step,
@@ -626,21 +627,30 @@ static int wd_stage(const struct restore_ctx *c, const struct cas_manifest *m, c
 		fm.nstreams++;
 		w->nfiles += st->type != CAS_STREAM_DIR;
 	}
-	char dest[PATH_MAX + 64];
-	snprintf(dest, sizeof(dest), "/proc/self/fd/%d/%s", w->pfd, name);
+	/* The new directory by descriptor (whoever may write DIR's parent can
+	 * rename or replace the name meanwhile), and restore_tree given that
+	 * very directory through /proc/self/fd. */
+	const int nfd = openat(w->pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat ns;
+	if (nfd < 0 || fstat(nfd, &ns) < 0)
+		rc = crest_errf(-errno, "cannot open the new %s", w->path);
+	char dest[64];
+	snprintf(dest, sizeof(dest), "/proc/self/fd/%d", nfd);
 	struct restore_ctx quiet = *c;
 	quiet.progress = NULL;
-	rc = restore_tree(&quiet, &fm, dest, NULL);
+	if (rc == 0)
+		rc = restore_tree(&quiet, &fm, dest, NULL);
 	free(fm.streams);
-	if (rc == 0 && fchmodat(w->pfd, name, mode & 07777, 0) < 0)
+	if (rc == 0 && fchmod(nfd, mode & 07777) < 0)
 		rc = crest_errf(-errno, "cannot set the mode of %s", w->path);
-	if (rc == 0 && w->existed && fchownat(w->pfd, name, sb.st_uid, sb.st_gid, AT_SYMLINK_NOFOLLOW) < 0)
+	if (rc == 0 && w->existed && fchown(nfd, sb.st_uid, sb.st_gid) < 0)
 		rc = crest_errf(-errno, "cannot give the new %s its owner", w->path);
-	struct stat ns;
-	if (rc == 0 && !o->beside && fstatat(w->pfd, name, &ns, AT_SYMLINK_NOFOLLOW) == 0)
+	if (rc == 0)
 		w->new_ino = (uint64_t)ns.st_ino;
 	if (rc == 0 && o->beside && !realpath(dest, w->copy))
 		rc = crest_errf(-errno, "cannot find the copy of %s", w->path);
+	if (nfd >= 0)
+		close(nfd);
 	if (rc < 0)
 		crest_errctx(rc, "putting back --workdir %s", w->path);
 	return rc;
