@@ -562,11 +562,11 @@ static int wd_stage(const struct restore_ctx *c, const struct cas_manifest *m, c
 	snprintf(w->base, sizeof(w->base), "%s", base);
 	int rc = 0;
 	if (o->beside && o->workdir) {
-		if (mkdir(o->workdir, 0755) < 0 && errno != EEXIST)
-			return crest_errf(-errno, "cannot create %s", o->workdir);
-		w->pfd = open(o->workdir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		/* As the job files' copies there (jobfile_clone): through no
+		 * link of another user's. */
+		w->pfd = fs_open_dir_owned(o->workdir, 1, 0755, NULL);
 		if (w->pfd < 0)
-			return crest_errf(-errno, "cannot open %s", o->workdir);
+			return w->pfd;
 	} else {
 		const int root = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (root < 0)
