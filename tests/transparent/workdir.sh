@@ -30,7 +30,8 @@ check_cks() {
 }
 # run.err exists before the job's shell makes it: the wait below reads it at once.
 : >run.err
-"$CREST" --store "$S" run --every 1s --workdir "$T/w" -- sh -c "$JOB" "$T/w" </dev/null >job.out 2>run.err &
+# Its stdout is a file inside DIR too (dumped as external: a copy must get its own).
+"$CREST" --store "$S" run --every 1s --workdir "$T/w" -- sh -c "$JOB" "$T/w" </dev/null >w/job.out 2>run.err &
 RUN=$!
 PIDS+=("$RUN")
 deadline=$((SECONDS + 30))
@@ -52,6 +53,7 @@ CPID=$(sed -n 's/^clone 1 of .*: pid \([0-9]*\),.*/\1/p' clone.out)
 [ -n "$CPID" ] || fail "clone printed no pid"
 PIDS+=("$CPID")
 [ -d w.clone-1 ] || fail "the copy's workdir w.clone-1 was not made"
+[ "$(readlink /proc/"$CPID"/fd/1)" = "$T/w.clone-1/job.out" ] || fail "the copy's stdout is $(readlink /proc/"$CPID"/fd/1), not its own w.clone-1/job.out"
 c0=$(lines w.clone-1/run.log)
 wait_lines w.clone-1/run.log $((c0 + 20)) 30
 # The copy's own checkpoint keeps --workdir (the snapshot it came from had
