@@ -285,6 +285,10 @@ static int check_sockets(const struct tp_opts *o, struct tp_capture *c)
 	return rc;
 }
 
+/* --workdir before the freeze: a directory (not a symlink), whose regular
+ * files add up to at most limit bytes. */
+static int wd_measure(const char *dir, const char *name, uint64_t limit, uint64_t *bytes);
+
 /* Every check that can fail without harm comes first: the pid exists, we
  * are root, the driver has the checkpoint API when CUDA is in use, CRIU
  * can dump the tree's sockets. */
@@ -453,6 +457,45 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		return rc;
 	}
 
+	/* --workdir: its size is checked now, before the job is frozen for a
+	 * tree that would be refused; the hook finds the path in files_dir. */
+	if (o->workdir) {
+		const uint64_t limit = o->workdir_limit ? o->workdir_limit : TP_WORKDIR_LIMIT_DEFAULT;
+		/* Through the job's root: a job in a mount namespace of its own
+		 * (a clone, with its copy of DIR mounted over DIR) is captured as
+		 * it sees DIR, not as the host does. */
+		char seen[PATH_MAX + 32];
+		snprintf(seen, sizeof(seen), "/proc/%d/root%s", (int)o->pid, o->workdir);
+		rc = wd_measure(seen, o->workdir, limit, &c->workdir_bytes);
+		char wpath[PATH_MAX + 16];
+		snprintf(wpath, sizeof(wpath), "%s/workdir", c->files_dir);
+		FILE *wf = rc == 0 ? fopen(wpath, "we") : NULL;
+		if (rc == 0 && (!wf || fprintf(wf, "%llu %s", (unsigned long long)limit, seen) < 0))
+			rc = crest_errf(-errno, "cannot write %s", wpath);
+		if (wf && fclose(wf) != 0 && rc == 0)
+			rc = crest_errf(-errno, "cannot write %s", wpath);
+		if (rc < 0) {
+			tp_capture_free(c);
+			return rc;
+		}
+		c->workdir = o->workdir;
+		struct stat hs, js;
+		c->workdir_bound = stat(seen, &js) == 0 && (stat(o->workdir, &hs) < 0 || hs.st_dev != js.st_dev ||
+							     hs.st_ino != js.st_ino);
+		/* A copy gets its own DIR by a bind over it, which a working
+		 * directory inside DIR does not follow (restore/process.c). */
+		const size_t wl = strlen(o->workdir);
+		for (size_t i = 0; i < c->tree.n && !c->workdir_cwd; i++) {
+			char link[64], cwd[PATH_MAX];
+			snprintf(link, sizeof(link), "/proc/%d/cwd", (int)c->tree.pids[i]);
+			const ssize_t l = readlink(link, cwd, sizeof(cwd) - 1);
+			if (l > 0) {
+				cwd[l] = 0;
+				c->workdir_cwd = !strncmp(cwd, o->workdir, wl) && (cwd[wl] == '/' || !cwd[wl]);
+			}
+		}
+	}
+
 	/* The processes stopped already (SIGSTOP, job control): left stopped
 	 * by whoever gives the job back after a --kill that stored nothing. */
 	c->held = calloc(c->tree.n, sizeof(pid_t));
@@ -534,6 +577,13 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		}
 		if (gone)
 			crest_errctx(rc, "process %d exited during its checkpoint", (int)o->pid);
+		char why[1024] = "", wpath[PATH_MAX + 16];
+		snprintf(wpath, sizeof(wpath), "%s/wd.err", c->files_dir);
+		FILE *wf = c->workdir ? fopen(wpath, "re") : NULL;
+		if (wf && fgets(why, sizeof(why), wf) && why[0])
+			rc = crest_errx(rc, "%s; pid %d was not stopped for nothing: it runs on", why, (int)o->pid);
+		if (wf)
+			fclose(wf);
 		tp_capture_free(c);
 		return rc;
 	}
@@ -730,6 +780,23 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 		free(names[i]);
 	free(names);
 
+	/* --workdir, as the freeze saw it (the hook's copy). */
+	if (rc == 0 && c->workdir) {
+		char wd[PATH_MAX + 16];
+		snprintf(wd, sizeof(wd), "%s/wd", c->files_dir);
+		struct engine_links links = { 0 };
+		rc = cas_manifest_label(m, "workdir", c->workdir);
+		if (rc == 0 && c->workdir_cwd)
+			rc = cas_manifest_label(m, "workdir_cwd", "1");
+		if (rc == 0 && c->workdir_bound)
+			rc = cas_manifest_label(m, "workdir_bound", "1");
+		if (rc == 0)
+			rc = engine_put_tree(s, wd, "workdir", &links);
+		engine_links_free(&links);
+		if (rc < 0)
+			crest_errctx(rc, "storing --workdir %s", c->workdir);
+	}
+
 	/* The job's files, as the freeze saw them. */
 	for (size_t i = 0; rc == 0 && i < c->files.n; i++) {
 		char path[PATH_MAX + 64], sname[64], meta[PATH_MAX + 64];
@@ -799,11 +866,267 @@ static int copy_prefix(const char *src, uint64_t dev, uint64_t ino, const char *
 	return rc;
 }
 
+struct wd_copy {
+	uint64_t left;             /* bytes still allowed */
+	const char *top;           /* for messages */
+	char err[2 * PATH_MAX + 128]; /* why the copy failed, for crest's message */
+};
+
+static int wd_fail(struct wd_copy *w, int err, const char *what, const char *rel)
+{
+	if (!w->err[0])
+		snprintf(w->err, sizeof(w->err), "--workdir %.4000s: %s %.4000s%s%s", w->top, what, rel,
+			 err ? ": " : "", err ? strerror(-err) : "");
+	return err ? err : -EFBIG;
+}
+
+/* One regular file's bytes, holes kept as holes (SEEK_DATA). */
+static int wd_copy_data(int in, int out, uint64_t size)
+{
+	char buf[1 << 16];
+	off_t pos = 0;
+	while ((uint64_t)pos < size) {
+		off_t data = lseek(in, pos, SEEK_DATA);
+		if (data < 0)
+			break;   /* ENXIO: a hole to the end */
+		off_t hole = lseek(in, data, SEEK_HOLE);
+		if (hole < 0)
+			hole = (off_t)size;
+		for (off_t off = data; off < hole;) {
+			const size_t want = (size_t)(hole - off) < sizeof(buf) ? (size_t)(hole - off) : sizeof(buf);
+			const ssize_t r = pread(in, buf, want, off);
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r < 0)
+				return -errno;
+			if (r == 0)
+				break;
+			if (pwrite(out, buf, (size_t)r, off) != r)
+				return errno ? -errno : -EIO;
+			off += r;
+		}
+		pos = hole;
+	}
+	return ftruncate(out, (off_t)size) < 0 ? -errno : 0;
+}
+
+/* The tree under sfd into dfd (empty), never following a symlink: each
+ * entry is opened relative to its parent with O_NOFOLLOW, symlinks are
+ * copied as symlinks, devices, FIFOs and sockets are left out. rel names
+ * the directory for messages. */
+static int wd_copy_dir(struct wd_copy *w, int sfd, int dfd, const char *rel, int depth)
+{
+	if (depth > 64)
+		return wd_fail(w, -ELOOP, "nests deeper than 64 directories at", rel);
+	const int lfd = dup(sfd);
+	DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+	if (!d) {
+		if (lfd >= 0)
+			close(lfd);
+		return wd_fail(w, -errno, "cannot read", rel);
+	}
+	int rc = 0;
+	struct dirent *e;
+	while (rc == 0 && (e = readdir(d))) {
+		const char *n = e->d_name;
+		if (!strcmp(n, ".") || !strcmp(n, ".."))
+			continue;
+		char sub[PATH_MAX];
+		snprintf(sub, sizeof(sub), "%s/%s", rel, n);
+		struct stat sb;
+		if (fstatat(sfd, n, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
+			if (errno != ENOENT)   /* removed meanwhile: by a process outside the job */
+				rc = wd_fail(w, -errno, "cannot stat", sub);
+			continue;
+		}
+		struct timespec ts[2] = { sb.st_atim, sb.st_mtim };
+		if (S_ISLNK(sb.st_mode)) {
+			char target[PATH_MAX];
+			const ssize_t l = readlinkat(sfd, n, target, sizeof(target) - 1);
+			if (l < 0) {
+				rc = wd_fail(w, -errno, "cannot read the symlink", sub);
+				continue;
+			}
+			target[l] = 0;
+			if (symlinkat(target, dfd, n) < 0)
+				rc = wd_fail(w, -errno, "cannot copy the symlink", sub);
+			else
+				utimensat(dfd, n, ts, AT_SYMLINK_NOFOLLOW);
+		} else if (S_ISDIR(sb.st_mode)) {
+			const int s2 = openat(sfd, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			const int m = s2 >= 0 && mkdirat(dfd, n, 0700) == 0 ? 0 : -errno;
+			const int d2 = m == 0 ? openat(dfd, n, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+			if (d2 < 0)
+				rc = wd_fail(w, m ? m : -errno, "cannot copy the directory", sub);
+			else
+				rc = wd_copy_dir(w, s2, d2, sub, depth + 1);
+			if (rc == 0 && (fchmod(d2, sb.st_mode & 07777) < 0 || futimens(d2, ts) < 0))
+				rc = wd_fail(w, -errno, "cannot copy the mode of", sub);
+			if (s2 >= 0)
+				close(s2);
+			if (d2 >= 0)
+				close(d2);
+		} else if (S_ISREG(sb.st_mode)) {
+			if ((uint64_t)sb.st_size > w->left) {
+				rc = wd_fail(w, 0, "grew past --workdir-limit at", sub);
+				continue;
+			}
+			w->left -= (uint64_t)sb.st_size;
+			const int in = openat(sfd, n, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+			const int out = in >= 0 ? openat(dfd, n, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600)
+						: -1;
+			struct stat ib;
+			if (in < 0 || out < 0)
+				rc = wd_fail(w, -errno, "cannot copy", sub);
+			else if (fstat(in, &ib) < 0 || !S_ISREG(ib.st_mode))
+				rc = wd_fail(w, -EAGAIN, "changed while it was copied:", sub);
+			else if ((rc = wd_copy_data(in, out, (uint64_t)ib.st_size)) < 0)
+				rc = wd_fail(w, rc, "cannot copy", sub);
+			else if (fchmod(out, sb.st_mode & 07777) < 0 || futimens(out, ts) < 0)
+				rc = wd_fail(w, -errno, "cannot copy the mode of", sub);
+			if (in >= 0)
+				close(in);
+			if (out >= 0 && close(out) < 0 && rc == 0)
+				rc = wd_fail(w, -errno, "cannot copy", sub);
+		}
+	}
+	closedir(d);
+	return rc;
+}
+
+static int wd_measure_dir(int fd, uint64_t limit, uint64_t *bytes, const char *top, int depth)
+{
+	if (depth > 64)
+		return crest_errx(-ELOOP, "--workdir %s nests deeper than 64 directories", top);
+	const int lfd = dup(fd);
+	DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+	if (!d) {
+		if (lfd >= 0)
+			close(lfd);
+		return crest_errf(-errno, "cannot read --workdir %s", top);
+	}
+	int rc = 0;
+	struct dirent *e;
+	while (rc == 0 && (e = readdir(d))) {
+		struct stat sb;
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+		    fstatat(fd, e->d_name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (S_ISREG(sb.st_mode))
+			*bytes += (uint64_t)sb.st_size;
+		if (*bytes > limit) {
+			char b1[32], b2[32];
+			rc = crest_errx(-EFBIG, "--workdir %s holds more than %s (at least %s): over "
+					"--workdir-limit; nothing was frozen", top, fmt_bytes(limit, b1, sizeof(b1)),
+					fmt_bytes(*bytes, b2, sizeof(b2)));
+		} else if (S_ISDIR(sb.st_mode)) {
+			const int sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0) {
+				rc = wd_measure_dir(sub, limit, bytes, top, depth + 1);
+				close(sub);
+			}
+		}
+	}
+	closedir(d);
+	return rc;
+}
+
+/* dir as the job sees it (through /proc/PID/root); name: DIR, for messages. */
+static int wd_measure(const char *dir, const char *name, uint64_t limit, uint64_t *bytes)
+{
+	*bytes = 0;
+	const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return crest_errf(-errno, "cannot open --workdir %s%s", name,
+				  errno == ELOOP || errno == ENOTDIR ? " (it must be a directory, not a symlink)" : "");
+	const int rc = wd_measure_dir(fd, limit, bytes, name, 0);
+	close(fd);
+	return rc;
+}
+
+/* In the hook: files_dir/workdir ("LIMIT PATH") copied into files_dir/wd.
+ * A failure writes its reason to files_dir/wd.err and fails the dump: the
+ * job runs on (--leave-running), and crest says why. */
+static int wd_hook(const char *files_dir)
+{
+	char path[PATH_MAX + 32], line[PATH_MAX + 32];
+	snprintf(path, sizeof(path), "%s/workdir", files_dir);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? 0 : 1;
+	const bool ok = fgets(line, sizeof(line), f) != NULL;
+	fclose(f);
+	unsigned long long limit = 0;
+	int at = 0;
+	if (!ok || sscanf(line, "%llu %n", &limit, &at) != 1 || !at)
+		return 1;
+	struct wd_copy w = { .left = limit, .top = line + at };
+	snprintf(path, sizeof(path), "%s/wd", files_dir);
+	const int sfd = open(w.top, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int rc = sfd < 0 ? wd_fail(&w, -errno, "cannot open", "") : 0;
+	struct stat sb;
+	if (rc == 0 && (fstat(sfd, &sb) < 0 || mkdir(path, 0700) < 0))
+		rc = wd_fail(&w, -errno, "cannot copy", "");
+	const int dfd = rc == 0 ? open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+	if (rc == 0 && dfd < 0)
+		rc = wd_fail(&w, -errno, "cannot copy", "");
+	if (rc == 0)
+		rc = wd_copy_dir(&w, sfd, dfd, "", 0);
+	if (rc == 0) {
+		struct timespec ts[2] = { sb.st_atim, sb.st_mtim };
+		fchmod(dfd, sb.st_mode & 07777);
+		futimens(dfd, ts);
+	}
+	if (sfd >= 0)
+		close(sfd);
+	if (dfd >= 0)
+		close(dfd);
+	if (rc < 0) {
+		snprintf(path, sizeof(path), "%s/wd.err", files_dir);
+		FILE *e = fopen(path, "we");
+		if (e) {
+			fputs(w.err, e);
+			fclose(e);
+		}
+		return 1;
+	}
+	return 0;
+}
+
+/* A restore's: DIR/bind ("SRC\nDST\n", restore/process.c) bound over DST in
+ * the restored tree's mount namespace (its init: CRTOOLS_INIT_PID), once
+ * CRIU has restored the tree and before it resumes. No file: nothing
+ * to do. A failure fails the restore (and says why on stderr, which goes
+ * to CRIU's log). */
+static int bind_hook(const char *dir)
+{
+	char path[PATH_MAX + 16], src[PATH_MAX + 2], dst[PATH_MAX + 2];
+	snprintf(path, sizeof(path), "%s/bind", dir);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? 0 : 1;
+	const bool ok = fgets(src, sizeof(src), f) && fgets(dst, sizeof(dst), f);
+	fclose(f);
+	const char *init = getenv("CRTOOLS_INIT_PID");
+	long pid = init ? strtol(init, NULL, 10) : 0;
+	if (!ok || pid <= 0)
+		return 1;
+	src[strcspn(src, "\n")] = 0;
+	dst[strcspn(dst, "\n")] = 0;
+	if (pidns_bind_over((pid_t)pid, src, dst) < 0) {
+		fprintf(stderr, "crest: %s\n", crest_errmsg());
+		return 1;
+	}
+	return 0;
+}
+
 int tp_hook_main(int argc, char **argv)
 {
 	const char *action = getenv("CRTOOLS_SCRIPT_ACTION");
 	if (argc != 3 || !action)
 		return 2;
+	if (!strcmp(action, "post-restore"))
+		return bind_hook(argv[1]);
 	if (strcmp(action, "post-dump"))
 		return 0;
 	unsigned long long limit = strtoull(argv[2], NULL, 10);
@@ -834,7 +1157,9 @@ int tp_hook_main(int argc, char **argv)
 			unlink(dst);
 	}
 	fclose(list);
-	return fclose(sizes) == 0 ? 0 : 1;
+	if (fclose(sizes) != 0)
+		return 1;
+	return wd_hook(argv[1]);
 }
 
 int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opts *o, const char *tag,

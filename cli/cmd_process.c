@@ -14,6 +14,7 @@
 #include "util/progress.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,7 +170,10 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 		return cli_usage_fail(c, -EINVAL);
 	if (o.branch && cas_branch_check(o.branch) < 0)
 		return cli_usage_fail(c, -EINVAL);
-	/* Cheap checks first: nothing is frozen or written until they pass. */
+	/* Cheap checks first: nothing is frozen or written until they pass
+	 * (--workdir again below once the store says whether the job had one). */
+	if (cli_workdir_check(c, &o) < 0)
+		return cli_usage_fail(c, -EINVAL);
 	if (!proc_state(o.pid))
 		return cli_fail(c, crest_errx(-ESRCH, "no process with pid %d", (int)o.pid));
 	if (geteuid() != 0)
@@ -210,9 +214,28 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	bool has_parent = has_key && cas_job_find(store, key, parent, job_branch, sizeof(job_branch)) == 0;
 	if (!o.branch)
 		o.branch = has_parent ? job_branch : CAS_BRANCH_DEFAULT;
+	/* A job restored or cloned from a snapshot taken with --workdir keeps
+	 * it: its later snapshots hold DIR too (a clone's, its own copy). */
+	static char job_wd[PATH_MAX];
+	struct cas_manifest *pm = NULL;
+	if (has_parent && !o.workdir && cas_manifest_load(store, parent, &pm) == 0) {
+		const char *wd = cas_manifest_get_label(pm, "workdir");
+		if (wd && snprintf(job_wd, sizeof(job_wd), "%s", wd) < (int)sizeof(job_wd) && job_wd[0] == '/') {
+			o.workdir = job_wd;
+			if (!c->quiet && !c->json)
+				printf("--workdir %s, as in the snapshot pid %d came from\n", job_wd, (int)o.pid);
+		}
+		cas_manifest_free(pm);
+	}
 	if (!has_parent)
 		has_parent = cas_branch_head(store, o.branch, parent) == 0;
 	crest_errset_str("");
+	if ((rc = cli_workdir_check(c, &o)) < 0) {
+		engine_close(e);
+		cas_close(store);
+		cli_metrics_close(mx);
+		return cli_usage_fail(c, rc);
+	}
 	if (mx && (rc = cli_metrics_start(mx, c, o.branch, o.pid, ev.every_ns)) < 0) {
 		engine_close(e);
 		cas_close(store);

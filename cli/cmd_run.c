@@ -116,6 +116,8 @@ int cmd_run(struct cli *c, int argc, char **argv)
 		o.branch = CAS_BRANCH_DEFAULT;
 	if (cas_branch_check(o.branch) < 0)
 		return cli_usage_fail(c, -EINVAL);
+	if (cli_workdir_check(c, &o) < 0)
+		return cli_usage_fail(c, -EINVAL);
 	if (geteuid() != 0)
 		return cli_fail(c, crest_errx(-EPERM, "not permitted: crest run needs root (a pid namespace, "
 					       "and CRIU for its checkpoints)"));

@@ -12,12 +12,14 @@
 #include "util/sha256.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -186,6 +188,10 @@ static const struct cli_opt_rule {
 	{ "crest", "run", "--tmpdir", "--every", NULL, "without it crest run takes no checkpoints" },
 	{ "crest", "run", "--tcp-close", "--every", NULL, "without it crest run takes no checkpoints" },
 	{ "crest", "run", "--metrics-file", "--every", NULL, "the metrics are of the rounds of --every" },
+	{ "crest", "run", "--workdir", "--every", NULL, "without it crest run takes no checkpoints (crest checkpoint "
+	  "--pid takes --workdir too)" },
+	{ "crest", "run", "--workdir-limit", "--workdir", NULL, "it limits --workdir" },
+	{ "crest", "checkpoint", "--workdir-limit", "--workdir", NULL, "it limits --workdir" },
 	{ "crest", "restore", "--gpu", NULL, "--gpu-map", "give one" },
 	{ "crest", "clone", "--gpu", NULL, "--gpu-map", "give one" },
 	{ "crest", "demo", "--cpu", NULL, "--gpu", "give one" },
@@ -578,6 +584,43 @@ void cli_job_note(const struct cli *c, struct cas_store *store, pid_t pid, const
 			c->prog, crest_errmsg(), (int)pid);
 }
 
+/* path resolved (its parent where it does not exist yet). */
+static bool real_or_parent(const char *path, char *out)
+{
+	if (realpath(path, out))
+		return true;
+	char tmp[PATH_MAX], parent[PATH_MAX];
+	snprintf(tmp, sizeof(tmp), "%s", path);
+	char *slash = strrchr(tmp, '/');
+	const char *base = slash ? slash + 1 : tmp;
+	if (slash)
+		*slash = 0;
+	if (!realpath(slash ? (tmp[0] ? tmp : "/") : ".", parent))
+		return false;
+	return snprintf(out, PATH_MAX, "%s/%s", strcmp(parent, "/") ? parent : "", base) < PATH_MAX;
+}
+
+static bool path_within(const char *a, const char *b)
+{
+	const size_t l = strlen(b);
+	return !strncmp(a, b, l) && (a[l] == '/' || !a[l]);
+}
+
+int cli_workdir_check(const struct cli *c, const struct tp_opts *o)
+{
+	if (!o->workdir)
+		return 0;
+	const char *what[2] = { c->store, o->tmpdir ? o->tmpdir : "/dev/shm" };
+	const char *name[2] = { "the store", "the images directory (--tmpdir)" };
+	for (int k = 0; k < 2; k++) {
+		char r[PATH_MAX];
+		if (what[k] && real_or_parent(what[k], r) && (path_within(r, o->workdir) || path_within(o->workdir, r)))
+			return crest_errx(-EINVAL, "--workdir %s and %s %s lie one inside the other: each checkpoint "
+					  "would copy %s into itself; keep them apart", o->workdir, name[k], r, name[k]);
+	}
+	return 0;
+}
+
 int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_every *ev)
 {
 	if (!strcmp(a, "--every")) {
@@ -594,6 +637,26 @@ int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_ev
 		}
 	} else if (!strcmp(a, "--tmpdir")) {
 		o->tmpdir = v;
+	} else if (!strcmp(a, "--workdir")) {
+		/* Resolved once, here: the snapshot names it by its real path,
+		 * and the capture then follows no symlink in it. */
+		static char wd[PATH_MAX];
+		struct stat sb;
+		errno = 0;
+		if (!realpath(v, wd) || stat(wd, &sb) < 0 || !S_ISDIR(sb.st_mode)) {
+			fprintf(stderr, "crest: --workdir %s: %s\n", v, errno ? strerror(errno) : "not a directory");
+			return -1;
+		}
+		if (!strcmp(wd, "/")) {
+			fprintf(stderr, "crest: --workdir %s: not the root directory: name the job's own directory\n", v);
+			return -1;
+		}
+		o->workdir = wd;
+	} else if (!strcmp(a, "--workdir-limit")) {
+		if (cli_parse_size(v, &o->workdir_limit) < 0 || !o->workdir_limit) {
+			fprintf(stderr, "crest: --workdir-limit %s: not a size\n", v);
+			return -1;
+		}
 	} else if (!strcmp(a, "--metrics")) {
 		ev->maddr = v;
 	} else if (!strcmp(a, "--metrics-file")) {

@@ -116,6 +116,12 @@ struct cli_every {
 };
 int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_every *ev);
 
+/* -EINVAL with a message when o->workdir holds the store or the images'
+ * directory (o->tmpdir, else /dev/shm), or lies inside either: each
+ * checkpoint would copy the store, or CRIU's images as they are written,
+ * into itself. 0 without --workdir. */
+int cli_workdir_check(const struct cli *c, const struct tp_opts *o);
+
 /* Records that the job at pid last came from snapshot id on branch, for its
  * next checkpoint's parent; a warning only when it cannot. */
 void cli_job_note(const struct cli *c, struct cas_store *store, pid_t pid, const uint8_t id[32],

@@ -203,6 +203,16 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: gendoc man crest|casctl OUT | gendoc bash OUT FUNCTIONS\n");
 		return 2;
 	}
+	/* Every reader of the table walks a command's options up to the entry
+	 * with no name: one that fills all CLI_DOC_MAX_OPTS has none, and they
+	 * would read on past it. The build stops here instead. */
+	for (const struct cli_cmd_doc *d = cli_cmd_docs; d->name; d++)
+		if (d->opts[CLI_DOC_MAX_OPTS - 1].name) {
+			fprintf(stderr, "gendoc: %s %s has %d options or more; the table holds %d and its end: "
+				"raise CLI_DOC_MAX_OPTS in cli/help.h\n", d->prog, d->name, CLI_DOC_MAX_OPTS,
+				CLI_DOC_MAX_OPTS - 1);
+			return 1;
+		}
 	const char *out = is_man ? argv[3] : argv[2];
 	FILE *f = fopen(out, "w");
 	if (!f) {

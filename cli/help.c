@@ -103,16 +103,18 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "SNAPSHOT SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "checkpoint",
 	  "--pid PID [--tag TAG] [--branch BRANCH] [--every DURATION [--count N]] [--kill] [--file-limit SIZE] "
-	  "[--tmpdir DIR] [--lock-timeout MS] [--lock-within DURATION] [--multi-gpu-process] [--tcp-close] "
-	  "[--metrics ADDR] [--metrics-file FILE]",
+	  "[--workdir DIR [--workdir-limit SIZE]] [--tmpdir DIR] [--lock-timeout MS] [--lock-within DURATION] "
+	  "[--multi-gpu-process] [--tcp-close] [--metrics ADDR] [--metrics-file FILE]",
 	  "snapshot a running process",
 	  "Checkpoints process PID and its children with CRIU (as root), GPU state included, into "
 	  "one snapshot; the job runs on as soon as its state is copied out, while crest stores it. "
 	  "With --every, checkpoints again every DURATION until stopped (or --count times). Files "
-	  "the job holds open for writing are stored with it, and so are its listening sockets and "
-	  "the TCP connections between its own processes. A connection to a peer outside the job "
-	  "is refused before anything is frozen, unless --tcp-close drops it (a unix socket "
-	  "connected outside the job is refused always: CRIU cannot save it).",
+	  "the job holds open for writing are stored with it; files it opens again each step (a log it "
+	  "appends to, event files, its own checkpoints) only with --workdir DIR, which stores DIR whole, "
+	  "as the freeze saw it. So are its listening sockets and the TCP connections between its own "
+	  "processes. A connection to a peer outside the job is refused before anything is frozen, "
+	  "unless --tcp-close drops it (a unix socket connected outside the job is refused always: CRIU "
+	  "cannot save it).",
 	  "", false, {
 		{ "--pid", NULL, "PID", "the process to checkpoint (required)" },
 		{ "--tag", NULL, "TAG", "name the snapshot; not with --every" },
@@ -121,6 +123,9 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--count", NULL, "N", "with --every: stop after N checkpoints" },
 		{ "--kill", NULL, NULL, "end the job once its snapshot is committed (it runs on if the store fails); not with --every" },
 		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
+		{ "--workdir", NULL, "DIR", "a directory the job writes by path (logs, event files, its own checkpoints): "
+		  "stored whole with each snapshot, put back exactly by restore, copied for each clone" },
+		{ "--workdir-limit", NULL, "SIZE", "the most --workdir may hold (default 1G): larger is refused before the job is frozen" },
 		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
 		{ "--lock-timeout", NULL, "MS", "how long each try waits to lock the job's GPU state: milliseconds, or a "
 		  "duration (2s), up to 1h (default 10s); the CUDA processes are locked all at once" },
@@ -146,7 +151,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "holds the job's files open for writing (the job, or a copy of it, runs). "
 	  SNAP_NAMES,
 	  "SNAPSHOT", false, {
-		{ "--keep-files", NULL, NULL, "leave the job's open files as they are now" },
+		{ "--keep-files", NULL, NULL, "leave the job's open files (and its --workdir) as they are now" },
 		{ "--gpu", NULL, "N", "move the job's first GPU to GPU N (an index or a UUID); not with --gpu-map" },
 		{ "--gpu-map", NULL, "OLD=NEW,...", "map the job's GPUs by UUID onto GPUs here" },
 		{ "--tmpdir", NULL, "DIR", "CRIU's working directory (and its images with CREST_RESTORE_IMAGES=files)" },
@@ -168,15 +173,20 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "The next checkpoint on NAME is SNAPSHOT's child; gc keeps SNAPSHOT while it is NAME's "
 	  "head. " SNAP_NAMES,
 	  "NAME SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
-	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--tmpdir DIR] [--tcp-close] "
-	  "[--metrics ADDR] [--metrics-file FILE] [--] COMMAND [ARG...]",
+	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--workdir DIR [--workdir-limit SIZE]] "
+	  "[--tmpdir DIR] [--tcp-close] [--metrics ADDR] [--metrics-file FILE] [--] COMMAND [ARG...]",
 	  "run a job in a pid namespace of its own, checkpointed",
 	  "Runs COMMAND as root in a new pid namespace, so that it can be restored with the same "
-	  "pids, and checkpoints it every DURATION. Exits with the job's status.",
+	  "pids, and checkpoints it every DURATION. Exits with the job's status. With --workdir DIR each "
+	  "snapshot holds DIR as the frozen job saw it: restore puts it back exactly (files made after "
+	  "the snapshot removed), and each clone runs with its own copy mounted over DIR.",
 	  "PROGRAM...", true, {
 		{ "--every", NULL, "DURATION", "checkpoint every DURATION: 30s, 5m, 1h, 7d (1ms to 366 days)" },
 		{ "--branch", NULL, "BRANCH", "with --every: the branch its snapshots go on (default main)" },
 		{ "--file-limit", NULL, "SIZE", "with --every: the largest open file stored with the job" },
+		{ "--workdir", NULL, "DIR", "with --every: a directory the job writes by path (logs, event files, its own "
+		  "checkpoints): stored whole with each snapshot, put back exactly by restore, copied for each clone" },
+		{ "--workdir-limit", NULL, "SIZE", "the most --workdir may hold (default 1G): larger is refused before the job is frozen" },
 		{ "--tmpdir", NULL, "DIR", "with --every: where CRIU's images are staged" },
 		{ "--tcp-close", NULL, NULL, "with --every: as checkpoint's, drop TCP connections to peers outside the job" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
@@ -190,7 +200,9 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "Restores N copies of a snapshot of a job started by crest run, each in a pid namespace "
 	  "of its own, on branch NEW (NEW-1 .. NEW-N for several); each copy's checkpoints continue "
 	  "its branch. PATTERN names each copy's directory for the job's files, %d its number "
-	  "(1..N); without it each file is copied beside itself as FILE.clone-N. N copies must fit "
+	  "(1..N); without it each file is copied beside itself as FILE.clone-N. A snapshot taken "
+	  "with --workdir DIR gives each copy its own copy of DIR (DIR.clone-N, or PATTERN/BASENAME), "
+	  "mounted over DIR for it. N copies must fit "
 	  "what the machine (and crest's cgroup) can hold, the snapshot's memory and tasks times N, "
 	  "or none starts. Each copy's line, branch and note are made as it starts; Ctrl-C or "
 	  "SIGTERM stops the starting, says which copies run and exits 130 (143).",

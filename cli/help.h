@@ -16,7 +16,7 @@
 #include <stdbool.h>
 #include <stdio.h>
 
-#define CLI_DOC_MAX_OPTS 16
+#define CLI_DOC_MAX_OPTS 24
 
 struct cli_opt_doc {
 	const char *name;    /* "--tag"; NULL ends the list */

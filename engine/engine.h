@@ -30,6 +30,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "cas/cas.h"
 #include "dedup/chunker.h"
@@ -102,6 +103,26 @@ int engine_snapshot_begin(struct engine *e, const char *kind, struct engine_snap
 /* The manifest being built: add labels here before sealing. */
 struct cas_manifest *engine_snapshot_manifest(struct engine_snap *s);
 int engine_snapshot_set_tag(struct engine_snap *s, const char *tag);
+/* Regular files seen with more than one link, by inode: the next path of
+ * one is stored as a link to the first (FORMAT.md, "link=NAME"). */
+struct engine_links {
+	struct engine_link {
+		dev_t dev;
+		ino_t ino;
+		char *name;
+	} *v;
+	size_t n, cap;
+};
+void engine_links_free(struct engine_links *l);
+
+/* path (a file, a directory with everything below it, or a symlink, never
+ * followed) into s as stream name and, below a directory, name/CHILD...:
+ * contents with their holes, modes, mtimes, symlinks; a second path of an
+ * inode already seen in links becomes a link to the first ("link=NAME").
+ * Devices, FIFOs and sockets are skipped with a warning. crest put's walk,
+ * and a checkpoint's --workdir. */
+int engine_put_tree(struct engine_snap *s, const char *path, const char *name, struct engine_links *links);
+
 /* Makes the snapshot a child of parent. Takes ownership of parent (a full
  * manifest): its chunk lists tell the workers which chunks the store already
  * has, so unchanged memory costs no index look-up. */

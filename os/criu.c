@@ -747,6 +747,10 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 			argv[n++] = lock;
 		}
 	}
+	if (o->action_script) {
+		argv[n++] = "--action-script";
+		argv[n++] = o->action_script;
+	}
 	if (o->mntns) {
 		/* The mounts dumped as external are the host's own: bound back
 		 * from where they are, under the host's root. */

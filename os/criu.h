@@ -100,6 +100,7 @@ struct criu_restore_opts {
 	/* The dump's TCP flags (criu_dump_opts), which the images need back. */
 	bool tcp_established;
 	bool tcp_close;
+	const char *action_script; /* an executable criu runs at each step, or NULL */
 	const struct criu_inherit *inherit;
 	size_t ninherit;
 	pid_t *pid_out;            /* the restored root */

@@ -309,3 +309,19 @@ int pidns_host_pids(pid_t init, const pid_t *inner, size_t n, pid_t *host)
 	proc_tree_free(&t);
 	return rc;
 }
+
+int pidns_bind_over(pid_t pid, const char *src, const char *dst)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", (int)pid);
+	const int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return crest_errf(-errno, "cannot open the mount namespace of pid %d", (int)pid);
+	const int rc = setns(fd, CLONE_NEWNS) < 0 ? -errno : 0;
+	close(fd);
+	if (rc < 0)
+		return crest_errf(rc, "cannot enter the mount namespace of pid %d", (int)pid);
+	if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+		return crest_errf(-errno, "cannot mount %s over %s for pid %d", src, dst, (int)pid);
+	return 0;
+}

@@ -80,4 +80,12 @@ int pidns_inner_pid(pid_t pid, pid_t *inner);
  * message when one is not in that namespace. */
 int pidns_host_pids(pid_t init, const pid_t *inner, size_t n, pid_t *host);
 
+/* Binds src over dst inside the mount namespace of pid (a restored copy
+ * of a crest run job, from CRIU's post-setup-namespaces step, before any
+ * of its files or working directories are opened): the copy then finds
+ * its own copy of dst wherever it looks, by any path. src is looked up in
+ * that namespace (a copy's mounts are the host's). The calling process
+ * moves into the namespace: only a short-lived helper calls it. */
+int pidns_bind_over(pid_t pid, const char *src, const char *dst);
+
 #endif

@@ -181,8 +181,13 @@ static int put_back(const struct rp_guard_file *f, int dfd)
 	const char *orig = ino_at(dfd, f->tmp) == f->orig_ino ? f->tmp
 			   : f->aside[0] && ino_at(dfd, f->aside) == f->orig_ino ? f->aside : NULL;
 	if (orig && (b == f->new_ino || b == 0)) {
-		/* Over the staged copy, in one step. */
-		if (renameat(dfd, orig, dfd, f->base) < 0) {
+		/* Over the staged copy, in one step; a directory (--workdir)
+		 * does not replace a full one, and is exchanged with it: the
+		 * staged tree is then left under orig's name (a directory is
+		 * not unlinked below). */
+		if (renameat(dfd, orig, dfd, f->base) < 0 &&
+		    ((errno != ENOTEMPTY && errno != EEXIST) ||
+		     renameat2(dfd, orig, dfd, f->base, RENAME_EXCHANGE) < 0)) {
 			fprintf(stderr, "crest: restore guard: the original of %s is kept as %s beside it: %s\n", f->base,
 				orig, strerror(errno));
 			return 1;

@@ -489,6 +489,275 @@ static int jobfile_clone(const struct restore_ctx *c, const struct cas_stream *s
 	return rc;
 }
 
+/*
+ * --workdir (capture/transparent.h): DIR as the snapshot holds it, streams
+ * "workdir/...". In place it is rebuilt whole in a new directory beside DIR,
+ * ".BASE.crest-restore-XXXXXX", and swapped in (RENAME_EXCHANGE) right
+ * before CRIU runs, with the job's files: files made after the snapshot
+ * are gone, changed ones are as they were. A failed restore swaps it back;
+ * a restore that worked removes the old DIR, under the temporary name by
+ * then. A crest killed between the swap and CRIU's outcome is covered by the
+ * restore guard, told of DIR as of a job file: it swaps the old DIR back
+ * (the staged tree is then left beside it under the temporary name), or
+ * after a restore that came up leaves the old one there. The job's own
+ * files below DIR are not staged apart: the tree holds them, copied in the
+ * same freeze.
+ * For a copy beside (clone) DIR is rebuilt as DIR.clone-N beside DIR (or
+ * WORKDIR/BASE with clone --workdir), never over an existing path, and
+ * bound over DIR in the copy's mount namespace by CRIU's post-restore step,
+ * before the copy resumes (capture/transparent.c's bind_hook): whatever
+ * the copy opens below DIR from then on is its own. Not earlier: at
+ * post-setup-namespaces CRIU's tasks are still in a namespace of its own
+ * making, not the one they run in. So what CRIU opens below DIR itself, the
+ * files the job holds open there, is handed to it from the copy's tree
+ * (--inherit-fd), and a job whose working directory is below DIR cannot be
+ * copied (capture's label workdir_cwd): its relative paths would resolve in
+ * the original's DIR.
+ * Nothing is followed through a symlink: DIR's parent is opened from / one
+ * component at a time, and the tree is written below it by restore_tree.
+ * Owners are not kept: the files come back the restorer's (root's), DIR
+ * itself keeps its owner in place.
+ */
+struct wdir {
+	const char *path;          /* the label: DIR, absolute */
+	int pfd;                   /* the directory the new tree is made in */
+	char base[NAME_MAX + 1];   /* DIR's name in pfd (in place) */
+	char tmp[NAME_MAX + 1];    /* in pfd: the new tree; after the swap, the old DIR */
+	char copy[PATH_MAX];       /* beside: the copy's real path */
+	bool existed, swapped, made;
+	uint64_t orig_ino, new_ino; /* in place: DIR's and the new tree's, for the guard */
+	size_t nfiles;
+};
+
+/* Whether path lies below DIR. */
+static bool wd_holds(const char *dir, const char *path)
+{
+	const size_t l = dir ? strlen(dir) : 0;
+	return l && !strncmp(path, dir, l) && path[l] == '/';
+}
+
+static int wd_check(const struct restore_ctx *c, const char *dir)
+{
+	bool ok = dir[0] == '/' && dir[1] && strlen(dir) < PATH_MAX - 64 && dir[strlen(dir) - 1] != '/';
+	for (const char *p = dir; ok && *p; p++)
+		if (p[0] == '/' && (p[1] == '/' || (p[1] == '.' && (p[2] == '/' || !p[2] || (p[2] == '.' && (p[3] == '/' || !p[3]))))))
+			ok = false;
+	return ok ? 0 : crest_errx(-EBADMSG, "snapshot %s: its workdir label '%.64s' is damaged", c->snapshot, dir);
+}
+
+/* Removes name in dfd and all below it, never through a symlink. */
+static void wd_rm(int dfd, const char *name, int depth)
+{
+	struct stat sb;
+	if (depth > 80 || fstatat(dfd, name, &sb, AT_SYMLINK_NOFOLLOW) < 0)
+		return;
+	if (!S_ISDIR(sb.st_mode)) {
+		unlinkat(dfd, name, 0);
+		return;
+	}
+	const int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	struct dirent *e;
+	while ((e = readdir(d)))
+		if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+			wd_rm(fd, e->d_name, depth + 1);
+	closedir(d);
+	unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+/* A new directory ".BASE.crest-TAG-XXXXXX" in dfd (mkdirat: nothing
+ * planted there is taken). */
+static int wd_tempdir(int dfd, const char *base, char *out, size_t cap)
+{
+	for (int tries = 0; tries < 100; tries++) {
+		uint64_t r = (uint64_t)time_now_ns() * 0x9e3779b97f4a7c15ull ^ (uint64_t)getpid() << 32 ^ (uint64_t)tries;
+		snprintf(out, cap, ".%.200s.crest-restore-%06llx", base, (unsigned long long)(r % 0xffffff));
+		if (mkdirat(dfd, out, 0700) == 0)
+			return 0;
+		if (errno != EEXIST)
+			break;
+	}
+	return crest_errf(-errno, "cannot create a directory beside %s", base);
+}
+
+/* Rebuilds DIR from the snapshot: in place as w->tmp beside it, for a copy
+ * at its own path (see the top). */
+static int wd_stage(const struct restore_ctx *c, const struct cas_manifest *m, const struct rp_opts *o,
+		    struct wdir *w)
+{
+	char parent[PATH_MAX], name[NAME_MAX + 1];
+	const char *base = fs_split(w->path, parent, sizeof(parent));
+	if (!*base || strlen(base) > NAME_MAX - 40)
+		return crest_errx(-EBADMSG, "snapshot %s: its workdir '%s' is damaged", c->snapshot, w->path);
+	snprintf(w->base, sizeof(w->base), "%s", base);
+	int rc = 0;
+	if (o->beside && o->workdir) {
+		/* As the job files' copies there (jobfile_clone): through no
+		 * link of another user's. */
+		w->pfd = fs_open_dir_owned(o->workdir, 1, 0755, NULL);
+		if (w->pfd < 0)
+			return w->pfd;
+	} else {
+		const int root = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (root < 0)
+			return crest_errf(-errno, "cannot open /");
+		w->pfd = fs_openat_beneath(root, parent + 1, O_RDONLY | O_DIRECTORY, 0);
+		close(root);
+		if (w->pfd < 0)
+			return crest_errf(w->pfd, "cannot open %s to put %s back%s", parent[0] ? parent : "/", base,
+					  w->pfd == -ELOOP ? " (a directory on its path is now a symlink)" : "");
+	}
+	struct stat sb;
+	if (!o->beside) {
+		if (fstatat(w->pfd, base, &sb, AT_SYMLINK_NOFOLLOW) == 0) {
+			if (!S_ISDIR(sb.st_mode))
+				return crest_errx(-EPERM, "refusing to put back --workdir %s: it is now %s", w->path,
+						  S_ISLNK(sb.st_mode) ? "a symlink" : "not a directory");
+			w->existed = true;
+			w->orig_ino = (uint64_t)sb.st_ino;
+		} else if (errno != ENOENT) {
+			return crest_errf(-errno, "cannot stat %s", w->path);
+		}
+		rc = wd_tempdir(w->pfd, base, w->tmp, sizeof(w->tmp));
+		if (rc < 0) {
+			w->tmp[0] = 0;
+			return rc;
+		}
+		snprintf(name, sizeof(name), "%s", w->tmp);
+	} else {
+		if (o->workdir)
+			snprintf(name, sizeof(name), "%s", base);
+		else
+			snprintf(name, sizeof(name), "%s.clone-%u", base, o->clone);
+		if (mkdirat(w->pfd, name, 0700) < 0)
+			return crest_errf(-errno, "cannot create %s%s%s for the copy's --workdir%s",
+					  o->workdir ? o->workdir : parent, "/", name,
+					  errno == EEXIST ? " (it would be overwritten: remove it or choose another "
+							    "clone --workdir)" : "");
+		w->made = true;
+		snprintf(w->tmp, sizeof(w->tmp), "%s", name);
+	}
+	/* The snapshot's workdir/... streams, named below the new directory. */
+	struct cas_manifest fm = *m;
+	fm.streams = calloc(m->nstreams + 1, sizeof(*fm.streams));
+	fm.nstreams = 0;
+	fm.npieces = 0;
+	fm.pieces = NULL;
+	if (!fm.streams)
+		return crest_errf(-ENOMEM, "restoring --workdir %s", w->path);
+	uint32_t mode = 0755;
+	for (size_t i = 0; i < m->nstreams; i++) {
+		const struct cas_stream *st = &m->streams[i];
+		if (!strcmp(st->name, "workdir") && st->type == CAS_STREAM_DIR)
+			mode = st->mode;
+		if (strncmp(st->name, "workdir/", 8) || st->type == CAS_STREAM_JOBFILE || st->type == CAS_STREAM_IMAGE)
+			continue;
+		fm.streams[fm.nstreams] = *st;
+		fm.streams[fm.nstreams].name = st->name + 8;
+		fm.nstreams++;
+		w->nfiles += st->type != CAS_STREAM_DIR;
+	}
+	/* The new directory by descriptor (whoever may write DIR's parent can
+	 * rename or replace the name meanwhile), and restore_tree given that
+	 * very directory through /proc/self/fd. */
+	const int nfd = openat(w->pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat ns;
+	if (nfd < 0 || fstat(nfd, &ns) < 0)
+		rc = crest_errf(-errno, "cannot open the new %s", w->path);
+	char dest[64];
+	snprintf(dest, sizeof(dest), "/proc/self/fd/%d", nfd);
+	struct restore_ctx quiet = *c;
+	quiet.progress = NULL;
+	if (rc == 0)
+		rc = restore_tree(&quiet, &fm, dest, NULL);
+	free(fm.streams);
+	if (rc == 0 && fchmod(nfd, mode & 07777) < 0)
+		rc = crest_errf(-errno, "cannot set the mode of %s", w->path);
+	if (rc == 0 && w->existed && fchown(nfd, sb.st_uid, sb.st_gid) < 0)
+		rc = crest_errf(-errno, "cannot give the new %s its owner", w->path);
+	if (rc == 0)
+		w->new_ino = (uint64_t)ns.st_ino;
+	if (rc == 0 && o->beside && !realpath(dest, w->copy))
+		rc = crest_errf(-errno, "cannot find the copy of %s", w->path);
+	if (nfd >= 0)
+		close(nfd);
+	if (rc < 0)
+		crest_errctx(rc, "putting back --workdir %s", w->path);
+	return rc;
+}
+
+static int wd_swap(struct wdir *w)
+{
+	if (w->existed ? renameat2(w->pfd, w->tmp, w->pfd, w->base, RENAME_EXCHANGE) < 0
+		       : renameat2(w->pfd, w->tmp, w->pfd, w->base, RENAME_NOREPLACE) < 0)
+		return crest_errf(-errno, "cannot swap the staged --workdir %s in", w->path);
+	w->swapped = true;
+	if (!w->existed)
+		w->tmp[0] = 0;   /* nothing left under it */
+	return 0;
+}
+
+static int wd_unswap(struct wdir *w)
+{
+	if (!w->swapped)
+		return 0;
+	w->swapped = false;
+	if (!w->existed) {
+		wd_rm(w->pfd, w->base, 0);
+		return 0;
+	}
+	if (renameat2(w->pfd, w->tmp, w->pfd, w->base, RENAME_EXCHANGE) < 0) {
+		const int rc = crest_errf(-errno, "the old --workdir %s is kept as %s beside it: cannot swap it back",
+					  w->path, w->tmp);
+		w->tmp[0] = 0;   /* not to be removed */
+		return rc;
+	}
+	return 0;
+}
+
+/* After a restore: the old DIR goes (in place); after a failure: what was
+ * made for nothing (the staged tree, a copy's). */
+static void wd_free(struct wdir *w, bool failed)
+{
+	if (w->pfd < 0)
+		return;
+	if (w->tmp[0] && (!w->made || failed))
+		wd_rm(w->pfd, w->tmp, 0);
+	close(w->pfd);
+	w->pfd = -1;
+}
+
+/* For a copy: CRIU's post-restore step binds the copy of DIR over
+ * DIR (capture/transparent.c: bind_hook), through an action script in the
+ * restore's directory that runs crest itself. */
+static int wd_bind_script(const struct wdir *w, const char *dir, char *script, size_t cap)
+{
+	char exe[PATH_MAX], path[PATH_MAX + 16];
+	const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n <= 0)
+		return crest_errf(-errno, "cannot find crest's own program");
+	exe[n] = 0;
+	if (strchr(exe, '\'') || strchr(dir, '\'') || strchr(w->copy, '\n') || strchr(w->path, '\n'))
+		return crest_errx(-EINVAL, "crest's path, the images path or --workdir holds a quote or a newline");
+	snprintf(path, sizeof(path), "%s/bind", dir);
+	FILE *f = fopen(path, "we");
+	if (!f || fprintf(f, "%s\n%s\n", w->copy, w->path) < 0 || fclose(f) != 0) {
+		const int rc = crest_errf(-errno, "cannot write %s", path);
+		return rc;
+	}
+	snprintf(script, cap, "%s/bind.sh", dir);
+	f = fopen(script, "we");
+	if (!f || fprintf(f, "#!/bin/sh\nexec '%s' __criu-hook '%s' 0\n", exe, dir) < 0 || fchmod(fileno(f), 0700) < 0 ||
+	    fclose(f) != 0)
+		return crest_errf(-errno, "cannot write %s", script);
+	return 0;
+}
+
 /* Where the job's GPUs go: what the user asked for, completed into the
  * whole map the driver wants and checked against this machine's GPUs, all
  * before anything is restored (gpumap.h). Snapshots of older crests do not
@@ -614,6 +883,9 @@ static void staged_free(struct staged *v, size_t n, bool failed)
 	free(v);
 }
 
+struct wdir;
+static bool wd_holds(const char *dir, const char *path);
+
 /* A descriptor the job held on a mount of the host's (its stdio, under
  * crest run), dumped as external: the restore hands CRIU one for it, under
  * the same key (os/proc.h: proc_extfds_get). */
@@ -679,11 +951,20 @@ static const struct staged *staged_by_path(const struct staged *v, size_t n, con
  * place, a file the restore put back is opened in its directory (never
  * through a symlink planted since), anything else (/dev/null, a terminal,
  * a file read) by its path, at the offset the job had. */
-static int extfds_open(struct extfd *v, size_t n, const struct staged *files, size_t nfiles, bool beside)
+static int extfds_open(struct extfd *v, size_t n, const struct staged *files, size_t nfiles, bool beside,
+		       const struct wdir *w)
 {
 	for (size_t i = 0; i < n; i++) {
 		struct extfd *x = &v[i];
 		const struct staged *f = staged_by_path(files, nfiles, x->path);
+		char inwd[2 * PATH_MAX];
+		const char *at = x->path;
+		/* Below a copy's --workdir: the copy's own file (in place, DIR
+		 * is the snapshot's already). */
+		if (beside && w && w->copy[0] && wd_holds(w->path, x->path)) {
+			snprintf(inwd, sizeof(inwd), "%s%s", w->copy, x->path + strlen(w->path));
+			at = inwd;
+		}
 		/* O_NONBLOCK: the path is the snapshot's word, and a FIFO there
 		 * (or a serial line waiting for its carrier) would block open()
 		 * for good, with the job's files swapped in; fd_plain clears it. */
@@ -692,13 +973,13 @@ static int extfds_open(struct extfd *v, size_t n, const struct staged *files, si
 			x->fd = f->fd;
 			continue;
 		}
-		if (beside && (x->flags & O_ACCMODE) != O_RDONLY) {
+		if (beside && at == x->path && (x->flags & O_ACCMODE) != O_RDONLY) {
 			struct stat sb;
 			if (stat(x->path, &sb) == 0 && S_ISREG(sb.st_mode))
 				return crest_errx(-ENOENT, "the snapshot holds no copy of %s, which the job wrote: "
 						  "a copy beside it would write into the original's", x->path);
 		}
-		x->fd = f ? openat(f->dfd, f->base, how) : open(x->path, how);
+		x->fd = f ? openat(f->dfd, f->base, how) : open(at, how);
 		if (x->fd < 0)
 			return crest_errf(-errno, "cannot open %s again for the restored job", x->path);
 		x->own = true;
@@ -1009,6 +1290,14 @@ static void copy_record(uint64_t pidns, pid_t init)
 	}
 }
 
+/* A job file below --workdir: the tree holds it (copied in the same
+ * freeze), so it is not staged apart. */
+static bool jobfile_in(const struct cas_stream *st, const char *wdl)
+{
+	char path[PATH_MAX];
+	return wdl && meta_get(st->meta, "path", path, sizeof(path)) && wd_holds(wdl, path);
+}
+
 int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, const struct criu *criu,
 		    const struct rp_opts *o, struct rp_result *r)
 {
@@ -1047,6 +1336,24 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	if (rc == 0 && o->beside && !pidns)
 		rc = crest_errx(-EINVAL, "snapshot %s is of a job that was not started by crest run: a copy "
 				"beside it would need the pids the original holds", c->snapshot);
+	/* --workdir: put back with the job's files, unless those stay. */
+	const char *wdl = o->keep_files ? NULL : cas_manifest_get_label(m, "workdir");
+	struct wdir wd = { .path = wdl, .pfd = -1 };
+	if (rc == 0 && wdl)
+		rc = wd_check(c, wdl);
+	/* A copy's DIR is its own copy, bound over DIR where only it sees it:
+	 * put back in place it would replace the original's DIR. */
+	if (rc == 0 && wdl && !o->beside && cas_manifest_get_label(m, "workdir_bound"))
+		rc = crest_errx(-EPERM, "cannot restore %s in place: it is of a copy (crest clone) whose --workdir "
+				"%s was its own copy, and in place it would replace the original's %s; run it as "
+				"a copy with crest clone", c->snapshot, wdl, wdl);
+	if (rc == 0 && wdl && o->beside && cas_manifest_get_label(m, "workdir_cwd"))
+		rc = crest_errx(-EINVAL, "snapshot %s: the job's working directory is below --workdir %s, where a "
+				"copy would find the original's files by relative paths: start the job outside %s "
+				"(a copy gets its own %s for absolute paths)", c->snapshot, wdl, wdl, wdl);
+	if (rc == 0 && wdl && o->beside && !cas_manifest_get_label(m, "mntns"))
+		rc = crest_errx(-EINVAL, "snapshot %s holds --workdir %s but its job has no mount namespace of its "
+				"own (not started by crest run): a copy could not get its own %s", c->snapshot, wdl, wdl);
 	/* The driver is reached by host pid: a copy in a new namespace has
 	 * new ones, found after CRIU by the pids inside (cuda_nspids). */
 	pid_t *cuda_in = NULL;
@@ -1105,7 +1412,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	struct staged *files = NULL;
 	size_t nfiles = 0;
 	for (size_t i = 0; !o->keep_files && i < m->nstreams; i++)
-		nfiles += m->streams[i].type == CAS_STREAM_JOBFILE;
+		nfiles += m->streams[i].type == CAS_STREAM_JOBFILE && !jobfile_in(&m->streams[i], wdl);
 	if (rc == 0 && nfiles && !(files = calloc(nfiles, sizeof(*files))))
 		rc = crest_errf(-ENOMEM, "restore");
 	for (size_t i = 0; files && i < nfiles; i++) {
@@ -1116,7 +1423,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	 * GPU state of its CUDA processes if crest dies before it has dealt
 	 * with CRIU's outcome (restore/guard.h). */
 	struct rp_guard guard = { 0, -1 };
-	if (rc == 0 && ((files && !o->beside) || ncuda))
+	if (rc == 0 && (((files || wdl) && !o->beside) || ncuda))
 		rc = rp_guard_start(&guard, dir, dir_lock);
 	if (rc == 0 && ncuda)
 		rc = rp_guard_cuda(&guard, cuda_in ? cuda_in : cuda, ncuda, cuda_in != NULL, gmap, ngmap);
@@ -1125,19 +1432,58 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	for (size_t i = 0; files && i < nfiles && !o->beside; i++)
 		files[i].guard = guard.pid ? &guard : NULL;
 	for (size_t i = 0, k = 0; rc == 0 && files && i < m->nstreams; i++)
-		if (m->streams[i].type == CAS_STREAM_JOBFILE)
+		if (m->streams[i].type == CAS_STREAM_JOBFILE && !jobfile_in(&m->streams[i], wdl))
 			rc = o->beside ? jobfile_clone(c, &m->streams[i], o, &files[k++])
 				       : jobfile_stage(c, &m->streams[i], &files[k++]);
+	if (rc == 0 && wdl)
+		rc = wd_stage(c, m, o, &wd);
+	/* The guard swaps DIR back, as a job file, if crest dies once it is in. */
+	if (rc == 0 && wdl && !o->beside) {
+		struct rp_guard_file g = { .idx = (uint32_t)nfiles, .existed = wd.existed, .orig_ino = wd.orig_ino,
+					   .new_ino = wd.new_ino };
+		snprintf(g.base, sizeof(g.base), "%s", wd.base);
+		snprintf(g.tmp, sizeof(g.tmp), "%s", wd.tmp);
+		rc = rp_guard_file(&guard, &g, wd.pfd);
+	}
+	char bind_sh[PATH_MAX + 16];
+	if (rc == 0 && wdl && o->beside)
+		rc = wd_bind_script(&wd, dir, bind_sh, sizeof(bind_sh));
 	/* Files the job had on the host's mounts (under crest run: its stdio). */
 	struct extfd *ext = NULL;
 	size_t next = 0;
 	const char *mnl = cas_manifest_get_label(m, "mntns"), *netl = cas_manifest_get_label(m, "netns");
 	if (rc == 0)
 		rc = extfds_parse(c, cas_manifest_get_label(m, "ext_fds"), &ext, &next);
-	struct criu_inherit *inh = calloc(nfiles + next + 1, sizeof(*inh));
+	struct criu_inherit *inh = calloc(nfiles + next + m->nstreams + 1, sizeof(*inh));
 	size_t ninh = 0;
 	if (rc == 0 && !inh)
 		rc = crest_errf(-ENOMEM, "restore");
+	/* A copy's files below DIR: its own copy's, opened here (CRIU would
+	 * open the original's: the bind comes after). */
+	int *wdfds = NULL;
+	size_t nwdfds = 0;
+	if (rc == 0 && wdl && o->beside && inh && !(wdfds = calloc(m->nstreams + 1, sizeof(int))))
+		rc = crest_errf(-ENOMEM, "restore");
+	for (size_t i = 0; rc == 0 && wdfds && i < m->nstreams; i++) {
+		char path[PATH_MAX], at[2 * PATH_MAX];
+		if (m->streams[i].type != CAS_STREAM_JOBFILE || !jobfile_in(&m->streams[i], wdl) ||
+		    !meta_get(m->streams[i].meta, "path", path, sizeof(path)))
+			continue;
+		bool external = false;
+		for (size_t k = 0; k < next && !external; k++)
+			external = !strcmp(ext[k].path, path);
+		if (external)
+			continue;   /* extfds_open opens the copy's */
+		snprintf(at, sizeof(at), "%s%s", wd.copy, path + strlen(wdl));
+		const int fd = open(at, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0) {
+			rc = crest_errf(-errno, "cannot open %s for the copy", at);
+			break;
+		}
+		wdfds[nwdfds++] = fd;
+		/* path= is the meta's last field: the stream's own string from there */
+		inh[ninh++] = (struct criu_inherit){ .fd = fd, .path = strstr(m->streams[i].meta, "path=") + 5 };
+	}
 	/* A copy's own files, by path; one dumped as external goes by its key. */
 	for (size_t i = 0; rc == 0 && o->beside && i < nfiles; i++) {
 		bool external = false;
@@ -1150,8 +1496,12 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	/* Everything is ready: the files go in, and CRIU runs at once. */
 	for (size_t i = 0; rc == 0 && !o->beside && i < nfiles; i++)
 		rc = jobfile_swap(&files[i]);
+	if (rc == 0 && wdl && !o->beside)
+		rc = wd_swap(&wd);
+	if (rc == 0 && wdl && !o->beside)
+		crest_fault_die("restore.workdir");   /* tests only: util/fault.h */
 	if (rc == 0)
-		rc = extfds_open(ext, next, files, nfiles, o->beside);
+		rc = extfds_open(ext, next, files, nfiles, o->beside, wdl ? &wd : NULL);
 	for (size_t i = 0; rc == 0 && i < next; i++)
 		inh[ninh++] = (struct criu_inherit){ .fd = ext[i].fd, .key = ext[i].key };
 	const char *sj = cas_manifest_get_label(m, "shell_job");
@@ -1189,6 +1539,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 					.tcp_established = tcp && !strcmp(tcp, "established"),
 					.tcp_close = tcp && !strcmp(tcp, "close"),
 					.inherit = inh, .ninherit = ninh,
+					.action_script = wdl && o->beside ? bind_sh : NULL,
 					.started = guard.pid ? rp_guard_started : NULL, .started_arg = &guard };
 	bool ran_criu = false;
 	if (rc == 0) {
@@ -1262,11 +1613,11 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	if (!subreaper)
 		prctl(PR_SET_CHILD_SUBREAPER, 0);
 	r->gpu_ns = time_now_ns() - t2;
-	if (rc < 0 && nfiles && !o->beside) {
+	if (rc < 0 && (nfiles || wd.swapped) && !o->beside) {
 		/* The processes are not back: the originals go back in place. */
 		char msg[1024];
 		crest_errcpy(msg, sizeof(msg));
-		int urc = 0;
+		int urc = wd_unswap(&wd);
 		for (size_t i = nfiles; files && i-- > 0;) {
 			const int u = jobfile_unswap(&files[i]);
 			urc = urc ? urc : u;
@@ -1289,10 +1640,22 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 			fprintf(o->notes, "restored %s as it was at the snapshot (%llu bytes)\n", f->path,
 				(unsigned long long)f->size);
 	}
+	if (rc == 0 && wdl && o->notes) {
+		if (o->beside)
+			fprintf(o->notes, "copied --workdir %s as it was at the snapshot (%zu files) to %s, mounted over "
+				"%s for the copy\n", wdl, wd.nfiles, wd.copy, wdl);
+		else
+			fprintf(o->notes, "restored --workdir %s as it was at the snapshot (%zu files; what was "
+				"made or changed after it is gone)\n", wdl, wd.nfiles);
+	}
 	if (rc == 0 && pidns && !o->beside && r->pid > 0)
 		copy_record(pidns, r->pid);   /* under the lock still */
 	/* After a restore: the originals; after a failure: the staged files. */
 	staged_free(files, nfiles, rc < 0);
+	wd_free(&wd, rc < 0);
+	for (size_t i = 0; i < nwdfds; i++)
+		close(wdfds[i]);
+	free(wdfds);
 	rp_guard_disarm(&guard);
 	if (dir[0])
 		fs_workdir_release(dir, dir_lock);

@@ -23,7 +23,8 @@
  * "restore.cuda" (a process restore after CRIU, before the driver gives
  * the processes their GPU state back), "capture.stranded" (a checkpoint
  * whose driver restore failed after the dump, before it stores the
- * images; capture/transparent.h).
+ * images; capture/transparent.h), "restore.workdir" (a process
+ * restore in place, its --workdir swapped in, before CRIU runs).
  *
  * crest_fault_pause(site) holds the calling thread at a step when
  * CREST_FAULT_PAUSE="SITE:FILE" names the site: it creates FILE, then

@@ -70,7 +70,7 @@ around() {
 	case "$1 $2" in
 	"crest put") pre=() post=("$T/no/such/file") ;;
 	"crest checkpoint") pre=(--pid 2147483647) post=()
-		case $3 in --count|--metrics|--metrics-file) pre+=(--every 1h) ;; esac ;;
+		case $3 in --count|--metrics|--metrics-file) pre+=(--every 1h) ;; --workdir-limit) pre+=(--workdir "$T") ;; esac ;;
 	"crest restore") pre=(deadbeef) post=() ;;
 	"crest get") pre=(deadbeef "$T/out") post=() ;;
 	"crest clone") pre=(deadbeef --branch b2) post=() ;;
@@ -82,7 +82,8 @@ around() {
 	"crest demo") pre=() post=()   # no criu (CREST_CRIU below): fails after parsing
 		[ "$3" = --checkpoints ] && post=(--restore-from 1) ;;
 	"crest run") pre=() post=(-- /bin/true)
-		case $3 in --metrics|--metrics-file|--branch|--file-limit|--tmpdir|--tcp-close) pre=(--every 1h) ;; esac ;;
+		case $3 in --metrics|--metrics-file|--branch|--file-limit|--tmpdir|--tcp-close|--workdir) pre=(--every 1h) ;;
+			--workdir-limit) pre=(--every 1h --workdir "$T") ;; esac ;;
 	"casctl gc") pre=() post=(--keep-last 1) ;;
 	*) pre=() post=() ;;
 	esac
