@@ -59,7 +59,10 @@
 #               (two GPUs only); the log shows its /dev/nvidia* maps and fds
 #   ddp_gloo    a 2-rank DDP job (gloo over 127.0.0.1, one GPU a rank)
 #               checkpointed by its launcher's pid with --kill and restored:
-#               each rank's losses equal an uninterrupted run's (two GPUs only)
+#               each rank's losses equal an uninterrupted run's (two GPUs only).
+#               A rank PyTorch gave a context on the other GPU too is refused
+#               first (the job must run on), then taken with
+#               --multi-gpu-process; that failing is KNOWN (issue 33)
 #   train       python/examples/train.py --mode check --device cuda: PyTorch
 #               training SIGKILLed, resumed in a fresh process, losses bit for bit
 #   bench_gpu   crest bench restore --to gpu on gpu_multi's store: GB/s against
@@ -890,7 +893,7 @@ if ! x crest help checkpoint 2>&1 | grep -e '--tcp-close' >/dev/null; then
 	DDP_KNOWN="this crest cannot save TCP connections between a job's processes (no checkpoint --tcp-close: the sockets work of issue 33, with criu 4.2 and --tcp-established, is not in this build)"
 fi
 if torch_2gpu ddp_gloo; then
-	dw=$WORK/ddp DDP_ERR="" t=$SECONDS
+	dw=$WORK/ddp DDP_ERR="" DDP_REFUSED="" t=$SECONDS
 	mkdir -p "$dw/ref" "$dw/job"
 	dl=$LOGS/ddp_gloo.log
 	: >"$dl"
@@ -951,7 +954,29 @@ PY
 			DDP_ERR="the job did not start ($(cat "$dw/job/rank1.log" 2>/dev/null | wc -l) lines of rank 1)"
 		elif ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$dw/store" checkpoint --pid "$dpid" --kill --tag ddp \
 			>>"$dl" 2>"$dw/ck.err"; then
-			DDP_ERR="crest checkpoint --kill of the launcher failed: $(tail -1 "$dw/ck.err")"
+			cat "$dw/ck.err" >>"$dl"
+			# A rank with a context on the other GPU too (PyTorch
+			# makes one there; seen on the H200) is refused before
+			# the freeze, since peer access cannot be told from
+			# outside (gpu/gpuckpt.h). The job must run on,
+			# unfrozen; then the same with --multi-gpu-process,
+			# which these ranks (no peer access) should survive.
+			if grep -q "holds CUDA state on 2 GPUs" "$dw/ck.err"; then
+				n0=$(wc -l <"$dw/job/rank1.log")
+				sleep 2
+				if [ "$(wc -l <"$dw/job/rank1.log")" -le "$n0" ]; then
+					DDP_ERR="refused, but the job stopped writing after the refusal"
+				else
+					DDP_REFUSED="refused by default (a rank holds a context on both GPUs; the job ran on), then taken with --multi-gpu-process"
+					if ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$dw/store" checkpoint --pid "$dpid" --kill \
+						--multi-gpu-process --tag ddp >>"$dl" 2>"$dw/ck.err"; then
+						DDP_ERR="crest checkpoint --kill --multi-gpu-process of the launcher failed: $(tail -1 "$dw/ck.err")"
+						DDP_KNOWN="issue 33: a DDP rank with a context on both GPUs, taken with --multi-gpu-process"
+					fi
+				fi
+			else
+				DDP_ERR="crest checkpoint --kill of the launcher failed: $(tail -1 "$dw/ck.err")"
+			fi
 		fi
 		cat "$dw/ck.err" >>"$dl"
 		if [ -z "$DDP_ERR" ]; then
@@ -959,6 +984,7 @@ PY
 			for i in $(seq 1 100); do live_of $dpids >/dev/null || break; sleep 0.1; done
 			if ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$dw/store" restore ddp >>"$dl" 2>"$dw/rs.err"; then
 				DDP_ERR="crest restore of the DDP job failed: $(tail -1 "$dw/rs.err")"
+				[ -n "$DDP_REFUSED" ] && DDP_KNOWN="issue 33: a DDP rank with a context on both GPUs, taken with --multi-gpu-process"
 			fi
 			cat "$dw/rs.err" >>"$dl"
 		fi
@@ -976,7 +1002,7 @@ PY
 	DT=$((SECONDS - t))
 	if [ -z "$DDP_ERR" ]; then
 		STORES+=("ddp_gloo=$dw/store")
-		pass ddp_gloo "a 2-rank DDP job (gloo over 127.0.0.1, one GPU a rank) checkpointed by its launcher's pid with --kill, restored: both ranks' logs identical to an uninterrupted run's ($steps lines each), ${DT} s"
+		pass ddp_gloo "a 2-rank DDP job (gloo over 127.0.0.1, one GPU a rank) checkpointed by its launcher's pid with --kill${DDP_REFUSED:+ ($DDP_REFUSED)}, restored: both ranks' logs identical to an uninterrupted run's ($steps lines each), ${DT} s"
 	elif [ -n "$DDP_KNOWN" ]; then
 		known ddp_gloo "$DDP_KNOWN (this run: $DDP_ERR)"
 	else
