@@ -161,7 +161,7 @@ void cas_gc_keep(const struct cas_gc_policy *p, struct cas_gc_snap *v, size_t n)
 {
 	const unsigned want[B_N] = { p->keep_hourly, p->keep_daily, p->keep_weekly, p->keep_monthly,
 				     p->keep_yearly };
-	uint64_t last[B_N];
+	uint64_t last[B_N] = { 0 };   /* read only where seen[b]; the optimizer cannot tell */
 	unsigned got[B_N] = { 0 };
 	bool seen[B_N] = { false };
 	/* restic's walk: newest first, a snapshot is kept for a bucket rule
