@@ -116,6 +116,7 @@ full_len = {}           # sha -> length, of every piece the model ever made
 # --- the model's snapshots ------------------------------------------------
 snap = {}               # id -> dict(branch, seq, chunks, pieces, parent)
 heads = {}              # branch -> id (its newest snapshot)
+refs = {}               # branch -> id: made by crest branch, a ref to that snapshot (no copy)
 policy = set()          # what the store must list, were every gc completed
 live = set()            # what it may list (kills leave more)
 store_pieces = {}       # sha -> len: the index's pieces, when exact
@@ -139,6 +140,10 @@ def keep_last(ids, k):
     for br in {snap[i]["branch"] for i in ids}:
         on = sorted((i for i in ids if snap[i]["branch"] == br), key=lambda i: snap[i]["seq"], reverse=True)
         keep |= set(on[:k])
+    # A ref is its branch's head while the branch has no snapshot of its
+    # own: gc keeps what it points at.
+    branches_with_own = {snap[i]["branch"] for i in ids}
+    keep |= {t for name, t in refs.items() if name not in branches_with_own and t in ids}
     return keep
 
 def listed():
@@ -389,9 +394,12 @@ for step_no in range(1, steps + 1):
         src = rng.choice(sorted(policy, key=lambda i: snap[i]["seq"]))
         out = js(crest, "branch", name, src)
         sid = out["snapshot"]
-        os.link(os.path.join(saved, src), os.path.join(saved, sid))
-        add_snapshot(sid, name, snap[src]["chunks"], snap[src]["pieces"], src)
-        check_pieces(f"crest branch {name} #{snap[src]['seq']}")     # its pieces are src's
+        # A ref to src itself, as in git: no snapshot is written.
+        if sid != src:
+            fail(f"crest branch {name} {src[:12]}: made {sid[:12]}, not a ref to the snapshot itself")
+        refs[name] = src
+        heads[name] = src
+        check_pieces(f"crest branch {name} #{snap[src]['seq']}")     # no pieces of its own
         branches.append(name)
         extra = [sid]
         msg = f"branch {name} at #{snap[src]['seq']} ({snap[src]['branch']})"
