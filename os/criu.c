@@ -1,6 +1,7 @@
 /* criu.c - CRIU's command line; see criu.h. */
 #include "os/criu.h"
 #include "util/err.h"
+#include "util/fault.h"
 #include "util/progress.h"
 
 #include <errno.h>
@@ -248,11 +249,17 @@ static bool hw_breakpoints_fire(void)
 		return false;
 	const pid_t pid = fork();
 	if (pid == 0) {
-		/* Raw system calls only: see child_exec. */
+		/* Raw system calls only: see child_exec. Its own copy of the
+		 * write end goes first: a crest that dies before it writes
+		 * (killed, say) then leaves it an end of file to read, not a
+		 * wait for good with crest's descriptors held. */
+		syscall(SYS_close, p[1]);
 		char go;
-		while (syscall(SYS_read, p[0], &go, 1) < 0)
+		long r;
+		while ((r = syscall(SYS_read, p[0], &go, 1)) < 0)
 			;
-		target();
+		if (r == 1)
+			target();
 		syscall(SYS_exit_group, 0);
 	}
 	close(p[0]);
@@ -260,6 +267,7 @@ static bool hw_breakpoints_fire(void)
 		close(p[1]);
 		return false;
 	}
+	crest_fault_pause("criu.probe");   /* tests only: util/fault.h */
 	bool fired = false, reaped = false;
 	int st;
 	if (ptrace(PTRACE_SEIZE, pid, NULL, NULL) == 0 && ptrace(PTRACE_INTERRUPT, pid, NULL, NULL) == 0 &&

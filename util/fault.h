@@ -33,7 +33,9 @@
  * reader's open), and removes FILE: a race made certain, not hoped for.
  * Sites: "store.read_open" (a reader's open, its index opened, before it
  * reads the meta logs), "restore.lock" (a process restore, holding the
- * job's restore lock, before it checks for a running copy).
+ * job's restore lock, before it checks for a running copy), "criu.probe"
+ * (the child that tells whether breakpoints fire is forked, not yet told
+ * to go: os/criu.c).
  */
 #ifndef CREST_UTIL_FAULT_H
 #define CREST_UTIL_FAULT_H

@@ -60,4 +60,24 @@ fi
 sleep 1   # the job has no output to watch: it runs (same pid), not stopped
 kill -0 "$JOB" && [ "$(awk '{print $3}' /proc/"$JOB"/stat)" != T ] || fail "the restored job is not running"
 "$CASCTL" --store "$S" --quiet verify || fail "casctl verify"
+
+# A crest killed while its child tells whether hardware breakpoints fire
+# (os/criu.c, before criu runs) leaves no such child behind: it once held
+# the write end of the pipe it waited on, and waited for good, holding
+# crest's descriptors (a store's readers lock among them).
+P=$T/probe.pause
+env -u CRIU_FAULT CREST_FAULT_PAUSE="criu.probe:$P" "$CREST" --store "$S" --quiet checkpoint --pid "$JOB" \
+	--tmpdir "$T" >/dev/null 2>&1 &
+cp=$!
+for i in $(seq 1 500); do [ -e "$P" ] && break; sleep 0.02; done
+[ -e "$P" ] || fail "crest checkpoint never reached the breakpoint probe"
+kill -9 "$cp"
+wait "$cp" 2>/dev/null || true
+rm -f "$P"
+for i in $(seq 1 100); do pgrep -f -- "checkpoint --pid $JOB " >/dev/null || break; sleep 0.05; done
+if pgrep -f -- "checkpoint --pid $JOB " >/dev/null; then
+	pkill -9 -f -- "checkpoint --pid $JOB " || true
+	fail "the breakpoint probe's child of a killed crest was left waiting"
+fi
+kill -0 "$JOB" && [ "$(awk '{print $3}' /proc/"$JOB"/stat)" != T ] || fail "the job is not running after the killed checkpoint"
 echo PASS
