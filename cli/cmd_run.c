@@ -391,7 +391,8 @@ int cmd_clone(struct cli *c, int argc, char **argv)
 	}
 	/* Each copy has a branch of its own for its later snapshots: NEW, or
 	 * NEW-1 .. NEW-N for several (one branch would interleave them). */
-	char (*names)[160] = calloc(count, sizeof(*names));
+	/* A branch name, or up to 140 of its bytes, "-" and a copy's number. */
+	char (*names)[168] = calloc(count, sizeof(*names));
 	if (!names) {
 		free(map);
 		return cli_fail(c, crest_errf(-ENOMEM, "clone"));
