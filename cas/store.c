@@ -965,6 +965,8 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	}
 	if (rc == 0 && mode != CAS_READ)
 		rc = cas_pack_open_writer(s, floor);
+	if (rc == 0 && mode == CAS_WRITE)
+		crest_fault_pause("store.write_open");   /* tests only: util/fault.h */
 	if (rc == 0)
 		s->marked = index_has(s, 'd');
 	if (rc == 0 && mode == CAS_READ)

@@ -32,7 +32,8 @@
  * waits for FILE, does what must happen in that window (a gc beside a
  * reader's open), and removes FILE: a race made certain, not hoped for.
  * Sites: "store.read_open" (a reader's open, its index opened, before it
- * reads the meta logs), "restore.lock" (a process restore, holding the
+ * reads the meta logs), "store.write_open" (a writer's open, done: its
+ * index opened and recovered, nothing of its own written yet), "restore.lock" (a process restore, holding the
  * job's restore lock, before it checks for a running copy), "criu.probe"
  * (the child that tells whether breakpoints fire is forked, not yet told
  * to go: os/criu.c).

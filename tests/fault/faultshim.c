@@ -23,6 +23,11 @@
  *       call's index among matching calls of FUNC, i.e. the nth to give for
  *       "FUNC:...:nth=N". In this mode CREST_FAULT's path= still filters,
  *       but nothing fails unless nth is given too.
+ *   CREST_FAULT_HOLD=SUB:FILE
+ *       the first open of a file whose path contains SUB creates FILE and
+ *       waits (60 s at most) until FILE is gone, then opens: a test holds a
+ *       process between two steps of a library it cannot otherwise pause
+ *       (a RocksDB read-only open, between sizing a WAL and replaying it)
  *   CREST_FAULT_PROG=NAME[,NAME...]
  *       act only in processes with one of these program names (crest spawns
  *       criu; the shim is inherited but should leave criu's files alone).
@@ -54,6 +59,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <time.h>
 #include <unistd.h>
 
 enum fn {
@@ -78,6 +84,8 @@ static int want_sticky;
 static atomic_long hits;                /* matching calls so far, for nth */
 static atomic_long fn_hits[NFN];        /* per function, for the trace */
 static int trace_fd = -1;
+static char *hold_sub, *hold_file;      /* CREST_FAULT_HOLD */
+static atomic_int held;
 
 #define KILL_BEFORE (-1)
 #define KILL_AFTER (-2)
@@ -161,6 +169,12 @@ __attribute__((constructor)) static void shim_init(void)
 		parse(spec);
 	if (trace && *trace)
 		trace_fd = (int)syscall(SYS_open, trace, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+	const char *hold = getenv("CREST_FAULT_HOLD");
+	const char *colon = hold ? strchr(hold, ':') : NULL;
+	if (colon && colon > hold && colon[1]) {
+		hold_sub = strndup(hold, (size_t)(colon - hold));
+		hold_file = strdup(colon + 1);
+	}
 	active = want_mask || trace_fd >= 0;
 }
 
@@ -248,9 +262,27 @@ static int decide(enum fn f, int fd, const char *p1, const char *p2)
 
 /* ---- fd tracking ---- */
 
+/* CREST_FAULT_HOLD: the first matching open waits for the test. */
+static void hold_maybe(const char *path)
+{
+	if (!hold_sub || !hold_file || !path || !strstr(path, hold_sub) || atomic_exchange(&held, 1))
+		return;
+	const int fd = (int)syscall(SYS_open, hold_file, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	if (fd >= 0)
+		syscall(SYS_close, fd);
+	say("faultshim: holding at the open of ");
+	say(path);
+	say("\n");
+	for (int i = 0; i < 6000 && access(hold_file, F_OK) == 0; i++) {
+		const struct timespec ts = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+}
+
 static int open_common(int dirfd, const char *path, int flags, mode_t mode, int at, int is64)
 {
 	int fd;
+	hold_maybe(path);
 	if (at) {
 		if (is64) {
 			REAL(openat64);
