@@ -14,6 +14,7 @@
 #include "gpu/gpumap.h"
 #include "os/pidns.h"
 #include "os/sock.h"
+#include "os/uring.h"
 #include "util/err.h"
 #include "util/fault.h"
 #include "util/fs.h"
@@ -285,13 +286,50 @@ static int check_sockets(const struct tp_opts *o, struct tp_capture *c)
 	return rc;
 }
 
+/* An io_uring anywhere in the tree (os/uring.h), refused before anything
+ * is frozen: CRIU would seize and freeze the tree and only then fail on it.
+ * crest's own process in a tree, crest run's init (os/pidns.h), never
+ * holds one: it is crest exec'd anew, which goes to pidns_init_main before
+ * anything else, and a ring's descriptor is always close-on-exec and its
+ * mappings end at the exec, so no ring of the crest run that started it
+ * (the store's writer, cas/pack.c) comes along. It is looked at like the
+ * rest all the same: CRIU would fail on its ring as on any other. A job
+ * that links libcrest is the job's own use of io_uring (its handle's store
+ * writer keeps a ring while it holds the store) and is refused likewise;
+ * the message says how such a handle lets go of it. */
+static int check_io_uring(const struct tp_opts *o, const struct proc_tree *t)
+{
+	struct uring_found u;
+	const int rc = uring_find_tree(t, &u);
+	if (rc <= 0)
+		return rc;
+	char what[160], more[64] = "", lib[256] = "";
+	if (u.fd >= 0 && u.tid != u.pid)
+		snprintf(what, sizeof(what), "descriptor %d of its thread %d is anon_inode:[io_uring]", u.fd, (int)u.tid);
+	else if (u.fd >= 0)
+		snprintf(what, sizeof(what), "descriptor %d is anon_inode:[io_uring]", u.fd);
+	else
+		snprintf(what, sizeof(what), "/proc/%d/maps has an anon_inode:[io_uring] mapping", (int)u.pid);
+	if (u.nproc > 1)
+		snprintf(more, sizeof(more), " (and %zu more process%s)", u.nproc - 1, u.nproc > 2 ? "es" : "");
+	if (u.libcrest)
+		snprintf(lib, sizeof(lib), " (pid %d maps libcrest, whose open handle holds an io_uring while it "
+			 "holds its store: CREST_STORE_IDLE_MS=N in the job's environment makes it let go when idle)",
+			 (int)u.pid);
+	return crest_errx(-EOPNOTSUPP, "cannot checkpoint pid %d: pid %d (%s) holds an io_uring (%s)%s, and "
+			  "criu %d.%d.%d cannot dump one (it would fail with the job frozen); nothing was frozen. "
+			  "Start the job with UV_USE_IO_URING=0 (libuv >= 1.45 uses io_uring unless told not to: "
+			  "PyTorch's TCPStore, for one), or stop using io_uring in the job%s",
+			  (int)o->pid, (int)u.pid, u.comm, what, more, o->criu->major, o->criu->minor, o->criu->sub, lib);
+}
+
 /* --workdir before the freeze: a directory (not a symlink), whose regular
  * files add up to at most limit bytes. */
 static int wd_measure(const char *dir, const char *name, uint64_t limit, uint64_t *bytes);
 
 /* Every check that can fail without harm comes first: the pid exists, we
- * are root, the driver has the checkpoint API when CUDA is in use, CRIU
- * can dump the tree's sockets. */
+ * are root, no process of the tree holds an io_uring, the driver has the
+ * checkpoint API when CUDA is in use, CRIU can dump the tree's sockets. */
 static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 {
 	memset(c, 0, sizeof(*c));
@@ -317,6 +355,11 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		proc_tree_free(&c->tree);
 		return crest_errx(-EPERM, "not permitted: checkpointing pid %d needs root (CRIU ptraces "
 				  "and restores whole process trees)", (int)o->pid);
+	}
+	rc = check_io_uring(o, &c->tree);
+	if (rc < 0) {
+		proc_tree_free(&c->tree);
+		return rc;
 	}
 	c->shell_job = getsid(o->pid) != o->pid;
 	/* A tree in a pid namespace of its own (crest run) can be restored
