@@ -369,7 +369,7 @@ static void print_opts(FILE *f, const struct cli_opt_doc *o)
 
 void cli_help_usage(FILE *f, const char *prog)
 {
-	fprintf(f, "usage: %s [--store DIR] [--json] [--quiet] [--workers N] COMMAND ...\n\n", prog);
+	fprintf(f, "usage: %s [--store DIR] [--init] [--json] [--quiet] [--workers N] COMMAND ...\n\n", prog);
 	for (const struct cli_cmd_doc *d = cli_cmd_docs; d->name; d++)
 		if (!strcmp(d->prog, prog))
 			fprintf(f, "  %-12s %s\n", d->name, d->summary);
