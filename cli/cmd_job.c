@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "util/err.h"
 #include "util/json.h"
+#include "util/sha256.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -109,10 +110,12 @@ static int job_commit(struct cli *c, int argc, char **argv)
 		by_rank[gpu_rank[k]] = gpus[k];
 	if (rc == 0)
 		rc = cli_store_open(c, CAS_WRITE, &store);
-	/* Names resolved under the writer lock too: what they name is what
-	 * the commit checks. */
+	/* Names resolved under the writer lock too. A full id is taken as it
+	 * is: whether it is in the store is the commit's check (a script
+	 * gathers the ranks' ids as libcrest does). */
 	for (size_t r = 0; rc == 0 && r < nsnaps; r++)
-		rc = cas_snapshot_resolve(store, snaps[r], ids[r]);
+		if (strlen(snaps[r]) != 64 || hex_decode(snaps[r], ids[r], 32) != 32)
+			rc = cas_snapshot_resolve(store, snaps[r], ids[r]);
 	uint8_t id[32];
 	if (rc == 0)
 		rc = cas_jobsnap_commit(store, name, step, (uint32_t)nsnaps, (const uint8_t (*)[32])ids,
