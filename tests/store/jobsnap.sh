@@ -23,6 +23,7 @@
 #    go, partial ranks go once older than --keep-partial and stay while
 #    younger, a plain snapshot on main stays; --dry-run says the same as the
 #    gc after it; verify passes after each;
+#  - job:NAME is the highest step even where a lower one is newer by time;
 #  - a store of format 4 is left as it is by a reader and upgraded to 5 by a
 #    writer; one of format 6 is refused;
 #  - a job snapshot whose member the index lost: get --rank names the rank,
@@ -268,6 +269,17 @@ for rnd in range(4):
             same_tree(trees[m], os.path.join(d, os.path.basename(trees[m])))
     run(casctl, "verify")
     # The young partial rank is older by the next round's gc: gone then.
+
+print("== job:NAME by step, not by time")
+# Step 100's ranks are older than step 50's: the newest job snapshot is still step 100's.
+J2 = JOB + "-b"
+olds = [put_rank(100, r) for r in range(world)]
+news = [put_rank(50, r) for r in range(world)]
+hi = js(crest, "job", "commit", J2, "--step", "100", *olds)["snapshot"]
+lo = js(crest, "job", "commit", J2, "--step", "50", *news)["snapshot"]
+got = js(crest, "show", f"job:{J2}")["snapshot"]
+if got != hi:
+    fail(f"job:{J2} is {got}, not step 100's {hi} (step 50's, newer by time, is {lo})")
 
 print("== format 4 upgraded to 5 by a writer, 6 refused")
 with open(os.path.join(S, "FORMAT")) as f:
