@@ -297,7 +297,7 @@ int cas_commit_encode(struct cas_store *s, const struct cas_manifest *m, const s
 int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n, struct cas_encoded *enc,
 		       const char *tag, const uint8_t id[32]);
 
-/* The snapshot a user's name names: a tag, latest, a branch, a full id or a
+/* The snapshot a user's name names: job:JOB, a tag, latest, a branch, a full id or a
  * unique id prefix of >= 4 hex digits, and NAME~N (cas/history.h has the
  * rules, history.c the resolver). 0 and the id, or a negative errno with a
  * message. Every command that takes a snapshot name uses it. */

@@ -21,8 +21,13 @@
  * Version 4 adds branch refs: tags named CAS_BRANCH_REF_PREFIX NAME point
  * branch NAME at a snapshot (cas/history.h). An older crest would take one
  * for a user's tag, and its gc could expire the branch's only snapshot; a
- * writer rewrites an older store's FORMAT, and nothing else changes. */
-#define CAS_FORMAT_VERSION 4
+ * writer rewrites an older store's FORMAT, and nothing else changes.
+ * Version 5 adds job snapshots (cas/jobsnap.h): manifests of kind "job"
+ * whose streams of type CAS_STREAM_MEMBER name other snapshots, which gc
+ * must keep with them. An older crest's gc would expire them on their own
+ * and leave a job snapshot naming deleted ranks; a writer rewrites an older
+ * store's FORMAT, and nothing else changes. */
+#define CAS_FORMAT_VERSION 5
 /* Tags whose names start with this are crest's own (a user's tag may not):
  * CAS_BRANCH_REF_PREFIX NAME is branch NAME's ref. Listings leave them out. */
 #define CAS_TAG_RESERVED "crest."

@@ -6,6 +6,7 @@
 
 #include "cas/cas_int.h"
 #include "cas/history.h"
+#include "cas/jobsnap.h"
 #include "util/crc32c.h"
 #include "util/err.h"
 #include "util/par.h"
@@ -66,7 +67,10 @@ void cas_gc_result_free(struct cas_gc_result *r)
 {
 	free(r->kept);
 	free(r->expired);
+	free(r->kept_what);
+	free(r->expired_what);
 	r->kept = r->expired = NULL;
+	r->kept_what = r->expired_what = NULL;
 }
 
 /* ---- sets of SHA-256 ids: sorted arrays ---- */
@@ -122,11 +126,22 @@ struct snap {
 	char **tags;
 	size_t ntags;
 	bool head, keep;
+	uint8_t what;              /* enum cas_gc_what */
+	struct cas_jobsnap *job;   /* a job snapshot's members */
 };
+
+/* Whether the retention rules count s (gc.h): rank snapshots are kept by
+ * their job snapshots, or by age. */
+static bool snap_counted(const struct snap *s)
+{
+	return s->what == CAS_GC_PLAIN || s->what == CAS_GC_JOB;
+}
 
 static int snap_cmp(const void *a, const void *b)
 {
 	const struct snap *x = a, *y = b;
+	if (snap_counted(x) != snap_counted(y))
+		return snap_counted(x) ? -1 : 1;   /* the counted ones first, by branch */
 	const int c = strcmp(x->branch, y->branch);
 	if (c)
 		return c;
@@ -878,12 +893,18 @@ static int piece_lister_join(struct piece_lister *l)
 
 /* ---- the sweep ---- */
 
-/* Steps 1 and 2: the delete records, then the manifests out of the index. */
-static int forget(struct cas_store *s, const struct idset *expired)
+/* Steps 1 and 2: the delete records, then the manifests out of the index.
+ * Expired job snapshots' records come first (what[i] is r->expired_what):
+ * a log torn by a kill keeps a prefix of them, so no recovery applies a
+ * member's delete and leaves the job snapshot naming it (gc.h). */
+static int forget(struct cas_store *s, const struct idset *expired, const uint8_t (*ids)[32], const uint8_t *what,
+		  size_t n)
 {
 	struct cas_meta_buf mb = { 0 };
-	for (size_t i = 0; i < expired->n; i++)
-		cas_meta_rec(&mb, CAS_META_DELETE, expired->v[i], NULL, 0);
+	for (int pass = 0; pass < 2; pass++)
+		for (size_t i = 0; i < n; i++)
+			if ((what[i] == CAS_GC_JOB) == (pass == 0))
+				cas_meta_rec(&mb, CAS_META_DELETE, ids[i], NULL, 0);
 	int rc = cas_meta_append(s, &mb);
 	free(mb.p);
 	if (rc < 0)
@@ -1376,9 +1397,25 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	uint64_t *pend = NULL;
 	if (!sv)
 		rc = crest_errf(-ENOMEM, "gc");
-	for (size_t i = 0; rc == 0 && i < n; i++)
+	/* Job snapshots first, and every rank snapshot they name (gc.h). */
+	struct idset named = { 0 }, kept_named = { 0 };
+	for (size_t i = 0; rc == 0 && i < n; i++) {
 		sv[i] = (struct snap){ .id = v[i].id, .t = v[i].head->time_ns, .branch = cas_manifest_branch(v[i].head),
 				       .tags = v[i].tags, .ntags = v[i].ntags, .bytes = v[i].head->logical_bytes };
+		if (!cas_jobsnap_is(v[i].head))
+			continue;
+		sv[i].what = CAS_GC_JOB;
+		rc = cas_jobsnap_load(s, v[i].id, &sv[i].job);
+		for (uint32_t k = 0; rc == 0 && k < sv[i].job->world; k++)
+			if (idset_add(&named, sv[i].job->members[k].id) < 0)
+				rc = crest_errf(-ENOMEM, "gc");
+	}
+	idset_seal(&named);
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		if (sv[i].what != CAS_GC_JOB && idset_has(&named, sv[i].id))
+			sv[i].what = CAS_GC_MEMBER;
+		else if (cas_jobsnap_is_rank(v[i].head))
+			sv[i].what = CAS_GC_PARTIAL;
 	/* Every branch's head stays, whatever the policy: a branch's newest
 	 * snapshot (keep_branch's v[0]), and the target of a ref on a branch
 	 * with no snapshot yet (history.h), which is a snapshot of another
@@ -1387,23 +1424,49 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	size_t nheads = 0;
 	if (rc == 0)
 		rc = cas_branch_list(s, &heads, &nheads);
+	/* A rank snapshot is never kept as a head: only as its job's. */
 	for (size_t i = 0; rc == 0 && i < n; i++)
-		for (size_t h = 0; h < nheads && !sv[i].head; h++)
+		for (size_t h = 0; h < nheads && !sv[i].head && snap_counted(&sv[i]); h++)
 			sv[i].head = !memcmp(heads[h].head, sv[i].id, 32);
 	cas_branch_list_free(heads, nheads);
 	if (rc == 0 && n > 1)
 		qsort(sv, n, sizeof(*sv), snap_cmp);
-	for (size_t i = 0; rc == 0 && i < n;) {
+	for (size_t i = 0; rc == 0 && i < n && snap_counted(&sv[i]);) {
 		size_t j = i;
-		while (j < n && !strcmp(sv[j].branch, sv[i].branch))
+		while (j < n && snap_counted(&sv[j]) && !strcmp(sv[j].branch, sv[i].branch))
 			j++;
 		rc = keep_branch(sv + i, j - i, pol);
 		i = j;
 	}
+	/* The rank snapshots: a member with a kept job snapshot that names it,
+	 * a partial one while young. */
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		for (uint32_t k = 0; sv[i].what == CAS_GC_JOB && sv[i].keep && k < sv[i].job->world && rc == 0; k++)
+			if (idset_add(&kept_named, sv[i].job->members[k].id) < 0)
+				rc = crest_errf(-ENOMEM, "gc");
+	idset_seal(&kept_named);
+	const uint64_t now = pol->now_ns ? pol->now_ns : time_wall_ns();
+	const uint64_t young = pol->keep_partial_ns ? pol->keep_partial_ns : CAS_GC_KEEP_PARTIAL_DEFAULT;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		if (sv[i].what == CAS_GC_MEMBER)
+			sv[i].keep = idset_has(&kept_named, sv[i].id);
+		else if (sv[i].what == CAS_GC_PARTIAL)
+			sv[i].keep = sv[i].t > now || now - sv[i].t < young;
+		r->jobs += sv[i].what == CAS_GC_JOB;
+		r->jobs_kept += sv[i].what == CAS_GC_JOB && sv[i].keep;
+		r->members += sv[i].what == CAS_GC_MEMBER;
+		r->members_kept += sv[i].what == CAS_GC_MEMBER && sv[i].keep;
+		r->partial += sv[i].what == CAS_GC_PARTIAL;
+		r->partial_kept += sv[i].what == CAS_GC_PARTIAL && sv[i].keep;
+	}
+	free(named.v);
+	free(kept_named.v);
 	r->snapshots = n;
 	r->kept = calloc(n ? n : 1, 32);
 	r->expired = calloc(n ? n : 1, 32);
-	if (rc == 0 && (!r->kept || !r->expired))
+	r->kept_what = calloc(n ? n : 1, 1);
+	r->expired_what = calloc(n ? n : 1, 1);
+	if (rc == 0 && (!r->kept || !r->expired || !r->kept_what || !r->expired_what))
 		rc = crest_errf(-ENOMEM, "gc");
 	/* The mark: every chunk and piece a kept snapshot names. */
 	uint64_t total = 0, done = 0;
@@ -1413,9 +1476,11 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 		progress_begin(prog, "gc mark", total, false);
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		if (sv[i].keep) {
+			r->kept_what[r->nkept] = sv[i].what;
 			memcpy(r->kept[r->nkept++], sv[i].id, 32);
 			rc = mark_manifest(s, sv[i].id, &live, &pieces, &bases, &meta_live);
 		} else {
+			r->expired_what[r->nexpired] = sv[i].what;
 			memcpy(r->expired[r->nexpired++], sv[i].id, 32);
 			if (idset_add(&expired, sv[i].id) < 0)
 				rc = crest_errf(-ENOMEM, "gc");
@@ -1443,7 +1508,7 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	/* Steps 1 and 2 before any entry goes: from here no listed snapshot
 	 * is expired, so whatever the sweeps remove, nothing listed needs. */
 	if (rc == 0 && !pol->dry_run && expired.n)
-		rc = forget(s, &expired);
+		rc = forget(s, &expired, (const uint8_t (*)[32])r->expired, r->expired_what, r->nexpired);
 	gc_time("forget");
 	struct livelog ll = { .fd = -1 };
 	struct bgwrite bg = { 0 };
@@ -1586,6 +1651,8 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	free(pieces.set.v);
 	free(pieces.slot);
 	free(expired.v);
+	for (size_t i = 0; sv && i < n; i++)
+		cas_jobsnap_free(sv[i].job);
 	free(sv);
 	cas_snapshot_list_free(v, n);
 	if (rc < 0)

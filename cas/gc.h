@@ -10,6 +10,21 @@
  * given tags; and always the head of every branch (a branch ref's target
  * too: history.h). The rest expire.
  *
+ * Job snapshots (cas/jobsnap.h) count as one snapshot each, of their
+ * branch job/NAME. The rank snapshots a job snapshot names are never
+ * counted on their own, nor kept as a branch's head: they are kept exactly
+ * when a kept job snapshot names them (a member shared by two job
+ * snapshots, when either is kept). A rank snapshot no job snapshot names
+ * (labelled crest.job.rank: its job's commit never came, or has not yet)
+ * is partial: kept while younger than keep_partial_ns, expired after.
+ * Safety: gc holds the writer lock from the listing to the end, and
+ * cas_jobsnap_commit checks its members under the writer lock, so a job
+ * commit racing gc either sees every member or fails cleanly; a job
+ * snapshot gc sees names members gc keeps with it. The delete records of
+ * expired job snapshots precede their members' in the meta log (step 1),
+ * so a kill that tears the log never applies a member's delete without
+ * its job snapshot's.
+ *
  * Mark and sweep, never reference counts: the live chunks and pieces are
  * those the kept manifests name, marked afresh on every run, so no count
  * can drift. Everything else the index holds is dead: chunks and pieces of
@@ -64,6 +79,18 @@ struct cas_gc_policy {
 	double rewrite_below;      /* rewrite packs less live than this; 0: 0.5 */
 	bool dry_run;              /* decide and report; change nothing: the store may be
 				    * open read-only (CAS_READ), and nothing in it is written */
+	uint64_t keep_partial_ns;  /* partial rank snapshots younger than this stay;
+				    * 0: CAS_GC_KEEP_PARTIAL_DEFAULT */
+	uint64_t now_ns;           /* the time partial ones are aged at; 0: the clock (tests set it) */
+};
+#define CAS_GC_KEEP_PARTIAL_DEFAULT (24ull * 3600 * 1000000000ull)
+
+/* What each snapshot was to gc (cas_gc_result.expired_what, kept_what). */
+enum cas_gc_what {
+	CAS_GC_PLAIN = 0,          /* a snapshot counted by the rules */
+	CAS_GC_JOB = 1,            /* a job snapshot: counted by the rules */
+	CAS_GC_MEMBER = 2,         /* a rank snapshot a job snapshot names: kept with a kept one */
+	CAS_GC_PARTIAL = 3,        /* a rank snapshot no job snapshot names: kept while young */
 };
 
 /* One snapshot of one branch, for cas_gc_keep. */
@@ -87,6 +114,10 @@ struct cas_gc_result {
 	size_t nkept;
 	uint8_t (*expired)[32];
 	size_t nexpired;
+	uint8_t *kept_what, *expired_what;   /* enum cas_gc_what of each, in the same order */
+	size_t jobs, jobs_kept;              /* job snapshots */
+	size_t members, members_kept;        /* rank snapshots job snapshots name */
+	size_t partial, partial_kept;        /* rank snapshots none names */
 	uint64_t chunks, dead_chunks, dead_bytes;   /* index entries; dead stored bytes */
 	uint64_t pieces, dead_pieces;
 	uint64_t packs, packs_rewritten, bytes_moved;

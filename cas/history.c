@@ -4,6 +4,7 @@
 #include "cas/history.h"
 
 #include "cas/cas_int.h"
+#include "cas/jobsnap.h"
 #include "util/err.h"
 #include "util/progress.h"
 #include "util/sha256.h"
@@ -211,9 +212,15 @@ int cas_branch_fork(struct cas_store *s, const uint8_t from[32], const char *nam
 	return rc;
 }
 
-/* NAME without ~: a tag, latest, a branch, an id prefix (history.h). */
+/* NAME without ~: job:JOB, a tag, latest, a branch, an id prefix (history.h). */
 static int resolve_base(struct cas_store *s, const char *name, bool id_ok, uint8_t id[32])
 {
+	/* ':' is in no tag, branch or id, so job:JOB reads one way only. */
+	const size_t jl = strlen(CAS_JOBSNAP_NAME_PREFIX);
+	if (!strncmp(name, CAS_JOBSNAP_NAME_PREFIX, jl)) {
+		int rc = cas_jobsnap_name_check(name + jl);
+		return rc < 0 ? rc : cas_jobsnap_latest(s, name + jl, id);
+	}
 	int rc = cas_snapshot_lookup(s, name, CAS_NAME_TAG, id);
 	if (rc != -ENOENT)
 		return rc;

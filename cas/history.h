@@ -23,6 +23,8 @@
  * reads as it always did.
  *
  * Snapshot names (cas_snapshot_resolve), tried in this order:
+ *   job:JOB    the newest job snapshot of job JOB (cas/jobsnap.h: by step,
+ *              then time); ':' is in no other name;
  *   TAG        a tag (tags are the user's exact names: they win);
  *   latest     the newest snapshot of the store, any branch;
  *   BRANCH     the branch's head, as in git; an error when the name is

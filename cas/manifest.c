@@ -848,6 +848,7 @@ const char *cas_stream_type_name(uint8_t type)
 	case CAS_STREAM_IMAGE: return "image";
 	case CAS_STREAM_JOBFILE: return "jobfile";
 	case CAS_STREAM_BLOB: return "blob";
+	case CAS_STREAM_MEMBER: return "member";
 	default: return "unknown";
 	}
 }

@@ -36,6 +36,9 @@ enum cas_stream_type {
 	CAS_STREAM_IMAGE = 5,    /* a CRIU image file */
 	CAS_STREAM_JOBFILE = 6,  /* a file the checkpointed job held open */
 	CAS_STREAM_BLOB = 7,     /* small metadata (process info, pickles) */
+	CAS_STREAM_MEMBER = 8,   /* a job snapshot's rank (cas/jobsnap.h): no extents,
+				  * size 0, target the member's 64-hex id, meta
+				  * "gpu=UUID" or "" (format 5) */
 };
 
 struct cas_extent {

@@ -1144,6 +1144,8 @@ static int entry_cmp(const void *a, const void *b)
  * memory for the copy, qsort alone. */
 void cas_entries_sort(struct cas_index_entry *e, size_t n)
 {
+	if (n < 2)
+		return;   /* sorted; and e may be NULL (a job snapshot commits no chunk) */
 	struct cas_index_entry *t = n >= 4096 ? malloc(n * sizeof(*t)) : NULL;
 	size_t *start = t ? calloc(65536 + 1, sizeof(*start)) : NULL;
 	if (!start) {

@@ -3,6 +3,7 @@
  * the store, and the listings.
  */
 #include "cas/history.h"
+#include "cas/jobsnap.h"
 #include "cli/commands.h"
 #include "restore/restore.h"
 #include "util/err.h"
@@ -34,6 +35,30 @@ int cli_put_path(struct engine_snap *s, const char *path, const char *name, cons
 	int rc = engine_put_tree(s, path, name, &links);
 	engine_links_free(&links);
 	return rc;
+}
+
+#define PUT_LABELS_MAX 64
+
+/* Whether put --label may set key: a user's key, or one of the labels
+ * libcrest puts on a job's rank snapshot (cas/jobsnap.h), so that scripts
+ * and tests can make rank snapshots with crest put. */
+static int put_label_check(const char *kv, const char **eq)
+{
+	*eq = strchr(kv, '=');
+	if (!*eq || *eq == kv)
+		return crest_errx(-EINVAL, "--label %s: want KEY=VALUE", kv);
+	const size_t kl = (size_t)(*eq - kv);
+	if (kl > 128)
+		return crest_errx(-EINVAL, "--label %.40s...: a key has at most 128 characters", kv);
+	static const char *const job_keys[] = { CAS_JOBSNAP_LABEL, CAS_JOBSNAP_LABEL_STEP, CAS_JOBSNAP_LABEL_RANK };
+	for (size_t i = 0; i < sizeof(job_keys) / sizeof(job_keys[0]); i++)
+		if (strlen(job_keys[i]) == kl && !memcmp(kv, job_keys[i], kl))
+			return 0;
+	if (!strncmp(kv, CAS_LABEL_RESERVED, strlen(CAS_LABEL_RESERVED)))
+		return crest_errx(-EINVAL, "--label %s: keys that start with '%s' are crest's own (of them, put "
+				  "takes only %s, %s and %s, a job's rank snapshot's)", kv, CAS_LABEL_RESERVED,
+				  CAS_JOBSNAP_LABEL, CAS_JOBSNAP_LABEL_STEP, CAS_JOBSNAP_LABEL_RANK);
+	return 0;
 }
 
 /* The name a path is stored under: its last component. */
@@ -152,6 +177,9 @@ int cmd_put(struct cli *c, int argc, char **argv)
 	o.workers = c->workers;
 	const char *chunker = NULL;
 	uint64_t chunk_size = 0;
+	/* --label's values, pointing into argv. */
+	const char *labels[PUT_LABELS_MAX];
+	size_t nlabels = 0;
 	/* Options anywhere, as git's; the paths are gathered at argv[1..]
 	 * in their order. After "--" every word is a path. */
 	int i = 1, npath = 1;
@@ -171,7 +199,18 @@ int cmd_put(struct cli *c, int argc, char **argv)
 			tag = argv[++i];
 		else if (!strcmp(argv[i], "--branch"))
 			branch = argv[++i];
-		else if (!strcmp(argv[i], "--chunker"))
+		else if (!strcmp(argv[i], "--label")) {
+			const char *eq;
+			if (nlabels == PUT_LABELS_MAX)
+				return cli_usage(c, "put", "at most %d labels", PUT_LABELS_MAX);
+			if (put_label_check(argv[++i], &eq) < 0)
+				return cli_usage_fail(c, -EINVAL);
+			for (size_t l = 0; l < nlabels; l++)
+				if (!strncmp(labels[l], argv[i], (size_t)(eq - argv[i]) + 1))
+					return cli_usage(c, "put", "--label %.*s given twice", (int)(eq - argv[i]),
+							 argv[i]);
+			labels[nlabels++] = argv[i];
+		} else if (!strcmp(argv[i], "--chunker"))
 			chunker = argv[++i];
 		else if (!strcmp(argv[i], "--chunk-size")) {
 			if (cli_parse_size(argv[++i], &chunk_size) < 0 || chunk_size > UINT32_MAX)
@@ -239,6 +278,13 @@ int cmd_put(struct cli *c, int argc, char **argv)
 		rc = engine_snapshot_set_tag(s, tag);
 	if (rc == 0 && cas_manifest_set_branch(engine_snapshot_manifest(s), branch) < 0)
 		rc = crest_errf(-ENOMEM, "put");
+	for (size_t l = 0; rc == 0 && l < nlabels; l++) {
+		const char *eq = strchr(labels[l], '=');
+		char key[256];
+		snprintf(key, sizeof(key), "%.*s", (int)(eq - labels[l]), labels[l]);
+		if (cas_manifest_label(engine_snapshot_manifest(s), key, eq + 1) < 0)
+			rc = crest_errf(-ENOMEM, "put");
+	}
 	if (rc == 0) {
 		/* The branch's head is the new snapshot's parent: putting on one
 		 * branch again and again builds its history (cas/history.h). */
@@ -328,12 +374,23 @@ int cmd_get(struct cli *c, int argc, char **argv)
 	 * is restored all the same, zeros where bytes are lost (restic's
 	 * repair snapshots, borg's check --repair). */
 	bool allow = false;
+	/* --rank R: rank R's snapshot of a job snapshot (cas/jobsnap.h). */
+	const char *rank_s = NULL;
+	uint64_t rank = 0;
 	int k = 1;
 	for (int i = 1; i < argc; i++)
-		if (!strcmp(argv[i], CLI_ALLOW_DAMAGED))
+		if (!strcmp(argv[i], CLI_ALLOW_DAMAGED)) {
 			allow = true;
-		else
+		} else if (!strcmp(argv[i], "--rank")) {
+			if (i + 1 >= argc)
+				return cli_usage(c, "get", "--rank needs a value");
+			rank_s = argv[++i];
+			if (cli_parse_uint(rank_s, 0, CAS_JOBSNAP_WORLD_MAX - 1, &rank) < 0)
+				return cli_usage(c, "get", "--rank %s: not a rank from 0 to %d", rank_s,
+						 CAS_JOBSNAP_WORLD_MAX - 1);
+		} else {
 			argv[k++] = argv[i];
+		}
 	argc = k;
 	if (argc != 3)
 		return cli_usage(c, "get", "wants SNAPSHOT DEST, %s", argc < 3 ? "not fewer" : "no more");
@@ -343,6 +400,22 @@ int cmd_get(struct cli *c, int argc, char **argv)
 	int rc = cli_snapshot_open(c, argv[1], &store, id, &m);
 	if (rc < 0)
 		return cli_fail(c, rc);
+	if (rank_s) {
+		uint8_t mid[32];
+		rc = cas_jobsnap_is(m) ? cas_jobsnap_member(store, id, (uint32_t)rank, mid)
+				       : crest_errx(-EINVAL, "%s is a '%s' snapshot, not a job snapshot: --rank picks "
+						    "a rank of a job snapshot", argv[1], m->kind);
+		cas_manifest_free(m);
+		m = NULL;
+		if (rc == 0) {
+			memcpy(id, mid, 32);
+			rc = cas_manifest_load(store, id, &m);
+		}
+		if (rc < 0) {
+			cas_close(store);
+			return cli_fail(c, rc);
+		}
+	}
 	struct cas_lost *lost = NULL;
 	size_t nlost = 0;
 	rc = cli_snapshot_damage(store, id, m, allow, &lost, &nlost);
@@ -390,10 +463,93 @@ int cmd_get(struct cli *c, int argc, char **argv)
 
 /* ---- ls ---- */
 
+/* The job snapshots that name snapshot id (cas/jobsnap.h), at most cap
+ * of them into out; returns how many name it. */
+static size_t ls_named_by(const struct cas_jobsnap_entry *jv, size_t nj, const uint8_t id[32],
+			  const struct cas_jobsnap_entry **out, size_t cap)
+{
+	size_t k = 0;
+	for (size_t j = 0; j < nj; j++)
+		for (uint32_t r = 0; r < jv[j].j->world; r++)
+			if (!memcmp(jv[j].j->members[r].id, id, 32)) {
+				if (k < cap)
+					out[k] = &jv[j];
+				k++;
+				break;
+			}
+	return k;
+}
+
+/* A job snapshot's bytes: its members' logical bytes (it has none of its own). */
+static uint64_t ls_job_bytes(const struct cas_jobsnap *j, const struct cas_snapinfo *v, size_t n)
+{
+	uint64_t b = 0;
+	for (uint32_t r = 0; r < j->world; r++)
+		for (size_t i = 0; i < n; i++)
+			if (!memcmp(v[i].id, j->members[r].id, 32)) {
+				b += v[i].head->logical_bytes;
+				break;
+			}
+	return b;
+}
+
+static void ls_job_json(const struct cas_manifest *h, const struct cas_jobsnap *j,
+			const struct cas_jobsnap_entry *const *in, size_t nin)
+{
+	char hex[65];
+	if (j) {
+		printf(", \"job\": {\"name\": ");
+		json_str(stdout, j->name);
+		printf(", \"step\": %llu, \"world\": %u, \"members\": [", (unsigned long long)j->step, j->world);
+		for (uint32_t r = 0; r < j->world; r++) {
+			cli_print_id(hex, j->members[r].id);
+			printf("%s{\"rank\": %u, \"snapshot\": \"%s\", \"gpu\": ", r ? ", " : "", r, hex);
+			json_str(stdout, j->members[r].gpu);
+			printf("}");
+		}
+		printf("]}");
+		return;
+	}
+	const char *name = cas_manifest_get_label(h, CAS_JOBSNAP_LABEL);
+	if (!nin && !cas_jobsnap_is_rank(h))
+		return;
+	printf(", \"job\": {\"name\": ");
+	if (name)
+		json_str(stdout, name);
+	else
+		printf("null");
+	const char *step = cas_manifest_get_label(h, CAS_JOBSNAP_LABEL_STEP);
+	const char *rank = cas_manifest_get_label(h, CAS_JOBSNAP_LABEL_RANK);
+	printf(", \"step\": ");
+	if (step)
+		json_str(stdout, step);
+	else
+		printf("null");
+	printf(", \"rank\": ");
+	if (rank)
+		json_str(stdout, rank);
+	else
+		printf("null");
+	printf(", \"partial\": %s, \"in\": [", nin ? "false" : "true");
+	for (size_t k = 0; k < nin; k++) {
+		cli_print_id(hex, in[k]->id);
+		printf("%s\"%s\"", k ? ", " : "", hex);
+	}
+	printf("]}");
+}
+
 int cmd_ls(struct cli *c, int argc, char **argv)
 {
-	if (argc != 1)
-		return cli_usage(c, "ls", "takes no operands: %s", argv[1]);
+	/* --all: also the rank snapshots job snapshots name (a job snapshot
+	 * is listed as one line, and its ranks are in crest show). */
+	bool all = false;
+	for (int i = 1; i < argc; i++)
+		if (!strcmp(argv[i], "--all"))
+			all = true;
+		else if (argv[i][0] == '-' && argv[i][1])
+			return cli_usage(c, "ls", "unknown option %s", argv[i]);
+		else
+			return cli_usage(c, "ls", "takes no operands: %s", argv[i]);
 	struct cas_store *store;
 	int rc = cli_store_open(c, CAS_READ, &store);
 	if (rc < 0)
@@ -403,6 +559,10 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 	struct cas_snapinfo *v;
 	size_t n;
 	rc = cas_snapshot_list(store, &v, &n);
+	struct cas_jobsnap_entry *jv = NULL;
+	size_t nj = 0;
+	if (rc == 0 && (rc = cas_jobsnap_list(store, NULL, &jv, &nj)) < 0)
+		cas_snapshot_list_free(v, n);
 	cas_close(store);
 	if (rc < 0)
 		return cli_fail(c, rc);
@@ -410,16 +570,26 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 		printf("[");
 	else
 		printf("%-12s  %-19s  %-8s  %10s  %s\n", "SNAPSHOT", "TIME", "KIND", "LOGICAL", "TAGS");
+	size_t shown = 0;
 	for (size_t i = 0; i < n; i++) {
 		char hex[65], tbuf[32], b1[32];
 		cli_print_id(hex, v[i].id);
 		const struct cas_manifest *h = v[i].head;
+		const struct cas_jobsnap *job = NULL;
+		for (size_t j = 0; j < nj && !job && cas_jobsnap_is(h); j++)
+			if (!memcmp(jv[j].id, v[i].id, 32))
+				job = jv[j].j;
+		const struct cas_jobsnap_entry *in[4];
+		const size_t nin = job ? 0 : ls_named_by(jv, nj, v[i].id, in, 4);
+		if (nin && !all)
+			continue;   /* a whole job's rank: its job snapshot's line stands for it */
+		const uint64_t bytes = job ? ls_job_bytes(job, v, n) : h->logical_bytes;
 		if (c->json) {
-			printf("%s\n {\"snapshot\": \"%s\", \"time_ns\": %llu, \"kind\": ", i ? "," : "", hex,
+			printf("%s\n {\"snapshot\": \"%s\", \"time_ns\": %llu, \"kind\": ", shown++ ? "," : "", hex,
 			       (unsigned long long)h->time_ns);
 			json_str(stdout, h->kind);
 			printf(", \"logical_bytes\": %llu, \"streams\": %zu, \"parent\": ",
-			       (unsigned long long)h->logical_bytes, h->nstreams);
+			       (unsigned long long)bytes, h->nstreams);
 			if (h->has_parent) {
 				char ph[65];
 				cli_print_id(ph, h->parent);
@@ -441,27 +611,87 @@ int cmd_ls(struct cli *c, int argc, char **argv)
 				printf(": ");
 				json_str(stdout, h->labels[l].value);
 			}
-			printf("}, \"damaged\": %s}", v[i].damaged ? "true" : "false");
+			printf("}, \"damaged\": %s", v[i].damaged ? "true" : "false");
+			ls_job_json(h, job, in, nin < 4 ? nin : 4);
+			printf("}");
 		} else {
 			cli_fmt_time(h->time_ns, tbuf, sizeof(tbuf));
-			printf("%.12s  %-19s  %-8s  %10s  ", hex, tbuf, h->kind,
-			       fmt_bytes(h->logical_bytes, b1, sizeof(b1)));
+			printf("%.12s  %-19s  %-8s  %10s  ", hex, tbuf, h->kind, fmt_bytes(bytes, b1, sizeof(b1)));
 			for (size_t t = 0; t < v[i].ntags; t++)
 				printf("%s%s", t ? "," : "", v[i].tags[t]);
 			/* After the tags: a snapshot casctl repair kept
-			 * without chunks it lost (crest show says which). */
-			if (v[i].damaged)
-				printf("%sDAMAGED", v[i].ntags ? "  " : "");
+			 * without chunks it lost (crest show says which);
+			 * what a job snapshot is, and a rank snapshot. */
+			const char *sep = v[i].ntags ? "  " : "";
+			if (v[i].damaged) {
+				printf("%sDAMAGED", sep);
+				sep = "  ";
+			}
+			const char *jn = cas_manifest_get_label(h, CAS_JOBSNAP_LABEL);
+			const char *js = cas_manifest_get_label(h, CAS_JOBSNAP_LABEL_STEP);
+			const char *jr = cas_manifest_get_label(h, CAS_JOBSNAP_LABEL_RANK);
+			if (job)
+				printf("%sjob %s step %llu, world %u", sep, job->name, (unsigned long long)job->step,
+				       job->world);
+			else if (nin) {
+				char jh[65];
+				cli_print_id(jh, in[0]->id);
+				printf("%srank %s of job snapshot %.12s", sep, jr ? jr : "?", jh);
+				if (nin > 1)
+					printf(" and %zu more", nin - 1);
+			} else if (cas_jobsnap_is_rank(h)) {
+				printf("%spartial: rank %s of job %s step %s, in no job snapshot", sep, jr,
+				       jn ? jn : "?", js ? js : "?");
+			}
 			printf("\n");
 		}
 	}
 	if (c->json)
-		printf("%s]\n", n ? "\n" : "");
+		printf("%s]\n", shown ? "\n" : "");
 	cas_snapshot_list_free(v, n);
+	cas_jobsnap_list_free(jv, nj);
 	return 0;
 }
 
 /* ---- show ---- */
+
+/* A job snapshot's members: rank, snapshot, GPU, and what the store has
+ * of it (kind and bytes, or that it is missing). */
+static void show_job(const struct cli *c, const struct cas_jobsnap *j, const struct cas_snapinfo *v, size_t n)
+{
+	char hex[65], b[32];
+	if (c->json) {
+		printf(", \"job\": {\"name\": ");
+		json_str(stdout, j->name);
+		printf(", \"step\": %llu, \"world\": %u, \"members\": [", (unsigned long long)j->step, j->world);
+	} else {
+		printf("job      %s step %llu, world %u\n", j->name, (unsigned long long)j->step, j->world);
+		printf("%-6s %-64s  %-8s %10s  %s\n", "RANK", "SNAPSHOT", "KIND", "LOGICAL", "GPU");
+	}
+	for (uint32_t r = 0; r < j->world; r++) {
+		const struct cas_snapinfo *s = NULL;
+		for (size_t i = 0; i < n && !s; i++)
+			if (!memcmp(v[i].id, j->members[r].id, 32))
+				s = &v[i];
+		cli_print_id(hex, j->members[r].id);
+		if (c->json) {
+			printf("%s\n  {\"rank\": %u, \"snapshot\": \"%s\", \"gpu\": ", r ? "," : "", r, hex);
+			json_str(stdout, j->members[r].gpu);
+			printf(", \"present\": %s, \"kind\": ", s ? "true" : "false");
+			if (s)
+				json_str(stdout, s->head->kind);
+			else
+				printf("null");
+			printf(", \"logical_bytes\": %llu}", s ? (unsigned long long)s->head->logical_bytes : 0ull);
+		} else {
+			printf("%-6u %-64s  %-8s %10s  %s\n", r, hex, s ? s->head->kind : "MISSING",
+			       s ? fmt_bytes(s->head->logical_bytes, b, sizeof(b)) : "-",
+			       j->members[r].gpu[0] ? j->members[r].gpu : "-");
+		}
+	}
+	if (c->json)
+		printf("%s]}", j->world ? "\n" : "");
+}
 
 int cmd_show(struct cli *c, int argc, char **argv)
 {
@@ -480,10 +710,18 @@ int cmd_show(struct cli *c, int argc, char **argv)
 	size_t ntags = 0;
 	if (rc == 0)
 		rc = cas_snapshot_tags(store, id, &tags, &ntags);
+	/* A job snapshot: its members, each as the store has it (or not). */
+	struct cas_jobsnap *job = NULL;
+	struct cas_snapinfo *sv = NULL;
+	size_t nsv = 0;
+	if (rc == 0 && cas_jobsnap_is(m) && (rc = cas_jobsnap_load(store, id, &job)) == 0)
+		rc = cas_snapshot_list(store, &sv, &nsv);
 	cas_close(store);
 	if (rc < 0) {
 		free(lost);
 		cas_manifest_free(m);
+		cas_jobsnap_free(job);
+		cas_snapshot_tags_free(tags, ntags);
 		return cli_fail(c, rc);
 	}
 	char hex[65], tbuf[32], b1[32];
@@ -513,7 +751,10 @@ int cmd_show(struct cli *c, int argc, char **argv)
 			printf("%s", t ? ", " : "");
 			json_str(stdout, tags[t]);
 		}
-		printf("], \"streams\": [");
+		printf("]");
+		if (job)
+			show_job(c, job, sv, nsv);
+		printf(", \"streams\": [");
 	} else {
 		cli_fmt_time(m->time_ns, tbuf, sizeof(tbuf));
 		printf("snapshot %s\nkind     %s\ntime     %s\nlogical  %s\n", hex, m->kind, tbuf,
@@ -533,6 +774,8 @@ int cmd_show(struct cli *c, int argc, char **argv)
 		for (size_t l = 0; l < m->nlabels; l++)
 			if (strcmp(m->labels[l].key, CAS_BRANCH_LABEL))
 				printf("label    %s=%s\n", m->labels[l].key, m->labels[l].value);
+		if (job)
+			show_job(c, job, sv, nsv);
 		printf("%-8s %12s %8s  %s\n", "TYPE", "SIZE", "CHUNKS", "NAME");
 	}
 	for (size_t i = 0; i < m->nstreams; i++) {
@@ -563,6 +806,8 @@ int cmd_show(struct cli *c, int argc, char **argv)
 		printf("%s]}\n", m->nstreams ? "\n" : "");
 	cas_snapshot_tags_free(tags, ntags);
 	cas_manifest_free(m);
+	cas_jobsnap_free(job);
+	cas_snapshot_list_free(sv, nsv);
 	free(lost);
 	return 0;
 }

@@ -25,15 +25,30 @@ static int parse_count(const char *opt, const char *v, unsigned *out)
 static int gc_parse(const struct cli *c, struct cas_gc_policy *pp, const char **tags, int argc, char **argv);
 static int gc_run(struct cli *c, const struct cas_gc_policy *pp);
 
-static void print_ids(const char *key, uint8_t (*v)[32], size_t n)
+/* The ids of v that were what to gc (what: enum cas_gc_what, or -1 for all). */
+static void print_ids(const char *key, uint8_t (*v)[32], const uint8_t *whats, size_t n, int what)
 {
 	printf(", \"%s\": [", key);
+	bool first = true;
 	for (size_t i = 0; i < n; i++) {
+		if (what >= 0 && whats[i] != what)
+			continue;
 		char hex[65];
 		cli_print_id(hex, v[i]);
-		printf("%s\"%s\"", i ? ", " : "", hex);
+		printf("%s\"%s\"", first ? "" : ", ", hex);
+		first = false;
 	}
 	printf("]");
+}
+
+static const char *what_name(uint8_t w)
+{
+	switch (w) {
+	case CAS_GC_JOB: return "  (job snapshot)";
+	case CAS_GC_MEMBER: return "  (rank of an expired job snapshot)";
+	case CAS_GC_PARTIAL: return "  (partial rank snapshot, older than --keep-partial)";
+	default: return "";
+	}
 }
 
 int cmd_gc(struct cli *c, int argc, char **argv)
@@ -98,6 +113,10 @@ static int gc_parse(const struct cli *c, struct cas_gc_policy *pp, const char **
 			if (cli_parse_duration(v, &p.keep_within_ns) < 0)
 				return cli_usage(c, "gc", "--keep-within %s: not a duration from 1ms to 366 days "
 						 "(30m, 12h, 7d, 2w)", v);
+		} else if (!strcmp(a, "--keep-partial")) {
+			if (cli_parse_duration(v, &p.keep_partial_ns) < 0)
+				return cli_usage(c, "gc", "--keep-partial %s: not a duration from 1ms to 366 days "
+						 "(30m, 12h, 7d, 2w)", v);
 		} else if (!strcmp(a, "--rewrite-below")) {
 			char *end;
 			p.rewrite_below = strtod(v, &end);
@@ -135,8 +154,16 @@ static int gc_run(struct cli *c, const struct cas_gc_policy *pp)
 		return cli_fail(c, rc);
 	if (c->json) {
 		printf("{\"dry_run\": %s, \"snapshots\": %zu", p.dry_run ? "true" : "false", r.snapshots);
-		print_ids("kept", r.kept, r.nkept);
-		print_ids("expired", r.expired, r.nexpired);
+		print_ids("kept", r.kept, r.kept_what, r.nkept, -1);
+		print_ids("expired", r.expired, r.expired_what, r.nexpired, -1);
+		printf(", \"jobs\": {\"job_snapshots\": %zu, \"job_snapshots_kept\": %zu, \"members\": %zu, "
+		       "\"members_kept\": %zu, \"partial\": %zu, \"partial_kept\": %zu",
+		       r.jobs, r.jobs_kept, r.members, r.members_kept, r.partial, r.partial_kept);
+		print_ids("expired_jobs", r.expired, r.expired_what, r.nexpired, CAS_GC_JOB);
+		print_ids("expired_members", r.expired, r.expired_what, r.nexpired, CAS_GC_MEMBER);
+		print_ids("expired_partial", r.expired, r.expired_what, r.nexpired, CAS_GC_PARTIAL);
+		print_ids("kept_partial", r.kept, r.kept_what, r.nkept, CAS_GC_PARTIAL);
+		printf("}");
 		printf(", \"chunks\": %llu, \"dead_chunks\": %llu, \"dead_bytes\": %llu, \"pieces\": %llu, "
 		       "\"dead_pieces\": %llu, \"packs\": %llu, \"packs_rewritten\": %llu, \"bytes_moved\": %llu, "
 		       "\"bytes_before\": %llu, \"bytes_after\": %llu, \"packs_retired\": %llu, "
@@ -156,10 +183,15 @@ static int gc_run(struct cli *c, const struct cas_gc_policy *pp)
 		for (size_t i = 0; i < r.nexpired && i < 20; i++) {
 			char hex[65];
 			cli_print_id(hex, r.expired[i]);
-			printf("  expired %.12s\n", hex);
+			printf("  %sexpire%s %.12s%s\n", w, p.dry_run ? "" : "d", hex, what_name(r.expired_what[i]));
 		}
 		if (r.nexpired > 20)
 			printf("  ... and %zu more (--json lists all)\n", r.nexpired - 20);
+		if (r.jobs || r.partial)
+			printf("jobs: %skeep %zu of %zu job snapshots and %zu of %zu rank snapshots they name; "
+			       "%skeep %zu of %zu partial rank snapshots (in no job snapshot; younger than "
+			       "--keep-partial)\n", w, r.jobs_kept, r.jobs, r.members_kept, r.members, w,
+			       r.partial_kept, r.partial);
 		printf("dead: %llu of %llu chunks (%s), %llu of %llu pieces\n", (unsigned long long)r.dead_chunks,
 		       (unsigned long long)r.chunks, fmt_bytes(r.dead_bytes, b1, sizeof(b1)),
 		       (unsigned long long)r.dead_pieces, (unsigned long long)r.pieces);

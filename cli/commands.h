@@ -22,6 +22,7 @@ int cmd_branch(struct cli *c, int argc, char **argv);
 int cmd_run(struct cli *c, int argc, char **argv);
 int cmd_clone(struct cli *c, int argc, char **argv);
 int cmd_bench(struct cli *c, int argc, char **argv);
+int cmd_job(struct cli *c, int argc, char **argv);
 
 int cmd_stats(struct cli *c, int argc, char **argv);
 int cmd_verify(struct cli *c, int argc, char **argv);

@@ -203,6 +203,8 @@ static const struct {
 	const char *prog, *cmd, *opt;
 } opt_repeatable[] = {
 	{ "casctl", "gc", "--keep-tag" },
+	{ "crest", "put", "--label" },
+	{ "crest", "job", "--gpu" },
 };
 
 static bool opt_repeats(const char *prog, const char *cmd, const char *opt)

@@ -44,9 +44,9 @@ const struct cli_env_doc cli_env_docs[] = {
 	{ NULL, NULL },
 };
 
-#define SNAP_NAMES "SNAPSHOT is a tag, latest (the store's newest), a branch (its head), a full id or " \
-	"a unique id prefix (4 hex digits or more), tried in that order; NAME~N is N parents back " \
-	"from NAME (main~1: the parent of main's head)."
+#define SNAP_NAMES "SNAPSHOT is job:JOB (the newest job snapshot of job JOB), a tag, latest (the " \
+	"store's newest), a branch (its head), a full id or a unique id prefix (4 hex digits or more), " \
+	"tried in that order; NAME~N is N parents back from NAME (main~1: the parent of main's head)."
 
 const struct cli_cmd_doc cli_cmd_docs[] = {
 	/* ---- crest ---- */
@@ -57,7 +57,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "command make its store first. Refuses a store that exists and a directory that holds "
 	  "anything else.",
 	  "DIR", false, { { NULL, NULL, NULL, NULL } } },
-	{ "crest", "put", "[--tag TAG] [--branch BRANCH] [--chunker fixed|cdc] [--chunk-size SIZE] PATH...",
+	{ "crest", "put", "[--tag TAG] [--branch BRANCH] [--label K=V]... [--chunker fixed|cdc] [--chunk-size SIZE] PATH...",
 	  "snapshot files and directory trees",
 	  "Stores each PATH, and for a directory everything below it, as one snapshot: contents "
 	  "(holes kept), modes, times and symlinks. Chunks the store holds already are not stored "
@@ -66,28 +66,40 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "PATH...", false, {
 		{ "--tag", NULL, "TAG", "name the snapshot" },
 		{ "--branch", NULL, "BRANCH", "the branch it goes on (default main)" },
+		{ "--label", NULL, "K=V", "label the snapshot (repeat for more); keys starting crest. are crest's, "
+		  "but for crest.job, crest.job.step and crest.job.rank, which make it a job's rank snapshot "
+		  "as libcrest does" },
 		{ "--chunker", NULL, "fixed|cdc", "cut files in fixed-size chunks, or content-defined ones" },
 		{ "--chunk-size", NULL, "SIZE", "the (average) chunk size: 4096, 64K, 1M" },
 	} },
-	{ "crest", "get", "[--allow-damaged] SNAPSHOT DEST", "restore a snapshot's files under DEST",
+	{ "crest", "get", "[--allow-damaged] [--rank R] SNAPSHOT DEST", "restore a snapshot's files under DEST",
 	  "Writes the files of a snapshot made by put under the directory DEST, every chunk's hash "
 	  "checked on the way. Files belong to whoever runs get (owners are not restored); run "
 	  "as root, get leaves out files' set-user-ID and set-group-ID bits, which would make "
 	  "them root's. A snapshot casctl repair kept without chunks it lost (DAMAGED in ls) is "
-	  "refused, naming the bytes lost, unless --allow-damaged. " SNAP_NAMES,
+	  "refused, naming the bytes lost, unless --allow-damaged. A job snapshot is refused: --rank R "
+	  "gets its rank R's snapshot. " SNAP_NAMES,
 	  "SNAPSHOT DIR", false, {
+		{ "--rank", NULL, "R", "of a job snapshot, get rank R's snapshot (crest show lists them)" },
 		{ "--allow-damaged", NULL, NULL, "restore a damaged snapshot all the same: zeros where bytes "
 		  "are lost, each range named on stderr (in --json, \"lost\")" },
 	} },
-	{ "crest", "ls", "", "list snapshots",
-	  "Lists every snapshot: id, time, kind (files or process), logical size and tags, and "
+	{ "crest", "ls", "[--all]", "list snapshots",
+	  "Lists every snapshot: id, time, kind (files, process, library or job), logical size and tags, and "
 	  "DAMAGED after them for one casctl repair kept without chunks it lost; with --json also "
-	  "its streams, parent and labels.",
-	  "", false, { { NULL, NULL, NULL, NULL } } },
+	  "its streams, parent and labels. A job snapshot is one line (kind job, its job, step and "
+	  "world size; its ranks' bytes); the rank snapshots it names are left out unless --all. A "
+	  "rank snapshot no job snapshot names is marked partial: its job's commit never came (or "
+	  "has not yet). --json: \"job\" {name, step, world, members} of a job snapshot, {name, "
+	  "step, rank, partial, in} of a rank snapshot.",
+	  "", false, {
+		{ "--all", NULL, NULL, "also list the rank snapshots that job snapshots name" },
+	} },
 	{ "crest", "show", "SNAPSHOT", "a snapshot's metadata and streams",
 	  "Prints a snapshot's metadata (kind, time, parent, branch, tags, labels) and its streams "
-	  "with their sizes; for a damaged snapshot, the byte ranges of each stream it lost; --json "
-	  "too. " SNAP_NAMES,
+	  "with their sizes; for a damaged snapshot, the byte ranges of each stream it lost; for a "
+	  "job snapshot, its members (rank, snapshot, kind, bytes, GPU; MISSING for one the store "
+	  "lacks); --json too. " SNAP_NAMES,
 	  "SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "tag", "[--force] SNAPSHOT TAG", "name a snapshot",
 	  "Gives SNAPSHOT the name TAG, usable wherever a snapshot is named. Tags do not move: a "
@@ -255,6 +267,21 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--change-pct", NULL, "P", "percent of its memory the job changes each step (default 2)" },
 		{ "--interval-ms", NULL, "MS", "milliseconds between checkpoints (default 1500)" },
 	} },
+	{ "crest", "job", "commit NAME --step S [--gpu R=UUID]... [--tag TAG] SNAPSHOT... | ls [NAME]",
+	  "job snapshots: the rank snapshots of one step of a job, whole",
+	  "A job of N processes checkpoints each rank as a snapshot of its own; a job snapshot names "
+	  "the N of one step, committed once all of them are: listed only whole. job commit commits "
+	  "the job snapshot of step S of job NAME (letters, digits, -_.; up to 96) from one SNAPSHOT "
+	  "per rank, in rank order, each checked to be in the store under the writer lock, and prints "
+	  "its id; the same commit again gives the same id and commits nothing. libcrest commits "
+	  "through its API; this is for scripts. job ls lists the job snapshots (of NAME), newest "
+	  "first. job:NAME names the newest (by step) wherever a snapshot is named; crest get --rank R "
+	  "gets a rank's files, and casctl gc keeps a job snapshot's ranks with it. " SNAP_NAMES,
+	  "commit|ls NAME SNAPSHOT...", false, {
+		{ "--step", NULL, "S", "commit: the job's step (required)" },
+		{ "--gpu", NULL, "R=UUID", "commit: rank R ran on GPU UUID (repeat for more ranks)" },
+		{ "--tag", NULL, "TAG", "commit: name the job snapshot" },
+	} },
 	{ "crest", "help", "[COMMAND]", "the commands, or one command's options",
 	  "Prints the commands, or one command's synopsis and options, on stdout.",
 	  "COMMAND", false, { { NULL, NULL, NULL, NULL } } },
@@ -288,14 +315,17 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "directory is plainly a crest store (only a store's entries, and a crest meta log in meta/).",
 	  "", false, { { NULL, NULL, NULL, NULL } } },
 	{ "casctl", "gc", "[--keep-last N] [--keep-hourly N] [--keep-daily N] [--keep-weekly N] [--keep-monthly N] "
-	  "[--keep-yearly N] [--keep-within DURATION] [--keep-tagged] [--keep-tag TAG]... "
+	  "[--keep-yearly N] [--keep-within DURATION] [--keep-tagged] [--keep-tag TAG]... [--keep-partial DURATION] "
 	  "[--rewrite-below FRACTION] [--dry-run]",
 	  "expire snapshots by a retention policy per branch; reclaim their space",
 	  "Per branch, restic's rules: keeps the newest N, the newest in each of the newest N hours, "
 	  "days, weeks (Monday to Sunday), months or years that have snapshots (UTC; a bucket "
 	  "without one is not counted), all within DURATION of the branch's newest, every tagged "
 	  "snapshot or those with a given TAG; the head of every branch always stays. The rest are "
-	  "forgotten and their chunks reclaimed: packs less live than FRACTION are rewritten. "
+	  "forgotten and their chunks reclaimed: packs less live than FRACTION are rewritten. A job "
+	  "snapshot counts as one snapshot of its branch job/NAME; the rank snapshots it names are "
+	  "kept exactly while a kept job snapshot names them, and partial ones (a rank snapshot no "
+	  "job snapshot names) while younger than --keep-partial. "
 	  "--dry-run opens the store read-only and changes nothing in it.",
 	  "", false, {
 		{ "--keep-last", NULL, "N", "keep the newest N snapshots of each branch" },
@@ -307,6 +337,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--keep-within", NULL, "DURATION", "keep all within DURATION of the branch's newest: 12h, 7d, 2w" },
 		{ "--keep-tagged", NULL, NULL, "keep every tagged snapshot" },
 		{ "--keep-tag", NULL, "TAG", "keep the snapshots tagged TAG (repeat for more tags)" },
+		{ "--keep-partial", NULL, "DURATION", "keep partial rank snapshots (in no job snapshot) younger "
+		  "than this (default 24h)" },
 		{ "--rewrite-below", NULL, "FRACTION", "rewrite packs less live than this (above 0, at most 1; default 0.5)" },
 		{ "--dry-run", NULL, NULL, "say what would go, and change nothing (opens the store read-only)" },
 	} },

@@ -1,5 +1,6 @@
 /* process.c - restore of a checkpointed process tree; see process.h. */
 #include "restore/process.h"
+#include "cas/jobsnap.h"
 #include "restore/imgsrv.h"
 #include "restore/guard.h"
 #include "gpu/gpumap.h"
@@ -1303,6 +1304,10 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 {
 	memset(r, 0, sizeof(*r));
 	uint64_t t0 = time_now_ns();
+	if (cas_jobsnap_is(m))
+		return crest_errx(-EINVAL, "snapshot %s is a job snapshot of %zu ranks: restore one rank's snapshot "
+				  "(crest show %s lists them), or crest get --rank R", c->snapshot, m->nstreams,
+				  c->snapshot);
 	if (strcmp(m->kind, "process"))
 		return crest_errx(-EINVAL, "snapshot %s is a '%s' snapshot, not a process: use crest get",
 				  c->snapshot, m->kind);

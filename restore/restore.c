@@ -9,6 +9,7 @@
 #include "restore/restore.h"
 #include "engine/engine.h"
 #include "restore/gpu.h"
+#include "cas/jobsnap.h"
 #include "util/err.h"
 #include "util/fs.h"
 #include "util/par.h"
@@ -445,6 +446,11 @@ int restore_tree(const struct restore_ctx *c, const struct cas_manifest *m, cons
 	const char *base;
 	uint64_t done = 0;
 	int rc = 0, cur = -1;
+	/* A job snapshot's streams name other snapshots: written out as files
+	 * they would be empty files, which is nothing the job had. */
+	if (cas_jobsnap_is(m))
+		return crest_errx(-EINVAL, "snapshot %s is a job snapshot of %zu ranks: get one rank's snapshot "
+				  "with --rank R (crest show %s lists them)", c->snapshot, m->nstreams, c->snapshot);
 	/* Check everything before touching anything: a bad name, an entry
 	 * below one of the snapshot's own symlinks, or an existing target
 	 * stops the restore with dest unchanged. */

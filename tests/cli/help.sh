@@ -61,6 +61,7 @@ sample() {
 	DURATION) echo 1h ;; N | K) echo 1 ;; P) echo 2 ;; MS) echo 100 ;; DIR) echo "$T" ;;
 	FILE) echo "$T/file" ;; ADDR) echo 127.0.0.1:1 ;; PATTERN) echo "$T/w%d" ;;
 	OLD=NEW,...) echo GPU-00000000-0000-0000-0000-000000000000=GPU-00000000-0000-0000-0000-000000000001 ;; FRACTION) echo 0.5 ;; *'|'*) echo "${1%%|*}" ;;
+	S | R) echo 1 ;; R=UUID) echo 0=GPU-0 ;; K=V) echo k=v ;;
 	*) return 1 ;;
 	esac
 }
@@ -85,6 +86,7 @@ around() {
 		case $3 in --metrics|--metrics-file|--branch|--file-limit|--tmpdir|--tcp-close|--workdir) pre=(--every 1h) ;;
 			--workdir-limit) pre=(--every 1h --workdir "$T") ;; esac ;;
 	"casctl gc") pre=() post=(--keep-last 1) ;;
+	"crest job") pre=(commit j1 --step 1) post=(deadbeef) ;;
 	*) pre=() post=() ;;
 	esac
 }

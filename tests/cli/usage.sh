@@ -68,6 +68,10 @@ done <<EOF
 2 crest put "$T/f" "$T/../$(basename "$T")/f"
 2 crest put .
 2 crest put "$T/f" --tag
+2 crest put --label k "$T/f"
+2 crest put --label =v "$T/f"
+2 crest put --label crest.branch=x "$T/f"
+2 crest put --label k=1 --label k=2 "$T/f"
 # init
 2 crest init a b
 # get, ls, show, diff, tag, branch, log
@@ -77,6 +81,10 @@ done <<EOF
 2 crest get --allow-damaged snap
 2 crest get snap --allow-damaged --bogus dest
 2 crest ls extra
+2 crest ls --bogus
+2 crest get --rank snap dest
+2 crest get --rank -1 snap dest
+2 crest get --rank 1 --rank 2 snap dest
 2 crest show
 2 crest show a b
 2 crest diff a
@@ -172,6 +180,23 @@ done <<EOF
 2 crest bench checkpoint --change 101
 2 crest bench checkpoint --cold
 2 crest bench checkpoint --regions
+# job
+2 crest job
+2 crest job nothing
+2 crest job commit
+2 crest job commit j1 deadbeef
+2 crest job commit j1 --step 1
+2 crest job commit j1 --step x deadbeef
+2 crest job commit .j --step 1 deadbeef
+2 crest job commit j1 --step 1 --step 2 deadbeef
+2 crest job commit j1 --step 1 --gpu 5 deadbeef
+2 crest job commit j1 --step 1 --gpu 1=GPU-a deadbeef
+2 crest job commit j1 --step 1 --gpu 0=a --gpu 0=b deadbeef
+2 crest job commit j1 --step 1 --gpu '0=a b' deadbeef
+2 crest job commit j1 --step 1 --tag 'bad tag' deadbeef
+2 crest job ls a b
+2 crest job ls --bogus
+2 crest job ls 'bad name'
 # demo
 2 crest demo extra
 2 crest demo --cpu --gpu
@@ -195,6 +220,8 @@ done <<EOF
 2 casctl gc --keep-last ' 1'
 2 casctl gc --keep-last 1 --keep-last 2
 2 casctl gc --keep-within forever
+2 casctl gc --keep-last 1 --keep-partial soon
+2 casctl gc --keep-last 1 --keep-partial 1h --keep-partial 2h
 2 casctl gc --keep-last 1 --rewrite-below 2
 2 casctl gc --keep-last 1 extra
 2 casctl nothing
