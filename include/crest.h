@@ -220,7 +220,8 @@ struct crest_job {
 				* $CREST_JOB_ATTEMPT, else torchrun's
 				* $TORCHELASTIC_RUN_ID.$TORCHELASTIC_RESTART_COUNT,
 				* else "0". Same characters as name. */
-	uint32_t rank, world;  /* this process's rank, in [0, world) */
+	uint32_t rank;         /* this process's rank, in [0, world) */
+	uint32_t world;        /* the number of ranks */
 	const char *gpu;       /* this rank's GPU as recorded (a UUID), or NULL */
 };
 
