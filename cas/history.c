@@ -39,6 +39,15 @@ int cas_branch_check(const char *name)
 
 int cas_label_check(const char *key)
 {
+	/* A rank snapshot's labels (jobsnap.h) are crest's keys that a caller
+	 * sets on purpose: libcrest's crest_job_checkpoint marks each rank's
+	 * snapshot with them, and gc then keeps it only through a job
+	 * snapshot that names it (or while it is young: gc.h). */
+	static const char *const rank_keys[] = { CAS_JOBSNAP_LABEL, CAS_JOBSNAP_LABEL_STEP, CAS_JOBSNAP_LABEL_RANK,
+						  CAS_JOBSNAP_LABEL_WORLD, CAS_JOBSNAP_LABEL_ATTEMPT };
+	for (size_t i = 0; key && i < sizeof(rank_keys) / sizeof(rank_keys[0]); i++)
+		if (!strcmp(key, rank_keys[i]))
+			return 0;
 	if (key && !strncmp(key, CAS_LABEL_RESERVED, strlen(CAS_LABEL_RESERVED)))
 		return crest_errx(-EINVAL, "label key '%s': keys that start with '%s' are crest's own", key,
 				  CAS_LABEL_RESERVED);

@@ -60,7 +60,8 @@ int cas_manifest_set_branch(struct cas_manifest *m, const char *name);
  * [A-Za-z0-9-_./@+], and not latest (a snapshot name of its own). */
 int cas_branch_check(const char *name);
 
-/* -EINVAL with a message if key is reserved for crest (CAS_LABEL_RESERVED). */
+/* -EINVAL with a message if key is reserved for crest (CAS_LABEL_RESERVED),
+ * except the labels of a job's rank snapshot (jobsnap.h), which callers set. */
 int cas_label_check(const char *key);
 
 struct cas_branch {

@@ -51,6 +51,7 @@
 #define CAS_JOBSNAP_LABEL_STEP "crest.job.step"
 #define CAS_JOBSNAP_LABEL_WORLD "crest.job.world"
 #define CAS_JOBSNAP_LABEL_RANK "crest.job.rank"
+#define CAS_JOBSNAP_LABEL_ATTEMPT "crest.job.attempt"   /* libcrest: the launch (crest.h) */
 /* A job snapshot's branch: job/NAME, so that retention counts job
  * snapshots per job, and `crest log job/NAME` shows a job's steps. */
 #define CAS_JOBSNAP_BRANCH_PREFIX "job/"

@@ -200,6 +200,60 @@ int crest_set_branch(crest_t *c, const char *name);
 int crest_read_blob(crest_t *c, const char *snapshot, const char *name, void **data, size_t *len);
 void crest_free(void *p);
 
+/*
+ * Jobs of many processes (ranks; docs/JOBS.md). Each rank checkpoints its
+ * own regions on its own handle, as above, with crest_job_checkpoint; once
+ * every rank's checkpoint of a step is committed, one job snapshot names
+ * them all, with the step, the world size and each rank's GPU. It is
+ * committed once, all or nothing, and listed only whole: a rank killed
+ * before its checkpoint of a step is committed leaves no job snapshot of
+ * that step. No rank waits for another: each leaves its snapshot's id in
+ * the store once it is committed (crest_job_wait), and the rank that
+ * completes the set commits the job snapshot.
+ */
+struct crest_job {
+	const char *name;      /* the job, the same in every rank: 1 to 96 of
+				* [A-Za-z0-9._-], not beginning with '.' */
+	const char *attempt;   /* the same in every rank of one launch and new
+				* in the next (a restart must never meet the
+				* ranks of the launch that crashed); NULL:
+				* $CREST_JOB_ATTEMPT, else torchrun's
+				* $TORCHELASTIC_RUN_ID.$TORCHELASTIC_RESTART_COUNT,
+				* else "0". Same characters as name. */
+	uint32_t rank;         /* this process's rank, in [0, world) */
+	uint32_t world;        /* the number of ranks */
+	const char *gpu;       /* this rank's GPU as recorded (a UUID), or NULL */
+};
+
+/* crest_checkpoint of step `step` of the job: the snapshot carries the
+ * labels crest.job, crest.job.step, crest.job.rank and crest.job.world
+ * besides o's (o may be NULL). Wait for it with crest_job_wait. */
+int crest_job_checkpoint(crest_t *c, const struct crest_job *j, uint64_t step,
+			 const struct crest_checkpoint_opts *o, crest_ckpt_t *out);
+
+struct crest_job_result {
+	struct crest_result rank;    /* this rank's checkpoint, as crest_wait gives it */
+	int committed;               /* 1: this rank completed the set and committed the job snapshot */
+	char job_snapshot[65];       /* its id when committed, else "" */
+};
+
+/* crest_wait for h (a crest_job_checkpoint of step), then this rank's
+ * arrival: it leaves its snapshot's id in the store and, if every rank of
+ * the step has, commits the job snapshot (r->committed). Returns as soon as
+ * that is done: it never waits for another rank. r may be NULL. */
+int crest_job_wait(crest_t *c, const struct crest_job *j, uint64_t step, crest_ckpt_t h,
+		   struct crest_job_result *r);
+
+/* Restores this rank's part of a job snapshot into the registered regions,
+ * as crest_restore does: snapshot names one (a tag, an id, "job:NAME" for
+ * the newest of job NAME); NULL: the newest job snapshot of j->name. The
+ * job snapshot must have j->world ranks (a job resumes at the same world
+ * size; its rank r may sit on another GPU than rank r did) and its member
+ * for j->rank must be in the store: otherwise -EINVAL or -ENOENT naming
+ * them, and nothing is written. crest_restore refuses a job snapshot. */
+int crest_job_restore(crest_t *c, const struct crest_job *j, const char *snapshot,
+		      struct crest_restore_result *r);
+
 /* The calling thread's message for the last failure, "" if none. */
 const char *crest_errmsg(void);
 

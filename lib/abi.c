@@ -56,12 +56,23 @@ static const struct abi_field restore_result_fields[] = {
 	FIELD(crest_restore_result, ns), FIELD(crest_restore_result, cache_bytes),
 };
 
+static const struct abi_field job_fields[] = {
+	FIELD(crest_job, name), FIELD(crest_job, attempt), FIELD(crest_job, rank),
+	FIELD(crest_job, world), FIELD(crest_job, gpu),
+};
+static const struct abi_field job_result_fields[] = {
+	FIELD(crest_job_result, rank), FIELD(crest_job_result, committed),
+	FIELD(crest_job_result, job_snapshot),
+};
+
 static const struct abi_type types[] = {
 	TYPE(crest_options, options_fields),
 	TYPE(crest_blob, blob_fields),
 	TYPE(crest_checkpoint_opts, ckpt_opts_fields),
 	TYPE(crest_result, result_fields),
 	TYPE(crest_restore_result, restore_result_fields),
+	TYPE(crest_job, job_fields),
+	TYPE(crest_job_result, job_result_fields),
 };
 
 static const struct {

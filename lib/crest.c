@@ -60,6 +60,8 @@
 #include "capture/regions.h"
 #include "cas/cas.h"
 #include "cas/history.h"
+#include "cas/jobjoin.h"
+#include "cas/jobsnap.h"
 #include "engine/engine.h"
 #include "gpu/cudrv.h"
 #include "gpu/hostcache.h"
@@ -1542,6 +1544,11 @@ static int restore_locked(crest_t *c, const char *snapshot, struct crest_restore
 	rc = load(c, snapshot, id, hex, &m);
 	if (rc < 0)
 		return crest_errctx(rc, "restore");
+	if (!strcmp(m->kind, CAS_JOBSNAP_KIND)) {
+		cas_manifest_free(m);
+		return crest_errx(-EINVAL, "restore: snapshot %.12s is a job snapshot: restore one rank of it "
+				  "with crest_job_restore", hex);
+	}
 	char *branch = strdup(cas_manifest_branch(m));
 	if (!branch) {
 		cas_manifest_free(m);
@@ -1654,4 +1661,167 @@ static int read_blob_locked(crest_t *c, const char *snapshot, const char *name, 
 void crest_free(void *p)
 {
 	free(p);
+}
+
+/* ---- jobs (crest.h; the meeting of the ranks: cas/jobjoin.h) ---- */
+
+/* j checked, and its attempt (crest.h's defaults) into attempt. */
+static int job_check(const struct crest_job *j, const char *what, char *attempt, size_t cap)
+{
+	if (!j)
+		return crest_errx(-EINVAL, "%s: the job is NULL", what);
+	int rc = cas_jobsnap_name_check(j->name);
+	if (rc == 0 && j->gpu)
+		rc = cas_jobsnap_gpu_check(j->gpu);
+	if (rc < 0)
+		return crest_errctx(rc, "%s", what);
+	if (j->world == 0 || j->world > CAS_JOBSNAP_WORLD_MAX || j->rank >= j->world)
+		return crest_errx(-EINVAL, "%s: job %s: rank %u is not in [0, %u)", what, j->name, j->rank, j->world);
+	const char *a = j->attempt ? j->attempt : getenv("CREST_JOB_ATTEMPT");
+	const char *run = getenv("TORCHELASTIC_RUN_ID"), *restarts = getenv("TORCHELASTIC_RESTART_COUNT");
+	if (a)
+		snprintf(attempt, cap, "%s", a);
+	else if (run && restarts)
+		snprintf(attempt, cap, "%s.%s", run, restarts);
+	else
+		snprintf(attempt, cap, "0");
+	if (!cas_jobjoin_name_ok(attempt, CAS_JOBJOIN_ATTEMPT_MAX))
+		return crest_errx(-EINVAL, "%s: job %s: attempt '%s' is not 1 to %d of letters, digits, '.', '_', '-'",
+				  what, j->name, attempt, CAS_JOBJOIN_ATTEMPT_MAX);
+	return 0;
+}
+
+int crest_job_checkpoint(crest_t *ch, const struct crest_job *j, uint64_t step,
+			 const struct crest_checkpoint_opts *o, crest_ckpt_t *out)
+{
+	char attempt[CAS_JOBJOIN_ATTEMPT_MAX + 1];
+	int rc = job_check(j, "crest_job_checkpoint", attempt, sizeof(attempt));
+	if (rc < 0)
+		return rc;
+	struct crest_checkpoint_opts mine = o ? *o : (struct crest_checkpoint_opts){ 0 };
+	const char **labels = calloc(mine.nlabels + 5, sizeof(*labels));
+	char l[5][160];
+	if (!labels)
+		return crest_errf(-ENOMEM, "crest_job_checkpoint");
+	for (size_t i = 0; i < mine.nlabels; i++)
+		labels[i] = mine.labels[i];
+	snprintf(l[0], sizeof(l[0]), CAS_JOBSNAP_LABEL "=%s", j->name);
+	snprintf(l[1], sizeof(l[1]), CAS_JOBSNAP_LABEL_STEP "=%llu", (unsigned long long)step);
+	snprintf(l[2], sizeof(l[2]), CAS_JOBSNAP_LABEL_RANK "=%u", j->rank);
+	snprintf(l[3], sizeof(l[3]), CAS_JOBSNAP_LABEL_WORLD "=%u", j->world);
+	snprintf(l[4], sizeof(l[4]), CAS_JOBSNAP_LABEL_ATTEMPT "=%s", attempt);
+	for (int i = 0; i < 5; i++)
+		labels[mine.nlabels + (size_t)i] = l[i];
+	mine.labels = labels;
+	mine.nlabels += 5;
+	/* A rank's snapshots go on a branch of their own, job/NAME/rank-R:
+	 * the store's history then holds one line a rank, and no rank
+	 * snapshot becomes the head of main (gc keeps a rank only through a
+	 * job snapshot that names it: gc.h). A handle restored from a job
+	 * snapshot is on its rank's branch already. */
+	char branch[16 + CAS_JOBSNAP_NAME_MAX + 16];
+	snprintf(branch, sizeof(branch), "job/%s/rank-%u", j->name, j->rank);
+	crest_t *c;
+	rc = handle_get(ch, "crest_job_checkpoint", false, &c);
+	if (rc == 0) {
+		pthread_mutex_lock(&c->mu);
+		const bool on = c->branch && !strcmp(c->branch, branch);
+		pthread_mutex_unlock(&c->mu);
+		if (!on)
+			rc = crest_set_branch(ch, branch);
+	}
+	if (rc == 0)
+		rc = crest_checkpoint(ch, &mine, out);
+	free(labels);
+	return rc;
+}
+
+int crest_job_wait(crest_t *ch, const struct crest_job *j, uint64_t step, crest_ckpt_t h,
+		   struct crest_job_result *r)
+{
+	char attempt[CAS_JOBJOIN_ATTEMPT_MAX + 1];
+	int rc = job_check(j, "crest_job_wait", attempt, sizeof(attempt));
+	if (rc < 0)
+		return rc;
+	struct crest_job_result res = { 0 };
+	rc = crest_wait(ch, h, &res.rank);
+	if (r)
+		*r = res;
+	if (rc < 0)
+		return rc;
+	crest_t *c;
+	uint8_t id[32], jid[32];
+	if ((rc = handle_get(ch, "crest_job_wait", false, &c)) < 0)
+		return rc;
+	if (hex_decode(res.rank.snapshot, id, 32) < 0)
+		return crest_errx(-EIO, "crest_job_wait: checkpoint %llu gave no snapshot id", (unsigned long long)h);
+	pthread_mutex_lock(&c->mu);
+	rc = store_up(c);
+	struct cas_jobjoin_set set = { 0 };
+	if (rc == 0)
+		rc = cas_jobjoin_arrive(c->store, j->name, attempt, step, j->rank, j->world, id, j->gpu, &set);
+	if (rc == 1) {
+		const char **gpus = calloc(j->world, sizeof(*gpus));
+		rc = gpus ? 0 : crest_errf(-ENOMEM, "crest_job_wait");
+		for (uint32_t i = 0; rc == 0 && i < j->world; i++)
+			gpus[i] = set.gpus[i];
+		if (rc == 0)
+			rc = cas_jobsnap_commit(c->store, j->name, step, j->world, (const uint8_t (*)[32])set.ids,
+						gpus, NULL, jid);
+		free(gpus);
+		cas_jobjoin_set_free(&set);
+		if (rc == 0) {
+			cas_jobjoin_done(c->store, j->name, attempt, step);
+			res.committed = 1;
+			hex_encode(jid, 32, res.job_snapshot);
+		}
+	}
+	store_used(c);
+	if (rc < 0)
+		return crest_errctx(rc, "job %s step %llu, rank %u", j->name, (unsigned long long)step, j->rank);
+	if (r)
+		*r = res;
+	return 0;
+}
+
+int crest_job_restore(crest_t *ch, const struct crest_job *j, const char *snapshot,
+		      struct crest_restore_result *r)
+{
+	char attempt[CAS_JOBJOIN_ATTEMPT_MAX + 1], name[16 + CAS_JOBSNAP_NAME_MAX], hex[65], mhex[65];
+	int rc = job_check(j, "crest_job_restore", attempt, sizeof(attempt));
+	crest_t *c;
+	if (rc == 0)
+		rc = handle_get(ch, "crest_job_restore", false, &c);
+	if (rc < 0)
+		return rc;
+	if (!snapshot) {
+		snprintf(name, sizeof(name), "job:%s", j->name);
+		snapshot = name;
+	}
+	pthread_mutex_lock(&c->mu);
+	uint8_t id[32];
+	struct cas_jobsnap *js = NULL;
+	rc = store_up(c);
+	if (rc == 0)
+		rc = cas_snapshot_resolve(c->store, snapshot, id);
+	if (rc == 0)
+		rc = cas_jobsnap_load(c->store, id, &js);
+	if (rc == 0) {
+		hex_encode(id, 32, hex);
+		if (js->world != j->world)
+			rc = crest_errx(-EINVAL, "job snapshot %.12s (job %s, step %llu) has %u ranks; this job has %u",
+					hex, js->name, (unsigned long long)js->step, js->world, j->world);
+	}
+	uint8_t mid[32];
+	if (rc == 0)
+		rc = cas_jobsnap_member(c->store, id, j->rank, mid);   /* names the rank when it is missing */
+	if (rc == 0) {
+		hex_encode(mid, 32, mhex);
+		rc = restore_locked(c, mhex, r);
+	}
+	cas_jobsnap_free(js);
+	store_used(c);
+	if (rc < 0)
+		return crest_errctx(rc, "crest_job_restore (job %s, rank %u)", j->name, j->rank);
+	return 0;
 }
