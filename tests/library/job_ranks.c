@@ -124,6 +124,8 @@ int main(int argc, char **argv)
 		if (rc < 0) {
 			printf("error %d: %s\n", rc, crest_errmsg());
 			crest_close(c);
+			free(model);
+			free(shard);
 			return 3;
 		}
 		uint8_t *want = malloc(MODEL);
