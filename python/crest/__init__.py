@@ -59,11 +59,21 @@ class _RestoreResult(ctypes.Structure):
                 ("cache_bytes", ctypes.c_uint64)]
 
 
+class _Job(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("attempt", ctypes.c_char_p), ("rank", ctypes.c_uint32),
+                ("world", ctypes.c_uint32), ("gpu", ctypes.c_char_p)]
+
+
+class _JobResult(ctypes.Structure):
+    _fields_ = [("rank", _Result), ("committed", ctypes.c_int), ("job_snapshot", ctypes.c_char * 65)]
+
+
 # Every struct of crest.h this binding lays out, by its C name. _check_abi compares each with
 # the library's own layout (crest_abi_* of crest.h) when libcrest is loaded: a struct that
 # differs in any way refuses the library, never passes it bytes it reads otherwise.
 _STRUCTS = (("crest_options", _Options), ("crest_blob", _Blob), ("crest_checkpoint_opts", _CkptOpts),
-            ("crest_result", _Result), ("crest_restore_result", _RestoreResult))
+            ("crest_result", _Result), ("crest_restore_result", _RestoreResult), ("crest_job", _Job),
+            ("crest_job_result", _JobResult))
 
 # crest.h's constants this binding passes; their values come from the library (_load).
 _CONSTS = ("CREST_MEM_HOST", "CREST_MEM_DEVICE", "CREST_OPEN_NO_GPU")
@@ -180,12 +190,17 @@ def _load():
         "crest_read_blob": (I, [P, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(P),
                                 ctypes.POINTER(ctypes.c_size_t)]),
         "crest_free": (None, [P]),
+        "crest_job_checkpoint": (I, [P, ctypes.POINTER(_Job), U64, ctypes.POINTER(_CkptOpts), ctypes.POINTER(U64)]),
+        "crest_job_wait": (I, [P, ctypes.POINTER(_Job), U64, U64, ctypes.POINTER(_JobResult)]),
+        "crest_job_restore": (I, [P, ctypes.POINTER(_Job), ctypes.c_char_p, ctypes.POINTER(_RestoreResult)]),
         "crest_errmsg": (ctypes.c_char_p, []),
     }
+    # The layouts first: a library older or newer than this binding is refused naming the
+    # struct that differs, before a function it lacks is looked up.
+    _const.update(_check_abi(lib, path, _STRUCTS, _CONSTS))
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
-    _const.update(_check_abi(lib, path, _STRUCTS, _CONSTS))
     _lib = lib
     return lib
 
