@@ -274,7 +274,8 @@ class Checkpointer:
             "none", so then, with torch.distributed initialized, rank 0 draws a random
             attempt and broadcasts it to the others (the one collective call of a job
             Checkpointer: every rank must construct it, as it must construct its DDP
-            model); without torch.distributed, "0" (pass one yourself).
+            model); without torch.distributed, crest.h's default as it is ("none.0"
+            there, "0" outside torchrun: then pass one yourself).
           gpu: this rank's GPU as the job snapshot records it (a UUID such as
             nvidia-smi -L prints); None: none recorded.
         """
