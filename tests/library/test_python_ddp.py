@@ -6,8 +6,9 @@ killed in the middle and resumed: python/examples/ddp_train.py.
 
  1. reference: 12 steps, a checkpoint every 3, never interrupted (its own store);
  2. kill: the same job, slowed down (--step-sleep), in another store; once the job
-    snapshot of step KILL_AFTER is committed, one rank is killed with SIGKILL, and
-    torchrun (--max_restarts 0) stops the other;
+    snapshot of step KILL_AFTER is committed, one rank is killed with SIGKILL right after
+    it took its checkpoint of the next step, before it arrives with it; torchrun
+    (--max_restarts 0) stops the other;
  3. resume: a new launch with --resume.
 
 Checked: every rank's loss after the resumed step equals the reference's bit for bit;
@@ -101,7 +102,7 @@ def torchrun(store, name, extra, wait=True):
 
 
 def parse(log):
-    out = {"loss": {}, "pid": {}, "resumed": {}, "attempt": None, "committed": set()}
+    out = {"loss": {}, "pid": {}, "resumed": {}, "attempt": None, "committed": set(), "arrived": set()}
     for line in open(log, errors="replace"):
         # With --tee, torchrun prefixes the ranks' stderr lines; stdout is the ranks' own.
         m = re.match(r"rank (\d+) step (\d+) loss (\S+)$", line.strip())
@@ -120,6 +121,9 @@ def parse(log):
         m = re.match(r"rank \d+ committed job snapshot step (\d+)", line)
         if m:
             out["committed"].add(int(m[1]))
+        m = re.match(r"rank (\d+) arrived step (\d+) ", line)
+        if m:
+            out["arrived"].add((int(m[1]), int(m[2])))
     return out
 
 
@@ -154,7 +158,10 @@ killed_at = None
 deadline = time.time() + 120
 while time.time() < deadline and p.poll() is None:
     run = parse(log)
-    if KILL_AFTER in run["committed"] and VICTIM in run["pid"]:
+    # Right after the victim's checkpoint of the next step was taken (it prints the step's
+    # loss, saves, then sleeps): its ingest may be done, but it has not arrived, while the
+    # other rank arrives at that step with its own checkpoint, which no job snapshot may name.
+    if KILL_AFTER in run["committed"] and VICTIM in run["pid"] and (VICTIM, KILL_AFTER + EVERY) in run["loss"]:
         os.kill(run["pid"][VICTIM], signal.SIGKILL)
         killed_at = max((s for (r, s) in run["loss"] if r == VICTIM), default=0)
         print("killed rank %d (pid %d) with SIGKILL after its step %d" % (VICTIM, run["pid"][VICTIM], killed_at),
@@ -183,6 +190,9 @@ snaps = ls_all(run_store)
 steps = sorted(j["step"] for j in jobs)
 print("after the kill: job snapshots of steps %s" % steps, flush=True)
 check(KILL_AFTER in steps, "no job snapshot of step %d, which the run said it committed" % KILL_AFTER)
+nxt = KILL_AFTER + EVERY
+check(nxt not in steps or (VICTIM, nxt) in run["arrived"],
+      "a job snapshot of step %d, at which rank %d never arrived (it was killed first)" % (nxt, VICTIM))
 check(all(s <= last for s in steps), "job snapshots of steps %s after rank %d's last step %d"
       % ([s for s in steps if s > last], VICTIM, last))
 for j in jobs:
