@@ -17,8 +17,8 @@ rank, from that job snapshot's own member; no job snapshot of a step after the k
 listed, and each one listed names one committed snapshot per rank, labelled with its
 rank and step (none is partial); the relaunch is a new attempt. And the replicas are
 stored once: see the bound below. The victim rank and KILL_AFTER come from a seed
-(printed; $CREST_TEST_SEED sets it). Skips (77) only without torch, torch.distributed or
-gloo. The two ranks run on CPU.
+(printed; $CREST_TEST_SEED sets it); $CREST_TEST_DDP_WORLD runs other than 2 ranks.
+Skips (77) only without torch, torch.distributed or gloo. The ranks run on CPU.
 """
 import json
 import os
@@ -44,7 +44,8 @@ if not dist.is_available() or not dist.is_gloo_available():
 root, crest_bin, casctl_bin = (os.path.abspath(a) for a in sys.argv[1:4])
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "python", "examples", "ddp_train.py")
-JOB, STEPS, EVERY, WORLD = "ddp-test", 12, 3, 2
+JOB, STEPS, EVERY = "ddp-test", 12, 3
+WORLD = int(os.environ.get("CREST_TEST_DDP_WORLD") or 2)   # ranks (3 passes too, in half a minute more)
 seed = int(os.environ.get("CREST_TEST_SEED") or time.time_ns() % 1000000)
 rnd = random.Random(seed)
 KILL_AFTER = rnd.choice([3, 6])        # the job snapshot that must exist before the kill
