@@ -31,6 +31,7 @@ import ctypes
 import os
 import pickle
 import random
+import re
 
 __all__ = ["CrestError", "Checkpointer", "rng_state", "set_rng_state", "materialize_optimizer"]
 
@@ -485,8 +486,15 @@ def _dist():
 def _job_args(job, rank, world, attempt, gpu):
     """(name, attempt, rank, world, gpu) for a _Job, strings as bytes (attempt None: crest.h's
     default); rank, world and attempt as Checkpointer's docstring says."""
-    if not isinstance(job, str) or not job:
-        raise ValueError("Checkpointer: job must be a non-empty name, not %r" % (job,))
+    # crest.h's rule for struct crest_job's name and attempt, checked here too so that a
+    # bad one fails when the job is opened, not at its first checkpoint.
+    name_ok = lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,95}", v)  # noqa: E731
+    if not name_ok(job):
+        raise ValueError("Checkpointer: job %r is not 1 to 96 of letters, digits, '.', '_', '-' (not "
+                         "beginning with '.')" % (job,))
+    if attempt is not None and not name_ok(attempt):
+        raise ValueError("Checkpointer(job=%r): attempt %r is not 1 to 96 of letters, digits, '.', '_', '-' "
+                         "(not beginning with '.')" % (job, attempt))
     dist = _dist()
     if rank is None or world is None:
         if dist is not None:
@@ -503,6 +511,8 @@ def _job_args(job, rank, world, attempt, gpu):
     for what, v in (("rank", rank), ("world", world)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v >= 1 << 32:
             raise ValueError("Checkpointer(job=%r): %s %r is not an int in [0, 2^32)" % (job, what, v))
+    if not 0 <= rank < world:
+        raise ValueError("Checkpointer(job=%r): rank %d is not in [0, %d)" % (job, rank, world))
     if attempt is None and not os.environ.get("CREST_JOB_ATTEMPT") and \
             os.environ.get("TORCHELASTIC_RUN_ID", "none") == "none" and dist is not None:
         # Every launch of torchrun without --standalone or --rdzv_id is run "none": crest.h's

@@ -151,6 +151,28 @@ except crest.CrestError as e:
     print("refused at open, an empty branch:", e)
     check(e.errno == 22, "Checkpointer's error: %s" % e)
 
+# A job's rank (Checkpointer(job=...)): what is refused before the store is opened, and
+# rank and world from $RANK and $WORLD_SIZE (torch.distributed is not initialized here).
+for what, kw in (("rank without job", {"rank": 1}),
+                 ("a job name beginning with '.'", {"job": ".j", "rank": 0, "world": 1}),
+                 ("a job name with a space", {"job": "a b", "rank": 0, "world": 1}),
+                 ("a rank outside the world", {"job": "j", "rank": 2, "world": 2}),
+                 ("a bad attempt", {"job": "j", "rank": 0, "world": 2, "attempt": "a/b"}),
+                 ("no rank anywhere", {"job": "j"})):
+    env = {k: os.environ.pop(k) for k in ("RANK", "WORLD_SIZE") if k in os.environ}
+    try:
+        crest.Checkpointer(store, staging_bytes=16 << 20, no_gpu=True, **kw)
+        check(False, "Checkpointer took %s" % what)
+    except ValueError as e:
+        print("refused, %s: %s" % (what, e))
+    os.environ.update(env)
+os.environ.update(RANK="1", WORLD_SIZE="3")
+with crest.Checkpointer(store, staging_bytes=16 << 20, no_gpu=True, job="j.1", attempt="a-1") as ck:
+    check(ck.job == {"name": "j.1", "rank": 1, "world": 3, "attempt": "a-1", "gpu": None},
+          "the job from $RANK and $WORLD_SIZE: %s" % ck.job)
+with crest.Checkpointer(store, staging_bytes=16 << 20, no_gpu=True) as ck:
+    check(ck.job is None, "a checkpointer without job says it has one: %s" % ck.job)
+
 if fails:
     sys.exit("%d checks failed" % fails)
 print("ok: the binding's %d structs match libcrest; wrong layouts are refused" % len(good))
