@@ -136,9 +136,51 @@ def ls_all(store):
     return {s["snapshot"]: s for s in json.loads(cli(crest_bin, "--store", store, "--json", "ls", "--all"))}
 
 
-ref_store, run_store = os.path.join(root, "ref"), os.path.join(root, "run")
-for s in (ref_store, run_store):
+ref_store, run_store, one_store = (os.path.join(root, n) for n in ("ref", "run", "one"))
+for s in (ref_store, run_store, one_store):
     cli(crest_bin, "init", s)
+
+# 0. The binding alone, in this process: a job of one rank completes each step by itself.
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python"))
+import crest  # noqa: E402
+t = {"w": torch.arange(5000, dtype=torch.float32)}
+with crest.Checkpointer(one_store, staging_bytes=16 << 20, no_gpu=True, job="one", rank=0, world=1,
+                        attempt="t0") as ck:
+    try:
+        ck.save(t, state={"step": 1})
+        check(False, "a job's save without step was taken")
+    except ValueError as e:
+        print("refused, a job's save without step:", e)
+    firsts = []
+    for step in (1, 2):
+        t["w"] += 1
+        r = ck.wait(ck.save(t, state={"step": step}, step=step, tag="one-%d" % step))
+        check(r["committed"] is True and r["step"] == step and re.fullmatch("[0-9a-f]{64}", r["job_snapshot"] or ""),
+              "the one rank of a job did not commit its step %d: %s" % (step, r))
+        firsts.append(r)
+    try:
+        ck.wait(12345)
+        check(False, "wait took a handle it never gave")
+    except crest.CrestError as e:
+        check(e.errno == 9, "wait of an unknown handle: %s" % e)
+    t["w"].zero_()
+    for name, step in ((None, 2), ("job:one", 2), (firsts[0]["job_snapshot"], 1)):
+        st = ck.restore_full(t, name)
+        check(st["state"] == {"step": step} and float(t["w"][0]) == step and st["snapshot"] == firsts[step - 1]["snapshot"],
+              "restore %s: state %s, w[0] %s, member %.12s" % (name, st["state"], float(t["w"][0]), st["snapshot"]))
+    try:
+        ck.restore(t, "one-1")          # the rank's snapshot, not a job snapshot
+        check(False, "a job's restore took a rank snapshot")
+    except crest.CrestError as e:
+        print("refused, a rank snapshot given to a job's restore:", e)
+with crest.Checkpointer(one_store, staging_bytes=16 << 20, no_gpu=True, job="one", rank=0, world=2) as ck:
+    try:
+        ck.restore(t)
+        check(False, "a job of 2 ranks restored a job snapshot of 1")
+    except crest.CrestError as e:
+        print("refused, another world size:", e)
+        check(e.errno == 22, "restore into another world size: %s" % e)
+print("binding: a job of one rank saves, commits and restores", flush=True)
 
 # 1. The reference.
 t0 = time.time()
