@@ -376,8 +376,10 @@ class Checkpointer:
         A job's rank must give step (an int >= 0, the same in every rank for the same
         checkpoint; crest_job_checkpoint): its snapshot is labelled crest.job,
         crest.job.step, crest.job.rank and crest.job.world besides labels. Wait for it with
-        wait() (or close()): only then does it count towards the step's job snapshot. A
-        checkpointer without job takes no step."""
+        wait() (or close()): only then does it count towards the step's job snapshot. tag
+        names this rank's snapshot, and a tag names one snapshot in a store: give each rank
+        its own ("step-100-rank-%d" % rank) or none. A checkpointer without job takes no
+        step."""
         if self._job is None and step is not None:
             raise ValueError("save: step is for a job's ranks (Checkpointer(job=...))")
         if self._job is not None:
