@@ -15,12 +15,23 @@ model and optimizer first; materialize_optimizer() creates optimizer state that
 PyTorch would otherwise create lazily on the first step. Everything that is not
 a tensor in the dicts, and `state`, travels pickled in one blob.
 
+A rank of a job of many processes (DDP under torchrun) gives the job a name; its
+checkpoints of one step, one per rank, become one job snapshot, committed by the store
+once the last rank's is (no barrier between the ranks), and a relaunch restores the
+newest whole one (python/examples/ddp_train.py):
+
+    ck = crest.Checkpointer(store, job="llm-7b")      # rank, world: torch.distributed's
+    h = ck.save(tree, state={"step": step, "rng": crest.rng_state()}, step=step)
+    ck.wait(h)                            # -> ... "committed", "job_snapshot"
+    state = ck.restore(tree)              # this rank's part of the newest job snapshot
+
 libcrest.so is found through $CREST_LIB, next to this package, or in build/.
 """
 import ctypes
 import os
 import pickle
 import random
+import re
 
 __all__ = ["CrestError", "Checkpointer", "rng_state", "set_rng_state", "materialize_optimizer"]
 
@@ -59,11 +70,21 @@ class _RestoreResult(ctypes.Structure):
                 ("cache_bytes", ctypes.c_uint64)]
 
 
+class _Job(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("attempt", ctypes.c_char_p), ("rank", ctypes.c_uint32),
+                ("world", ctypes.c_uint32), ("gpu", ctypes.c_char_p)]
+
+
+class _JobResult(ctypes.Structure):
+    _fields_ = [("rank", _Result), ("committed", ctypes.c_int), ("job_snapshot", ctypes.c_char * 65)]
+
+
 # Every struct of crest.h this binding lays out, by its C name. _check_abi compares each with
 # the library's own layout (crest_abi_* of crest.h) when libcrest is loaded: a struct that
 # differs in any way refuses the library, never passes it bytes it reads otherwise.
 _STRUCTS = (("crest_options", _Options), ("crest_blob", _Blob), ("crest_checkpoint_opts", _CkptOpts),
-            ("crest_result", _Result), ("crest_restore_result", _RestoreResult))
+            ("crest_result", _Result), ("crest_restore_result", _RestoreResult), ("crest_job", _Job),
+            ("crest_job_result", _JobResult))
 
 # crest.h's constants this binding passes; their values come from the library (_load).
 _CONSTS = ("CREST_MEM_HOST", "CREST_MEM_DEVICE", "CREST_OPEN_NO_GPU")
@@ -180,12 +201,17 @@ def _load():
         "crest_read_blob": (I, [P, ctypes.c_char_p, ctypes.c_char_p, ctypes.POINTER(P),
                                 ctypes.POINTER(ctypes.c_size_t)]),
         "crest_free": (None, [P]),
+        "crest_job_checkpoint": (I, [P, ctypes.POINTER(_Job), U64, ctypes.POINTER(_CkptOpts), ctypes.POINTER(U64)]),
+        "crest_job_wait": (I, [P, ctypes.POINTER(_Job), U64, U64, ctypes.POINTER(_JobResult)]),
+        "crest_job_restore": (I, [P, ctypes.POINTER(_Job), ctypes.c_char_p, ctypes.POINTER(_RestoreResult)]),
         "crest_errmsg": (ctypes.c_char_p, []),
     }
+    # The layouts first: a library older or newer than this binding is refused naming the
+    # struct that differs, before a function it lacks is looked up.
+    _const.update(_check_abi(lib, path, _STRUCTS, _CONSTS))
     for name, (res, args) in sig.items():
         f = getattr(lib, name)
         f.restype, f.argtypes = res, args
-    _const.update(_check_abi(lib, path, _STRUCTS, _CONSTS))
     _lib = lib
     return lib
 
@@ -213,13 +239,50 @@ def _flatten(obj, prefix, tensors, leaves):
 
 
 class Checkpointer:
-    """One open store; regions follow the tensors given to save() and restore()."""
+    """One open store; regions follow the tensors given to save() and restore().
+
+    With job=NAME the checkpointer is one rank of a job of many processes (a DDP job
+    under torchrun; crest.h's crest_job_* calls): each rank opens its own Checkpointer on
+    the same store and checkpoints its own tensors, and once every rank's checkpoint of a
+    step is committed, one job snapshot names them all (the step, the world size, each
+    rank's GPU), committed all or nothing. save() then needs step=, wait() reports whether
+    this rank completed the set, and restore() takes this rank's part of a job snapshot.
+    The ranks never wait for each other: there is no torch.distributed barrier in save()
+    or wait(); each rank leaves its snapshot's id in the store once it is committed, and
+    the rank whose arrival completes the set commits the job snapshot. A rank killed
+    before its checkpoint of a step arrives leaves no job snapshot of that step. Replicas
+    (the same parameters and optimizer state in every DDP rank) are stored once: the
+    store keeps each distinct chunk once, whichever rank wrote it.
+    """
 
     def __init__(self, store, staging_bytes=1 << 30, workers=0, copy_streams=0, restore_threads=0,
-                 device=0, no_gpu=False, branch=None, host_cache=None):
+                 device=0, no_gpu=False, branch=None, host_cache=None, job=None, rank=None, world=None,
+                 attempt=None, gpu=None):
         """branch: the branch the checkpoints go on (None: "main", continued from its
         newest snapshot); see set_branch(). host_cache: a directory in shared memory
-        (/dev/shm) for a checked host copy of the CUDA tensors (crest_options in crest.h)."""
+        (/dev/shm) for a checked host copy of the CUDA tensors (crest_options in crest.h).
+
+        job: the job's name, the same in every rank (1 to 96 of letters, digits, '.', '_',
+        '-', not beginning with '.'); None: a checkpointer of one process, as ever, and
+        rank, world, attempt and gpu must be None too. With job:
+          rank, world: this process's rank and the job's size; None: torch.distributed's
+            (when it is initialized), else $RANK and $WORLD_SIZE (torchrun sets both).
+          attempt: the same in every rank of one launch and new in the next, so that the
+            ranks of a relaunch never meet what the ranks of the launch that crashed left
+            in the store. None: $CREST_JOB_ATTEMPT, else torchrun's
+            $TORCHELASTIC_RUN_ID.$TORCHELASTIC_RESTART_COUNT (crest.h) when the run id
+            is a real one; torchrun without --standalone or --rdzv_id names every launch
+            "none", so then, with torch.distributed initialized, rank 0 draws a random
+            attempt and broadcasts it to the others (the one collective call of a job
+            Checkpointer: every rank must construct it, as it must construct its DDP
+            model); without torch.distributed, crest.h's default as it is ("none.0"
+            there, "0" outside torchrun: then pass one yourself).
+          gpu: this rank's GPU as the job snapshot records it (a UUID such as
+            nvidia-smi -L prints); None: none recorded.
+        """
+        if job is None and (rank, world, attempt, gpu) != (None, None, None, None):
+            raise ValueError("Checkpointer: rank, world, attempt and gpu are for a job's ranks: give job= too")
+        job_args = _job_args(job, rank, world, attempt, gpu) if job is not None else None
         lib = _load()
         o = _Options()
         lib.crest_options_init(ctypes.byref(o))
@@ -233,12 +296,29 @@ class Checkpointer:
                "opening store %s" % store)
         self._h = h
         self._regions = {}   # name -> (ptr, nbytes, is_cuda, handle)
+        # A job's rank: the crest_job every job call is given (its strings kept alive in
+        # _job_strs), and the step of each checkpoint not yet waited for, by handle.
+        self._job, self._job_strs, self._pending = None, None, {}
+        if job_args is not None:
+            self._job_strs = job_args
+            name, att, rk, wd, g = job_args
+            self._job = _Job(name, att, rk, wd, g)
         if branch is not None:
             try:
                 self.set_branch(branch)
             except CrestError:
                 self.close()
                 raise
+
+    @property
+    def job(self):
+        """None, or {"name", "rank", "world", "attempt", "gpu"} of this job checkpointer
+        (attempt None: crest.h's default, from the environment)."""
+        if self._job is None:
+            return None
+        name, att, rk, wd, g = self._job_strs
+        return {"name": name.decode(), "rank": rk, "world": wd, "attempt": att.decode() if att else None,
+                "gpu": g.decode() if g else None}
 
     def set_branch(self, name):
         """Later checkpoints go on branch name: an existing branch goes on from its newest
@@ -247,9 +327,20 @@ class Checkpointer:
         _check(_lib.crest_set_branch(self._h, name.encode()), "switching to branch %s" % name)
 
     def close(self):
+        """Waits for the checkpoints not yet waited for, then closes the store. A job's rank
+        waits for them as wait() does, so that they arrive and their job snapshots can be
+        committed; the first failure is raised once all are done."""
         if self._h:
+            err = None
+            for handle in sorted(self._pending):
+                try:
+                    self.wait(handle)
+                except CrestError as e:
+                    err = err or e
             h, self._h = self._h, None
             _check(_lib.crest_close(h), "closing the store")
+            if err is not None:
+                raise err
 
     def __enter__(self):
         return self
@@ -278,9 +369,22 @@ class Checkpointer:
                                        ctypes.byref(r)), "registering tensor %s" % name)
             self._regions[name] = (ptr, nbytes, cuda, r.value)
 
-    def save(self, tree, state=None, tag=None, labels=None):
+    def save(self, tree, state=None, tag=None, labels=None, *, step=None):
         """Snapshots every tensor in tree plus the pickled state; returns a handle for wait().
-        Returns once the copies are done: tensors may change again right away."""
+        Returns once the copies are done: tensors may change again right away.
+
+        A job's rank must give step (an int >= 0, the same in every rank for the same
+        checkpoint; crest_job_checkpoint): its snapshot is labelled crest.job,
+        crest.job.step, crest.job.rank and crest.job.world besides labels. Wait for it with
+        wait() (or close()): only then does it count towards the step's job snapshot. tag
+        names this rank's snapshot, and a tag names one snapshot in a store: give each rank
+        its own ("step-100-rank-%d" % rank) or none. A checkpointer without job takes no
+        step."""
+        if self._job is None and step is not None:
+            raise ValueError("save: step is for a job's ranks (Checkpointer(job=...))")
+        if self._job is not None:
+            if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+                raise ValueError("save: job %s needs step=, an int >= 0, not %r" % (self.job["name"], step))
         tensors, leaves = {}, {}
         _flatten(tree, "", tensors, leaves)
         self._sync_regions(tensors)
@@ -291,33 +395,69 @@ class Checkpointer:
         labarr = (ctypes.c_char_p * max(1, len(lab)))(*lab)
         o = _CkptOpts(tag.encode() if tag else None, labarr, len(lab), ctypes.pointer(blob), 1, None, 0)
         h = ctypes.c_uint64()
-        _check(_lib.crest_checkpoint(self._h, ctypes.byref(o), ctypes.byref(h)), "checkpoint")
+        if self._job is None:
+            _check(_lib.crest_checkpoint(self._h, ctypes.byref(o), ctypes.byref(h)), "checkpoint")
+            return h.value
+        _check(_lib.crest_job_checkpoint(self._h, ctypes.byref(self._job), step, ctypes.byref(o), ctypes.byref(h)),
+               "checkpoint of job %s step %d" % (self.job["name"], step))
+        self._pending[h.value] = step
         return h.value
 
     def done(self, handle):
         return _check(_lib.crest_poll(self._h, handle), "polling checkpoint %d" % handle) == 1
 
     def wait(self, handle):
+        """Blocks until the checkpoint is committed; returns {"snapshot", "bytes", "new_bytes",
+        "stored_bytes", "stall_s", "staging_wait_s", "ingest_s", "rounds"}.
+
+        A job's rank then arrives (crest_job_wait): it leaves its snapshot's id in the store
+        and, when every rank of the step has, commits the job snapshot. It never waits for
+        another rank. The dict gains "step", "committed" (True when this rank's arrival
+        completed the set and it committed the job snapshot; in each step one rank, rarely
+        two, sees True) and "job_snapshot" (that job snapshot's id when committed, else
+        None)."""
         r = _Result()
-        _check(_lib.crest_wait(self._h, handle, ctypes.byref(r)), "waiting for checkpoint %d" % handle)
-        return {"snapshot": r.snapshot.decode(), "bytes": r.bytes, "new_bytes": r.new_bytes,
-                "stored_bytes": r.stored_bytes, "stall_s": r.stall_ns / 1e9,
-                "staging_wait_s": r.staging_wait_ns / 1e9, "ingest_s": r.ingest_ns / 1e9, "rounds": r.rounds}
+        if self._job is None:
+            _check(_lib.crest_wait(self._h, handle, ctypes.byref(r)), "waiting for checkpoint %d" % handle)
+            return _result_dict(r)
+        if handle not in self._pending:
+            raise CrestError(9, "waiting for checkpoint %d: not a checkpoint of this rank of job %s that is "
+                             "still to be waited for" % (handle, self.job["name"]))
+        step = self._pending.pop(handle)   # the handle is spent either way (crest.h)
+        jr = _JobResult()
+        _check(_lib.crest_job_wait(self._h, ctypes.byref(self._job), step, handle, ctypes.byref(jr)),
+               "waiting for checkpoint %d of job %s step %d" % (handle, self.job["name"], step))
+        out = _result_dict(jr.rank)
+        out["step"], out["committed"] = step, bool(jr.committed)
+        out["job_snapshot"] = jr.job_snapshot.decode() if jr.committed else None
+        return out
 
     def restore(self, tree, snapshot=None):
         """Writes the snapshot (None: the newest) into the tensors of tree, in place, and
-        returns the state given to save()."""
+        returns the state given to save().
+
+        A job's rank restores its own part of a job snapshot (crest_job_restore): snapshot
+        None is the newest job snapshot of this job; else "job:NAME" (the newest of job
+        NAME), a tag or an id of a job snapshot. It must have this job's world size; rank r
+        gets what rank r saved. Every rank calls it on its own, with no barrier; each
+        gets the same step when each asks for the same job snapshot, so restore before
+        the ranks can commit a newer one (before the first save())."""
         return self.restore_full(tree, snapshot)["state"]
 
     def restore_full(self, tree, snapshot=None):
         """As restore(), returning {"state", "leaves" (the non-tensor values of the saved
-        tree, by path), "snapshot", "bytes", "cache_bytes", "seconds"}."""
+        tree, by path), "snapshot" (for a job's rank: its own member snapshot), "bytes",
+        "cache_bytes", "seconds"}."""
         tensors, _ = {}, {}
         _flatten(tree, "", tensors, _)
         self._sync_regions(tensors)
         name = snapshot.encode() if snapshot else None
         r = _RestoreResult()
-        _check(_lib.crest_restore(self._h, name, ctypes.byref(r)), "restoring %s" % (snapshot or "newest"))
+        if self._job is None:
+            _check(_lib.crest_restore(self._h, name, ctypes.byref(r)), "restoring %s" % (snapshot or "newest"))
+        else:
+            _check(_lib.crest_job_restore(self._h, ctypes.byref(self._job), name, ctypes.byref(r)),
+                   "restoring rank %d of %s" % (self.job["rank"], snapshot or "job:%s" % self.job["name"]))
         p, n = ctypes.c_void_p(), ctypes.c_size_t()
         _check(_lib.crest_read_blob(self._h, r.snapshot, _STATE_BLOB.encode(), ctypes.byref(p), ctypes.byref(n)),
                "reading the saved state")
@@ -328,6 +468,63 @@ class Checkpointer:
         out["snapshot"], out["bytes"], out["seconds"] = r.snapshot.decode(), r.bytes, r.ns / 1e9
         out["cache_bytes"] = r.cache_bytes
         return out
+
+
+def _result_dict(r):
+    return {"snapshot": r.snapshot.decode(), "bytes": r.bytes, "new_bytes": r.new_bytes,
+            "stored_bytes": r.stored_bytes, "stall_s": r.stall_ns / 1e9,
+            "staging_wait_s": r.staging_wait_ns / 1e9, "ingest_s": r.ingest_ns / 1e9, "rounds": r.rounds}
+
+
+def _dist():
+    """torch.distributed when it is here and initialized, else None (torch not needed)."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+def _job_args(job, rank, world, attempt, gpu):
+    """(name, attempt, rank, world, gpu) for a _Job, strings as bytes (attempt None: crest.h's
+    default); rank, world and attempt as Checkpointer's docstring says."""
+    # crest.h's rule for struct crest_job's name and attempt, checked here too so that a
+    # bad one fails when the job is opened, not at its first checkpoint.
+    name_ok = lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,95}", v)  # noqa: E731
+    if not name_ok(job):
+        raise ValueError("Checkpointer: job %r is not 1 to 96 of letters, digits, '.', '_', '-' (not "
+                         "beginning with '.')" % (job,))
+    if attempt is not None and not name_ok(attempt):
+        raise ValueError("Checkpointer(job=%r): attempt %r is not 1 to 96 of letters, digits, '.', '_', '-' "
+                         "(not beginning with '.')" % (job, attempt))
+    dist = _dist()
+    if rank is None or world is None:
+        if dist is not None:
+            rank = dist.get_rank() if rank is None else rank
+            world = dist.get_world_size() if world is None else world
+        else:
+            try:
+                rank = int(os.environ["RANK"]) if rank is None else rank
+                world = int(os.environ["WORLD_SIZE"]) if world is None else world
+            except (KeyError, ValueError) as e:
+                raise ValueError("Checkpointer(job=%r): no rank or world given, torch.distributed is not "
+                                 "initialized and $RANK/$WORLD_SIZE do not say (%s: %r)"
+                                 % (job, type(e).__name__, str(e)))
+    for what, v in (("rank", rank), ("world", world)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or v >= 1 << 32:
+            raise ValueError("Checkpointer(job=%r): %s %r is not an int in [0, 2^32)" % (job, what, v))
+    if not 0 <= rank < world:
+        raise ValueError("Checkpointer(job=%r): rank %d is not in [0, %d)" % (job, rank, world))
+    if attempt is None and not os.environ.get("CREST_JOB_ATTEMPT") and \
+            os.environ.get("TORCHELASTIC_RUN_ID", "none") == "none" and dist is not None:
+        # Every launch of torchrun without --standalone or --rdzv_id is run "none": crest.h's
+        # default would be the same attempt in the relaunch as in the launch that crashed.
+        # os.urandom, not random: the job's RNGs are left as they are.
+        a = ["%s.%d" % (os.urandom(8).hex(), os.getpid()) if dist.get_rank() == 0 else None]
+        dist.broadcast_object_list(a, src=0)
+        attempt = a[0]
+    enc = lambda v: v.encode() if v is not None else None   # noqa: E731
+    return (enc(job), enc(attempt), rank, world, enc(gpu))
 
 
 def rng_state():

@@ -35,8 +35,10 @@ def check(ok, msg):
 text = re.sub(r"/\*.*?\*/", "", open(HEADER).read(), flags=re.S)
 header = {}
 for name, body in re.findall(r"struct (crest_\w+) \{(.*?)\};", text, flags=re.S):
-    header[name] = [re.search(r"(\w+)\s*(\[[^]]*\])?\s*$", d.strip()).group(1)
-                    for d in body.split(";") if d.strip()]
+    # One declaration may name several members ("uint32_t rank, world;"): each
+    # comma-separated declarator ends in its name (an array's after its bounds).
+    header[name] = [re.search(r"(\w+)\s*(\[[^]]*\])?\s*$", part.strip()).group(1)
+                    for d in body.split(";") if d.strip() for part in d.split(",")]
 mine = {c: [f[0] for f in cls._fields_] for c, cls in crest._STRUCTS}
 check(sorted(header) == sorted(mine), "crest.h has structs %s, the binding lays out %s" % (sorted(header), sorted(mine)))
 
@@ -89,6 +91,14 @@ cases = [
      "struct crest_result members: snapshot,bytes,new_bytes,stored_bytes,zero_bytes,stall_ns,staging_wait_ns,ingest_ns in python/crest"),
     ("an extra member", ("crest_blob", wrong("B", crest._Blob._fields_ + [("more", U64)])),
      "struct crest_blob members: name,data,len,more in python/crest, name,data,len in"),
+    # A nested struct: crest_job_result holds a crest_result whole; one of the wrong size
+    # (here crest_restore_result's) is refused as a member of the wrong size.
+    ("a nested struct of the wrong size", ("crest_job_result", wrong("JR", [("rank", crest._RestoreResult)] +
+                                                                     crest._JobResult._fields_[1:])),
+     "struct crest_job_result member rank size: 96 in python/crest, 136 in"),
+    ("job ranks of the wrong width", ("crest_job", wrong("J", [(n, U64 if n in ("rank", "world") else t)
+                                                               for n, t in crest._Job._fields_])),
+     "struct crest_job member rank size: 8 in python/crest, 4 in"),
 ]
 for what, struct, want in cases:
     try:
@@ -111,7 +121,7 @@ except ImportError as e:
 
 # At load: a binding whose layout is wrong refuses the library and stays unloaded.
 good = crest._STRUCTS
-crest._STRUCTS = good[:-1] + (("crest_restore_result", cases[2][1][1]),)
+crest._STRUCTS = tuple((c, cases[2][1][1] if c == "crest_restore_result" else cls) for c, cls in good)
 try:
     crest.Checkpointer(store, staging_bytes=16 << 20, no_gpu=True)
     check(False, "the binding loaded libcrest with a wrong layout")
@@ -140,6 +150,28 @@ try:
 except crest.CrestError as e:
     print("refused at open, an empty branch:", e)
     check(e.errno == 22, "Checkpointer's error: %s" % e)
+
+# A job's rank (Checkpointer(job=...)): what is refused before the store is opened, and
+# rank and world from $RANK and $WORLD_SIZE (torch.distributed is not initialized here).
+for what, kw in (("rank without job", {"rank": 1}),
+                 ("a job name beginning with '.'", {"job": ".j", "rank": 0, "world": 1}),
+                 ("a job name with a space", {"job": "a b", "rank": 0, "world": 1}),
+                 ("a rank outside the world", {"job": "j", "rank": 2, "world": 2}),
+                 ("a bad attempt", {"job": "j", "rank": 0, "world": 2, "attempt": "a/b"}),
+                 ("no rank anywhere", {"job": "j"})):
+    env = {k: os.environ.pop(k) for k in ("RANK", "WORLD_SIZE") if k in os.environ}
+    try:
+        crest.Checkpointer(store, staging_bytes=16 << 20, no_gpu=True, **kw)
+        check(False, "Checkpointer took %s" % what)
+    except ValueError as e:
+        print("refused, %s: %s" % (what, e))
+    os.environ.update(env)
+os.environ.update(RANK="1", WORLD_SIZE="3")
+with crest.Checkpointer(store, staging_bytes=16 << 20, no_gpu=True, job="j.1", attempt="a-1") as ck:
+    check(ck.job == {"name": "j.1", "rank": 1, "world": 3, "attempt": "a-1", "gpu": None},
+          "the job from $RANK and $WORLD_SIZE: %s" % ck.job)
+with crest.Checkpointer(store, staging_bytes=16 << 20, no_gpu=True) as ck:
+    check(ck.job is None, "a checkpointer without job says it has one: %s" % ck.job)
 
 if fails:
     sys.exit("%d checks failed" % fails)
