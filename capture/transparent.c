@@ -580,7 +580,8 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 					.leave_stopped = o->kill, .shell_job = c->shell_job,
 					.action_script = hook, .mntns = c->mntns, .external = ext,
 					.nexternal = next, .netns = c->netns,
-					.tcp_established = c->tcp_established, .tcp_close = c->tcp_close };
+					.tcp_established = c->tcp_established, .tcp_close = c->tcp_close,
+					.ghost_limit = o->file_limit ? o->file_limit : TP_FILE_LIMIT_DEFAULT };
 	rc = criu_dump(o->criu, &dopts);
 	uint64_t t2 = time_now_ns();
 	c->dump_ns = t2 - t1;

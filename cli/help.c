@@ -135,7 +135,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--every", NULL, "DURATION", "checkpoint again every DURATION: 30s, 5m, 1h, 7d, 250ms (1ms to 366 days)" },
 		{ "--count", NULL, "N", "with --every: stop after N checkpoints" },
 		{ "--kill", NULL, NULL, "end the job once its snapshot is committed (it runs on if the store fails); not with --every" },
-		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job" },
+		{ "--file-limit", NULL, "SIZE", "the largest open file stored with the job, and the largest deleted file it maps (default 64M)" },
 		{ "--workdir", NULL, "DIR", "a directory the job writes by path (logs, event files, its own checkpoints): "
 		  "stored whole with each snapshot, put back exactly by restore, copied for each clone" },
 		{ "--workdir-limit", NULL, "SIZE", "the most --workdir may hold (default 1G): larger is refused before the job is frozen" },

@@ -456,6 +456,11 @@ static const struct criu_cause {
 	const char *nocap, *text;
 } criu_causes[] = {
 	{ "No space left on device", -ENOSPC, CAUSE_NOSPACE, -1, NULL, NULL },
+	/* criu_dump_opts.ghost_limit: crest passes --file-limit. */
+	{ "increase limit", -EFBIG, CAUSE_TEXT, -1, NULL,
+	  "the job holds a deleted file (a \"ghost\": NCCL keeps its buffers in one under /dev/shm) larger "
+	  "than --file-limit, which bounds what crest stores of such a file too; the job runs on. Raise "
+	  "--file-limit above the size criu names" },
 	{ "PR_SET_MM", -EPERM, CAUSE_TEXT, 24 /* CAP_SYS_RESOURCE */,
 	  "crest runs without CAP_SYS_RESOURCE, and criu needs it to give the restored tasks their memory "
 	  "layout (prctl PR_SET_MM); run crest as root with its capabilities (a container: --cap-add "
@@ -636,6 +641,12 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 			argv[n++] = "--network-lock";
 			argv[n++] = lock;
 		}
+	}
+	char ghost[32];
+	if (o->ghost_limit) {
+		snprintf(ghost, sizeof(ghost), "%llu", (unsigned long long)o->ghost_limit);
+		argv[n++] = "--ghost-limit";
+		argv[n++] = ghost;
 	}
 	for (size_t i = 0; i < o->nexternal; i++) {
 		argv[n++] = "--external";

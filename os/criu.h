@@ -70,6 +70,12 @@ struct criu_dump_opts {
 	 * many hosts have no iptables for CRIU's default lock. */
 	bool tcp_established;
 	bool tcp_close;
+	/* The largest deleted file the tree still holds or maps (a "ghost":
+	 * NCCL keeps its proxy buffers in an unlinked /dev/shm file, 33 MiB
+	 * for 2 ranks seen with NCCL 2.28) whose contents go into the images;
+	 * criu's --ghost-limit. 0: criu's own default, 1 MiB, which such a
+	 * job fails ("Can't dump ghost file ... increase limit"). */
+	uint64_t ghost_limit;
 };
 int criu_dump(const struct criu *c, const struct criu_dump_opts *o);
 
