@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -197,6 +198,45 @@ static int refuse_multi_gpu(const struct cudrv *d, const struct tp_capture *c)
 	}
 	free(host);
 	return rc;
+}
+
+/* NCCL between the job's CUDA processes with its P2P transport on (its
+ * default between GPUs of one node): each rank maps its peers' device
+ * memory through CUDA IPC, the driver checkpoints the ranks, and its
+ * restore then answers CUDA_ERROR_NOT_SUPPORTED for every one of them
+ * (seen with NCCL 2.28.9 and driver 580 on 2 H200s over NVLink, 2026-11-28),
+ * so a checkpoint would end the job. It is refused before anything is
+ * frozen. What can be seen from outside is that a CUDA process maps
+ * libnccl and was started without NCCL_P2P_DISABLE=1 (or NCCL_P2P_LEVEL=LOC)
+ * in its environment; one that set the variable in itself later is not
+ * seen as having done so, and is refused too (the message says to set it
+ * at launch). A job of one CUDA process never reaches a peer, and NCCL
+ * linked into another library (not libnccl) goes unseen; its restore
+ * would then fail as above, ending in the defined state of a failed
+ * driver restore. */
+static int refuse_nccl_p2p(const struct tp_capture *c)
+{
+	if (c->ncuda < 2)
+		return 0;
+	for (size_t i = 0; i < c->ncuda; i++) {
+		const pid_t p = c->cuda[i];
+		if (!proc_maps_has(p, "/libnccl"))
+			continue;
+		char v[64];
+		if (proc_env_get(p, "NCCL_P2P_DISABLE", v, sizeof(v)) == 0 && (!strcmp(v, "1") || !strcasecmp(v, "true")))
+			continue;
+		if (proc_env_get(p, "NCCL_P2P_LEVEL", v, sizeof(v)) == 0 && (!strcasecmp(v, "LOC") || !strcmp(v, "0")))
+			continue;
+		return crest_errx(-EOPNOTSUPP, "pid %d maps NCCL (libnccl) beside %zu other CUDA process%s, with NCCL's "
+				  "P2P transport on (no NCCL_P2P_DISABLE=1 in the environment it started with): its "
+				  "ranks map each other's device memory, which the driver checkpoints but cannot "
+				  "restore (cuCheckpointProcessRestore: CUDA_ERROR_NOT_SUPPORTED, seen with driver 580), "
+				  "so nothing was frozen and the job runs on. Start the job with NCCL_P2P_DISABLE=1 "
+				  "NCCL_SHM_DISABLE=1 (NCCL then connects the ranks over sockets, which crest saves), "
+				  "or save it through crest's library (crest_job_checkpoint)", (int)p, c->ncuda - 1,
+				  c->ncuda > 2 ? "es" : "");
+	}
+	return 0;
 }
 
 static int write_list(const char *path, const struct proc_files *f)
@@ -418,12 +458,13 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	}
 	/* What the driver could not give back is refused before anything
 	 * is frozen (gpu/gpuckpt.h). */
-	if (c->ncuda && !o->multi_gpu) {
+	if (c->ncuda && !o->multi_gpu)
 		rc = refuse_multi_gpu(d, c);
-		if (rc < 0) {
-			tp_capture_free(c);
-			return rc;
-		}
+	if (rc == 0)
+		rc = refuse_nccl_p2p(c);
+	if (rc < 0) {
+		tp_capture_free(c);
+		return rc;
 	}
 	rc = proc_files_writable(&c->tree, &c->files);
 	/* In a mount namespace of its own, what the job holds on the host's

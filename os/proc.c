@@ -240,7 +240,7 @@ void proc_tree_free(struct proc_tree *t)
 	t->n = 0;
 }
 
-bool proc_uses_cuda(pid_t pid)
+bool proc_maps_has(pid_t pid, const char *name)
 {
 	char path[64], line[4096];
 	snprintf(path, sizeof(path), "/proc/%d/maps", (int)pid);
@@ -249,9 +249,36 @@ bool proc_uses_cuda(pid_t pid)
 		return false;
 	bool found = false;
 	while (!found && fgets(line, sizeof(line), f))
-		found = strstr(line, "/libcuda.so") != NULL;
+		found = strstr(line, name) != NULL;
 	fclose(f);
 	return found;
+}
+
+bool proc_uses_cuda(pid_t pid)
+{
+	return proc_maps_has(pid, "/libcuda.so");
+}
+
+int proc_env_get(pid_t pid, const char *key, char *buf, size_t cap)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/environ", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -errno;
+	const size_t klen = strlen(key);
+	char *var = NULL;
+	size_t vcap = 0;
+	int rc = -ENOENT;
+	ssize_t len;
+	while (rc == -ENOENT && (len = getdelim(&var, &vcap, '\0', f)) > 0)
+		if ((size_t)len > klen && !strncmp(var, key, klen) && var[klen] == '=') {
+			snprintf(buf, cap, "%s", var + klen + 1);
+			rc = 0;
+		}
+	free(var);
+	fclose(f);
+	return rc;
 }
 
 /* flags, pos and mnt_id of one descriptor, from its fdinfo (all three are

@@ -43,6 +43,13 @@ void proc_tree_free(struct proc_tree *t);
 /* True when the process maps libcuda: it may have a CUDA context to
  * checkpoint (the driver tells: gpu/gpuckpt.h, gpuckpt_has_state). */
 bool proc_uses_cuda(pid_t pid);
+/* True when some mapping of the process is a file whose path holds name
+ * ("/libnccl.so", "/libcuda.so"). */
+bool proc_maps_has(pid_t pid, const char *name);
+/* The value of key in the environment the process was started with
+ * (/proc/PID/environ: what it set in itself later is not there), copied
+ * into buf; -ENOENT when it has none. */
+int proc_env_get(pid_t pid, const char *key, char *buf, size_t cap);
 
 /* 'R', 'S', 'Z', ... or 0 when the process does not exist. */
 char proc_state(pid_t pid);

@@ -17,7 +17,13 @@
 #          a peer is locked as it ends): crest must give up after
 #          --lock-within 2s, having tried more than once, with one line
 #          that says why, every rank unlocked and running, nothing frozen,
-#          each log equal to an uninterrupted run's.
+#          each log equal to an uninterrupted run's;
+#  p2p:    two ranks that map libnccl (a stand-in library of that name),
+#          one of them (picked at random, seed printed) started without
+#          NCCL_P2P_DISABLE=1: refused before anything is locked, naming
+#          that rank, and the job runs on; with the variable in both
+#          ranks' environment, checkpointed (leave running), logs as
+#          uninterrupted.
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
@@ -39,8 +45,10 @@ for r, spec in enumerate(sys.argv[4:]):
 sys.exit(max(p.wait() for p in ranks))
 PY
 cat >rank.py <<'PY'
-import ctypes, sys, time
+import ctypes, os, sys, time
 ctypes.CDLL(sys.argv[1])
+for extra in filter(None, os.environ.get("RANK_LIBS", "").split(":")):
+    ctypes.CDLL(extra)
 out = open(sys.argv[2], "a", buffering=1)
 for i in range(int(sys.argv[3])):
     out.write("step %d\n" % i)
@@ -142,4 +150,37 @@ sleep 0.5
 [ "$(lines r0.log)" -gt "$n0" ] || fail "always: rank 0 makes no progress after crest gave up"
 ended always
 echo "ok: always: gave up after $took s and $tries lock(s) that gave up: $(cat ck.err)"
+
+# p2p: NCCL with its P2P transport on is refused before anything is locked.
+cp "$FAKE_CUDA" cuda/libnccl.so.2
+seed=${CREST_SEED:-$(( $(date +%s%N) % 100000 ))}
+RANDOM=$seed
+bad=$((RANDOM % 2))
+echo "p2p: seed $seed: rank $bad starts without NCCL_P2P_DISABLE=1"
+e0=RANK_LIBS=$T/cuda/libnccl.so.2,NCCL_P2P_DISABLE=1 e1=$e0
+[ $bad = 0 ] && e0=RANK_LIBS=$T/cuda/libnccl.so.2 || e1=RANK_LIBS=$T/cuda/libnccl.so.2
+: >state/log
+job 300 "$e0" "$e1"
+want=$R0; [ $bad = 1 ] && want=$R1
+"$CREST" --store "$S" checkpoint --pid "$JOB" >/dev/null 2>ck.err &&
+	fail "p2p: a job whose rank $bad runs NCCL with P2P on was checkpointed"
+[ "$(wc -l <ck.err)" = 1 ] || fail "p2p: not one line: $(cat ck.err)"
+for s in "pid $want maps NCCL" "NCCL_P2P_DISABLE=1" "nothing was frozen and the job runs on"; do
+	grep -qF "$s" ck.err || fail "p2p: the refusal does not say \"$s\": $(cat ck.err)"
+done
+[ -s state/log ] && fail "p2p: the driver was asked to lock or checkpoint before the refusal: $(cat state/log)"
+n0=$(lines r0.log)
+sleep 0.5
+[ "$(lines r0.log)" -gt "$n0" ] || fail "p2p: rank 0 makes no progress after the refusal"
+ended p2p-refused
+echo "ok: p2p: refused before any lock: $(cat ck.err)"
+: >state/log
+job 300 RANK_LIBS=$T/cuda/libnccl.so.2,NCCL_P2P_DISABLE=1 RANK_LIBS=$T/cuda/libnccl.so.2,NCCL_P2P_DISABLE=1
+"$CREST" --store "$S" --quiet checkpoint --pid "$JOB" 2>ck.err || fail "p2p: with NCCL_P2P_DISABLE=1 in both ranks: $(cat ck.err)"
+for p in "$R0" "$R1"; do
+	grep -q "^checkpoint $p: 1 -> 2" state/log || fail "p2p: rank $p was not checkpointed: $(cat state/log)"
+	[ "$(state "$p")" = 0 ] || fail "p2p: rank $p was left in driver state $(state "$p")"
+done
+ended p2p-off
+echo "ok: p2p: with NCCL_P2P_DISABLE=1 in both ranks, checkpointed and running on"
 echo PASS
