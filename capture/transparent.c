@@ -358,8 +358,9 @@ static int check_io_uring(const struct tp_opts *o, const struct proc_tree *t)
 			 (int)u.pid);
 	return crest_errx(-EOPNOTSUPP, "cannot checkpoint pid %d: pid %d (%s) holds an io_uring (%s)%s, and "
 			  "criu %d.%d.%d cannot dump one (it would fail with the job frozen); nothing was frozen. "
-			  "Start the job with UV_USE_IO_URING=0 (libuv >= 1.45 uses io_uring unless told not to: "
-			  "PyTorch's TCPStore, for one), or stop using io_uring in the job%s",
+			  "A PyTorch job: start it with USE_LIBUV=0 (PyTorch >= 2.4 runs its TCPStore on libuv, "
+			  "whose ring UV_USE_IO_URING=0 does not remove); another libuv program: UV_USE_IO_URING=0; "
+			  "else stop using io_uring in the job%s",
 			  (int)o->pid, (int)u.pid, u.comm, what, more, o->criu->major, o->criu->minor, o->criu->sub, lib);
 }
 

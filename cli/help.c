@@ -126,8 +126,9 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "as the freeze saw it. So are its listening sockets and the TCP connections between its own "
 	  "processes. A connection to a peer outside the job is refused before anything is frozen, "
 	  "unless --tcp-close drops it (a unix socket connected outside the job is refused always: CRIU "
-	  "cannot save it). So is a job holding an io_uring, which CRIU cannot save either: start one "
-	  "that uses libuv (PyTorch's TCPStore does) with UV_USE_IO_URING=0.",
+	  "cannot save it). So is a job holding an io_uring, which CRIU cannot save either: start a "
+	  "PyTorch job with USE_LIBUV=0 (its TCPStore holds one otherwise), another libuv program with "
+	  "UV_USE_IO_URING=0.",
 	  "", false, {
 		{ "--pid", NULL, "PID", "the process to checkpoint (required)" },
 		{ "--tag", NULL, "TAG", "name the snapshot; not with --every" },

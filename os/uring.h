@@ -6,7 +6,10 @@
  * fails on the ring's descriptor ("Unknown shit 600 (anon_inode:[io_uring])")
  * and lets the tree go (os/CRIU-NOTES.md). Jobs get one without asking for
  * it: libuv >= 1.45 sets up rings unless UV_USE_IO_URING=0, and PyTorch's
- * TCPStore runs on libuv.
+ * TCPStore runs on libuv. PyTorch 2.11's TCPStore holds a ring all the same
+ * with UV_USE_IO_URING=0 set; USE_LIBUV=0 (its store without libuv, PyTorch
+ * >= 2.4) leaves none (seen on the GPU machine, 2026-11-28: a process that
+ * made a TCPStore or called init_process_group).
  *
  * A ring shows in two places, either of which may be its only trace: a
  * descriptor whose link is "anon_inode:[io_uring]" (a ring set up with

@@ -933,10 +933,12 @@ if __name__ == "__main__":
     mp.spawn(rank_main, args=(sys.argv[1], int(sys.argv[2]), port), nprocs=2)
 PY
 	export CUBLAS_WORKSPACE_CONFIG=:4096:8
-	# PyTorch's TCPStore runs on libuv, which sets up io_uring rings
-	# unless told not to; CRIU cannot dump one, and crest refuses a tree
-	# holding one before the freeze (os/uring.h). Both runs alike.
-	export UV_USE_IO_URING=0
+	# PyTorch's TCPStore runs on libuv, which holds an io_uring ring
+	# (PyTorch 2.11: with UV_USE_IO_URING=0 too); CRIU cannot dump one,
+	# and crest refuses a tree holding one before the freeze
+	# (os/uring.h). USE_LIBUV=0 gives a TCPStore without libuv. Both
+	# runs alike.
+	export UV_USE_IO_URING=0 USE_LIBUV=0
 	steps=100
 	timeout -k 5 90 python3 "$dw/ddp.py" "$dw/ref" "$steps" >>"$dl" 2>&1 || DDP_ERR="the uninterrupted run failed"
 	if [ -z "$DDP_ERR" ]; then
@@ -979,8 +981,7 @@ PY
 					fi
 				fi
 			elif grep -q "holds an io_uring" "$dw/ck.err"; then
-				DDP_ERR="refused: a process holds an io_uring with UV_USE_IO_URING=0 set: $(tail -1 "$dw/ck.err")"
-				DDP_KNOWN="issue 33: an io_uring in a DDP job that UV_USE_IO_URING=0 does not turn off"
+				DDP_ERR="refused: a process holds an io_uring with USE_LIBUV=0 and UV_USE_IO_URING=0 set: $(tail -1 "$dw/ck.err")"
 			else
 				DDP_ERR="crest checkpoint --kill of the launcher failed: $(tail -1 "$dw/ck.err")"
 			fi
@@ -1005,7 +1006,7 @@ PY
 			fi
 		done
 	fi
-	unset CUBLAS_WORKSPACE_CONFIG UV_USE_IO_URING
+	unset CUBLAS_WORKSPACE_CONFIG UV_USE_IO_URING USE_LIBUV
 	DT=$((SECONDS - t))
 	if [ -z "$DDP_ERR" ]; then
 		STORES+=("ddp_gloo=$dw/store")

@@ -92,7 +92,7 @@ refused() {
 	unwatch
 	[ "$rc" != 0 ] || fail "the checkpoint of pid $root, whose pid $who holds an io_uring, succeeded"
 	[ "$(wc -l <err.txt)" -eq 1 ] || { cat err.txt >&2; fail "more than one error line"; }
-	for s in "io_uring" "pid $who ($comm) holds an io_uring ($want" "nothing was frozen" "UV_USE_IO_URING=0"; do
+	for s in "io_uring" "pid $who ($comm) holds an io_uring ($want" "nothing was frozen" "UV_USE_IO_URING=0" "USE_LIBUV=0"; do
 		grep -qF -- "$s" err.txt || fail "the refusal does not say '$s': $(cat err.txt)"
 	done
 	grep -q libcrest err.txt && [ "$comm" != uring_job_crest ] && fail "libcrest named for a job without it: $(cat err.txt)"
