@@ -63,6 +63,12 @@
 #               A rank PyTorch gave a context on the other GPU too is refused
 #               first (the job must run on), then taken with
 #               --multi-gpu-process; that failing is KNOWN (issue 33)
+#   ddp_nccl    the same with NCCL, NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+#   nccl_p2p_refuse  the same with NCCL's defaults (P2P): refused before the
+#               freeze, naming NCCL_P2P_DISABLE=1; the job runs on to its end
+#   infer_server  a PyTorch HTTP server with its model on the GPU,
+#               checkpointed (--kill --tcp-close) while a client queries it,
+#               restored: the same answers, byte for byte, on the same port
 #   train       python/examples/train.py --mode check --device cuda: PyTorch
 #               training SIGKILLed, resumed in a fresh process, losses bit for bit
 #   bench_gpu   crest bench restore --to gpu on gpu_multi's store: GB/s against
@@ -108,7 +114,7 @@ if [ "${1:-}" = --bundle ]; then
 	if [ -z "$tool" ] || [ ! -x "$tool" ]; then echo "gpu-check: no gpu-bundle tool found; set GPU_BUNDLE" >&2; exit 1; fi
 	files=(build/cli/crest build/cli/casctl build/cli/crest-workload-gpu build/tests/library/test_gpu
 	       build/tests/library/gpu_multi build/tests/gpu/test_gpusha build/tests/gpu/test_settle_gpu
-	       build/bench/library/cache_bench
+	       build/bench/library/cache_bench build/bench/transparent/crest-bare-ckpt
 	       build/lib/libcrest.so)
 	for f in "${files[@]}"; do
 		[ -e "$f" ] || { echo "gpu-check: $f is missing: build first (crest-workload-gpu needs nvcc)" >&2; exit 1; }
@@ -878,35 +884,40 @@ PY
 	fi
 fi
 
-# ddp_gloo: a 2-rank DDP job (torch.multiprocessing.spawn, gloo over
-# 127.0.0.1, rank R on cuda:R, each printing its loss per step to its own
-# log), checkpointed by the launcher's pid with --kill, then restored: each
-# rank's log must equal an uninterrupted run's. The ranks talk over TCP
-# (gloo, and the launcher's store), which CRIU dumps only as criu 4.2
-# with --tcp-established (the sockets work of issue 33).
-# The TCP connections come with the sockets work, whose crest has
-# checkpoint --tcp-close; a crest without it fails here for that known
-# cause (KNOWN, not FAIL), as does one that takes the spawn launcher,
-# which maps libcuda with no context, for a CUDA process (same work).
+# DDP jobs of 2 ranks (torch.multiprocessing.spawn; the ranks meet over
+# TCP through PyTorch's TCPStore on 127.0.0.1; rank R on cuda:R, each
+# printing its loss per step to its own log), checkpointed by the
+# launcher's pid with --kill, then restored: each rank's log must equal an
+# uninterrupted run's (two GPUs only).
+#   ddp_gloo   gloo between the ranks (TCP). A rank PyTorch gave a context
+#              on the other GPU too is refused first (the job must run
+#              on), then taken with --multi-gpu-process; that failing is
+#              KNOWN (issue 33)
+#   ddp_nccl   NCCL with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: its ranks
+#              connect over sockets, which CRIU saves (--tcp-established)
+#   nccl_p2p_refuse  NCCL's defaults (P2P over NVLink: the driver cannot
+#              restore such ranks, CUDA_ERROR_NOT_SUPPORTED): crest must
+#              refuse before the freeze, naming NCCL_P2P_DISABLE=1, and the
+#              job run on to its end, unstopped
+# All with USE_LIBUV=0: PyTorch's TCPStore holds an io_uring otherwise
+# (PyTorch 2.11, with UV_USE_IO_URING=0 too), which CRIU cannot dump and
+# crest refuses before the freeze (os/uring.h).
 DDP_KNOWN=""
 if ! x crest help checkpoint 2>&1 | grep -e '--tcp-close' >/dev/null; then
 	DDP_KNOWN="this crest cannot save TCP connections between a job's processes (no checkpoint --tcp-close: the sockets work of issue 33, with criu 4.2 and --tcp-established, is not in this build)"
 fi
-if torch_2gpu ddp_gloo; then
-	dw=$WORK/ddp DDP_ERR="" DDP_REFUSED="" t=$SECONDS
-	mkdir -p "$dw/ref" "$dw/job"
-	dl=$LOGS/ddp_gloo.log
-	: >"$dl"
-	cat >"$dw/ddp.py" <<'PY'
+ddp_script() {  # ddp_script FILE
+	cat >"$1" <<'PY'
 import os, socket, sys, time, torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-def rank_main(rank, out, steps, port):
+def rank_main(rank, out, steps, port, backend):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.cuda.set_device(rank)
-    dist.init_process_group("gloo", rank=rank, world_size=2)
+    kw = {"device_id": torch.device("cuda", rank)} if backend == "nccl" else {}
+    dist.init_process_group(backend, rank=rank, world_size=2, **kw)
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512)).cuda()
@@ -930,41 +941,53 @@ if __name__ == "__main__":
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    mp.spawn(rank_main, args=(sys.argv[1], int(sys.argv[2]), port), nprocs=2)
+    mp.spawn(rank_main, args=(sys.argv[1], int(sys.argv[2]), port, sys.argv[3]), nprocs=2)
 PY
-	export CUBLAS_WORKSPACE_CONFIG=:4096:8
-	# PyTorch's TCPStore runs on libuv, which holds an io_uring ring
-	# (PyTorch 2.11: with UV_USE_IO_URING=0 too); CRIU cannot dump one,
-	# and crest refuses a tree holding one before the freeze
-	# (os/uring.h). USE_LIBUV=0 gives a TCPStore without libuv. Both
-	# runs alike.
-	export UV_USE_IO_URING=0 USE_LIBUV=0
-	steps=100
-	timeout -k 5 90 python3 "$dw/ddp.py" "$dw/ref" "$steps" >>"$dl" 2>&1 || DDP_ERR="the uninterrupted run failed"
+}
+# ddp_start DIR BACKEND STEPS: the job in DIR (its output not into a log
+# crest writes too: a restore in place would take the lines written after
+# the checkpoint with it), once each rank is 30 steps in; sets DPID and
+# DPIDS (the launcher, its ranks, multiprocessing's resource tracker: a
+# restore in place wants their pids free), or DDP_ERR.
+ddp_start() {
+	local dir=$1 backend=$2 steps=$3 i
+	(cd "$dir" && exec setsid python3 "$WORK/ddp.py" "$dir" "$steps" "$backend" >"$dir/launcher.out" 2>&1 </dev/null) &
+	DPID=$!
+	for i in $(seq 1 900); do
+		[ "$(cat "$dir/rank0.log" 2>/dev/null | wc -l)" -ge 30 ] && [ "$(cat "$dir/rank1.log" 2>/dev/null | wc -l)" -ge 30 ] && break
+		kill -0 "$DPID" 2>/dev/null || break
+		sleep 0.1
+	done
+	DPIDS="$DPID $(pgrep -P "$DPID" | paste -sd' ' -)"
+	if [ "$(cat "$dir/rank1.log" 2>/dev/null | wc -l)" -lt 30 ]; then
+		DDP_ERR="the job did not start ($(cat "$dir/rank1.log" 2>/dev/null | wc -l) lines of rank 1): $(tail -1 "$dir/launcher.out")"
+	fi
+}
+# ddp_end: every process of the job ends (by itself, or after 90 s).
+ddp_end() {
+	local i r
+	for i in $(seq 1 900); do live_of $DPIDS >/dev/null || break; sleep 0.1; done
+	for r in $(live_of $DPIDS); do kill -9 "$r" 2>/dev/null; done
+	wait "$DPID" 2>/dev/null
+}
+# ddp_check NAME BACKEND: the whole round (see above); the caller exports
+# the job's environment.
+ddp_check() {
+	local name=$1 backend=$2 dw=$WORK/$1 dl=$LOGS/$1.log t=$SECONDS steps=100 n0 r
+	DDP_ERR="" DDP_REFUSED="" DDP_STALL=""
+	mkdir -p "$dw/ref" "$dw/job"
+	: >"$dl"
+	timeout -k 5 90 python3 "$WORK/ddp.py" "$dw/ref" "$steps" "$backend" >>"$dl" 2>&1 || DDP_ERR="the uninterrupted run failed: $(tail -1 "$dl")"
+	[ -z "$DDP_ERR" ] && ddp_start "$dw/job" "$backend" "$steps"
 	if [ -z "$DDP_ERR" ]; then
-		# Its output not into $dl, which crest writes too: a restore in
-		# place would take the lines written after the checkpoint with it
-		# (gpu_job says more).
-		(cd "$dw/job" && exec setsid python3 "$dw/ddp.py" "$dw/job" "$steps" >"$dw/job/launcher.out" 2>&1 </dev/null) &
-		dpid=$!
-		for i in $(seq 1 900); do
-			[ "$(cat "$dw/job/rank0.log" 2>/dev/null | wc -l)" -ge 30 ] && [ "$(cat "$dw/job/rank1.log" 2>/dev/null | wc -l)" -ge 30 ] && break
-			kill -0 "$dpid" 2>/dev/null || break
-			sleep 0.1
-		done
-		# The job's processes (the launcher, its ranks, multiprocessing's
-		# resource tracker): a restore in place wants their pids free.
-		dpids="$dpid $(pgrep -P "$dpid" | paste -sd' ' -)"
-		for r in $dpids; do echo "process $r of the job ($(tr '\0' ' ' </proc/"$r"/cmdline | cut -c1-80)): $(gpu_files "$r")" >>"$dl"; done
-		if [ "$(cat "$dw/job/rank1.log" 2>/dev/null | wc -l)" -lt 30 ]; then
-			DDP_ERR="the job did not start ($(cat "$dw/job/rank1.log" 2>/dev/null | wc -l) lines of rank 1)"
-		elif ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$dw/store" checkpoint --pid "$dpid" --kill --tag ddp \
+		for r in $DPIDS; do echo "process $r of the job ($(tr '\0' ' ' </proc/"$r"/cmdline | cut -c1-80)): $(gpu_files "$r")" >>"$dl"; done
+		if ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$dw/store" checkpoint --pid "$DPID" --kill --tag ddp \
 			>>"$dl" 2>"$dw/ck.err"; then
 			cat "$dw/ck.err" >>"$dl"
-			# A rank with a context on the other GPU too (PyTorch
-			# makes one there; seen on the H200) is refused before
-			# the freeze, since peer access cannot be told from
-			# outside (gpu/gpuckpt.h). The job must run on,
+			# A rank with a context on the other GPU too (PyTorch's
+			# gloo makes one there; seen on the H200) is refused
+			# before the freeze, since peer access cannot be told
+			# from outside (gpu/gpuckpt.h). The job must run on,
 			# unfrozen; then the same with --multi-gpu-process,
 			# which these ranks (no peer access) should survive.
 			if grep -q "holds CUDA state on 2 GPUs" "$dw/ck.err"; then
@@ -974,50 +997,89 @@ PY
 					DDP_ERR="refused, but the job stopped writing after the refusal"
 				else
 					DDP_REFUSED="refused by default (a rank holds a context on both GPUs; the job ran on), then taken with --multi-gpu-process"
-					if ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$dw/store" checkpoint --pid "$dpid" --kill \
+					if ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$dw/store" checkpoint --pid "$DPID" --kill \
 						--multi-gpu-process --tag ddp >>"$dl" 2>"$dw/ck.err"; then
 						DDP_ERR="crest checkpoint --kill --multi-gpu-process of the launcher failed: $(tail -1 "$dw/ck.err")"
 						DDP_KNOWN="issue 33: a DDP rank with a context on both GPUs, taken with --multi-gpu-process"
 					fi
 				fi
 			elif grep -q "holds an io_uring" "$dw/ck.err"; then
-				DDP_ERR="refused: a process holds an io_uring with USE_LIBUV=0 and UV_USE_IO_URING=0 set: $(tail -1 "$dw/ck.err")"
+				DDP_ERR="refused: a process holds an io_uring with USE_LIBUV=0 set: $(tail -1 "$dw/ck.err")"
 			else
 				DDP_ERR="crest checkpoint --kill of the launcher failed: $(tail -1 "$dw/ck.err")"
 			fi
 		fi
 		cat "$dw/ck.err" >>"$dl"
 		if [ -z "$DDP_ERR" ]; then
-			wait "$dpid" 2>/dev/null
-			for i in $(seq 1 100); do live_of $dpids >/dev/null || break; sleep 0.1; done
+			DDP_STALL=$(x crest --store "$dw/store" --json show ddp 2>/dev/null | python3 -c \
+				'import json,sys; d=json.load(sys.stdin); print("%.2f" % (int(d["labels"]["stall_ns"]) / 1e9))' 2>/dev/null || echo "?")
+			wait "$DPID" 2>/dev/null
+			for i in $(seq 1 100); do live_of $DPIDS >/dev/null || break; sleep 0.1; done
 			if ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$dw/store" restore ddp >>"$dl" 2>"$dw/rs.err"; then
 				DDP_ERR="crest restore of the DDP job failed: $(tail -1 "$dw/rs.err")"
 				[ -n "$DDP_REFUSED" ] && DDP_KNOWN="issue 33: a DDP rank with a context on both GPUs, taken with --multi-gpu-process"
 			fi
 			cat "$dw/rs.err" >>"$dl"
 		fi
-		# Every process of the job ends (by itself, or after 90 s).
-		for i in $(seq 1 900); do live_of $dpids >/dev/null || break; sleep 0.1; done
-		for r in $(live_of $dpids); do kill -9 "$r" 2>/dev/null; done
-		wait "$dpid" 2>/dev/null
+		ddp_end
 		for r in 0 1; do
 			if [ -z "$DDP_ERR" ] && ! cmp -s "$dw/job/rank$r.log" "$dw/ref/rank$r.log"; then
 				DDP_ERR="rank $r's log differs from an uninterrupted run's ($(wc -l <"$dw/job/rank$r.log") of $(wc -l <"$dw/ref/rank$r.log") lines)"
 			fi
 		done
 	fi
-	unset CUBLAS_WORKSPACE_CONFIG UV_USE_IO_URING USE_LIBUV
 	DT=$((SECONDS - t))
+	[ -d "$dw/store" ] && STORES+=("$name=$dw/store")
 	if [ -z "$DDP_ERR" ]; then
-		STORES+=("ddp_gloo=$dw/store")
-		pass ddp_gloo "a 2-rank DDP job (gloo over 127.0.0.1, one GPU a rank) checkpointed by its launcher's pid with --kill${DDP_REFUSED:+ ($DDP_REFUSED)}, restored: both ranks' logs identical to an uninterrupted run's ($steps lines each), ${DT} s"
+		pass "$name" "a 2-rank DDP job ($backend${NCCL_P2P_DISABLE:+, NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1}, one GPU a rank) checkpointed by its launcher's pid with --kill${DDP_REFUSED:+ ($DDP_REFUSED)} (stall ${DDP_STALL} s), restored: both ranks' logs identical to an uninterrupted run's ($steps lines each), ${DT} s"
 	elif [ -n "$DDP_KNOWN" ]; then
-		known ddp_gloo "$DDP_KNOWN (this run: $DDP_ERR)"
+		known "$name" "$DDP_KNOWN (this run: $DDP_ERR)"
+	elif [ "$backend" = nccl ]; then
+		# Issue 33 reports NCCL DDP failing; this check is where it is
+		# shown to work, and until then its failure is that one.
+		known "$name" "issue 33: a NCCL DDP job over sockets (this run: $DDP_ERR)"
 	else
-		fail ddp_gloo "$DDP_ERR" "$dl"
-		[ -d "$dw/store" ] && STORES+=("ddp_gloo=$dw/store")
+		fail "$name" "$DDP_ERR" "$dl"
+	fi
+}
+if wanted ddp_gloo || wanted ddp_nccl || wanted nccl_p2p_refuse; then
+	ddp_script "$WORK/ddp.py"
+fi
+export CUBLAS_WORKSPACE_CONFIG=:4096:8 USE_LIBUV=0
+torch_2gpu ddp_gloo && ddp_check ddp_gloo gloo
+if torch_2gpu ddp_nccl; then
+	NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 ddp_check ddp_nccl nccl
+fi
+if torch_2gpu nccl_p2p_refuse; then
+	pw=$WORK/nccl_p2p pl=$LOGS/nccl_p2p_refuse.log DDP_ERR="" t=$SECONDS
+	mkdir -p "$pw"
+	: >"$pl"
+	ddp_start "$pw" nccl 100
+	if [ -z "$DDP_ERR" ]; then
+		if timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$pw/store" checkpoint --pid "$DPID" --kill >>"$pl" 2>"$pw/ck.err"; then
+			DDP_ERR="crest took a job whose NCCL has P2P on (its restore would fail: CUDA_ERROR_NOT_SUPPORTED)"
+		elif ! grep -q "maps NCCL" "$pw/ck.err" || ! grep -q "NCCL_P2P_DISABLE=1" "$pw/ck.err"; then
+			DDP_ERR="refused, but not for NCCL's P2P: $(tail -1 "$pw/ck.err")"
+		fi
+		cat "$pw/ck.err" >>"$pl"
+		for r in $DPIDS; do
+			st=$(sed 's/.*) //' /proc/"$r"/stat 2>/dev/null | cut -d' ' -f1)
+			[ "$st" = T ] || [ "$st" = t ] && [ -z "$DDP_ERR" ] && DDP_ERR="pid $r of the job is stopped ($st) after the refusal"
+		done
+		ddp_end
+		wait "$DPID"; rc=$?
+		for r in 0 1; do
+			n=$(wc -l <"$pw/rank$r.log")
+			[ -z "$DDP_ERR" ] && [ "$n" != 100 ] && DDP_ERR="rank $r wrote $n of 100 lines after the refusal (launcher exit $rc)"
+		done
+	fi
+	if [ -z "$DDP_ERR" ]; then
+		pass nccl_p2p_refuse "a 2-rank NCCL DDP job with NCCL's defaults (P2P on) refused before the freeze: \"$(tail -1 "$pw/ck.err" | cut -c1-150)...\"; the job ran on to its 100th step, $((SECONDS - t)) s"
+	else
+		fail nccl_p2p_refuse "$DDP_ERR" "$pl"
 	fi
 fi
+unset CUBLAS_WORKSPACE_CONFIG USE_LIBUV
 
 # 4. PyTorch: killed, resumed in a fresh process, losses bit for bit.
 [ $GPU = 1 ] && torch_ok=$(python3 -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo none)
@@ -1043,6 +1105,122 @@ else
 	124) fail train "timed out after 240 s" "$log" ;;
 	*) fail train "exit $RC: $(grep -E '^check: |Error' "$log" | tail -1)" "$log" ;;
 	esac
+fi
+
+# infer_server: a small PyTorch inference server (a 256 MiB model on the
+# GPU behind an HTTP port on 127.0.0.1, Python's http.server) answering
+# clients that know nothing of crest. A client queries it throughout; crest
+# checkpoints it mid-traffic with --kill --tcp-close (a client's connection
+# in flight is a peer outside the job: the restored server finds it closed,
+# and the client retries), then restores it: the same port answers again,
+# and 16 fixed requests get the same bytes as before the checkpoint.
+if ! wanted infer_server; then
+	:
+elif [ $GPU = 0 ]; then
+	skip infer_server "no GPU here"
+elif [ "$torch_ok" = none ]; then
+	skip infer_server "python3 has no torch"
+elif [ "$(id -u)" != 0 ]; then
+	skip infer_server "checkpoints need root (CRIU)"
+else
+	iw=$WORK/infer il=$LOGS/infer_server.log INF_ERR="" t=$SECONDS
+	mkdir -p "$iw"
+	: >"$il"
+	cat >"$iw/server.py" <<'PY'
+import hashlib, http.server, os, sys, torch
+torch.manual_seed(0)
+torch.use_deterministic_algorithms(True)
+model = torch.nn.Sequential(*[torch.nn.Linear(4096, 4096) for _ in range(4)]).cuda().eval()
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.0"
+    def do_GET(self):
+        try:
+            seed = int(self.path.strip("/"))
+        except ValueError:
+            self.send_error(400); return
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        with torch.no_grad():
+            y = model(torch.randn(8, 4096, device="cuda", generator=g))
+        body = ("%d %s %.6f\n" % (seed, hashlib.sha256(y.cpu().numpy().tobytes()).hexdigest(), float(y.sum()))).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+s = http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H)
+print("ready", flush=True)
+s.serve_forever()
+PY
+	cat >"$iw/client.py" <<'PY'
+# client.py PORT MODE: "fixed" prints the 16 fixed answers (exit 1 on any
+# failure); "loop" queries until killed, retrying failures, and counts.
+import sys, time, urllib.request
+port, mode = int(sys.argv[1]), sys.argv[2]
+def ask(i):
+    with urllib.request.urlopen("http://127.0.0.1:%d/%d" % (port, i), timeout=30) as r:
+        return r.read().decode()
+if mode == "fixed":
+    sys.stdout.write("".join(ask(i) for i in range(16)))
+else:
+    ok = bad = 0
+    i = 1000
+    while True:
+        try:
+            ask(i); ok += 1
+        except Exception:
+            bad += 1
+            time.sleep(0.05)
+        i += 1
+        print("ok %d failed %d" % (ok, bad), flush=True)
+PY
+	port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+	(cd "$iw" && exec setsid python3 "$iw/server.py" "$port" >"$iw/server.out" 2>&1 </dev/null) &
+	spid=$!
+	for i in $(seq 1 600); do grep -q ready "$iw/server.out" 2>/dev/null && break; kill -0 "$spid" 2>/dev/null || break; sleep 0.1; done
+	if ! timeout 60 python3 "$iw/client.py" "$port" fixed >"$iw/before.txt" 2>>"$il"; then
+		INF_ERR="the server did not answer before the checkpoint: $(tail -1 "$iw/server.out")"
+	fi
+	if [ -z "$INF_ERR" ]; then
+		python3 "$iw/client.py" "$port" loop >"$iw/loop.txt" 2>/dev/null &
+		cpid=$!
+		sleep 1
+		if ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$iw/store" checkpoint --pid "$spid" --kill --tcp-close \
+			--tag srv >>"$il" 2>"$iw/ck.err"; then
+			INF_ERR="crest checkpoint --kill --tcp-close of the server failed: $(tail -1 "$iw/ck.err")"
+		fi
+		cat "$iw/ck.err" >>"$il"
+		during=$(tail -1 "$iw/loop.txt")
+	fi
+	if [ -z "$INF_ERR" ]; then
+		wait "$spid" 2>/dev/null
+		for i in $(seq 1 100); do live_of "$spid" >/dev/null || break; sleep 0.1; done
+		t1=$SECONDS
+		if ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$iw/store" restore srv >>"$il" 2>"$iw/rs.err"; then
+			INF_ERR="crest restore of the server failed: $(tail -1 "$iw/rs.err")"
+		fi
+		cat "$iw/rs.err" >>"$il"
+	fi
+	if [ -z "$INF_ERR" ]; then
+		if ! timeout 60 python3 "$iw/client.py" "$port" fixed >"$iw/after.txt" 2>>"$il"; then
+			INF_ERR="the restored server did not answer on port $port"
+		elif ! cmp -s "$iw/before.txt" "$iw/after.txt"; then
+			INF_ERR="the restored server's answers differ from its answers before the checkpoint: $(diff "$iw/before.txt" "$iw/after.txt" | head -2 | paste -sd' ')"
+		fi
+		back=$((SECONDS - t1))
+		n0=$(tail -1 "$iw/loop.txt" | awk '{print $2}')
+		sleep 1
+		n1=$(tail -1 "$iw/loop.txt" | awk '{print $2}')
+		[ -z "$INF_ERR" ] && [ "${n1:-0}" -le "${n0:-0}" ] && INF_ERR="the querying client gets no answers from the restored server ($(tail -1 "$iw/loop.txt"))"
+	fi
+	kill "${cpid:-}" 2>/dev/null; wait "${cpid:-}" 2>/dev/null
+	pkill -9 -f "$iw/server.py" 2>/dev/null
+	[ -d "$iw/store" ] && STORES+=("infer_server=$iw/store")
+	if [ -z "$INF_ERR" ]; then
+		pass infer_server "a PyTorch HTTP server (256 MiB model on the GPU) checkpointed with --kill --tcp-close while a client queried it (client before the kill: $during), restored and answering again in ${back} s: 16 requests, the same bytes as before the checkpoint; client at the end: $(tail -1 "$iw/loop.txt"), $((SECONDS - t)) s"
+	else
+		fail infer_server "$INF_ERR" "$il"
+	fi
 fi
 
 # 4b. crest bench restore --to gpu on gpu_multi's newest snapshot: figures
