@@ -5,7 +5,14 @@
  * shared/ describe by hand: lock + checkpoint, criu dump --leave-running
  * into DIR, restore + unlock, and prints each time as JSON.
  *
- *   crest-bare-ckpt PID DIR    (DIR on tmpfs; criu from $CREST_CRIU)
+ *   crest-bare-ckpt PID DIR [CUDA_PID...]   (DIR on tmpfs; criu from $CREST_CRIU)
+ *
+ * The tree of PID is dumped; the CUDA processes are CUDA_PID... (the ranks
+ * of a job under its launcher), else PID itself, all locked and
+ * checkpointed at once as crest does (gpuckpt_suspend). The connections
+ * between the tree's processes are dumped (--tcp-established) and deleted
+ * files up to 64 MiB kept (--ghost-limit), as crest's checkpoint asks of
+ * criu for such a job.
  */
 #include "os/criu.h"
 #include "gpu/gpuckpt.h"
@@ -18,11 +25,17 @@
 
 int main(int argc, char **argv)
 {
-	if (argc != 3) {
-		fprintf(stderr, "usage: crest-bare-ckpt PID DIR\n");
+	if (argc < 3 || argc > 3 + 64) {
+		fprintf(stderr, "usage: crest-bare-ckpt PID DIR [CUDA_PID...]\n");
 		return 2;
 	}
 	pid_t pid = (pid_t)atoi(argv[1]);
+	pid_t cuda[64];
+	size_t ncuda = 0;
+	for (int i = 3; i < argc; i++)
+		cuda[ncuda++] = (pid_t)atoi(argv[i]);
+	if (!ncuda)
+		cuda[ncuda++] = pid;
 	const struct cudrv *d;
 	struct criu criu;
 	int rc = cudrv_load(&d);
@@ -36,13 +49,14 @@ int main(int argc, char **argv)
 	}
 	uint64_t lock_ns = 0, ckpt_ns = 0;
 	uint64_t t0 = time_now_ns();
-	rc = gpuckpt_suspend(d, &pid, 1, 0, 0, &lock_ns, &ckpt_ns);
+	rc = gpuckpt_suspend(d, cuda, ncuda, 0, 0, &lock_ns, &ckpt_ns);
 	uint64_t t1 = time_now_ns();
-	struct criu_dump_opts o = { .pid = pid, .dir = argv[2], .leave_running = true };
+	struct criu_dump_opts o = { .pid = pid, .dir = argv[2], .leave_running = true, .tcp_established = true,
+				     .ghost_limit = 64ull << 20 };
 	if (rc == 0)
 		rc = criu_dump(&criu, &o);
 	uint64_t t2 = time_now_ns();
-	int rrc = gpuckpt_resume(d, &pid, 1, NULL, 0);
+	int rrc = gpuckpt_resume(d, cuda, ncuda, NULL, 0);
 	uint64_t t3 = time_now_ns();
 	if (rc < 0 || rrc < 0) {
 		fprintf(stderr, "crest-bare-ckpt: %s\n", crest_errmsg());
