@@ -299,7 +299,12 @@ static int check_sockets(const struct tp_opts *o, struct tp_capture *c)
 				"restored job finds its TCP connections closed (for a server whose clients "
 				"reconnect)", (int)o->pid, (int)out->pid, out->local, out->remote,
 				l.noutside > 1 ? " (and more)" : "");
-	c->tcp_close = rc == 0 && o->tcp_close && (l.ninside || l.noutside);
+	/* With --tcp-close, criu is told so whenever the tree holds a TCP
+	 * socket at all: a listening one may accept a client between this
+	 * look and the freeze (an inference server under traffic, seen on
+	 * the GPU machine), and criu refuses a connection it was not told
+	 * what to do with. */
+	c->tcp_close = rc == 0 && o->tcp_close && l.n;
 	c->tcp_established = rc == 0 && !c->tcp_close && l.ninside;
 	/* Saved connections are locked while CRIU works (a tree in a
 	 * namespace of its own needs no lock); which lock is asked now, a run
@@ -484,6 +489,7 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		tp_capture_free(c);
 		return rc;
 	}
+	crest_fault_pause("capture.sockets");
 
 	/* Images take as much RAM on tmpfs as the job has state. A crest killed
 	 * mid-checkpoint cannot remove its own: every checkpoint removes those

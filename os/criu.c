@@ -456,6 +456,12 @@ static const struct criu_cause {
 	const char *nocap, *text;
 } criu_causes[] = {
 	{ "No space left on device", -ENOSPC, CAUSE_NOSPACE, -1, NULL, NULL },
+	/* A client connected to a listening socket of the job after crest
+	 * looked at its sockets (capture/transparent.c, check_sockets). */
+	{ "Connected TCP socket, consider using", -EAGAIN, CAUSE_TEXT, -1, NULL,
+	  "a TCP connection the job did not hold when crest looked at its sockets was there at the freeze "
+	  "(a client of a socket it listens on, most likely); the job runs on. --tcp-close takes such "
+	  "connections (a restored server finds them closed, and its clients reconnect)" },
 	/* criu_dump_opts.ghost_limit: crest passes --file-limit. */
 	{ "increase limit", -EFBIG, CAUSE_TEXT, -1, NULL,
 	  "the job holds a deleted file (a \"ghost\": NCCL keeps its buffers in one under /dev/shm) larger "

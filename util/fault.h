@@ -36,7 +36,8 @@
  * index opened and recovered, nothing of its own written yet), "restore.lock" (a process restore, holding the
  * job's restore lock, before it checks for a running copy), "criu.probe"
  * (the child that tells whether breakpoints fire is forked, not yet told
- * to go: os/criu.c).
+ * to go: os/criu.c), "capture.sockets" (a checkpoint has looked at the
+ * job's sockets, nothing is frozen yet: a client may connect meanwhile).
  */
 #ifndef CREST_UTIL_FAULT_H
 #define CREST_UTIL_FAULT_H
