@@ -206,29 +206,33 @@ static int refuse_multi_gpu(const struct cudrv *d, const struct tp_capture *c)
  * restore then answers CUDA_ERROR_NOT_SUPPORTED for every one of them
  * (seen with NCCL 2.28.9 and driver 580 on 2 H200s over NVLink, 2026-11-28),
  * so a checkpoint would end the job. It is refused before anything is
- * frozen. What can be seen from outside is that a CUDA process maps
- * libnccl and was started without NCCL_P2P_DISABLE=1 (or NCCL_P2P_LEVEL=LOC)
- * in its environment; one that set the variable in itself later is not
- * seen as having done so, and is refused too (the message says to set it
- * at launch). A job of one CUDA process never reaches a peer, and NCCL
- * linked into another library (not libnccl) goes unseen; its restore
- * would then fail as above, ending in the defined state of a failed
- * driver restore. */
+ * frozen. What can be seen from outside is that a CUDA process has a NCCL
+ * communicator, that is maps libnccl and NCCL's shared proxy state (an
+ * unlinked /dev/shm/nccl-* file, mapped by every rank of a communicator
+ * seen, P2P on or off), and was started without NCCL_P2P_DISABLE=1 (or
+ * NCCL_P2P_LEVEL=LOC) in its environment. PyTorch loads libnccl into
+ * every CUDA process, so libnccl alone says nothing: a gloo DDP rank maps
+ * it too (seen), with no communicator. A rank that set the variable in
+ * itself later is not seen as having done so, and is refused too (the
+ * message says to set it at launch). A job of one CUDA process never
+ * reaches a peer; NCCL linked into another library, or a communicator
+ * without that file, goes unseen, and its restore would then fail as
+ * above, ending in the defined state of a failed driver restore. */
 static int refuse_nccl_p2p(const struct tp_capture *c)
 {
 	if (c->ncuda < 2)
 		return 0;
 	for (size_t i = 0; i < c->ncuda; i++) {
 		const pid_t p = c->cuda[i];
-		if (!proc_maps_has(p, "/libnccl"))
+		if (!proc_maps_has(p, "/libnccl") || !proc_maps_has(p, "/dev/shm/nccl-"))
 			continue;
 		char v[64];
 		if (proc_env_get(p, "NCCL_P2P_DISABLE", v, sizeof(v)) == 0 && (!strcmp(v, "1") || !strcasecmp(v, "true")))
 			continue;
 		if (proc_env_get(p, "NCCL_P2P_LEVEL", v, sizeof(v)) == 0 && (!strcasecmp(v, "LOC") || !strcmp(v, "0")))
 			continue;
-		return crest_errx(-EOPNOTSUPP, "pid %d maps NCCL (libnccl) beside %zu other CUDA process%s, with NCCL's "
-				  "P2P transport on (no NCCL_P2P_DISABLE=1 in the environment it started with): its "
+		return crest_errx(-EOPNOTSUPP, "pid %d has a NCCL communicator (libnccl, /dev/shm/nccl-*) beside %zu "
+				  "other CUDA process%s, with NCCL's P2P transport on (no NCCL_P2P_DISABLE=1 in the environment it started with): its "
 				  "ranks map each other's device memory, which the driver checkpoints but cannot "
 				  "restore (cuCheckpointProcessRestore: CUDA_ERROR_NOT_SUPPORTED, seen with driver 580), "
 				  "so nothing was frozen and the job runs on. Start the job with NCCL_P2P_DISABLE=1 "

@@ -18,12 +18,14 @@
 #          --lock-within 2s, having tried more than once, with one line
 #          that says why, every rank unlocked and running, nothing frozen,
 #          each log equal to an uninterrupted run's;
-#  p2p:    two ranks that map libnccl (a stand-in library of that name),
-#          one of them (picked at random, seed printed) started without
-#          NCCL_P2P_DISABLE=1: refused before anything is locked, naming
-#          that rank, and the job runs on; with the variable in both
-#          ranks' environment, checkpointed (leave running), logs as
-#          uninterrupted.
+#  p2p:    two ranks that map libnccl (a stand-in library of that name)
+#          and a deleted /dev/shm/nccl-* file (as a NCCL communicator's
+#          ranks do), one of them (picked at random, seed printed) started
+#          without NCCL_P2P_DISABLE=1: refused before anything is locked,
+#          naming that rank, and the job runs on; with the variable in
+#          both ranks' environment, or with libnccl mapped but no
+#          communicator (a gloo rank: PyTorch loads libnccl always),
+#          checkpointed (leave running), logs as uninterrupted.
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
@@ -49,6 +51,14 @@ import ctypes, os, sys, time
 ctypes.CDLL(sys.argv[1])
 for extra in filter(None, os.environ.get("RANK_LIBS", "").split(":")):
     ctypes.CDLL(extra)
+if os.environ.get("RANK_NCCL_SHM"):    # NCCL's proxy state: mapped, unlinked
+    import mmap
+    path = "/dev/shm/nccl-crest-test-%d" % os.getpid()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.ftruncate(fd, 1 << 16)
+    shm = mmap.mmap(fd, 1 << 16)
+    os.unlink(path)
+    os.close(fd)
 out = open(sys.argv[2], "a", buffering=1)
 for i in range(int(sys.argv[3])):
     out.write("step %d\n" % i)
@@ -157,15 +167,16 @@ seed=${CREST_SEED:-$(( $(date +%s%N) % 100000 ))}
 RANDOM=$seed
 bad=$((RANDOM % 2))
 echo "p2p: seed $seed: rank $bad starts without NCCL_P2P_DISABLE=1"
-e0=RANK_LIBS=$T/cuda/libnccl.so.2,NCCL_P2P_DISABLE=1 e1=$e0
-[ $bad = 0 ] && e0=RANK_LIBS=$T/cuda/libnccl.so.2 || e1=RANK_LIBS=$T/cuda/libnccl.so.2
+comm=RANK_LIBS=$T/cuda/libnccl.so.2,RANK_NCCL_SHM=1
+e0=$comm,NCCL_P2P_DISABLE=1 e1=$e0
+[ $bad = 0 ] && e0=$comm || e1=$comm
 : >state/log
 job 300 "$e0" "$e1"
 want=$R0; [ $bad = 1 ] && want=$R1
 "$CREST" --store "$S" checkpoint --pid "$JOB" >/dev/null 2>ck.err &&
 	fail "p2p: a job whose rank $bad runs NCCL with P2P on was checkpointed"
 [ "$(wc -l <ck.err)" = 1 ] || fail "p2p: not one line: $(cat ck.err)"
-for s in "pid $want maps NCCL" "NCCL_P2P_DISABLE=1" "nothing was frozen and the job runs on"; do
+for s in "pid $want has a NCCL communicator" "NCCL_P2P_DISABLE=1" "nothing was frozen and the job runs on"; do
 	grep -qF "$s" ck.err || fail "p2p: the refusal does not say \"$s\": $(cat ck.err)"
 done
 [ -s state/log ] && fail "p2p: the driver was asked to lock or checkpoint before the refusal: $(cat state/log)"
@@ -175,12 +186,15 @@ sleep 0.5
 ended p2p-refused
 echo "ok: p2p: refused before any lock: $(cat ck.err)"
 : >state/log
-job 300 RANK_LIBS=$T/cuda/libnccl.so.2,NCCL_P2P_DISABLE=1 RANK_LIBS=$T/cuda/libnccl.so.2,NCCL_P2P_DISABLE=1
-"$CREST" --store "$S" --quiet checkpoint --pid "$JOB" 2>ck.err || fail "p2p: with NCCL_P2P_DISABLE=1 in both ranks: $(cat ck.err)"
-for p in "$R0" "$R1"; do
-	grep -q "^checkpoint $p: 1 -> 2" state/log || fail "p2p: rank $p was not checkpointed: $(cat state/log)"
-	[ "$(state "$p")" = 0 ] || fail "p2p: rank $p was left in driver state $(state "$p")"
+for how in "$comm,NCCL_P2P_DISABLE=1" RANK_LIBS=$T/cuda/libnccl.so.2; do
+	: >state/log
+	job 300 "$how" "$how"
+	"$CREST" --store "$S" --quiet checkpoint --pid "$JOB" 2>ck.err || fail "p2p: ranks with $how: $(cat ck.err)"
+	for p in "$R0" "$R1"; do
+		grep -q "^checkpoint $p: 1 -> 2" state/log || fail "p2p: rank $p ($how) was not checkpointed: $(cat state/log)"
+		[ "$(state "$p")" = 0 ] || fail "p2p: rank $p ($how) was left in driver state $(state "$p")"
+	done
+	ended "p2p $how"
+	echo "ok: p2p: ranks with ${how//$T\//}: checkpointed and running on"
 done
-ended p2p-off
-echo "ok: p2p: with NCCL_P2P_DISABLE=1 in both ranks, checkpointed and running on"
 echo PASS
