@@ -1058,7 +1058,7 @@ if torch_2gpu nccl_p2p_refuse; then
 	if [ -z "$DDP_ERR" ]; then
 		if timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$pw/store" checkpoint --pid "$DPID" --kill >>"$pl" 2>"$pw/ck.err"; then
 			DDP_ERR="crest took a job whose NCCL has P2P on (its restore would fail: CUDA_ERROR_NOT_SUPPORTED)"
-		elif ! grep -q "maps NCCL" "$pw/ck.err" || ! grep -q "NCCL_P2P_DISABLE=1" "$pw/ck.err"; then
+		elif ! grep -q "has a NCCL communicator" "$pw/ck.err" || ! grep -q "NCCL_P2P_DISABLE=1" "$pw/ck.err"; then
 			DDP_ERR="refused, but not for NCCL's P2P: $(tail -1 "$pw/ck.err")"
 		fi
 		cat "$pw/ck.err" >>"$pl"
