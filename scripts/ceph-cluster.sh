@@ -22,9 +22,13 @@
 # next on a conflict; the monitor's port is fixed in the configuration, so
 # a free one is picked at start. Two clusters in two DIRs can run at once.
 # CREST_CEPH_TIMEOUT (60) bounds each wait of start, in seconds.
+# CREST_CEPH_OSD_GIB (10) is the size of the OSD's sparse file: the disk
+# space the cluster may take. rados bench wrote 9.6 GB in 10 s here, past a
+# 10 GiB OSD's full ratio (95%), after which every write waits.
 #
 # Exit status: 0 done, 1 failed (one line saying why, and on a failed start
-# the tail of the daemon's log; nothing is left running), 2 bad usage.
+# the tail of the daemon's log; nothing is left running), 2 bad usage
+# (a wrong command or operand count, a malformed CREST_CEPH_* setting).
 #
 # Timings (2026-11-28, the 2-core development VM, Ceph 16.2.15 from Debian
 # 12, three cycles each): start 4.4-4.5 s to the first write read back
@@ -47,12 +51,18 @@ dir=$(realpath -m -- "$2")
 conf=$dir/ceph.conf
 pool=${CREST_CEPH_POOL:-crest}
 timeout_s=${CREST_CEPH_TIMEOUT:-60}
+osd_gib=${CREST_CEPH_OSD_GIB:-10}
 # The daemons in the order they are stopped: the monitor last.
 daemons=(mgr.x osd.0 mon.a)
 
 die() {
 	echo "ceph-cluster.sh: $*" >&2
 	exit 1
+}
+# A malformed setting is bad usage too.
+bad() {
+	echo "ceph-cluster.sh: $*" >&2
+	exit 2
 }
 
 # A recorded PID that is still one of this cluster's daemons. A PID alone
@@ -129,6 +139,8 @@ env)
 esac
 
 # ---- start ----
+[[ $timeout_s =~ ^[1-9][0-9]*$ ]] || bad "CREST_CEPH_TIMEOUT must be a whole number of seconds, not '$timeout_s'"
+[[ $osd_gib =~ ^[1-9][0-9]*$ ]] || bad "CREST_CEPH_OSD_GIB must be a whole number of GiB, not '$osd_gib'"
 for b in ceph-mon ceph-osd ceph-mgr ceph rados monmaptool python3 timeout; do
 	command -v "$b" >/dev/null ||
 		die "$b is missing: Ceph's packages are not installed (scripts/setup.sh --deps-only installs them)"
@@ -216,7 +228,7 @@ log_file = $dir/log/\$name.log
 osd_objectstore = bluestore
 # The block device is a sparse file that grows with what is written.
 bluestore_block_create = true
-bluestore_block_size = 10737418240
+bluestore_block_size = $((osd_gib << 30))
 # No check of a store just made and thrown away after the run: half a
 # second of the start.
 bluestore_fsck_on_mkfs = false
