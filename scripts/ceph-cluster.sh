@@ -14,8 +14,9 @@
 #              the clients need as `export` lines (eval them).
 #   stop DIR   stops the daemons by the PIDs recorded at start: manager and
 #              OSD first, the monitor last (without a monitor an OSD takes
-#              5 s to exit). Waits until they are gone. Idempotent. Leaves
-#              DIR's files, for the logs.
+#              5 s to exit). Waits until they are gone, then removes the
+#              cluster's data (the OSD's file among it) and keeps the
+#              configuration and the logs. Idempotent.
 #   env DIR    prints the `export` lines again.
 #
 # The OSD and manager bind ports of Ceph's own range (6800-7300), trying the
@@ -80,8 +81,8 @@ live_pid() {  # live_pid NAME -> prints the PID, or fails
 
 # Whether PID still runs. A daemon that has exited stays a zombie until its
 # parent reaps it, and once this script has exited its parent is init,
-# which may take seconds to (2 s on the development VM): a zombie counts
-# as gone.
+# which may be slow to (2 s on the development VM): a zombie counts as
+# gone.
 running() {  # running PID
 	local stat
 	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
@@ -119,6 +120,10 @@ stop_all() {
 	[ -d "$dir/run" ] || return 0
 	stop_daemons mgr.x osd.0
 	stop_daemons mon.a
+	# No start uses a stopped cluster's data again: the disk it took goes
+	# back now (the OSD's file holds up to what was written, GBs after a
+	# benchmark). The configuration and logs stay.
+	rm -rf "$dir/mon" "$dir/osd" "$dir/mgr" "$dir/crash" "$dir/monmap"
 }
 
 print_env() {
