@@ -126,9 +126,11 @@ stop_all() {
 	rm -rf "$dir/mon" "$dir/osd" "$dir/mgr" "$dir/crash" "$dir/monmap"
 }
 
+# The pool is the one start made, recorded in DIR, whatever
+# CREST_CEPH_POOL says now.
 print_env() {
 	printf 'export CEPH_CONF=%q\n' "$conf"
-	printf 'export CREST_CEPH_POOL=%q\n' "$pool"
+	printf 'export CREST_CEPH_POOL=%q\n' "$(<"$dir/pool")"
 }
 
 case $cmd in
@@ -137,7 +139,9 @@ stop)
 	exit 0
 	;;
 env)
-	[ -f "$conf" ] || die "no cluster in $dir (no ceph.conf; run start first)"
+	if [ ! -f "$conf" ] || [ ! -f "$dir/pool" ]; then
+		die "no cluster started in $dir (run start first)"
+	fi
 	print_env
 	exit 0
 	;;
@@ -159,7 +163,7 @@ sock_max="$dir/run/ceph-mgr.x.asok"
 
 # What an earlier cluster left: only the names this script makes.
 mkdir -p "$dir" || die "cannot make $dir"
-rm -rf "$dir/mon" "$dir/osd" "$dir/mgr" "$dir/run" "$dir/log" "$dir/crash" "$dir/monmap" "$conf"
+rm -rf "$dir/mon" "$dir/osd" "$dir/mgr" "$dir/run" "$dir/log" "$dir/crash" "$dir/monmap" "$conf" "$dir/pool"
 mkdir -p "$dir/mon" "$dir/osd" "$dir/mgr" "$dir/run" "$dir/log" "$dir/crash"
 
 # Whatever fails from here leaves nothing running.
@@ -310,6 +314,7 @@ ceph-osd -c "$conf" -i 0 --mkfs --osd-uuid "$osd_uuid" >>"$dir/log/mkfs.out" 2>&
 launch osd.0 ceph-osd -i 0
 # Made while the OSD boots: the monitor alone makes a pool.
 client start.out ceph osd pool create "$pool" 8 || fail "creating pool $pool failed" "$dir/log/start.out"
+echo "$pool" >"$dir/pool"
 
 # The OSD up in the map first: an operation sent before it is would wait
 # for the client's next map poll (5 s). It logs the moment it sees itself up.
