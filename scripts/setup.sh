@@ -26,9 +26,13 @@ fi
 # benchmark's baseline), setpriv and pgrep, python3 with Debian's PyTorch
 # for the Python binding's tests, clang and its libFuzzer runtime for the
 # fuzz targets (tests/fuzz); gnuplot-nox draws the --plot pictures.
+# Ceph's monitor, OSD and manager, its command-line clients and librados'
+# headers: the tests start a one-node cluster of their own
+# (scripts/ceph-cluster.sh) for the store's coming rados backend (issue 35);
+# no radosgw, nothing here speaks S3.
 pkgs=(gcc make cmake pkg-config librocksdb-dev liblz4-dev libssl-dev liburing-dev
       lz4 util-linux procps python3 python3-torch clang libclang-rt-14-dev man-db groff-base
-      gnuplot-nox gdb)
+      gnuplot-nox gdb ceph-mon ceph-osd ceph-mgr ceph-common librados-dev)
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -36,6 +40,8 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
 	echo "=== installing: ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
+	# Once, before any look-up: a fresh machine's package lists may be
+	# empty or stale, and a stale list names versions no longer served.
 	apt-get update -qq
 	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
