@@ -66,7 +66,11 @@ start() {
 		kill -0 "$JOB" 2>/dev/null || { echo "ddp_stall: the job of $world rank(s) died: $(tail -3 "$d/launcher.out")" >&2; exit 1; }
 		sleep 0.1
 	done
-	RANKS=$(for p in $(tree_of "$JOB"); do grep -q 'libcuda' /proc/"$p"/maps 2>/dev/null && nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -qx "$p" && echo "$p"; done | paste -sd' ')
+	# The ranks: the launcher's children that multiprocessing spawned
+	# (not its resource tracker, which maps libcuda with no context).
+	RANKS=$(for p in $(pgrep -P "$JOB"); do grep -q spawn_main /proc/"$p"/cmdline 2>/dev/null && echo "$p"; done | paste -sd' ')
+	[ "$(echo "$RANKS" | wc -w)" = "$world" ] ||
+		{ echo "ddp_stall: found ranks '$RANKS' under launcher $JOB, not $world" >&2; exit 1; }
 }
 stop() { local p; for p in $(tree_of "$JOB"); do kill -9 "$p" 2>/dev/null; done; wait "$JOB" 2>/dev/null; sleep 1; }
 # progress DIR WORLD: every rank steps on
