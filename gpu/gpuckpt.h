@@ -19,6 +19,12 @@
  *    collective in flight (the later lock answers CUDA_ERROR_NOT_READY).
  *    A lock that still gives up is let go on every rank and tried again,
  *    within --lock-within; then crest gives up and the job runs on.
+ *    Shown on the driver with 2 NCCL ranks over sockets (NCCL_P2P_DISABLE=1
+ *    NCCL_SHM_DISABLE=1): checkpointed and restored, identical afterwards.
+ *  - NCCL ranks with its P2P transport on (its default on one node): the
+ *    driver checkpoints them, and its restore answers
+ *    CUDA_ERROR_NOT_SUPPORTED; capture/transparent.c refuses such a job
+ *    before anything is frozen (refuse_nccl_p2p).
  *  - A process that maps libcuda without a context (a spawn launcher):
  *    every driver call fails for it (CUDA_ERROR_NOT_INITIALIZED); it is a
  *    CPU process to CRIU.
