@@ -40,8 +40,8 @@ int cli_put_path(struct engine_snap *s, const char *path, const char *name, cons
 #define PUT_LABELS_MAX 64
 
 /* Whether put --label may set key: a user's key, or one of the labels
- * libcrest puts on a job's rank snapshot (cas/jobsnap.h), so that scripts
- * and tests can make rank snapshots with crest put. */
+ * libcrest puts on a job's rank snapshot, so that scripts and tests can
+ * make rank snapshots with crest put. cas_label_check is the one rule. */
 static int put_label_check(const char *kv, const char **eq)
 {
 	*eq = strchr(kv, '=');
@@ -50,15 +50,11 @@ static int put_label_check(const char *kv, const char **eq)
 	const size_t kl = (size_t)(*eq - kv);
 	if (kl > 128)
 		return crest_errx(-EINVAL, "--label %.40s...: a key has at most 128 characters", kv);
-	static const char *const job_keys[] = { CAS_JOBSNAP_LABEL, CAS_JOBSNAP_LABEL_STEP, CAS_JOBSNAP_LABEL_RANK };
-	for (size_t i = 0; i < sizeof(job_keys) / sizeof(job_keys[0]); i++)
-		if (strlen(job_keys[i]) == kl && !memcmp(kv, job_keys[i], kl))
-			return 0;
-	if (!strncmp(kv, CAS_LABEL_RESERVED, strlen(CAS_LABEL_RESERVED)))
-		return crest_errx(-EINVAL, "--label %s: keys that start with '%s' are crest's own (of them, put "
-				  "takes only %s, %s and %s, a job's rank snapshot's)", kv, CAS_LABEL_RESERVED,
-				  CAS_JOBSNAP_LABEL, CAS_JOBSNAP_LABEL_STEP, CAS_JOBSNAP_LABEL_RANK);
-	return 0;
+	char key[129];
+	memcpy(key, kv, kl);
+	key[kl] = 0;
+	const int rc = cas_label_check(key);
+	return rc < 0 ? crest_errctx(rc, "--label %s", kv) : 0;
 }
 
 /* The name a path is stored under: its last component. */
