@@ -21,20 +21,6 @@
 
 #define RANK_MAGIC "crest-rank 1\n"
 
-bool cas_jobjoin_name_ok(const char *str, size_t max)
-{
-	const size_t n = str ? strlen(str) : 0;
-	if (n == 0 || n > max || str[0] == '.')
-		return false;
-	for (size_t i = 0; i < n; i++) {
-		const char ch = str[i];
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '.' ||
-		      ch == '_' || ch == '-'))
-			return false;
-	}
-	return true;
-}
-
 /* STORE/jobs/.ranks/NAME/ATTEMPT.STEP, made if make (each level 0700). */
 static int step_dir(struct cas_store *s, const char *name, const char *attempt, uint64_t step, bool make,
 		    char *path, size_t cap)
@@ -110,7 +96,7 @@ int cas_jobjoin_arrive(struct cas_store *s, const char *name, const char *attemp
 	int rc = cas_jobsnap_name_check(name);
 	if (rc < 0)
 		return rc;
-	if (!cas_jobjoin_name_ok(attempt, CAS_JOBJOIN_ATTEMPT_MAX))
+	if (!cas_jobsnap_name_ok(attempt, CAS_JOBJOIN_ATTEMPT_MAX))
 		return crest_errx(-EINVAL, "job %s: attempt '%s' is not 1 to %d of letters, digits, '.', '_', '-' "
 				  "(not beginning with '.')", name, attempt ? attempt : "", CAS_JOBJOIN_ATTEMPT_MAX);
 	if (world == 0 || rank >= world)
@@ -158,7 +144,7 @@ void cas_jobjoin_set_free(struct cas_jobjoin_set *set)
 void cas_jobjoin_done(struct cas_store *s, const char *name, const char *attempt, uint64_t step)
 {
 	char dir[4096];
-	if (cas_jobsnap_name_check(name) < 0 || !cas_jobjoin_name_ok(attempt, CAS_JOBJOIN_ATTEMPT_MAX) ||
+	if (cas_jobsnap_name_check(name) < 0 || !cas_jobsnap_name_ok(attempt, CAS_JOBJOIN_ATTEMPT_MAX) ||
 	    step_dir(s, name, attempt, step, false, dir, sizeof(dir)) < 0)
 		return;
 	DIR *d = opendir(dir);

@@ -57,8 +57,4 @@ void cas_jobjoin_set_free(struct cas_jobjoin_set *set);
  * Best effort: a directory left behind costs a few bytes. */
 void cas_jobjoin_done(struct cas_store *s, const char *name, const char *attempt, uint64_t step);
 
-/* Whether str is an attempt crest takes: 1 to max of [A-Za-z0-9._-], not
- * beginning with '.' (a job's name: cas_jobsnap_name_check). */
-bool cas_jobjoin_name_ok(const char *str, size_t max);
-
 #endif

@@ -16,21 +16,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+bool cas_jobsnap_name_ok(const char *str, size_t max)
+{
+	const size_t n = str ? strlen(str) : 0;
+	if (n == 0 || n > max || str[0] == '.')
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		const char ch = str[i];
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+		      strchr("-_.", ch)))
+			return false;
+	}
+	return true;
+}
+
 int cas_jobsnap_name_check(const char *name)
 {
+	if (cas_jobsnap_name_ok(name, CAS_JOBSNAP_NAME_MAX))
+		return 0;
 	const size_t n = name ? strlen(name) : 0;
 	if (n == 0 || n > CAS_JOBSNAP_NAME_MAX)
 		return crest_errx(-EINVAL, "job name '%s': must be 1 to %d characters", name ? name : "",
 				  CAS_JOBSNAP_NAME_MAX);
 	if (name[0] == '.')
 		return crest_errx(-EINVAL, "job name '%s': may not start with '.'", name);
-	for (size_t i = 0; i < n; i++) {
-		const char ch = name[i];
-		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
-		      strchr("-_.", ch)))
-			return crest_errx(-EINVAL, "job name '%s': only letters, digits and -_. are allowed", name);
-	}
-	return 0;
+	return crest_errx(-EINVAL, "job name '%s': only letters, digits and -_. are allowed", name);
 }
 
 int cas_jobsnap_gpu_check(const char *gpu)

@@ -72,6 +72,10 @@ struct cas_jobsnap {
 
 /* -EINVAL with a message if name cannot be a job's name. */
 int cas_jobsnap_name_check(const char *name);
+/* The rule itself, for a job's name and a launch's attempt (jobjoin.h):
+ * 1 to max of [A-Za-z0-9._-], not beginning with '.' (a path component
+ * under STORE/jobs, never hidden, never '.' or '..'). */
+bool cas_jobsnap_name_ok(const char *str, size_t max);
 /* -EINVAL with a message if gpu cannot name a rank's GPU: at most
  * CAS_JOBSNAP_GPU_MAX bytes of letters, digits and -_.: ("" is none). */
 int cas_jobsnap_gpu_check(const char *gpu);

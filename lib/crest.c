@@ -1685,7 +1685,7 @@ static int job_check(const struct crest_job *j, const char *what, char *attempt,
 		snprintf(attempt, cap, "%s.%s", run, restarts);
 	else
 		snprintf(attempt, cap, "0");
-	if (!cas_jobjoin_name_ok(attempt, CAS_JOBJOIN_ATTEMPT_MAX))
+	if (!cas_jobsnap_name_ok(attempt, CAS_JOBJOIN_ATTEMPT_MAX))
 		return crest_errx(-EINVAL, "%s: job %s: attempt '%s' is not 1 to %d of letters, digits, '.', '_', '-'",
 				  what, j->name, attempt, CAS_JOBJOIN_ATTEMPT_MAX);
 	return 0;
