@@ -25,7 +25,13 @@
 #          naming that rank, and the job runs on; with the variable in
 #          both ranks' environment, or with libnccl mapped but no
 #          communicator (a gloo rank: PyTorch loads libnccl always),
-#          checkpointed (leave running), logs as uninterrupted.
+#          checkpointed (leave running), logs as uninterrupted;
+#  gpus:   on a driver with 2 GPUs, two ranks checkpointed with --kill and
+#          restored with the GPUs swapped (--gpu-map, and --gpu 1, which
+#          crest completes): the driver's restore of every rank gets the
+#          whole map, both GPUs (it wants every GPU a process saw mapped),
+#          and the logs are as uninterrupted; a map onto a GPU that is not
+#          here is refused before anything is restored.
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
@@ -196,5 +202,34 @@ for how in "$comm,NCCL_P2P_DISABLE=1" RANK_LIBS=$T/cuda/libnccl.so.2; do
 	done
 	ended "p2p $how"
 	echo "ok: p2p: ranks with ${how//$T\//}: checkpointed and running on"
+done
+
+# gpus: every rank restored with the whole map.
+u0=GPU-c0c1c2c3-c4c5-c6c7-c8c9-cacbcccdcecf u1=GPU-c0c1c2c3-c4c5-c6c7-c8c9-cacbcccdced0
+k=0
+for how in "--gpu-map $u0=$u1,$u1=$u0" "--gpu 1"; do
+	k=$((k + 1))
+	: >state/log
+	export FAKE_CUDA_GPUS=2
+	job 300 "" ""
+	"$CREST" --store "$S" --quiet checkpoint --pid "$JOB" --kill --tag gm$k 2>ck.err || fail "gpus: checkpoint: $(cat ck.err)"
+	kill_gone "$R0"
+	kill_gone "$R1"
+	kill_gone "$JOB"
+	if [ "$how" = "--gpu 1" ]; then
+		expect_error "GPU-c0c1c2c3-c4c5-c6c7-c8c9-cacbcccdced7" "$CREST" --store "$S" restore gm$k \
+			--gpu-map "$u0=GPU-c0c1c2c3-c4c5-c6c7-c8c9-cacbcccdced7"
+		grep -q "^restore" state/log && fail "gpus: a refused map restored a rank: $(cat state/log)"
+	fi
+	# shellcheck disable=SC2086
+	"$CREST" --store "$S" --quiet restore gm$k $how >/dev/null 2>rs.err || fail "gpus: restore $how: $(cat rs.err)"
+	for p in "$R0" "$R1"; do
+		grep -q "^restore $p: gpus 0>1 1>0 " state/log || grep -q "^restore $p: gpus 1>0 0>1 " state/log ||
+			fail "gpus: rank $p's driver restore ($how) did not get both GPUs swapped: $(grep "^restore $p" state/log)"
+		[ "$(state "$p")" = 0 ] || fail "gpus: restored rank $p is in driver state $(state "$p"), not running"
+	done
+	ended "gpus $how"
+	unset FAKE_CUDA_GPUS
+	echo "ok: gpus: both ranks restored with GPUs 0 and 1 swapped ($how): $(grep -c '^restore .*gpus' state/log) driver restores got the whole map"
 done
 echo PASS

@@ -112,9 +112,16 @@ STUB(cuDeviceGet) STUB(cuDeviceGetName) STUB(cuDeviceGetUuid)
 #define CUDA_ERROR_UNKNOWN 999
 enum { RUNNING, LOCKED, CHECKPOINTED };   /* CUprocessState's numbers */
 
-/* One GPU, always the same. */
-CUresult cuDeviceGetCount(int *n) { *n = 1; return CUDA_SUCCESS; }
-CUresult cuDeviceGet(int *dev, int i) { *dev = i; return i == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+/* FAKE_CUDA_GPUS GPUs (default 1), all of one chip; GPU d's UUID is
+ * c0c1...ce followed by the byte d (so GPU 0's is the one GPU of before). */
+static int ngpus(void)
+{
+	const char *v = getenv("FAKE_CUDA_GPUS");
+	const int n = v ? atoi(v) : 1;
+	return n >= 1 && n <= 16 ? n : 1;
+}
+CUresult cuDeviceGetCount(int *n) { *n = ngpus(); return CUDA_SUCCESS; }
+CUresult cuDeviceGet(int *dev, int i) { *dev = i; return i >= 0 && i < ngpus() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 CUresult cuDeviceGetName(char *name, int len, int dev)
 {
 	(void)dev;
@@ -123,9 +130,9 @@ CUresult cuDeviceGetName(char *name, int len, int dev)
 }
 CUresult cuDeviceGetUuid(unsigned char *uuid, int dev)
 {
-	(void)dev;
-	for (int i = 0; i < 16; i++)
+	for (int i = 0; i < 15; i++)
 		uuid[i] = (unsigned char)(0xc0 + i);
+	uuid[15] = (unsigned char)(0xcf + dev);
 	return CUDA_SUCCESS;
 }
 
@@ -408,9 +415,26 @@ CUresult cuCheckpointProcessCheckpoint(int pid, void *a)
 		nap_ms(target_ms(pid, "FAKE_CUDA_CKPT_MS"));
 	return step(pid, "checkpoint", LOCKED, CHECKPOINTED);
 }
+/* cuda.h's CUcheckpointRestoreArgs begins with the GPU pairs and their
+ * count; each pair is two 16-byte UUIDs. A restore with pairs logs them,
+ * "restore PID: gpus OLD>NEW ...", by the UUIDs' last byte less 0xcf (the
+ * GPU's index here). */
+struct fake_restore_args {
+	const unsigned char (*pairs)[2][16];
+	unsigned npairs;
+};
 CUresult cuCheckpointProcessRestore(int pid, void *a)
 {
-	(void)a;
+	const struct fake_restore_args *r = a;
+	if (r && r->pairs && r->npairs && unreachable(pid) == CUDA_SUCCESS) {
+		char fmt[256] = "%s %d: gpus";
+		size_t n = strlen(fmt);
+		for (unsigned i = 0; i < r->npairs && n + 16 < sizeof(fmt); i++)
+			n += (size_t)snprintf(fmt + n, sizeof(fmt) - n, " %d>%d", r->pairs[i][0][15] - 0xcf,
+					      r->pairs[i][1][15] - 0xcf);
+		snprintf(fmt + n, sizeof(fmt) - n, " (%%d %%d) in pid %%d\n");
+		logline(fmt, pid, "restore", 0, 0);
+	}
 	if (unreachable(pid) == CUDA_SUCCESS && state_of(pid) == CHECKPOINTED)
 		nap_ms(target_ms(pid, "FAKE_CUDA_RESTORE_MS"));
 	return step(pid, "restore", CHECKPOINTED, LOCKED);
