@@ -63,7 +63,9 @@
 #               A rank PyTorch gave a context on the other GPU too is refused
 #               first (the job must run on), then taken with
 #               --multi-gpu-process; that failing is KNOWN (issue 33)
-#   ddp_nccl    the same with NCCL, NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1
+#   ddp_nccl    the same with NCCL, NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1,
+#               restored with the GPUs swapped (--gpu-map): each rank seen
+#               on the other GPU afterwards (nvidia-smi), its losses the same
 #   nccl_p2p_refuse  the same with NCCL's defaults (P2P): refused before the
 #               freeze, naming NCCL_P2P_DISABLE=1; the job runs on to its end
 #   infer_server  a PyTorch HTTP server with its model on the GPU,
@@ -894,7 +896,8 @@ fi
 #              on), then taken with --multi-gpu-process; that failing is
 #              KNOWN (issue 33)
 #   ddp_nccl   NCCL with NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: its ranks
-#              connect over sockets, which CRIU saves (--tcp-established)
+#              connect over sockets, which CRIU saves (--tcp-established);
+#              restored with the two GPUs swapped (issue 33 item 7)
 #   nccl_p2p_refuse  NCCL's defaults (P2P over NVLink: the driver cannot
 #              restore such ranks, CUDA_ERROR_NOT_SUPPORTED): crest must
 #              refuse before the freeze, naming NCCL_P2P_DISABLE=1, and the
@@ -974,11 +977,21 @@ ddp_end() {
 # the job's environment.
 ddp_check() {
 	local name=$1 backend=$2 dw=$WORK/$1 dl=$LOGS/$1.log t=$SECONDS steps=100 n0 r
+	local refpid map="" moved="" before after u
 	DDP_ERR="" DDP_REFUSED="" DDP_STALL=""
 	mkdir -p "$dw/ref" "$dw/job"
 	: >"$dl"
-	timeout -k 5 90 python3 "$WORK/ddp.py" "$dw/ref" "$steps" "$backend" >>"$dl" 2>&1 || DDP_ERR="the uninterrupted run failed: $(tail -1 "$dl")"
-	[ -z "$DDP_ERR" ] && ddp_start "$dw/job" "$backend" "$steps"
+	# The uninterrupted run beside the job, not before it (half the time).
+	(timeout -k 5 90 python3 "$WORK/ddp.py" "$dw/ref" "$steps" "$backend" >"$dw/ref.out" 2>&1; echo $? >"$dw/ref.rc") &
+	refpid=$!
+	ddp_start "$dw/job" "$backend" "$steps"
+	# DDP_SWAP: the restore puts each rank on the other GPU (--gpu-map
+	# with both pairs: the driver wants every GPU a process saw mapped).
+	if [ -n "${DDP_SWAP:-}" ] && [ -z "$DDP_ERR" ]; then
+		read -r u0 u1 < <(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -2 | paste -sd' ')
+		map="--gpu-map $u0=$u1,$u1=$u0"
+		before=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | tr -d ' ' | sort)
+	fi
 	if [ -z "$DDP_ERR" ]; then
 		for r in $DPIDS; do echo "process $r of the job ($(tr '\0' ' ' </proc/"$r"/cmdline | cut -c1-80)): $(gpu_files "$r")" >>"$dl"; done
 		if ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$dw/store" checkpoint --pid "$DPID" --kill --tag ddp \
@@ -1015,23 +1028,41 @@ ddp_check() {
 				'import json,sys; d=json.load(sys.stdin); print("%.2f" % (int(d["labels"]["stall_ns"]) / 1e9))' 2>/dev/null || echo "?")
 			wait "$DPID" 2>/dev/null
 			for i in $(seq 1 100); do live_of $DPIDS >/dev/null || break; sleep 0.1; done
-			if ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$dw/store" restore ddp >>"$dl" 2>"$dw/rs.err"; then
+			# shellcheck disable=SC2086
+			if ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$dw/store" restore ddp $map >>"$dl" 2>"$dw/rs.err"; then
 				DDP_ERR="crest restore of the DDP job failed: $(tail -1 "$dw/rs.err")"
 				[ -n "$DDP_REFUSED" ] && DDP_KNOWN="issue 33: a DDP rank with a context on both GPUs, taken with --multi-gpu-process"
 			fi
 			cat "$dw/rs.err" >>"$dl"
+			if [ -n "$map" ] && [ -z "$DDP_ERR" ]; then
+				after=$(nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | tr -d ' ' | sort)
+				echo "GPUs before: $before; after the restore with $map: $after" >>"$dl"
+				for r in $DPIDS; do
+					u=$(echo "$before" | grep "^$r," | cut -d, -f2)
+					[ -z "$u" ] && continue
+					if echo "$after" | grep -q "^$r,$u\$"; then
+						DDP_ERR="pid $r is on $u again after the restore with the GPUs swapped"
+					else
+						moved="$moved $r"
+					fi
+				done
+				[ -z "$DDP_ERR" ] && [ -z "$moved" ] && DDP_ERR="no rank was seen on a GPU after the restore (nvidia-smi: $after)"
+			fi
 		fi
 		ddp_end
+		wait "$refpid"
+		[ -z "$DDP_ERR" ] && [ "$(cat "$dw/ref.rc" 2>/dev/null)" != 0 ] && DDP_ERR="the uninterrupted run failed: $(tail -1 "$dw/ref.out")"
 		for r in 0 1; do
 			if [ -z "$DDP_ERR" ] && ! cmp -s "$dw/job/rank$r.log" "$dw/ref/rank$r.log"; then
 				DDP_ERR="rank $r's log differs from an uninterrupted run's ($(wc -l <"$dw/job/rank$r.log") of $(wc -l <"$dw/ref/rank$r.log") lines)"
 			fi
 		done
 	fi
+	wait "$refpid" 2>/dev/null
 	DT=$((SECONDS - t))
 	[ -d "$dw/store" ] && STORES+=("$name=$dw/store")
 	if [ -z "$DDP_ERR" ]; then
-		pass "$name" "a 2-rank DDP job ($backend${NCCL_P2P_DISABLE:+, NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1}, one GPU a rank) checkpointed by its launcher's pid with --kill${DDP_REFUSED:+ ($DDP_REFUSED)} (stall ${DDP_STALL} s), restored: both ranks' logs identical to an uninterrupted run's ($steps lines each), ${DT} s"
+		pass "$name" "a 2-rank DDP job ($backend${NCCL_P2P_DISABLE:+, NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1}, one GPU a rank) checkpointed by its launcher's pid with --kill${DDP_REFUSED:+ ($DDP_REFUSED)} (stall ${DDP_STALL} s), restored${map:+ with the GPUs swapped (ranks$moved each seen on the other GPU)}: both ranks' logs identical to an uninterrupted run's ($steps lines each), ${DT} s"
 	elif [ -n "$DDP_KNOWN" ]; then
 		known "$name" "$DDP_KNOWN (this run: $DDP_ERR)"
 	elif [ "$backend" = nccl ]; then
@@ -1048,7 +1079,7 @@ fi
 export CUBLAS_WORKSPACE_CONFIG=:4096:8 USE_LIBUV=0
 torch_2gpu ddp_gloo && ddp_check ddp_gloo gloo
 if torch_2gpu ddp_nccl; then
-	NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 ddp_check ddp_nccl nccl
+	NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 DDP_SWAP=1 ddp_check ddp_nccl nccl
 fi
 if torch_2gpu nccl_p2p_refuse; then
 	pw=$WORK/nccl_p2p pl=$LOGS/nccl_p2p_refuse.log DDP_ERR="" t=$SECONDS
