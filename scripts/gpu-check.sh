@@ -1114,14 +1114,24 @@ unset CUBLAS_WORKSPACE_CONFIG USE_LIBUV
 
 # 4. PyTorch: killed, resumed in a fresh process, losses bit for bit.
 [ $GPU = 1 ] && torch_ok=$(python3 -c 'import torch; print(int(torch.cuda.is_available()))' 2>/dev/null || echo none)
-if ! wanted train; then
+# torch_ready NAME: 0 when a check of a PyTorch job on the GPU can run;
+# else it says why (skip, or fail) and is 1.
+torch_ready() {
+	if ! wanted "$1"; then
+		:
+	elif [ $GPU = 0 ]; then
+		skip "$1" "no GPU here"
+	elif [ "$torch_ok" = none ]; then
+		skip "$1" "python3 has no torch"
+	elif [ "$torch_ok" != 1 ]; then
+		fail "$1" "torch.cuda.is_available() is false although nvidia-smi lists a GPU"
+	else
+		return 0
+	fi
+	return 1
+}
+if ! torch_ready train; then
 	:
-elif [ $GPU = 0 ]; then
-	skip train "no GPU here"
-elif [ "$torch_ok" = none ]; then
-	skip train "python3 has no torch"
-elif [ "$torch_ok" != 1 ]; then
-	fail train "torch.cuda.is_available() is false although nvidia-smi lists a GPU"
 elif [ ! -e "$LIBCREST" ]; then
 	fail train "$LIBCREST is missing"
 else
@@ -1145,12 +1155,8 @@ fi
 # in flight is a peer outside the job: the restored server finds it closed,
 # and the client retries), then restores it: the same port answers again,
 # and 16 fixed requests get the same bytes as before the checkpoint.
-if ! wanted infer_server; then
+if ! torch_ready infer_server; then
 	:
-elif [ $GPU = 0 ]; then
-	skip infer_server "no GPU here"
-elif [ "$torch_ok" = none ]; then
-	skip infer_server "python3 has no torch"
 elif [ "$(id -u)" != 0 ]; then
 	skip infer_server "checkpoints need root (CRIU)"
 else
