@@ -227,13 +227,15 @@ static int refuse_nccl_p2p(const struct tp_capture *c)
 		if (!proc_maps_has(p, "/libnccl") || !proc_maps_has(p, "/dev/shm/nccl-"))
 			continue;
 		char v[64];
-		if (proc_env_get(p, "NCCL_P2P_DISABLE", v, sizeof(v)) == 0 && (!strcmp(v, "1") || !strcasecmp(v, "true")))
+		if (proc_env_get(p, "NCCL_P2P_DISABLE", v, sizeof(v)) == 0 &&
+		    (!strcmp(v, "1") || !strcasecmp(v, "true")))
 			continue;
 		if (proc_env_get(p, "NCCL_P2P_LEVEL", v, sizeof(v)) == 0 && (!strcasecmp(v, "LOC") || !strcmp(v, "0")))
 			continue;
 		return crest_errx(-EOPNOTSUPP, "pid %d has a NCCL communicator (libnccl, /dev/shm/nccl-*) beside %zu "
-				  "other CUDA process%s, with NCCL's P2P transport on (no NCCL_P2P_DISABLE=1 in the environment it started with): its "
-				  "ranks map each other's device memory, which the driver checkpoints but cannot "
+				  "other CUDA process%s, with NCCL's P2P transport on (no NCCL_P2P_DISABLE=1 in the "
+				  "environment it started with): its ranks map each other's device memory, which the "
+				  "driver checkpoints but cannot "
 				  "restore (cuCheckpointProcessRestore: CUDA_ERROR_NOT_SUPPORTED, seen with driver 580), "
 				  "so nothing was frozen and the job runs on. Start the job with NCCL_P2P_DISABLE=1 "
 				  "NCCL_SHM_DISABLE=1 (NCCL then connects the ranks over sockets, which crest saves), "
