@@ -1028,13 +1028,13 @@ int main(int argc, char **argv)
 		else
 			snprintf(label, sizeof label, "sharded %d, %s", K, guard);
 		double lps = O.lookups ? O.lookups / lk.secs : 0;
-		printf("| design | writers | entries a writer | unique | batch | wall s | entries/s | write ops | guard reads | "
+		printf("| design | writers | entries a writer | overlap | unique | batch | wall s | entries/s | write ops | guard reads | "
 		       "retries | retries a batch | scan s | scan entries/s | lookups/s | ops a lookup | client CPU s | "
 		       "OSD CPU s |\n");
-		printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-		printf("| %s | %d | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " | %.2f | %.0f | %" PRIu64 " | %" PRIu64
+		printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+		printf("| %s | %d | %" PRIu64 " | %.2f | %" PRIu64 " | %" PRIu64 " | %.2f | %.0f | %" PRIu64 " | %" PRIu64
 		       " | %" PRIu64 " | %.2f | %.3f | %.0f | %.0f | %d | %.2f | %.2f |\n",
-		       label, O.writers, O.entries, unique, O.batch, wall, total / wall, ops, reads, retries,
+		       label, O.writers, O.entries, O.overlap, unique, O.batch, wall, total / wall, ops, reads, retries,
 		       (double)retries / batches, sc.secs, unique / sc.secs, lps, O.design == D_PERWRITER ? O.writers : 1,
 		       client_cpu, osd_cpu);
 		printf("{\"mode\":\"index\",\"design\":\"%s\",\"guard\":\"%s\",\"writers\":%d,"
