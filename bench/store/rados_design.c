@@ -45,7 +45,9 @@
  *
  * Objects live in a namespace of their own (crest-design-PID), removed at
  * the end unless --keep. --osd-pid PID adds that process's CPU seconds
- * during the writers' phase (the OSD's). Prints one markdown table (a
+ * during the writers' phase (the OSD's); the machine's busy share of all
+ * its cores over that phase (anyone's work, from /proc/stat) is printed
+ * too, to tell a CPU-bound run, and one that shared the cores, apart. Prints one markdown table (a
  * header and one row) and one JSON line. Exit: 0 done, 1 failed (one line
  * why), 2 bad usage (one line). The cluster is CEPH_CONF's, the pool -p
  * or CREST_CEPH_POOL (default crest). MB are 10^6 bytes, as rados bench's.
@@ -172,6 +174,24 @@ static double proc_cpu(int pid)
 	if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) != 2)
 		return -1;
 	return (double)(ut + st) / sysconf(_SC_CLK_TCK);
+}
+
+/* The machine's busy and total CPU ticks, all cores (/proc/stat): with
+ * other work on the machine, whether a run had the cores to itself. */
+static void machine_cpu(unsigned long long *busy, unsigned long long *total)
+{
+	unsigned long long v[10] = {0};
+	*busy = *total = 0;
+	FILE *f = fopen("/proc/stat", "r");
+	if (!f)
+		return;
+	if (fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6],
+		   &v[7]) == 8) {
+		for (int i = 0; i < 8; i++)
+			*total += v[i];
+		*busy = *total - v[3] - v[4];
+	}
+	fclose(f);
 }
 
 static void connect_pool(rados_t *cl, rados_ioctx_t *io)
@@ -944,6 +964,8 @@ int main(int argc, char **argv)
 			die("a writer failed before it was ready");
 	}
 	double osd0 = proc_cpu(O.osd_pid);
+	unsigned long long mb0, mt0, mb1, mt1;
+	machine_cpu(&mb0, &mt0);
 	char gos[MAX_WRITERS];
 	memset(gos, 'g', sizeof gos);
 	if (write(go[1], gos, O.writers) != O.writers)
@@ -958,6 +980,9 @@ int main(int argc, char **argv)
 		rs[r.writer] = r;
 	}
 	double osd1 = proc_cpu(O.osd_pid);
+	machine_cpu(&mb1, &mt1);
+	/* the share of all cores busy (anyone's work), 0-100 */
+	double busy = mt1 > mt0 ? 100.0 * (mb1 - mb0) / (mt1 - mt0) : -1;
 	for (int w = 0; w < O.writers; w++) {
 		int st;
 		if (waitpid(pids[w], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
@@ -993,18 +1018,18 @@ int main(int argc, char **argv)
 		else
 			snprintf(u, sizeof u, "%" PRIu64 " KiB", O.unit >> 10);
 		printf("| writers | unit | units a writer | overlap | in flight | wall s | put MB/s | a writer MB/s (min-max) | "
-		       "stored MB/s | created | skipped (dedup) | unique | pool objects | client CPU s | OSD CPU s |\n");
-		printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+		       "stored MB/s | created | skipped (dedup) | unique | pool objects | client CPU s | OSD CPU s | machine busy %% |\n");
+		printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 		printf("| %d | %s | %" PRIu64 " | %.2f | %d | %.2f | %.1f | %.1f-%.1f | %.1f | %" PRIu64 " | %" PRIu64
-		       " | %" PRIu64 " | %" PRIu64 " | %.2f | %.2f |\n",
+		       " | %" PRIu64 " | %" PRIu64 " | %.2f | %.2f | %.0f |\n",
 		       O.writers, u, O.units, O.overlap, O.q, wall, mbs, pw_min, pw_max, stored, created, skipped, unique,
-		       objects, client_cpu, osd_cpu);
+		       objects, client_cpu, osd_cpu, busy);
 		printf("{\"mode\":\"data\",\"writers\":%d,\"unit\":%" PRIu64 ",\"units_per_writer\":%" PRIu64
 		       ",\"overlap\":%.3f,\"in_flight\":%d,\"wall_s\":%.4f,\"put_mbs\":%.2f,\"writer_mbs_min\":%.2f,"
 		       "\"writer_mbs_max\":%.2f,\"stored_mbs\":%.2f,\"created\":%" PRIu64 ",\"skipped\":%" PRIu64
-		       ",\"unique\":%" PRIu64 ",\"pool_objects\":%" PRIu64 ",\"client_cpu_s\":%.3f,\"osd_cpu_s\":%.3f}\n",
+		       ",\"unique\":%" PRIu64 ",\"pool_objects\":%" PRIu64 ",\"client_cpu_s\":%.3f,\"osd_cpu_s\":%.3f,\"machine_busy_pct\":%.1f}\n",
 		       O.writers, O.unit, O.units, O.overlap, O.q, wall, mbs, pw_min, pw_max, stored, created, skipped,
-		       unique, objects, client_cpu, osd_cpu);
+		       unique, objects, client_cpu, osd_cpu, busy);
 		fflush(stdout);
 		if (objects != unique || created != unique || created + skipped != (uint64_t)O.writers * O.units)
 			die("FAILED: %" PRIu64 " objects in the pool and %" PRIu64 " created for %" PRIu64
@@ -1030,23 +1055,24 @@ int main(int argc, char **argv)
 		double lps = O.lookups ? O.lookups / lk.secs : 0;
 		printf("| design | writers | entries a writer | overlap | unique | batch | wall s | entries/s | write ops | guard reads | "
 		       "retries | retries a batch | scan s | scan entries/s | lookups/s | ops a lookup | client CPU s | "
-		       "OSD CPU s |\n");
-		printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+		       "OSD CPU s | machine busy %% |\n");
+		printf("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
 		printf("| %s | %d | %" PRIu64 " | %.2f | %" PRIu64 " | %" PRIu64 " | %.2f | %.0f | %" PRIu64 " | %" PRIu64
-		       " | %" PRIu64 " | %.2f | %.3f | %.0f | %.0f | %d | %.2f | %.2f |\n",
+		       " | %" PRIu64 " | %.2f | %.3f | %.0f | %.0f | %d | %.2f | %.2f | %.0f |\n",
 		       label, O.writers, O.entries, O.overlap, unique, O.batch, wall, total / wall, ops, reads, retries,
 		       (double)retries / batches, sc.secs, unique / sc.secs, lps, O.design == D_PERWRITER ? O.writers : 1,
-		       client_cpu, osd_cpu);
+		       client_cpu, osd_cpu, busy);
 		printf("{\"mode\":\"index\",\"design\":\"%s\",\"guard\":\"%s\",\"writers\":%d,"
 		       "\"entries_per_writer\":%" PRIu64 ",\"overlap\":%.3f,\"unique\":%" PRIu64 ",\"batch\":%" PRIu64
 		       ",\"shards\":%d,\"objects\":%d,\"wall_s\":%.4f,\"entries_per_s\":%.1f,\"write_ops\":%" PRIu64
 		       ",\"guard_reads\":%" PRIu64 ",\"retries\":%" PRIu64 ",\"retries_per_batch\":%.3f,"
 		       "\"present_dropped\":%" PRIu64 ",\"scan_s\":%.4f,\"scan_ops\":%" PRIu64
 		       ",\"scan_entries_per_s\":%.1f,\"lookups\":%" PRIu64 ",\"lookup_s\":%.4f,"
-		       "\"lookups_per_s\":%.1f,\"lookup_ops\":%" PRIu64 ",\"client_cpu_s\":%.3f,\"osd_cpu_s\":%.3f}\n",
+		       "\"lookups_per_s\":%.1f,\"lookup_ops\":%" PRIu64 ",\"client_cpu_s\":%.3f,\"osd_cpu_s\":%.3f,"
+		       "\"machine_busy_pct\":%.1f}\n",
 		       design_name[O.design], guard, O.writers, O.entries, O.overlap, unique, O.batch, K, index_objects(),
 		       wall, total / wall, ops, reads, retries, (double)retries / batches, skipped, sc.secs, sc.ops,
-		       unique / sc.secs, O.lookups, lk.secs, lps, lk.ops, client_cpu, osd_cpu);
+		       unique / sc.secs, O.lookups, lk.secs, lps, lk.ops, client_cpu, osd_cpu, busy);
 	}
 	rados_ioctx_destroy(io);
 	rados_shutdown(cl);
