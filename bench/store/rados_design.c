@@ -920,15 +920,28 @@ int main(int argc, char **argv)
 		usage("writers x Q x SIZE buffers would pass 8 GiB");
 	snprintf(ns, sizeof ns, "crest-design-%d", (int)getpid());
 
-	/* librados is not fork-safe: the parent connects only for the index's
-	 * version objects, and forks after shutting down. */
+	/* The parent touches no librados before the writers are forked: a
+	 * client made in the parent leaves its random state to every child,
+	 * and the children then share one messenger address (nonce), so the
+	 * OSD takes their connections for one client's and replaces them in
+	 * turn: ops stall for seconds. The index's objects are made by a child
+	 * of their own. */
 	rados_t cl;
 	rados_ioctx_t io;
 	if (O.mode == M_INDEX) {
-		connect_pool(&cl, &io);
-		index_prepare(io);
-		rados_ioctx_destroy(io);
-		rados_shutdown(cl);
+		pid_t p = fork();
+		if (p < 0)
+			die("fork: %s", strerror(errno));
+		if (p == 0) {
+			connect_pool(&cl, &io);
+			index_prepare(io);
+			rados_ioctx_destroy(io);
+			rados_shutdown(cl);
+			_exit(0);
+		}
+		int st;
+		if (waitpid(p, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
+			die("preparing the index objects failed");
 	}
 
 	int ready[2], go[2], res[2];
