@@ -17,12 +17,20 @@ status() { local rc=0; "$@" 2>/dev/null || rc=$?; echo "$rc"; }
 for sig in USR1 QUIT USR2; do
 	"$CREST" --quiet run -- sh -c "trap 'exit 9' $sig; echo ready; while :; do sleep 0.05; done" >sig.out 2>/dev/null &
 	rp=$!
-	deadline=$((SECONDS + 10))
+	# Generous limits: under load (an ASan build beside other tests) the
+	# start alone was seen to take over 10 s. A lost signal fails here,
+	# named, rather than hanging the test until ctest's timeout.
+	deadline=$((SECONDS + 60))
 	until grep -q ready sig.out 2>/dev/null; do
-		[ $SECONDS -lt $deadline ] || fail "the job under crest run did not start"
+		[ $SECONDS -lt $deadline ] || fail "the job under crest run did not start within 60 s"
 		sleep 0.05
 	done
 	kill -"$sig" "$rp"
+	deadline=$((SECONDS + 60))
+	while kill -0 "$rp" 2>/dev/null && [ "$(awk '{print $3}' /proc/"$rp"/stat 2>/dev/null)" != Z ]; do
+		[ $SECONDS -lt $deadline ] || fail "SIG$sig to crest run (pid $rp): neither it nor its job ended within 60 s: the signal was lost ($(ps -o pid=,stat=,args= --ppid "$rp" | head -3 | paste -sd';'))"
+		sleep 0.05
+	done
 	rc=0
 	wait "$rp" || rc=$?
 	[ "$rc" = 9 ] || fail "SIG$sig to crest run: exit $rc, not the job's 9"
