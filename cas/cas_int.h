@@ -3,10 +3,10 @@
 #define CREST_CAS_INT_H
 
 #include "cas/cas.h"
+#include "cas/index.h"
 
 #include <liburing.h>
 #include <pthread.h>
-#include <rocksdb/c.h>
 
 #define CAS_PACK_HEADER CAS_FILE_HEADER
 #define CAS_PACK_LIMIT_DEFAULT (1ull << 30)
@@ -60,14 +60,7 @@ struct cas_store {
 	int wants_fd;         /* writers: STORE/lock.wants, for cas_lock_wanted */
 	bool nowait;          /* cas_open_nowait: -EWOULDBLOCK instead of waiting */
 	int readers_fd;       /* readers: STORE/readers, held shared (gc.h) */
-	rocksdb_t *db;
-	rocksdb_options_t *opts;
-	rocksdb_block_based_table_options_t *topts;
-	rocksdb_filterpolicy_t *bloom;    /* owned by topts once set */
-	rocksdb_cache_t *cache;
-	rocksdb_readoptions_t *ropts;
-	rocksdb_readoptions_t *ropts_nofill;   /* look-ups that should not evict (db_has) */
-	rocksdb_writeoptions_t *wopts;
+	struct cas_index *ix;  /* the index (index.h): crest's keys above it, in store.c */
 
 	/* Read side: one O_RDONLY descriptor per pack, opened on first use. */
 	pthread_mutex_t rfd_lock;
@@ -131,7 +124,7 @@ int cas_pack_max_on_disk(struct cas_store *s, uint32_t *max);
 int cas_max_on_disk(const struct cas_store *s, const char *sub, const char *suffix, uint32_t *max);
 /* fsync of a file or directory by path: 0 or a negative errno. */
 int cas_fsync_path(const char *path);
-/* An index value of type and key (rocksdb_free it), or NULL with *rc
+/* An index value of type and key (free it), or NULL with *rc
  * -ENOENT (no message) or an error (with one). */
 char *cas_db_get(struct cas_store *s, char type, const void *key, size_t klen, size_t *vlen, int *rc);
 /* A manifest's bytes as read from the index: checked against its id and
@@ -204,16 +197,19 @@ void cas_key_num(char k[5], char type, uint32_t num);
 /* Queues in b the removal of snapshots ids[0..n) (sorted) from the index:
  * their manifests, summaries and every tag naming one (gc, and a writer's
  * open finishing a killed gc). */
-int cas_batch_forget(struct cas_store *s, rocksdb_writebatch_t *b, const uint8_t (*ids)[32], size_t n);
+int cas_batch_forget(struct cas_store *s, struct cas_index_batch *b, const uint8_t (*ids)[32], size_t n);
 /* An fd holding STORE/readers exclusively, when no reader holds it
  * shared; -EBUSY when one does (gc.h). Close it to let readers in. */
 int cas_readers_none(struct cas_store *s);
 
 /* Index helpers for recover.c (store.c). */
 int cas_ends_load(struct cas_store *s, char type, struct cas_pack_end **out, size_t *n);
-void cas_batch_end(rocksdb_writebatch_t *b, char type, uint32_t num, uint64_t end);
-void cas_batch_entry(rocksdb_writebatch_t *b, const uint8_t sha[32], const struct cas_loc *loc);
-int cas_batch_write(struct cas_store *s, rocksdb_writebatch_t *b, const char *what);
+void cas_batch_end(struct cas_index_batch *b, char type, uint32_t num, uint64_t end);
+void cas_batch_entry(struct cas_index_batch *b, const uint8_t sha[32], const struct cas_loc *loc);
+/* A new batch of the index (index.h: commit it with cas_index_batch_commit,
+ * synced; free it with cas_index_batch_free), or NULL with *rc -ENOMEM
+ * and a message. */
+struct cas_index_batch *cas_batch_new(struct cas_store *s, int *rc);
 /* Reconciles the packs and meta logs with the index (recover.c; see the
  * notes in store.c). full: as if the index recorded nothing (repair, into
  * an empty index). *floor: pack numbers below it are taken. */

@@ -590,7 +590,7 @@ static int index_pass(struct chk *c, struct idset *m, struct idset *orphans)
 			if (iv && (il > vl || memcmp(iv, v, il)))
 				rc = say(c, where, &one, NULL, 0, "the snapshot's summary is not its manifest's: "
 					 "listings show what it is not (casctl repair puts it right)");
-			rocksdb_free(iv);
+			free(iv);
 		}
 		for (size_t i = 0; rc == 0 && man && i < man->npieces; i++) {
 			struct puse *nu = realloc(uses, (nuses + 1) * sizeof(*nu));
@@ -604,7 +604,7 @@ static int index_pass(struct chk *c, struct idset *m, struct idset *orphans)
 			snprintf(nu[nuses++].stream, sizeof(nu->stream), "%s", man->streams[man->pieces[i].stream].name);
 		}
 		cas_manifest_free(man);
-		rocksdb_free(v);
+		free(v);
 	}
 	/* Summaries without a manifest: listed, but nothing to restore. */
 	for (size_t k = 0; rc == 0 && k < iset.n; k++) {
@@ -662,8 +662,8 @@ static int index_pass(struct chk *c, struct idset *m, struct idset *orphans)
 				 "names it is unreadable%s", uses[i].stream, why, ids_has(&c->lpieces, uses[i].sha)
 				 ? " (casctl repair puts it back from the meta logs)" : "");
 		}
-		rocksdb_free(v);
-		rocksdb_free(bv);
+		free(v);
+		free(bv);
 		free(who.v);
 		i = j;
 	}
@@ -718,7 +718,7 @@ static uint8_t *piece_get(struct chk *c, const uint8_t sha[32], size_t *len)
 		uint8_t *p = malloc(*len ? *len : 1);
 		if (p)
 			memcpy(p, v, *len);
-		rocksdb_free(v);
+		free(v);
 		return p;
 	}
 	for (size_t i = 0; i < c->nlpv; i++)

@@ -549,7 +549,7 @@ static int mark_manifest(struct cas_store *s, const uint8_t id[32], struct runs 
 		return rc;
 	struct cas_manifest *m = NULL;
 	rc = cas_manifest_check(s, id, v, n, &m);
-	rocksdb_free(v);
+	free(v);
 	if (rc < 0)
 		return rc;
 	*meta_bytes += CAS_REC_HEADER + n;
@@ -673,7 +673,7 @@ struct bgwrite {
 	pthread_t t;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	rocksdb_writebatch_t *pending;   /* handed over, not yet written */
+	struct cas_index_batch *pending;   /* handed over, not yet written */
 	bool started, quit;
 	int rc;
 	char msg[1024];
@@ -688,11 +688,11 @@ static void *bg_run(void *arg)
 			pthread_cond_wait(&w->cv, &w->mu);
 		if (!w->pending)
 			break;
-		rocksdb_writebatch_t *b = w->pending;
+		struct cas_index_batch *b = w->pending;
 		const bool skip = w->rc < 0;
 		pthread_mutex_unlock(&w->mu);
-		const int rc = skip ? 0 : cas_batch_write(w->s, b, "deleting dead chunks");
-		rocksdb_writebatch_clear(b);
+		const int rc = skip ? 0 : cas_index_batch_commit(b, "deleting dead chunks");
+		cas_index_batch_clear(b);
 		pthread_mutex_lock(&w->mu);
 		if (rc < 0 && w->rc == 0) {
 			w->rc = rc;
@@ -715,11 +715,11 @@ static void bg_start(struct bgwrite *w, struct cas_store *s)
 
 /* Hands *b over (or, without the thread, writes it here); *b becomes the
  * spare, written and empty, to fill next. 0, or an earlier write's error. */
-static int bg_submit(struct bgwrite *w, rocksdb_writebatch_t **b, rocksdb_writebatch_t **spare)
+static int bg_submit(struct bgwrite *w, struct cas_index_batch **b, struct cas_index_batch **spare)
 {
 	if (!w->started) {
-		const int rc = cas_batch_write(w->s, *b, "deleting dead chunks");
-		rocksdb_writebatch_clear(*b);
+		const int rc = cas_index_batch_commit(*b, "deleting dead chunks");
+		cas_index_batch_clear(*b);
 		return rc;
 	}
 	pthread_mutex_lock(&w->mu);
@@ -770,7 +770,7 @@ struct scan {
 	uint32_t nps;
 	struct cas_gc_result *r;
 	bool dry;
-	rocksdb_writebatch_t *b, *spare;
+	struct cas_index_batch *b, *spare;
 	struct bgwrite *bg;
 	size_t nb;
 	struct livelog *ll;   /* live entries go here, unless dry */
@@ -823,7 +823,7 @@ static int chunk_cb(const char *k, size_t kl, const char *v, size_t vl, void *ar
 	char key[33];
 	key[0] = 'c';
 	memcpy(key + 1, sha, 32);
-	rocksdb_writebatch_delete(c->b, key, 33);
+	cas_index_batch_delete(c->b, key, 33);
 	if (++c->nb == BATCH_OPS && (c->err = scan_flush(c)) < 0)
 		return 1;
 	return 0;
@@ -909,12 +909,14 @@ static int forget(struct cas_store *s, const struct idset *expired, const uint8_
 	free(mb.p);
 	if (rc < 0)
 		return rc;
-	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+	struct cas_index_batch *b = cas_batch_new(s, &rc);
+	if (!b)
+		return rc;
 	rc = cas_batch_forget(s, b, (const uint8_t (*)[32])expired->v, expired->n);
 	cas_batch_end(b, 'q', s->meta_num, s->meta_end);
 	if (rc == 0)
-		rc = cas_batch_write(s, b, "deleting expired snapshots");
-	rocksdb_writebatch_destroy(b);
+		rc = cas_index_batch_commit(b, "deleting expired snapshots");
+	cas_index_batch_free(b);
 	return rc;
 }
 
@@ -923,15 +925,17 @@ static int sweep(struct cas_store *s, char type, const struct idset *dead)
 {
 	int rc = 0;
 	for (size_t i = 0; rc == 0 && i < dead->n;) {
-		rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+		struct cas_index_batch *b = cas_batch_new(s, &rc);
+		if (!b)
+			break;
 		char k[33];
 		k[0] = type;
 		for (size_t n = 0; i < dead->n && n < BATCH_OPS; i++, n++) {
 			memcpy(k + 1, dead->v[i], 32);
-			rocksdb_writebatch_delete(b, k, 33);
+			cas_index_batch_delete(b, k, 33);
 		}
-		rc = cas_batch_write(s, b, type == 'c' ? "deleting dead chunks" : "deleting dead pieces");
-		rocksdb_writebatch_destroy(b);
+		rc = cas_index_batch_commit(b, type == 'c' ? "deleting dead chunks" : "deleting dead pieces");
+		cas_index_batch_free(b);
 	}
 	return rc;
 }
@@ -984,7 +988,11 @@ static int group_commit(struct cas_store *s, struct cas_index_entry *e, size_t n
 		rc = cas_ends_merge(s, e, n, &ends, &nends);
 	if (rc < 0)
 		return rc;
-	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+	struct cas_index_batch *b = cas_batch_new(s, &rc);
+	if (!b) {
+		free(ends);
+		return rc;
+	}
 	for (size_t i = 0; i < n; i++)
 		cas_batch_entry(b, e[i].sha, &e[i].loc);
 	for (size_t i = 0; i < nends; i++)
@@ -992,11 +1000,11 @@ static int group_commit(struct cas_store *s, struct cas_index_entry *e, size_t n
 	for (size_t i = 0; i < nold; i++) {
 		char k[5];
 		cas_key_num(k, 'p', old[i]);
-		rocksdb_writebatch_delete(b, k, 5);
+		cas_index_batch_delete(b, k, 5);
 		cas_batch_end(b, 'r', old[i], 0);
 	}
-	rc = cas_batch_write(s, b, "pointing the index at rewritten packs");
-	rocksdb_writebatch_destroy(b);
+	rc = cas_index_batch_commit(b, "pointing the index at rewritten packs");
+	cas_index_batch_free(b);
 	if (rc < 0) {
 		free(ends);
 		return rc;
@@ -1295,15 +1303,16 @@ static int retire(struct cas_store *s, struct cas_gc_result *r)
 		return 0;
 	}
 	bool *ok = calloc(n, sizeof(*ok));
-	if (!ok) {
+	struct cas_index_batch *b = ok ? cas_batch_new(s, &rc) : NULL;
+	if (!b) {
 		close(lfd);
+		free(ok);
 		free(v);
-		return crest_errf(-ENOMEM, "gc: unlinking retired packs");
+		return ok ? rc : crest_errf(-ENOMEM, "gc: unlinking retired packs");
 	}
 	struct unlink_job j = { .s = s, .v = v, .ok = ok };
 	struct par p = { .n = n, .fn = unlink_one, .arg = &j };
 	par_run(&p, UNLINK_THREADS, NULL, 0);   /* unlink_one never fails */
-	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
 	for (size_t i = 0; i < n; i++) {
 		char k[5];
 		if (!ok[i]) {
@@ -1311,13 +1320,13 @@ static int retire(struct cas_store *s, struct cas_gc_result *r)
 			continue;
 		}
 		cas_key_num(k, 'r', v[i].pack);
-		rocksdb_writebatch_delete(b, k, 5);
+		cas_index_batch_delete(b, k, 5);
 	}
 	char dir[4096];
 	snprintf(dir, sizeof(dir), "%s/packs", cas_dir(s));
 	cas_fsync_path(dir);
-	rc = cas_batch_write(s, b, "forgetting unlinked packs");
-	rocksdb_writebatch_destroy(b);
+	rc = cas_index_batch_commit(b, "forgetting unlinked packs");
+	cas_index_batch_free(b);
 	close(lfd);
 	free(ok);
 	free(v);
@@ -1513,11 +1522,12 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	struct livelog ll = { .fd = -1 };
 	struct bgwrite bg = { 0 };
 	if (rc == 0 && !pol->dry_run) {
-		sc.b = rocksdb_writebatch_create();
-		sc.spare = rocksdb_writebatch_create();
+		sc.b = cas_batch_new(s, &rc);
+		sc.spare = sc.b ? cas_batch_new(s, &rc) : NULL;
 		sc.bg = &bg;
 		bg_start(&bg, s);
-		rc = livelog_open(&ll, live.dir);
+		if (rc == 0)
+			rc = livelog_open(&ll, live.dir);
 		sc.ll = &ll;
 	}
 	if (rc == 0)
@@ -1638,9 +1648,9 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 	livelog_close(&ll);
 	runs_clear(live.dir);
 	if (sc.b)
-		rocksdb_writebatch_destroy(sc.b);
+		cas_index_batch_free(sc.b);
 	if (sc.spare)
-		rocksdb_writebatch_destroy(sc.spare);
+		cas_index_batch_free(sc.spare);
 	free(want);
 	free(pend);
 	free(sc.ps);

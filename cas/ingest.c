@@ -78,44 +78,13 @@ struct job {
 	size_t nends;
 };
 
-/* One table file being written: its writer and the first error, after
- * which puts do nothing and table_close reports it. */
-struct table {
-	rocksdb_envoptions_t *eo;
-	rocksdb_sstfilewriter_t *w;
-	const char *path;
-	char *err;
-};
-
-static void table_open(struct table *t, const struct cas_store *s, const char *path)
+/* A table file opened: t, or NULL with a message (for want of memory). */
+static struct cas_index_table *table_open(struct cas_store *s, const char *path)
 {
-	t->eo = rocksdb_envoptions_create();
-	t->w = rocksdb_sstfilewriter_create(t->eo, s->opts);
-	t->path = path;
-	t->err = NULL;
-	rocksdb_sstfilewriter_open(t->w, path, &t->err);
-}
-
-static void table_put(struct table *t, const void *k, size_t kl, const void *v, size_t vl)
-{
-	if (!t->err)
-		rocksdb_sstfilewriter_put(t->w, k, kl, v, vl, &t->err);
-}
-
-/* Finishes the file: 0, or -EIO with a message saying what it held. */
-static int table_close(struct table *t, const char *what)
-{
-	if (!t->err)
-		rocksdb_sstfilewriter_finish(t->w, &t->err);
-	rocksdb_sstfilewriter_destroy(t->w);
-	rocksdb_envoptions_destroy(t->eo);
-	if (t->err) {
-		const int rc = crest_errx(-EIO, "writing %s to %s: %s", what, t->path, t->err);
-		free(t->err);
-		return rc;
-	}
-	chmod(t->path, 0600);   /* as db_files_private makes the index's files */
-	return 0;
+	struct cas_index_table *t = cas_index_table_open(s->ix, path);
+	if (!t)
+		crest_errf(-ENOMEM, "writing %s", path);
+	return t;
 }
 
 static int part_write(struct par *p, void *tls, size_t i)
@@ -125,12 +94,13 @@ static int part_write(struct par *p, void *tls, size_t i)
 	struct part *pt = &j->parts[i];
 	struct cas_index_entry *e = j->t + pt->from;
 	cas_entries_sort(e, pt->n);
-	struct table t;
-	table_open(&t, j->s, pt->path);
+	struct cas_index_table *t = table_open(j->s, pt->path);
+	if (!t)
+		return -ENOMEM;
 	char k[33];
 	uint8_t v[CAS_LOC_BYTES];
 	k[0] = 'c';
-	for (size_t x = 0; x < pt->n && !t.err; x++) {
+	for (size_t x = 0; x < pt->n; x++) {
 		/* A table's keys must rise strictly. An id twice in one commit
 		 * (each copy a committed record) keeps one of its places, as
 		 * a batch would. */
@@ -138,9 +108,9 @@ static int part_write(struct par *p, void *tls, size_t i)
 			continue;
 		memcpy(k + 1, e[x].sha, 32);
 		cas_loc_encode(&e[x].loc, v);
-		table_put(&t, k, sizeof(k), v, sizeof(v));
+		cas_index_table_put(t, k, sizeof(k), v, sizeof(v));
 	}
-	const int rc = table_close(&t, "index entries");
+	const int rc = cas_index_table_finish(t, "index entries");
 	if (rc == 0)
 		p->bytes += pt->n;
 	return rc;
@@ -161,17 +131,18 @@ static int piece_cmp(const void *a, const void *b)
 static int pieces_write(struct cas_store *s, struct cas_ingest_piece *pv, size_t npv, const char *path)
 {
 	qsort(pv, npv, sizeof(*pv), piece_cmp);
-	struct table t;
-	table_open(&t, s, path);
+	struct cas_index_table *t = table_open(s, path);
+	if (!t)
+		return -ENOMEM;
 	char k[33];
 	k[0] = 'l';
-	for (size_t i = 0; i < npv && !t.err; i++) {
+	for (size_t i = 0; i < npv; i++) {
 		if (i + 1 < npv && !memcmp(pv[i].sha, pv[i + 1].sha, 32))
 			continue;   /* the same piece twice in one manifest */
 		memcpy(k + 1, pv[i].sha, 32);
-		table_put(&t, k, sizeof(k), pv[i].p, pv[i].len);
+		cas_index_table_put(t, k, sizeof(k), pv[i].p, pv[i].len);
 	}
-	return table_close(&t, "extent-list pieces");
+	return cas_index_table_finish(t, "extent-list pieces");
 }
 
 /* The ends as the last table: 'p' and the pack number big-endian sort
@@ -183,17 +154,20 @@ static int ends_write(struct cas_store *s, const struct cas_pack_end *ends, size
 		return crest_errf(-ENOMEM, "indexing a commit in %s", s->dir);
 	memcpy(v, ends, nends * sizeof(*v));
 	qsort(v, nends, sizeof(*v), end_cmp);
-	struct table t;
-	table_open(&t, s, path);
-	for (size_t i = 0; i < nends && !t.err; i++) {
+	struct cas_index_table *t = table_open(s, path);
+	if (!t) {
+		free(v);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < nends; i++) {
 		char k[5];
 		uint8_t val[8];
 		cas_key_num(k, 'p', v[i].pack);
 		le64_put(val, v[i].end);
-		table_put(&t, k, sizeof(k), val, sizeof(val));
+		cas_index_table_put(t, k, sizeof(k), val, sizeof(val));
 	}
 	free(v);
-	return table_close(&t, "pack ends");
+	return cas_index_table_finish(t, "pack ends");
 }
 
 /* File i of the ingest: a chunk part, the pieces, or the ends. The pieces
@@ -258,15 +232,9 @@ int cas_entries_ingest(struct cas_store *s, const struct cas_index_entry *e, siz
 		const char *files[PARTS_MAX + 2];
 		for (size_t b = 0; b < nf; b++)
 			files[b] = parts[b].path;
-		rocksdb_ingestexternalfileoptions_t *io = rocksdb_ingestexternalfileoptions_create();
-		rocksdb_ingestexternalfileoptions_set_move_files(io, 1);
-		char *err = NULL;
-		rocksdb_ingest_external_file(s->db, files, nf, io, &err);
-		rocksdb_ingestexternalfileoptions_destroy(io);
-		if (err) {
-			rc = crest_errx(-EIO, "adding %zu chunk entries to the index of %s: %s", n, s->dir, err);
-			free(err);
-		}
+		char what[64];
+		snprintf(what, sizeof(what), "adding %zu chunk entries", n);
+		rc = cas_index_ingest(s->ix, files, nf, what);
 		if (getenv("CREST_TRACE"))
 			fprintf(stderr, "crest trace: cas_ingest: %zu table files written %.3f s, ingested %.3f s\n",
 				nf, (t1 - t0) / 1e9, (time_now_ns() - t1) / 1e9);

@@ -240,7 +240,7 @@ int cas_jobsnap_member(struct cas_store *s, const uint8_t id[32], uint32_t rank,
 		size_t vl;
 		char *v = cas_db_get(s, 'i', out, 32, &vl, &rc);
 		if (v)
-			rocksdb_free(v);
+			free(v);
 		if (v && cas_hidden(s, out))
 			rc = -ENOENT;
 		if (rc == -ENOENT)
@@ -295,7 +295,7 @@ int cas_jobsnap_commit(struct cas_store *s, const char *name, uint64_t step, uin
 			rc = -ENOENT;
 		if (!v || rc < 0) {
 			if (v)
-				rocksdb_free(v);
+				free(v);
 			if (rc == -ENOENT)
 				return crest_errx(-ENOENT, "job %s step %" PRIu64 ": rank %" PRIu32
 						  "'s snapshot %s is not in %s", name, step, r, hex, s->dir);
@@ -303,7 +303,7 @@ int cas_jobsnap_commit(struct cas_store *s, const char *name, uint64_t step, uin
 		}
 		struct cas_manifest *h;
 		rc = cas_manifest_decode((const uint8_t *)v, vl, true, &h);
-		rocksdb_free(v);
+		free(v);
 		if (rc < 0)
 			return crest_errx(-EBADMSG, "job %s step %" PRIu64 ": rank %" PRIu32 "'s snapshot %s: its "
 					  "summary in %s is damaged", name, step, r, hex, s->dir);

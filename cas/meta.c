@@ -373,16 +373,18 @@ int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, uint64_t live, str
 	}
 	free(c.mb.p);
 	/* The copy's end, recorded before any old log goes. */
-	rocksdb_writebatch_t *b = rc == 0 ? rocksdb_writebatch_create() : NULL;
+	struct cas_index_batch *b = rc == 0 ? cas_batch_new(s, &rc) : NULL;
 	if (b) {
 		cas_batch_end(b, 'q', s->meta_num, s->meta_end);
-		rc = cas_batch_write(s, b, "recording the compacted meta log");
-		rocksdb_writebatch_destroy(b);
+		rc = cas_index_batch_commit(b, "recording the compacted meta log");
+		cas_index_batch_free(b);
 	}
 	if (rc < 0)
 		return rc;
 	/* Oldest first (see above). */
-	b = rocksdb_writebatch_create();
+	b = cas_batch_new(s, &rc);
+	if (!b)
+		return rc;
 	for (uint32_t i = 1; i < s->meta_num; i++) {
 		char path[4096];
 		cas_meta_path(s, i, path, sizeof(path));
@@ -394,15 +396,15 @@ int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, uint64_t live, str
 		}
 		char k[5];
 		cas_key_num(k, 'q', i);
-		rocksdb_writebatch_delete(b, k, sizeof(k));
+		cas_index_batch_delete(b, k, sizeof(k));
 	}
 	char dir[4096];
 	snprintf(dir, sizeof(dir), "%s/meta", s->dir);
 	if (rc == 0)
 		rc = cas_fsync_path(dir);
 	if (rc == 0)
-		rc = cas_batch_write(s, b, "dropping the ends of removed meta logs");
-	rocksdb_writebatch_destroy(b);
+		rc = cas_index_batch_commit(b, "dropping the ends of removed meta logs");
+	cas_index_batch_free(b);
 	r->bytes_copied = c.copied;
 	uint64_t below;
 	if (rc == 0)

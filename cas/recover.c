@@ -184,7 +184,7 @@ static bool revoked(const struct rec_ctx *c, const uint8_t id[32])
 }
 
 /* Undoes the commit of id, if the index has it (see the notes in store.c). */
-static int apply_revoke(struct cas_store *s, const struct item *x, rocksdb_writebatch_t *b, unsigned *undone)
+static int apply_revoke(struct cas_store *s, const struct item *x, struct cas_index_batch *b, unsigned *undone)
 {
 	size_t vl;
 	int rc;
@@ -193,27 +193,27 @@ static int apply_revoke(struct cas_store *s, const struct item *x, rocksdb_write
 		return rc;
 	if (!v)
 		return 0;
-	rocksdb_free(v);
+	free(v);
 	char k[1 + 128 + 1];
 	k[0] = 'm';
 	memcpy(k + 1, x->sha, 32);
-	rocksdb_writebatch_delete(b, k, 33);
+	cas_index_batch_delete(b, k, 33);
 	k[0] = 'i';
-	rocksdb_writebatch_delete(b, k, 33);
+	cas_index_batch_delete(b, k, 33);
 	if (x->len > 33 && x->len - 33 <= 128) {
 		const size_t tl = x->len - 33;
 		char *t = db_value(s, 't', x->p + 33, tl, &vl, &rc);
 		if (rc < 0)
 			return rc;
 		const bool points_here = t && vl == 32 && !memcmp(t, x->sha, 32);
-		rocksdb_free(t);
+		free(t);
 		if (points_here) {
 			k[0] = 't';
 			memcpy(k + 1, x->p + 33, tl);
 			if (x->p[0])
-				rocksdb_writebatch_put(b, k, tl + 1, (const char *)x->p + 1, 32);
+				cas_index_batch_put(b, k, tl + 1, x->p + 1, 32);
 			else
-				rocksdb_writebatch_delete(b, k, tl + 1);
+				cas_index_batch_delete(b, k, tl + 1);
 		}
 	}
 	char hex[65];
@@ -226,7 +226,7 @@ static int apply_revoke(struct cas_store *s, const struct item *x, rocksdb_write
 
 /* Finishes gc's deletion of id, if a kill left it in the index (gc.h,
  * step 1): its manifest, summary and the tags naming it go. */
-static int apply_delete(struct cas_store *s, const struct item *x, rocksdb_writebatch_t *b, unsigned *undone)
+static int apply_delete(struct cas_store *s, const struct item *x, struct cas_index_batch *b, unsigned *undone)
 {
 	size_t vl;
 	int rc;
@@ -235,7 +235,7 @@ static int apply_delete(struct cas_store *s, const struct item *x, rocksdb_write
 		return rc;
 	if (!v)
 		return 0;
-	rocksdb_free(v);
+	free(v);
 	rc = cas_batch_forget(s, b, (const uint8_t (*)[32])x->sha, 1);
 	char hex[65];
 	hex_encode(x->sha, 32, hex);
@@ -246,7 +246,7 @@ static int apply_delete(struct cas_store *s, const struct item *x, rocksdb_write
 
 struct scan_ctx {
 	struct cas_store *s;
-	rocksdb_writebatch_t *b;
+	struct cas_index_batch *b;
 	uint64_t records;
 };
 
@@ -255,9 +255,9 @@ static int scan_cb(const struct cas_scan_rec *r, void *arg)
 	struct scan_ctx *c = arg;
 	cas_batch_entry(c->b, r->sha, &r->loc);
 	c->records++;
-	if (rocksdb_writebatch_count(c->b) >= 65536) {
-		const int rc = cas_batch_write(c->s, c->b, "indexing chunk records");
-		rocksdb_writebatch_clear(c->b);
+	if (cas_index_batch_count(c->b) >= 65536) {
+		const int rc = cas_index_batch_commit(c->b, "indexing chunk records");
+		cas_index_batch_clear(c->b);
 		return rc;
 	}
 	return 0;
@@ -267,11 +267,11 @@ static int scan_cb(const struct cas_scan_rec *r, void *arg)
  * of packs the index does not record, when they lie past the last it does,
  * or always when full). New ends go into b. */
 static int packs_index(struct cas_store *s, const struct cas_pack_end *p, size_t np, uint32_t maxp, bool full,
-		       rocksdb_writebatch_t *b, uint64_t *records)
+		       struct cas_index_batch *b, uint64_t *records)
 {
 	uint32_t max;
 	int rc = cas_pack_max_on_disk(s, &max);
-	struct scan_ctx c = { .s = s, .b = rocksdb_writebatch_create() };
+	struct scan_ctx c = { .s = s, .b = rc == 0 ? cas_batch_new(s, &rc) : NULL };
 	for (uint32_t pack = 1; rc == 0 && pack <= max; pack++) {
 		char path[4096];
 		cas_pack_path(s, pack, path, sizeof(path));
@@ -296,8 +296,8 @@ static int packs_index(struct cas_store *s, const struct cas_pack_end *p, size_t
 			cas_batch_end(b, 'p', pack, end);
 	}
 	if (rc == 0)
-		rc = cas_batch_write(s, c.b, "indexing chunk records");
-	rocksdb_writebatch_destroy(c.b);
+		rc = cas_index_batch_commit(c.b, "indexing chunk records");
+	cas_index_batch_free(c.b);
 	*records = c.records;
 	return rc;
 }
@@ -316,7 +316,7 @@ static void say(char *what, size_t cap, const char *fmt, ...)
 }
 
 /* The encoding of piece sha: from the logs (*logged) when a record there
- * has it, else from the index (*dbv, to rocksdb_free). With check, a log
+ * has it, else from the index (*dbv, to free). With check, a log
  * record is taken only if it checks out against sha. NULL when neither has
  * it; *rc an error of the index. */
 static const uint8_t *piece_bytes(struct cas_store *s, const struct rec_ctx *c, const uint8_t sha[32], bool check,
@@ -334,12 +334,12 @@ static const uint8_t *piece_bytes(struct cas_store *s, const struct rec_ctx *c, 
 	return (const uint8_t *)*dbv;
 }
 
-static void piece_put(rocksdb_writebatch_t *b, const uint8_t sha[32], const uint8_t *v, size_t len)
+static void piece_put(struct cas_index_batch *b, const uint8_t sha[32], const uint8_t *v, size_t len)
 {
 	char k[33];
 	k[0] = 'l';
 	memcpy(k + 1, sha, 32);
-	rocksdb_writebatch_put(b, k, 33, (const char *)v, len);
+	cas_index_batch_put(b, k, 33, v, len);
 }
 
 /* Piece i of m, with a delta's base, decoded and checked from the logs or
@@ -349,7 +349,7 @@ static void piece_put(rocksdb_writebatch_t *b, const uint8_t sha[32], const uint
  * used and it failed: the decode hashes each piece, so a first try without
  * check hashes every record once, not twice. */
 static int piece_try(struct cas_store *s, const struct rec_ctx *c, struct cas_manifest *m, size_t i, bool check,
-		     rocksdb_writebatch_t *b, bool *logged)
+		     struct cas_index_batch *b, bool *logged)
 {
 	char *dv = NULL, *bdv = NULL;
 	size_t len = 0, blen = 0;
@@ -364,8 +364,8 @@ static int piece_try(struct cas_store *s, const struct rec_ctx *c, struct cas_ma
 		piece_put(b, m->pieces[i].sha, v, len);
 	if (ok && bv && bl)
 		piece_put(b, base, bv, blen);
-	rocksdb_free(dv);
-	rocksdb_free(bdv);
+	free(dv);
+	free(bdv);
 	*logged = pl || bl;
 	return rc < 0 ? rc : ok;
 }
@@ -386,7 +386,7 @@ static int lost_push(struct cas_lost **v, size_t *n, uint32_t stream, uint64_t o
 }
 
 /* A 'd' key's value for v (format.h), into b. */
-static int lost_put(rocksdb_writebatch_t *b, const uint8_t id[32], const struct cas_lost *v, size_t n)
+static int lost_put(struct cas_index_batch *b, const uint8_t id[32], const struct cas_lost *v, size_t n)
 {
 	uint8_t *e = malloc(5 + n * CAS_DAMAGE_RANGE);
 	if (!e)
@@ -402,7 +402,7 @@ static int lost_put(rocksdb_writebatch_t *b, const uint8_t id[32], const struct 
 	char k[33];
 	k[0] = 'd';
 	memcpy(k + 1, id, 32);
-	rocksdb_writebatch_put(b, k, 33, (const char *)e, 5 + n * CAS_DAMAGE_RANGE);
+	cas_index_batch_put(b, k, 33, e, 5 + n * CAS_DAMAGE_RANGE);
 	free(e);
 	return 0;
 }
@@ -413,7 +413,7 @@ static int lost_put(rocksdb_writebatch_t *b, const uint8_t id[32], const struct 
  * with the byte ranges it lost in *lost ('d', format.h): one bad chunk
  * costs that chunk, not the snapshot. */
 static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const struct item *x, bool keep,
-			  rocksdb_writebatch_t *b, uint64_t *missing, struct cas_lost **lost, size_t *nlost,
+			  struct cas_index_batch *b, uint64_t *missing, struct cas_lost **lost, size_t *nlost,
 			  char *what, size_t cap)
 {
 	uint8_t sum[32];
@@ -486,14 +486,14 @@ static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const st
 		char k[33];
 		k[0] = 'm';
 		memcpy(k + 1, x->sha, 32);
-		rocksdb_writebatch_put(b, k, 33, (const char *)x->p, x->len);
+		cas_index_batch_put(b, k, 33, x->p, x->len);
 		/* The summary is the manifest's head: encode what was decoded
 		 * and cut it, as cas_commit does. */
 		struct cas_encoded enc;
 		rc = cas_manifest_encode(m, m, &enc);
 		if (rc == 0) {
 			k[0] = 'i';
-			rocksdb_writebatch_put(b, k, 33, (const char *)enc.buf, enc.head_len);
+			cas_index_batch_put(b, k, 33, enc.buf, enc.head_len);
 			cas_encoded_free(&enc);
 		}
 		if (rc == 0 && *nlost && lost_put(b, x->sha, *lost, *nlost) < 0)
@@ -594,14 +594,20 @@ static void packs_reclaim(struct cas_store *s, const struct cas_pack_end *p, siz
 	}
 }
 
+static int first_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
+{
+	(void)k;
+	(void)kl;
+	(void)v;
+	(void)vl;
+	(void)arg;
+	return 1;
+}
+
+/* Whether the index has a chunk entry (false when it cannot say). */
 static bool index_has_chunks(struct cas_store *s)
 {
-	rocksdb_iterator_t *it = rocksdb_create_iterator(s->db, s->ropts);
-	rocksdb_iter_seek(it, "c", 1);
-	size_t kl;
-	const bool has = rocksdb_iter_valid(it) && (rocksdb_iter_key(it, &kl)[0] == 'c');
-	rocksdb_iter_destroy(it);
-	return has;
+	return cas_index_scan(s->ix, "c", 1, 1, first_cb, NULL) == 1;
 }
 
 int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
@@ -609,8 +615,10 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 	struct cas_pack_end *p = NULL, *q = NULL, *qn = NULL;
 	size_t np = 0, nq = 0, nqn = 0;
 	struct rec_ctx c = { .s = s };
-	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
 	int rc = 0;
+	struct cas_index_batch *b = cas_batch_new(s, &rc);
+	if (!b)
+		return rc;
 	if (!full) {
 		rc = cas_ends_load(s, 'p', &p, &np);
 		if (rc == 0)
@@ -641,7 +649,7 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 			continue;
 		char *v = db_value(s, 'm', c.v[i].sha, 32, &vl, &rc);
 		want |= rc == 0 && !v;
-		rocksdb_free(v);
+		free(v);
 	}
 	uint64_t records = 0;
 	if (rc == 0 && want)
@@ -652,7 +660,7 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 		if (x->kind != CAS_META_MANIFEST || revoked(&c, x->sha))
 			continue;
 		char *v = db_value(s, 'm', x->sha, 32, &vl, &rc);
-		rocksdb_free(v);
+		free(v);
 		if (rc < 0 || v)
 			continue;
 		uint64_t missing;
@@ -705,15 +713,15 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 			char k[1 + 128];
 			k[0] = 't';
 			memcpy(k + 1, x->p, x->len);
-			rocksdb_writebatch_put(b, k, x->len + 1, (const char *)x->sha, 32);
+			cas_index_batch_put(b, k, x->len + 1, x->sha, 32);
 		}
-		rocksdb_free(v);
+		free(v);
 	}
 	for (size_t i = 0; i < nqn; i++)
 		cas_batch_end(b, 'q', qn[i].pack, qn[i].end);
-	if (rc == 0 && rocksdb_writebatch_count(b))
-		rc = cas_batch_write(s, b, "reconciling the index with the packs");
-	rocksdb_writebatch_destroy(b);
+	if (rc == 0 && cas_index_batch_count(b))
+		rc = cas_index_batch_commit(b, "reconciling the index with the packs");
+	cas_index_batch_free(b);
 	if (rc == 0 && !full) {
 		free(p);
 		p = NULL;
@@ -760,7 +768,7 @@ static int tails_load(struct cas_store *s, struct cas_unindexed **cand, size_t *
 		if (c.v[i].kind == CAS_META_MANIFEST && !revoked(&c, c.v[i].sha)) {
 			size_t vl;
 			char *v = db_value(s, 'm', c.v[i].sha, 32, &vl, &rc);
-			rocksdb_free(v);
+			free(v);
 			if (rc == 0 && !v) {
 				struct cas_unindexed *nc = realloc(*cand, (*ncand + 1) * sizeof(*nc));
 				if (!nc) {
@@ -860,6 +868,31 @@ void cas_recovery_get(const struct cas_store *s, struct cas_recovery *r)
 	*r = s->rec;
 }
 
+struct upgrade_ctx {
+	struct cas_store *s;
+	struct cas_meta_buf *mb;
+	char type;
+	uint8_t kind;
+};
+
+/* One 'l', 'm' or 't' entry of a format 1 index into the meta log. */
+static int upgrade_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
+{
+	const struct upgrade_ctx *u = arg;
+	if (u->type == 't') {   /* name -> id */
+		if (vl == 32 && kl > 1 && kl - 1 <= 128)
+			cas_meta_rec(u->mb, u->kind, (const uint8_t *)v, k + 1, kl - 1);
+	} else if (kl == 33) {
+		cas_meta_rec(u->mb, u->kind, (const uint8_t *)k + 1, v, vl);
+	}
+	if (u->mb->len >= (64u << 20)) {
+		const int rc = cas_meta_append(u->s, u->mb);
+		u->mb->len = 0;
+		return rc;
+	}
+	return 0;
+}
+
 /* Format 1 to 2. A format 1 store's snapshots live in its index alone; the
  * first writer of format 2 copies every manifest, piece and tag into a meta
  * log, and records every pack's end, before FORMAT says 2: from then on
@@ -872,25 +905,8 @@ int cas_upgrade_from_1(struct cas_store *s)
 	struct cas_meta_buf mb = { 0 };
 	int rc = 0;
 	for (int t = 0; rc == 0 && t < 3; t++) {
-		rocksdb_iterator_t *it = rocksdb_create_iterator(s->db, s->ropts);
-		for (rocksdb_iter_seek(it, &types[t], 1); rc == 0 && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-			size_t kl, vl;
-			const char *k = rocksdb_iter_key(it, &kl);
-			if (kl < 1 || k[0] != types[t])
-				break;
-			const char *v = rocksdb_iter_value(it, &vl);
-			if (types[t] == 't') {   /* name -> id */
-				if (vl == 32 && kl > 1 && kl - 1 <= 128)
-					cas_meta_rec(&mb, kinds[t], (const uint8_t *)v, k + 1, kl - 1);
-			} else if (kl == 33) {
-				cas_meta_rec(&mb, kinds[t], (const uint8_t *)k + 1, v, vl);
-			}
-			if (mb.len >= (64u << 20)) {
-				rc = cas_meta_append(s, &mb);
-				mb.len = 0;
-			}
-		}
-		rocksdb_iter_destroy(it);
+		struct upgrade_ctx u = { s, &mb, types[t], kinds[t] };
+		rc = cas_index_scan(s->ix, &types[t], 1, 1, upgrade_cb, &u);
 	}
 	if (rc == 0 && mb.len)
 		rc = cas_meta_append(s, &mb);
@@ -898,7 +914,7 @@ int cas_upgrade_from_1(struct cas_store *s)
 	uint32_t max = 0;
 	if (rc == 0)
 		rc = cas_pack_max_on_disk(s, &max);
-	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
+	struct cas_index_batch *b = rc == 0 ? cas_batch_new(s, &rc) : NULL;
 	for (uint32_t pack = 1; rc == 0 && pack <= max; pack++) {
 		char path[4096];
 		struct stat st;
@@ -909,7 +925,7 @@ int cas_upgrade_from_1(struct cas_store *s)
 	if (rc == 0 && s->meta_fd >= 0)
 		cas_batch_end(b, 'q', s->meta_num, s->meta_end);
 	if (rc == 0)
-		rc = cas_batch_write(s, b, "upgrading the store to format 2");
-	rocksdb_writebatch_destroy(b);
+		rc = cas_index_batch_commit(b, "upgrading the store to format 2");
+	cas_index_batch_free(b);
 	return rc < 0 ? crest_errctx(rc, "upgrading store %s from format 1", s->dir) : 0;
 }

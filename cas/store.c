@@ -575,199 +575,25 @@ static int store_lock(struct cas_store *s)
 	return rc;
 }
 
-/* A summary of which files make up the index at path (tables, logs,
- * MANIFESTs; not the info LOG files, which every open rotates), equal for
- * equal sets of names whatever order readdir gives. */
-static uint64_t index_files_sig(const char *path)
-{
-	DIR *d = opendir(path);
-	if (!d)
-		return 0;
-	uint64_t sum = 0, x = 0, n = 0;
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		const char *nm = e->d_name;
-		size_t l = strlen(nm);
-		if (!(l > 4 && (!strcmp(nm + l - 4, ".sst") || !strcmp(nm + l - 4, ".log"))) &&
-		    strncmp(nm, "MANIFEST-", 9))
-			continue;
-		uint64_t h = 1469598103934665603ull;   /* FNV-1a */
-		for (size_t i = 0; i < l; i++)
-			h = (h ^ (uint8_t)nm[i]) * 1099511628211ull;
-		sum += h;
-		x ^= h * 0x9e3779b97f4a7c15ull;
-		n++;
-	}
-	closedir(d);
-	return sum ^ (x << 1) ^ n;
-}
-
-/* The index directory 0700 and its files 0600, as the CLI's umask makes
- * them (see db_open). Best effort: the store works either way. */
-static void db_files_private(const char *path)
-{
-	int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (dfd < 0)
-		return;
-	fchmod(dfd, 0700);
-	DIR *d = fdopendir(dfd);
-	if (!d) {
-		close(dfd);
-		return;
-	}
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		struct stat st;
-		if (fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
-		    (st.st_mode & 077))
-			fchmodat(dfd, e->d_name, st.st_mode & 0700, 0);
-	}
-	closedir(d);
-}
-
-/* What db_open made, undone (it may have failed half-way). */
+/* The index closed (if open). */
 static void db_free(struct cas_store *s)
 {
-	if (s->db)
-		rocksdb_close(s->db);
-	if (s->ropts)
-		rocksdb_readoptions_destroy(s->ropts);
-	if (s->ropts_nofill)
-		rocksdb_readoptions_destroy(s->ropts_nofill);
-	if (s->wopts)
-		rocksdb_writeoptions_destroy(s->wopts);
-	if (s->opts)
-		rocksdb_options_destroy(s->opts);
-	if (s->topts)
-		rocksdb_block_based_options_destroy(s->topts);  /* frees the bloom policy */
-	if (s->cache)
-		rocksdb_cache_destroy(s->cache);
-	s->db = NULL;
-	s->ropts = s->ropts_nofill = NULL;
-	s->wopts = NULL;
-	s->opts = NULL;
-	s->topts = NULL;
-	s->bloom = NULL;
-	s->cache = NULL;
+	cas_index_close(s->ix);
+	s->ix = NULL;
 }
 
-/* A read-only open of the index's one column family (see db_open). The
- * handle is let go at once: the database keeps the default family's. */
-static rocksdb_t *db_open_read_only(const rocksdb_options_t *opts, const char *path, char **err)
-{
-	const char *const names[1] = { "default" };
-	const rocksdb_options_t *const cf_opts[1] = { opts };
-	rocksdb_column_family_handle_t *cf[1] = { NULL };
-	rocksdb_t *db = rocksdb_open_for_read_only_column_families(opts, path, 1, names, cf_opts, cf, 0, err);
-	if (db && cf[0])
-		rocksdb_column_family_handle_destroy(cf[0]);
-	return db;
-}
-
+/* Opens the index (index.h; RocksDB's options and its read-only open
+ * beside a writer are index_rocks.c's). A writer removes the table files
+ * a killed ingest left (ingest.c). */
 static int db_open(struct cas_store *s)
 {
-	char path[4096], *err = NULL;
+	char path[4096];
 	snprintf(path, sizeof(path), "%s/index", s->dir);
-	if (s->mode != CAS_READ && mkdir(path, 0700) < 0 && errno != EEXIST)
-		return crest_errf(-errno, "cannot create %s", path);
-	s->opts = rocksdb_options_create();
-	s->topts = rocksdb_block_based_options_create();
-	s->cache = rocksdb_cache_create_lru(64u << 20);
-	s->bloom = rocksdb_filterpolicy_create_bloom(10);
-	rocksdb_block_based_options_set_filter_policy(s->topts, s->bloom);
-	rocksdb_block_based_options_set_block_cache(s->topts, s->cache);
-	rocksdb_block_based_options_set_cache_index_and_filter_blocks(s->topts, 0);
-	rocksdb_options_set_block_based_table_factory(s->opts, s->topts);
-	/* Keys are hashes and values hash lists: nothing to gain from compression. */
-	rocksdb_options_set_compression(s->opts, rocksdb_no_compression);
-	rocksdb_options_set_create_if_missing(s->opts, s->mode != CAS_READ);
-	/* Damage RocksDB can see in its own files stops the open; a WAL cut
-	 * short or damaged is replayed up to the damage (point in time), and
-	 * what it dropped comes back from the meta logs (recover.c). */
-	rocksdb_options_set_paranoid_checks(s->opts, 1);
-	rocksdb_options_set_wal_recovery_mode(s->opts, 2 /* kPointInTimeRecovery */);
-	rocksdb_options_set_max_open_files(s->opts, 256);
-	rocksdb_options_set_info_log_level(s->opts, 4 /* HEADER: keep LOG small */);
-	rocksdb_options_set_keep_log_file_num(s->opts, 2);
-	if (s->mode != CAS_READ) {
-		s->db = rocksdb_open(s->opts, path, &err);
-	} else {
-		/* A reader beside a writer. A read-only open reads the version
-		 * in the MANIFEST, opens the table files it lists, then replays
-		 * the write-ahead logs it finds in the directory. Meanwhile a
-		 * writer that opens the index (every `crest put` does) flushes
-		 * its logs into a new table and deletes them, and its
-		 * compactions delete tables. Caught between, the open either
-		 * fails ("Can't access ...sst": a listed table was deleted) or,
-		 * worse, succeeds without the commits of a log deleted after
-		 * the MANIFEST was read: a snapshot or tag seems not to exist.
-		 * So the open counts as good only when the index's files (names
-		 * of tables, logs, MANIFESTs) were the same before and after
-		 * it: nothing was added or removed, so what it read is one
-		 * state. Otherwise it is tried again, pausing 5 ms and doubling,
-		 * about 2.5 s in all: a writer's flush or compaction of crest's
-		 * index takes far less. Every table is opened during the open
-		 * (no limit on open files), so the descriptors the reader holds
-		 * keep working when a table is deleted later.
-		 *
-		 * The open goes through the column-family form on purpose. With
-		 * max_open_files = -1, RocksDB's plain read-only open first
-		 * tries a "fully compacted" mode, taken when the tables sit in
-		 * one level and the write-ahead logs are empty as it sizes
-		 * them; it replays the logs all the same, but its point
-		 * look-ups then read the tables alone while iterators read the
-		 * logs too. A commit landing between the sizing and the replay
-		 * gave a reader that listed a snapshot and could not find it
-		 * (CI: "snapshot X is not in STORE" from casctl verify beside a
-		 * writer; tests/store/read_view.sh). The column-family form
-		 * never takes that mode. */
-		rocksdb_options_set_max_open_files(s->opts, -1);
-		for (int i = 0;; i++) {
-			uint64_t before = index_files_sig(path), after;
-			s->db = db_open_read_only(s->opts, path, &err);
-			after = index_files_sig(path);
-			if (s->db && before == after)
-				break;
-			if (!s->db && err && !strstr(err, "Can't access") && !strstr(err, "No such file"))
-				break;
-			if (i == 9) {
-				if (s->db) {
-					rocksdb_close(s->db);
-					s->db = NULL;
-					err = strdup("it kept changing while it was opened (a busy writer); try again");
-				}
-				break;
-			}
-			if (s->db)
-				rocksdb_close(s->db);
-			s->db = NULL;
-			free(err);
-			err = NULL;
-			struct timespec ts = { 0, (5L << i) * 1000000L };
-			nanosleep(&ts, NULL);
-		}
-	}
-	if (!s->db) {
-		int rc = crest_errx(-EIO, "cannot open the index of store %s: %s (casctl repair rebuilds it "
-				    "from the packs)", s->dir, err ? err : "unknown RocksDB error");
-		free(err);
-		return rc;
-	}
-	s->ropts = rocksdb_readoptions_create();
-	s->ropts_nofill = rocksdb_readoptions_create();
-	rocksdb_readoptions_set_fill_cache(s->ropts_nofill, 0);
-	s->wopts = rocksdb_writeoptions_create();
-	rocksdb_writeoptions_set_sync(s->wopts, 1);
-	/* RocksDB creates its files 0644 less the caller's umask, and its C
-	 * API has no way to ask for less: a libcrest caller's umask 022 left
-	 * them readable by all, where the CLI (umask 077) makes 0600. The
-	 * directory, 0700 whatever the umask, keeps them from others; their
-	 * own modes are brought to the CLI's here. */
-	if (s->mode != CAS_READ) {
+	const int rc = cas_index_rocks.open(path, s->mode == CAS_READ ? CAS_INDEX_READ : CAS_INDEX_WRITE, s->dir,
+					    &s->ix);
+	if (rc == 0 && s->mode != CAS_READ)
 		cas_ingest_clean(path);
-		db_files_private(path);
-	}
-	return 0;
+	return rc;
 }
 
 int cas_db_reopen(struct cas_store *s)
@@ -909,15 +735,20 @@ int cas_readers_none(struct cas_store *s)
 	return fd;   /* held until closed */
 }
 
-/* Whether the index has a key of this type. */
+static int has_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
+{
+	(void)k;
+	(void)kl;
+	(void)v;
+	(void)vl;
+	(void)arg;
+	return 1;
+}
+
+/* Whether the index has a key of this type (false when it cannot say). */
 static bool index_has(struct cas_store *s, char type)
 {
-	rocksdb_iterator_t *it = rocksdb_create_iterator(s->db, s->ropts);
-	rocksdb_iter_seek(it, &type, 1);
-	size_t kl;
-	const bool has = rocksdb_iter_valid(it) && rocksdb_iter_key(it, &kl)[0] == type;
-	rocksdb_iter_destroy(it);
-	return has;
+	return cas_index_scan(s->ix, &type, 1, 1, has_cb, NULL) == 1;
 }
 
 static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct cas_store **out)
@@ -1046,27 +877,11 @@ void cas_close(struct cas_store *s)
 	free(s->lost);
 	free(s->hidden);
 	free(s->unidx);
-	/* A writer's commits leave RocksDB's memtable and write-ahead log
-	 * behind it, and every later open, readers' included (crest get, ls,
-	 * restore), replays that log into a memtable of its own: 0.5 s for a
-	 * 2 GiB put of 4 KiB chunks here, each time, until a writer flushed.
-	 * So a writer that leaves 8 MiB of memtable or more (about 100 K
-	 * entries; less replays in a blink) flushes it here, at 0.12 s for
-	 * that put, and the log goes. Failing, the log still holds it all, as
-	 * before. The flush's new files get the modes of the rest. */
-	uint64_t mem = 0;
-	if (s->db && s->mode != CAS_READ &&
-	    rocksdb_property_int(s->db, "rocksdb.cur-size-all-mem-tables", &mem) == 0 && mem >= close_flush_min()) {
-		rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
-		char *err = NULL;
-		rocksdb_flushoptions_set_wait(fo, 1);
-		rocksdb_flush(s->db, fo, &err);
-		free(err);
-		rocksdb_flushoptions_destroy(fo);
-		char path[4096];
-		snprintf(path, sizeof(path), "%s/index", s->dir);
-		db_files_private(path);
-	}
+	/* A writer's commits leave the index's log behind it, which every
+	 * later open replays (index_rocks.c's flush says the cost): a writer
+	 * that leaves close_flush_min() bytes of it or more has it flushed. */
+	if (s->ix && s->mode != CAS_READ)
+		cas_index_flush(s->ix, close_flush_min());
 	db_free(s);
 	if (s->wants_fd >= 0)
 		close(s->wants_fd);
@@ -1095,21 +910,15 @@ void cas_close(struct cas_store *s)
 /* A value from the index, or NULL with *rc = -ENOENT or an error. */
 char *cas_db_get(struct cas_store *s, char type, const void *key, size_t klen, size_t *vlen, int *rc)
 {
-	char k[1 + 256], *err = NULL;
+	char k[1 + 256], *v;
 	if (klen > 256) {
 		*rc = -ENAMETOOLONG;
 		return NULL;
 	}
 	k[0] = type;
 	memcpy(k + 1, key, klen);
-	char *v = rocksdb_get(s->db, s->ropts, k, klen + 1, vlen, &err);
-	if (err) {
-		*rc = crest_errx(-EIO, "reading the index of %s: %s", s->dir, err);
-		free(err);
-		return NULL;
-	}
-	*rc = v ? 0 : -ENOENT;
-	return v;
+	*rc = cas_index_get(s->ix, k, klen + 1, &v, vlen);
+	return *rc == 0 ? v : NULL;
 }
 
 int cas_chunk_lookup(struct cas_store *s, const uint8_t sha[32], struct cas_loc *loc)
@@ -1120,7 +929,7 @@ int cas_chunk_lookup(struct cas_store *s, const uint8_t sha[32], struct cas_loc 
 	if (!v)
 		return rc;
 	rc = cas_loc_decode((const uint8_t *)v, n, loc);
-	rocksdb_free(v);
+	free(v);
 	if (rc < 0) {
 		char hex[65];
 		hex_encode(sha, 32, hex);
@@ -1168,31 +977,12 @@ void cas_entries_sort(struct cas_index_entry *e, size_t n)
 	free(t);
 }
 
-/* A value read pinned (no copy out of RocksDB): 0 with *out set, -ENOENT
- * (no message) when there is none, or -EIO with a message. */
-static int db_pin(struct cas_store *s, const rocksdb_readoptions_t *ro, const char *k, size_t kl,
-		  rocksdb_pinnableslice_t **out)
-{
-	char *err = NULL;
-	*out = rocksdb_get_pinned(s->db, ro, k, kl, &err);
-	if (err) {
-		const int rc = crest_errx(-EIO, "reading the index of %s: %s", s->dir, err);
-		free(err);
-		return rc;
-	}
-	return *out ? 0 : -ENOENT;
-}
-
 /* Whether the index has key k. For pieces, which are written once and then
  * named by every later snapshot whose region did not change there: reading
  * a 672 KB value to learn that costs far less than writing it again. */
 static int db_has(struct cas_store *s, const char *k, size_t kl)
 {
-	rocksdb_pinnableslice_t *ps;
-	const int rc = db_pin(s, s->ropts_nofill, k, kl, &ps);
-	if (rc == 0)
-		rocksdb_pinnableslice_destroy(ps);
-	return rc == 0 ? 1 : rc == -ENOENT ? 0 : rc;
+	return cas_index_has(s->ix, k, kl);
 }
 
 /* ---- commits ----
@@ -1278,77 +1068,67 @@ void cas_key_num(char k[5], char type, uint32_t num)
 	be32_put((uint8_t *)k + 1, num);
 }
 
+struct ends_ctx {
+	const struct cas_store *s;
+	struct cas_pack_end *v;
+	size_t n, cap;
+};
+
+static int ends_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
+{
+	struct ends_ctx *c = arg;
+	if (kl != 5 || vl != 8 || be32_get((const uint8_t *)k + 1) >= CAS_FILE_NUM_MAX)
+		return crest_errx(-EBADMSG, "index of %s: a '%c' entry is damaged", c->s->dir, k[0]);
+	if (c->n == c->cap) {
+		const size_t cap = c->cap ? c->cap * 2 : 16;
+		struct cas_pack_end *nv = realloc(c->v, cap * sizeof(*nv));
+		if (!nv)
+			return crest_errf(-ENOMEM, "reading the index of %s", c->s->dir);
+		c->v = nv;
+		c->cap = cap;
+	}
+	c->v[c->n++] = (struct cas_pack_end){ be32_get((const uint8_t *)k + 1), le64_get((const uint8_t *)v) };
+	return 0;
+}
+
 int cas_ends_load(struct cas_store *s, char type, struct cas_pack_end **out, size_t *n)
 {
-	*out = NULL;
-	*n = 0;
-	size_t cap = 0;
-	rocksdb_iterator_t *it = rocksdb_create_iterator(s->db, s->ropts);
-	int rc = 0;
-	for (rocksdb_iter_seek(it, &type, 1); rc == 0 && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-		size_t kl, vl;
-		const char *k = rocksdb_iter_key(it, &kl);
-		if (kl < 1 || k[0] != type)
-			break;
-		const char *v = rocksdb_iter_value(it, &vl);
-		if (kl != 5 || vl != 8 || be32_get((const uint8_t *)k + 1) >= CAS_FILE_NUM_MAX) {
-			rc = crest_errx(-EBADMSG, "index of %s: a '%c' entry is damaged", s->dir, type);
-			break;
-		}
-		if (*n == cap) {
-			cap = cap ? cap * 2 : 16;
-			struct cas_pack_end *nv = realloc(*out, cap * sizeof(*nv));
-			if (!nv) {
-				rc = crest_errf(-ENOMEM, "reading the index of %s", s->dir);
-				break;
-			}
-			*out = nv;
-		}
-		(*out)[(*n)++] = (struct cas_pack_end){ be32_get((const uint8_t *)k + 1),
-						       le64_get((const uint8_t *)v) };
-	}
-	char *err = NULL;
-	rocksdb_iter_get_error(it, &err);
-	rocksdb_iter_destroy(it);
-	if (err && rc == 0)
-		rc = crest_errx(-EIO, "scanning the index of %s: %s", s->dir, err);
-	free(err);
+	struct ends_ctx c = { .s = s };
+	const int rc = cas_index_scan(s->ix, &type, 1, 1, ends_cb, &c);
 	if (rc < 0) {
-		free(*out);
-		*out = NULL;
-		*n = 0;
+		free(c.v);
+		c.v = NULL;
+		c.n = 0;
 	}
+	*out = c.v;
+	*n = c.n;
 	return rc;
 }
 
-void cas_batch_end(rocksdb_writebatch_t *b, char type, uint32_t num, uint64_t end)
+void cas_batch_end(struct cas_index_batch *b, char type, uint32_t num, uint64_t end)
 {
 	char k[5];
 	uint8_t v[8];
 	cas_key_num(k, type, num);
 	le64_put(v, end);
-	rocksdb_writebatch_put(b, k, sizeof(k), (const char *)v, sizeof(v));
+	cas_index_batch_put(b, k, sizeof(k), v, sizeof(v));
 }
 
-void cas_batch_entry(rocksdb_writebatch_t *b, const uint8_t sha[32], const struct cas_loc *loc)
+void cas_batch_entry(struct cas_index_batch *b, const uint8_t sha[32], const struct cas_loc *loc)
 {
 	char k[33];
 	uint8_t v[CAS_LOC_BYTES];
 	k[0] = 'c';
 	memcpy(k + 1, sha, 32);
 	cas_loc_encode(loc, v);
-	rocksdb_writebatch_put(b, k, sizeof(k), (const char *)v, sizeof(v));
+	cas_index_batch_put(b, k, sizeof(k), v, sizeof(v));
 }
 
-int cas_batch_write(struct cas_store *s, rocksdb_writebatch_t *b, const char *what)
+struct cas_index_batch *cas_batch_new(struct cas_store *s, int *rc)
 {
-	char *err = NULL;
-	rocksdb_write(s->db, s->wopts, b, &err);
-	if (!err)
-		return 0;
-	const int rc = crest_errx(-EIO, "%s in %s: %s", what, s->dir, err);
-	free(err);
-	return rc;
+	struct cas_index_batch *b = cas_index_batch_begin(s->ix);
+	*rc = b ? 0 : crest_errf(-ENOMEM, "writing to the index of %s", s->dir);
+	return b;
 }
 
 /* ends with the committed ends of e merged in (a new array in *out). */
@@ -1499,8 +1279,8 @@ int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	 * place), random SHA-256 keys each from the top. Measured, 400K
 	 * entries: 1.31 s unsorted, 0.38 s sorted, sort included. */
 	const bool ingest = n && n >= cas_ingest_min();
-	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
-	if (!ingest) {
+	struct cas_index_batch *b = cas_batch_new(s, &rc);
+	if (b && !ingest) {
 		cas_entries_sort(e, n);
 		for (size_t i = 0; i < n; i++)
 			cas_batch_entry(b, e[i].sha, &e[i].loc);
@@ -1515,7 +1295,7 @@ int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	 * which the batch took 0.28 s to log and insert.) */
 	struct cas_ingest_piece *pv = ingest ? malloc((enc.npieces ? enc.npieces : 1) * sizeof(*pv)) : NULL;
 	size_t npv = 0;
-	if (ingest && !pv)
+	if (rc == 0 && ingest && !pv)
 		rc = crest_errf(-ENOMEM, "committing to %s", s->dir);
 	k[0] = 'l';
 	for (size_t i = 0; rc == 0 && i < enc.npieces; i++) {
@@ -1528,7 +1308,7 @@ int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n,
 			if (pv)
 				pv[npv++] = (struct cas_ingest_piece){ p->sha, enc.pbuf + p->off, p->len };
 			else
-				rocksdb_writebatch_put(b, k, 33, (const char *)enc.pbuf + p->off, p->len);
+				cas_index_batch_put(b, k, 33, enc.pbuf + p->off, p->len);
 			cas_meta_rec(&mb, CAS_META_PIECE, p->sha, enc.pbuf + p->off, p->len);
 			new_pieces++;
 			new_piece_bytes += p->len;
@@ -1572,26 +1352,26 @@ int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	if (rc < 0 && ingested)
 		s->broken = rc;   /* entries ingested name the packs' bytes: keep them whole */
 	if (rc < 0) {
-		rocksdb_writebatch_destroy(b);
+		cas_index_batch_free(b);
 		cas_encoded_free(&enc);
 		free(ends);
 		return rc;
 	}
 	k[0] = 'm';
 	memcpy(k + 1, id, 32);
-	rocksdb_writebatch_put(b, k, 33, (const char *)enc.buf, enc.len);
+	cas_index_batch_put(b, k, 33, enc.buf, enc.len);
 	k[0] = 'i';
-	rocksdb_writebatch_put(b, k, 33, (const char *)enc.buf, enc.head_len);
+	cas_index_batch_put(b, k, 33, enc.buf, enc.head_len);
 	if (tag) {
 		size_t tl = strlen(tag);
 		k[0] = 't';
 		memcpy(k + 1, tag, tl);
-		rocksdb_writebatch_put(b, k, tl + 1, (const char *)id, 32);
+		cas_index_batch_put(b, k, tl + 1, id, 32);
 	}
 	for (size_t i = 0; i < nends; i++)
 		cas_batch_end(b, 'p', ends[i].pack, ends[i].end);
 	cas_batch_end(b, 'q', s->meta_num, s->meta_end);
-	rc = cas_batch_write(s, b, "committing a snapshot");
+	rc = cas_index_batch_commit(b, "committing a snapshot");
 	tt[6] = time_now_ns();
 	if (getenv("CREST_TRACE"))
 		fprintf(stderr, "crest trace: cas_commit: encode %.3f s; %zu entries %s, %zu of %zu pieces new "
@@ -1599,7 +1379,7 @@ int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n,
 			"index batch %.3f s\n", (tt[1] - tt[0]) / 1e9, n, ingest ? "for table files" : "sorted",
 			new_pieces, enc.npieces, new_piece_bytes / 1e6, (tt[2] - tt[1]) / 1e9, (tt[3] - tt[2]) / 1e9,
 			(tt[4] - tt[3]) / 1e9, mb.len / 1e6, (tt[5] - tt[4]) / 1e9, (tt[6] - tt[5]) / 1e9);
-	rocksdb_writebatch_destroy(b);
+	cas_index_batch_free(b);
 	cas_encoded_free(&enc);
 	if (rc < 0) {
 		free(ends);
@@ -1626,7 +1406,7 @@ int cas_tag_get(struct cas_store *s, const char *tag, uint8_t id[32])
 		memcpy(id, v, 32);
 	else
 		rc = crest_errx(-EUCLEAN, "store %s: tag %s has a value of %zu bytes, not an id", s->dir, tag, vl);
-	rocksdb_free(v);
+	free(v);
 	return rc;
 }
 
@@ -1677,44 +1457,40 @@ int cas_tag_put(struct cas_store *s, const char *tag, const uint8_t id[32], bool
 	char k[1 + 128];
 	k[0] = 't';
 	memcpy(k + 1, tag, tl);
-	rocksdb_writebatch_t *b = rocksdb_writebatch_create();
-	rocksdb_writebatch_put(b, k, tl + 1, (const char *)id, 32);
+	struct cas_index_batch *b = cas_batch_new(s, &rc);
+	if (!b)
+		return rc;
+	cas_index_batch_put(b, k, tl + 1, id, 32);
 	cas_batch_end(b, 'q', s->meta_num, s->meta_end);
-	rc = cas_batch_write(s, b, "setting a tag");
-	rocksdb_writebatch_destroy(b);
+	rc = cas_index_batch_commit(b, "setting a tag");
+	cas_index_batch_free(b);
 	if (rc < 0)
 		s->broken = rc;
 	return rc;
 }
 
-/* Calls cb for each key of the given type, in order; stops on non-zero. */
+/* Calls cb for each key of the given type, in order, without the type
+ * byte; stops on non-zero. */
+struct type_scan {
+	int (*cb)(const char *k, size_t kl, const char *v, size_t vl, void *arg);
+	void *arg;
+};
+
+static int type_scan_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
+{
+	const struct type_scan *t = arg;
+	return t->cb(k + 1, kl - 1, v, vl, t->arg);
+}
+
 int cas_db_scan(struct cas_store *s, char type,
 		   int (*cb)(const char *k, size_t kl, const char *v, size_t vl, void *arg), void *arg)
 {
-	rocksdb_iterator_t *it = rocksdb_create_iterator(s->db, s->ropts);
-	int rc = 0;
-	for (rocksdb_iter_seek(it, &type, 1); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-		size_t kl, vl;
-		const char *k = rocksdb_iter_key(it, &kl);
-		if (kl < 1 || k[0] != type)
-			break;
-		const char *v = rocksdb_iter_value(it, &vl);
-		rc = cb(k + 1, kl - 1, v, vl, arg);
-		if (rc)
-			break;
-	}
-	char *err = NULL;
-	rocksdb_iter_get_error(it, &err);
-	rocksdb_iter_destroy(it);
-	if (err) {
-		rc = crest_errx(-EIO, "scanning the index of %s: %s", s->dir, err);
-		free(err);
-	}
-	return rc;
+	struct type_scan t = { cb, arg };
+	return cas_index_scan(s->ix, &type, 1, 1, type_scan_cb, &t);
 }
 
 struct forget_ctx {
-	rocksdb_writebatch_t *b;
+	struct cas_index_batch *b;
 	const uint8_t (*ids)[32];
 	size_t n;
 };
@@ -1731,22 +1507,22 @@ static int forget_tag_cb(const char *k, size_t kl, const char *v, size_t vl, voi
 		char key[129];
 		key[0] = 't';
 		memcpy(key + 1, k, kl);
-		rocksdb_writebatch_delete(c->b, key, kl + 1);
+		cas_index_batch_delete(c->b, key, kl + 1);
 	}
 	return 0;
 }
 
-int cas_batch_forget(struct cas_store *s, rocksdb_writebatch_t *b, const uint8_t (*ids)[32], size_t n)
+int cas_batch_forget(struct cas_store *s, struct cas_index_batch *b, const uint8_t (*ids)[32], size_t n)
 {
 	char k[33];
 	for (size_t i = 0; i < n; i++) {
 		memcpy(k + 1, ids[i], 32);
 		k[0] = 'm';
-		rocksdb_writebatch_delete(b, k, 33);
+		cas_index_batch_delete(b, k, 33);
 		k[0] = 'i';
-		rocksdb_writebatch_delete(b, k, 33);
+		cas_index_batch_delete(b, k, 33);
 		k[0] = 'd';
-		rocksdb_writebatch_delete(b, k, 33);
+		cas_index_batch_delete(b, k, 33);
 	}
 	struct forget_ctx c = { b, ids, n };
 	return n ? cas_db_scan(s, 't', forget_tag_cb, &c) : 0;
@@ -1789,7 +1565,7 @@ int cas_snapshot_lookup(struct cas_store *s, const char *name, int what, uint8_t
 		if (v) {
 			if (vl == 32)
 				memcpy(id, v, 32);
-			rocksdb_free(v);
+			free(v);
 			if (vl != 32)
 				return crest_errx(-EBADMSG, "tag %s in %s is damaged", name, s->dir);
 			if (!cas_hidden(s, id))
@@ -1822,18 +1598,18 @@ int cas_piece_load(struct cas_store *s, struct cas_manifest *m, size_t i, const 
 	k[0] = 'l';
 	memcpy(k + 1, pc->sha, 32);
 	hex_encode(pc->sha, 32, ph);
-	rocksdb_pinnableslice_t *ps, *bps = NULL;
-	int rc = db_pin(s, s->ropts, k, sizeof(k), &ps);
+	struct cas_index_val *ps, *bps = NULL;
+	size_t n, bn = 0;
+	const char *v, *bv = NULL;
+	int rc = cas_index_pin(s->ix, k, sizeof(k), &ps, &v, &n);
 	if (rc == -ENOENT)
 		return crest_errx(-EBADMSG, "snapshot %.12s in %s is damaged: piece %.12s of the extent list "
 				  "of %s is missing from the index", hex, s->dir, ph, name);
 	if (rc < 0)
 		return rc;
-	size_t n, bn = 0;
-	const char *v = rocksdb_pinnableslice_value(ps, &n), *bv = NULL;
 	const int delta = cas_piece_base((const uint8_t *)v, n, (uint8_t *)k + 1);
 	if (delta == 1) {
-		rc = db_pin(s, s->ropts, k, sizeof(k), &bps);
+		rc = cas_index_pin(s->ix, k, sizeof(k), &bps, &bv, &bn);
 		if (rc == -ENOENT) {
 			char bh[65];
 			hex_encode((const uint8_t *)k + 1, 32, bh);
@@ -1841,17 +1617,14 @@ int cas_piece_load(struct cas_store *s, struct cas_manifest *m, size_t i, const 
 					"of %s is a delta whose base %.12s is missing from the index", hex, s->dir, ph,
 					name, bh);
 		}
-		if (rc == 0)
-			bv = rocksdb_pinnableslice_value(bps, &bn);
 	}
 	if (rc < 0) {   /* its message is said */
-		rocksdb_pinnableslice_destroy(ps);
+		cas_index_release(s->ix, ps);
 		return rc;
 	}
 	rc = cas_manifest_piece_decode(m, i, (const uint8_t *)v, n, (const uint8_t *)bv, bn);
-	rocksdb_pinnableslice_destroy(ps);
-	if (bps)
-		rocksdb_pinnableslice_destroy(bps);
+	cas_index_release(s->ix, ps);
+	cas_index_release(s->ix, bps);
 	if (rc == -EBADMSG)
 		return crest_errx(rc, "snapshot %.12s in %s is damaged: piece %.12s of the extent list of %s "
 				  "%s", hex, s->dir, ph, name, delta == 1 ? "or its base does not match its SHA-256 "
@@ -1903,20 +1676,20 @@ int cas_manifest_load(struct cas_store *s, const uint8_t id[32], struct cas_mani
 	char k[33];
 	k[0] = 'm';
 	memcpy(k + 1, id, 32);
-	rocksdb_pinnableslice_t *ps;
-	int rc = cas_hidden(s, id) ? -ENOENT : db_pin(s, s->ropts, k, sizeof(k), &ps);
+	struct cas_index_val *ps;
+	size_t n;
+	const char *v;
+	int rc = cas_hidden(s, id) ? -ENOENT : cas_index_pin(s->ix, k, sizeof(k), &ps, &v, &n);
 	if (rc == -ENOENT)
 		return crest_errx(rc, "snapshot %s is not in %s", hex, s->dir);
 	if (rc < 0)
 		return rc;
-	size_t n;
-	const char *v = rocksdb_pinnableslice_value(ps, &n);
 	/* Long extent lists are pieces (manifest.h), fetched and checked after
 	 * the manifest that names them, so this hash is short. Nothing
 	 * decoded is returned unless every byte of it checks out. */
 	struct cas_manifest *m = NULL;
 	rc = cas_manifest_check(s, id, v, n, &m);
-	rocksdb_pinnableslice_destroy(ps);
+	cas_index_release(s->ix, ps);
 	if (rc == 0 && m->npieces) {
 		struct fetch_job f = { .s = s, .m = m, .hex = hex };
 		struct par p = { .n = m->npieces, .fn = piece_fetch, .arg = &f };
@@ -2131,7 +1904,7 @@ int cas_snapshot_lost(struct cas_store *s, const uint8_t id[32], struct cas_lost
 		const uint8_t *e = p + 5 + i * CAS_DAMAGE_RANGE;
 		r[i] = (struct cas_lost){ le32_get(e), le64_get(e + 4), le64_get(e + 12) };
 	}
-	rocksdb_free(v);
+	free(v);
 	if (rc < 0) {
 		free(r);
 		return rc;

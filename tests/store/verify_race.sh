@@ -5,8 +5,8 @@
 # its index batch not yet written) is not damage. Before the fix 16 of 603
 # such verifies failed ("1 snapshot in the meta log is not in the index").
 # CI later saw 1 of 188 fail another way ("snapshot X is not in STORE":
-# RocksDB's read-only open in its fully-compacted mode, cas/store.c's
-# db_open); store.read_view makes that race certain.
+# RocksDB's read-only open in its fully-compacted mode, cas/index_rocks.c's
+# rocks_open); store.read_view makes that race certain.
 #
 # Bounded in time (CREST_RACE_SECONDS, default 20). The seed is printed;
 # CREST_TEST_SEED replays the data (not the interleaving).
