@@ -1,5 +1,5 @@
 #!/bin/bash
-# check-layers.sh [ROOT] - fails on an #include that points up or sideways.
+# check-layers.sh [ROOT] - fails on an #include that points up or sideways, or closes a circle inside a module.
 #
 # crest's modules are layered; a module may include its own headers and
 # those of layers below it, never one beside or above it:
@@ -12,13 +12,16 @@
 #
 # "crest.h" (include/) is the public API: lib/ implements it and nothing
 # else in the tree includes it (tests, bench and python are users, not
-# modules, and are not checked). Prints one line per wrong include and
-# exits 1 if there is any; exit 0 and a summary otherwise.
+# modules, and are not checked). Inside a module the includes form no
+# circle. Prints one line per wrong include and exits 1 if there is any;
+# exit 0 and a summary otherwise.
 set -u
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 declare -A rank=([util]=0 [cas]=1 [dedup]=1 [engine]=2 [gpu]=2 [os]=2
 		 [capture]=3 [restore]=3 [lib]=4 [cli]=4)
 bad=0 n=0
+edges=$(mktemp)
+trap 'rm -f "$edges"' EXIT
 for mod in "${!rank[@]}"; do
 	[ -d "$root/$mod" ] || { echo "check-layers: module $mod/ is missing from $root" >&2; exit 2; }
 	while IFS= read -r f; do
@@ -35,7 +38,9 @@ for mod in "${!rank[@]}"; do
 			if [ "$to" = "$inc" ] || [ -z "${rank[$to]+x}" ]; then
 				echo "$rel:$line: includes \"$inc\", which is not a module's header"
 				bad=$((bad + 1))
-			elif [ "$to" != "$mod" ] && [ "${rank[$to]}" -ge "${rank[$mod]}" ]; then
+			elif [ "$to" = "$mod" ]; then
+				echo "$rel $inc $line" >>"$edges"   # inside the module: for the circle check below
+			elif [ "${rank[$to]}" -ge "${rank[$mod]}" ]; then
 				what=$([ "${rank[$to]}" -gt "${rank[$mod]}" ] && echo up || echo sideways)
 				echo "$rel:$line: $mod/ (layer ${rank[$mod]}) includes \"$inc\" (layer ${rank[$to]}): points $what"
 				bad=$((bad + 1))
@@ -45,8 +50,36 @@ for mod in "${!rank[@]}"; do
 				print FNR ":" s }' "$f")
 	done < <(find "$root/$mod" -name '*.[ch]' -type f | sort)
 done
+# Inside a module the files form no circle either: a header that includes,
+# through others of its module, itself. One line per circle, at the include
+# that closes it, with the whole circle.
+circles=$(awk '
+	{
+		to[$1] = to[$1] " " $2; at[$1 " " $2] = $3
+		if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 }
+	}
+	function visit(u,   i, j, k, v, w, p) {
+		state[u] = 1; path[++depth] = u
+		k = split(to[u], v, " ")
+		for (i = 1; i <= k; i++) {
+			w = v[i]
+			if (state[w] == 1) {
+				p = w
+				for (j = depth; j >= 1 && path[j] != w; j--) ;
+				for (j++; j <= depth; j++) p = p " -> " path[j]
+				printf "%s:%s: includes \"%s\", which closes a circle inside its module: %s -> %s\n", u, at[u " " w], w, p, w
+			} else if (!state[w])
+				visit(w)
+		}
+		depth--; state[u] = 2
+	}
+	END { for (i = 1; i <= n; i++) if (!state[order[i]]) visit(order[i]) }' "$edges")
+if [ -n "$circles" ]; then
+	echo "$circles"
+	bad=$((bad + $(echo "$circles" | wc -l)))
+fi
 if [ "$bad" -gt 0 ]; then
-	echo "check-layers: $bad include(s) point up, sideways or outside the modules"
+	echo "check-layers: $bad include(s) point up, sideways, outside the modules or in a circle"
 	exit 1
 fi
-echo "check-layers: ok, $n includes in ${#rank[@]} modules all point down"
+echo "check-layers: ok, $n includes in ${#rank[@]} modules all point down, and none inside a module forms a circle"
