@@ -164,6 +164,8 @@ int cas_snapshot_lookup(struct cas_store *s, const char *name, int what, uint8_t
 int cas_tag_put(struct cas_store *s, const char *tag, const uint8_t id[32], bool move);
 /* Whether tag key k (kl bytes) is crest's own: listings leave it out. */
 bool cas_tag_reserved(const char *k, size_t kl);
+/* Whether the index has a key of this type (false when it cannot say). */
+bool cas_db_any(struct cas_store *s, char type);
 int cas_db_scan(struct cas_store *s, char type,
 		int (*cb)(const char *k, size_t kl, const char *v, size_t vl, void *arg), void *arg);
 /* Sorts e by id (RocksDB inserts a batch's keys in order far faster). */

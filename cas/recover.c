@@ -594,22 +594,6 @@ static void packs_reclaim(struct cas_store *s, const struct cas_pack_end *p, siz
 	}
 }
 
-static int first_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
-{
-	(void)k;
-	(void)kl;
-	(void)v;
-	(void)vl;
-	(void)arg;
-	return 1;
-}
-
-/* Whether the index has a chunk entry (false when it cannot say). */
-static bool index_has_chunks(struct cas_store *s)
-{
-	return cas_index_scan(s->ix, "c", 1, 1, first_cb, NULL) == 1;
-}
-
 int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 {
 	struct cas_pack_end *p = NULL, *q = NULL, *qn = NULL;
@@ -729,7 +713,7 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 		/* With no end recorded, only a store with no chunk entry at all
 		 * (new, or every commit failed) can lose its packs: a format 1
 		 * store records none and keeps them. */
-		if (rc == 0 && (np || !index_has_chunks(s)))
+		if (rc == 0 && (np || !cas_db_any(s, 'c')))
 			packs_reclaim(s, p, np);
 	}
 	*floor = 1;

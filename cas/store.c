@@ -735,7 +735,7 @@ int cas_readers_none(struct cas_store *s)
 	return fd;   /* held until closed */
 }
 
-static int has_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
+static int any_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
 {
 	(void)k;
 	(void)kl;
@@ -745,10 +745,9 @@ static int has_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
 	return 1;
 }
 
-/* Whether the index has a key of this type (false when it cannot say). */
-static bool index_has(struct cas_store *s, char type)
+bool cas_db_any(struct cas_store *s, char type)
 {
-	return cas_index_scan(s->ix, &type, 1, 1, has_cb, NULL) == 1;
+	return cas_index_scan(s->ix, &type, 1, 1, any_cb, NULL) == 1;
 }
 
 static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct cas_store **out)
@@ -824,7 +823,7 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	if (rc == 0 && mode == CAS_WRITE)
 		crest_fault_pause("store.write_open");   /* tests only: util/fault.h */
 	if (rc == 0)
-		s->marked = index_has(s, 'd');
+		s->marked = cas_db_any(s, 'd');
 	if (rc == 0 && mode == CAS_READ)
 		rc = cas_hidden_load(s);
 	if (rc < 0) {
