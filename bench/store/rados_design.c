@@ -406,6 +406,37 @@ static rados_write_op_t guarded_op(uint64_t ver, char vbuf[2][24], const char **
 	return op;
 }
 
+/* Sends ops[s] of every pending shard to its index object, all in flight
+ * at once; -1 with r->why set when one cannot be sent. */
+static int send_pending(rados_ioctx_t io, int K, const int *pending, rados_write_op_t *ops, rados_completion_t *comp,
+			struct wresult *r)
+{
+	char oid[32];
+	for (int s = 0; s < K; s++) {
+		if (!pending[s])
+			continue;
+		index_oid(s, oid, sizeof oid);
+		rados_aio_create_completion2(NULL, NULL, &comp[s]);
+		const int rc = rados_aio_write_op_operate(ops[s], io, comp[s], oid, NULL, 0);
+		if (rc < 0) {
+			snprintf(r->why, sizeof r->why, "rados_aio_write_op_operate: %s", strerror(-rc));
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Waits for an op send_pending sent, releases it, counts it: its result. */
+static int op_result(rados_completion_t c, rados_write_op_t op, struct wresult *r)
+{
+	rados_aio_wait_for_complete(c);
+	const int rc = rados_aio_get_return_value(c);
+	rados_aio_release(c);
+	rados_release_write_op(op);
+	r->ops++;
+	return rc;
+}
+
 static int index_writer(rados_ioctx_t io, int w, struct wresult *r)
 {
 	size_t B = O.batch;
@@ -471,26 +502,16 @@ static int index_writer(rados_ioctx_t io, int w, struct wresult *r)
 		for (int s = 0; s < K; s++)
 			left += pending[s] = scount[s] > 0;
 		while (left && O.guard_absent) {
+			for (int s = 0; s < K; s++)
+				if (pending[s])
+					ops[s] = absent_op(skeys + sstart[s], svals + sstart[s], sklen + sstart[s],
+							   svlen + sstart[s], scount[s], prv + sstart[s]);
+			if (send_pending(io, K, pending, ops, comp, r) < 0)
+				return -1;
 			for (int s = 0; s < K; s++) {
 				if (!pending[s])
 					continue;
-				index_oid(s, oid, sizeof oid);
-				size_t a = sstart[s];
-				ops[s] = absent_op(skeys + a, svals + a, sklen + a, svlen + a, scount[s], prv + a);
-				rados_aio_create_completion2(NULL, NULL, &comp[s]);
-				if ((rc = rados_aio_write_op_operate(ops[s], io, comp[s], oid, NULL, 0)) < 0) {
-					snprintf(r->why, sizeof r->why, "rados_aio_write_op_operate: %s", strerror(-rc));
-					return -1;
-				}
-			}
-			for (int s = 0; s < K; s++) {
-				if (!pending[s])
-					continue;
-				rados_aio_wait_for_complete(comp[s]);
-				rc = rados_aio_get_return_value(comp[s]);
-				rados_aio_release(comp[s]);
-				rados_release_write_op(ops[s]);
-				r->ops++;
+				rc = op_result(comp[s], ops[s], r);
 				index_oid(s, oid, sizeof oid);
 				if (rc == -ECANCELED) {
 					r->retries++;
@@ -542,26 +563,16 @@ static int index_writer(rados_ioctx_t io, int w, struct wresult *r)
 				vread[s][rc] = 0;
 				ver[s] = strtoull(vread[s], NULL, 10);
 			}
+			for (int s = 0; s < K; s++)
+				if (pending[s])
+					ops[s] = guarded_op(ver[s], vbuf[s], skeys + sstart[s], svals + sstart[s],
+							    sklen + sstart[s], svlen + sstart[s], scount[s]);
+			if (send_pending(io, K, pending, ops, comp, r) < 0)
+				return -1;
 			for (int s = 0; s < K; s++) {
 				if (!pending[s])
 					continue;
-				index_oid(s, oid, sizeof oid);
-				size_t a = sstart[s];
-				ops[s] = guarded_op(ver[s], vbuf[s], skeys + a, svals + a, sklen + a, svlen + a, scount[s]);
-				rados_aio_create_completion2(NULL, NULL, &comp[s]);
-				if ((rc = rados_aio_write_op_operate(ops[s], io, comp[s], oid, NULL, 0)) < 0) {
-					snprintf(r->why, sizeof r->why, "rados_aio_write_op_operate: %s", strerror(-rc));
-					return -1;
-				}
-			}
-			for (int s = 0; s < K; s++) {
-				if (!pending[s])
-					continue;
-				rados_aio_wait_for_complete(comp[s]);
-				rc = rados_aio_get_return_value(comp[s]);
-				rados_aio_release(comp[s]);
-				rados_release_write_op(ops[s]);
-				r->ops++;
+				rc = op_result(comp[s], ops[s], r);
 				index_oid(s, oid, sizeof oid);
 				if (rc == 0) {
 					ver[s]++;
