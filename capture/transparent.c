@@ -206,41 +206,57 @@ static int refuse_multi_gpu(const struct cudrv *d, const struct tp_capture *c)
  * restore then answers CUDA_ERROR_NOT_SUPPORTED for every one of them
  * (seen with NCCL 2.28.9 and driver 580 on 2 H200s over NVLink, 2026-11-28),
  * so a checkpoint would end the job. It is refused before anything is
- * frozen. What can be seen from outside is that a CUDA process has a NCCL
- * communicator, that is maps libnccl and NCCL's shared proxy state (an
- * unlinked /dev/shm/nccl-* file, mapped by every rank of a communicator
- * seen, P2P on or off), and was started without NCCL_P2P_DISABLE=1 (or
- * NCCL_P2P_LEVEL=LOC) in its environment. PyTorch loads libnccl into
- * every CUDA process, so libnccl alone says nothing: a gloo DDP rank maps
- * it too (seen), with no communicator. A rank that set the variable in
- * itself later is not seen as having done so, and is refused too (the
- * message says to set it at launch). A job of one CUDA process never
- * reaches a peer; NCCL linked into another library, or a communicator
- * without that file, goes unseen, and its restore would then fail as
- * above, ending in the defined state of a failed driver restore. */
+ * frozen. What can be seen from outside is that a CUDA process maps
+ * libnccl and has a communicator: NCCL's shared proxy state (an unlinked
+ * /dev/shm/nccl-* file, mapped with P2P and SHM off), or PyTorch's NCCL
+ * watchdog thread ("pt_nccl_watchdg", alive while a NCCL process group
+ * is; NCCL names none of its own threads). With NCCL's defaults a rank
+ * maps nothing of NCCL's from /dev/shm, so the thread is what tells
+ * (both seen, 2026-11-28). PyTorch loads libnccl into every CUDA process,
+ * so libnccl alone says nothing: a gloo DDP rank maps it too (seen), with
+ * no communicator; and a rank whose process group was destroyed has
+ * neither, and restores (seen: the driver's round trip of two P2P ranks
+ * after destroy_process_group, then a new group, losses as uninterrupted).
+ * Taken is what was seen to restore: P2P off (NCCL_P2P_DISABLE=1, or
+ * NCCL_P2P_LEVEL=LOC) and SHM off (NCCL_SHM_DISABLE=1) in the environment
+ * the rank started with. SHM alone on is refused too: NCCL then shares
+ * host memory between the ranks through the driver (cuMem host memory),
+ * a restore not seen to work. A rank that set the variables in itself
+ * later is not seen as having done so, and is refused (the message says
+ * to set them at launch). A job of one CUDA process never reaches a
+ * peer; NCCL outside PyTorch with neither sign goes unseen, and its
+ * restore would then fail as above, ending in the defined state of a
+ * failed driver restore. */
+static bool env_is(pid_t p, const char *key, const char *a, const char *b)
+{
+	char v[64];
+	return proc_env_get(p, key, v, sizeof(v)) == 0 && (!strcasecmp(v, a) || !strcasecmp(v, b));
+}
+
 static int refuse_nccl_p2p(const struct tp_capture *c)
 {
 	if (c->ncuda < 2)
 		return 0;
 	for (size_t i = 0; i < c->ncuda; i++) {
 		const pid_t p = c->cuda[i];
-		if (!proc_maps_has(p, "/libnccl") || !proc_maps_has(p, "/dev/shm/nccl-"))
+		if (!proc_maps_has(p, "/libnccl") ||
+		    (!proc_maps_has(p, "/dev/shm/nccl-") && !proc_has_thread(p, "pt_nccl_watchdg")))
 			continue;
-		char v[64];
-		if (proc_env_get(p, "NCCL_P2P_DISABLE", v, sizeof(v)) == 0 &&
-		    (!strcmp(v, "1") || !strcasecmp(v, "true")))
+		const bool p2p = !env_is(p, "NCCL_P2P_DISABLE", "1", "true") && !env_is(p, "NCCL_P2P_LEVEL", "LOC", "0");
+		const bool shm = !env_is(p, "NCCL_SHM_DISABLE", "1", "true");
+		if (!p2p && !shm)
 			continue;
-		if (proc_env_get(p, "NCCL_P2P_LEVEL", v, sizeof(v)) == 0 && (!strcasecmp(v, "LOC") || !strcmp(v, "0")))
-			continue;
-		return crest_errx(-EOPNOTSUPP, "pid %d has a NCCL communicator (libnccl, /dev/shm/nccl-*) beside %zu "
-				  "other CUDA process%s, with NCCL's P2P transport on (no NCCL_P2P_DISABLE=1 in the "
-				  "environment it started with): its ranks map each other's device memory, which the "
-				  "driver checkpoints but cannot "
-				  "restore (cuCheckpointProcessRestore: CUDA_ERROR_NOT_SUPPORTED, seen with driver 580), "
-				  "so nothing was frozen and the job runs on. Start the job with NCCL_P2P_DISABLE=1 "
-				  "NCCL_SHM_DISABLE=1 (NCCL then connects the ranks over sockets, which crest saves), "
-				  "or save it through crest's library (crest_job_checkpoint)", (int)p, c->ncuda - 1,
-				  c->ncuda > 2 ? "es" : "");
+		return crest_errx(-EOPNOTSUPP, "pid %d has a NCCL communicator beside %zu other CUDA process%s, "
+				  "with NCCL's %s on (no %s in the environment it started with): its ranks map "
+				  "each other's memory through the driver, which checkpoints them but cannot "
+				  "restore them (cuCheckpointProcessRestore: CUDA_ERROR_NOT_SUPPORTED, seen with "
+				  "driver 580), so nothing was frozen and the job runs on. Start the job with "
+				  "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (NCCL then connects the ranks over "
+				  "sockets, which crest saves), or save it through crest's library "
+				  "(crest_job_checkpoint)",
+				  (int)p, c->ncuda - 1, c->ncuda > 2 ? "es" : "",
+				  p2p && shm ? "P2P and SHM transports" : p2p ? "P2P transport" : "SHM transport",
+				  p2p && shm ? "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1" : p2p ? "NCCL_P2P_DISABLE=1" : "NCCL_SHM_DISABLE=1");
 	}
 	return 0;
 }

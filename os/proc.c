@@ -281,6 +281,33 @@ int proc_env_get(pid_t pid, const char *key, char *buf, size_t cap)
 	return rc;
 }
 
+bool proc_has_thread(pid_t pid, const char *name)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return false;
+	bool found = false;
+	const struct dirent *e;
+	while (!found && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		char cpath[96], comm[32];
+		snprintf(cpath, sizeof(cpath), "/proc/%d/task/%.16s/comm", (int)pid, e->d_name);
+		FILE *f = fopen(cpath, "re");
+		if (!f)
+			continue;	/* the thread ended meanwhile */
+		if (fgets(comm, sizeof(comm), f)) {
+			comm[strcspn(comm, "\n")] = 0;
+			found = strcmp(comm, name) == 0;
+		}
+		fclose(f);
+	}
+	closedir(d);
+	return found;
+}
+
 /* flags, pos and mnt_id of one descriptor, from its fdinfo (all three are
  * there since Linux 3.15). */
 static int fd_info(pid_t pid, const char *fd, int *flags, uint64_t *pos, int *mnt)

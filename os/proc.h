@@ -50,6 +50,9 @@ bool proc_maps_has(pid_t pid, const char *name);
  * (/proc/PID/environ: what it set in itself later is not there), copied
  * into buf; -ENOENT when it has none. */
 int proc_env_get(pid_t pid, const char *key, char *buf, size_t cap);
+/* True when some thread of the process is named name (/proc/PID/task/
+ * TID/comm, at most 15 bytes: "pt_nccl_watchdg"). */
+bool proc_has_thread(pid_t pid, const char *name);
 
 /* 'R', 'S', 'Z', ... or 0 when the process does not exist. */
 char proc_state(pid_t pid);

@@ -19,13 +19,16 @@
 #          that says why, every rank unlocked and running, nothing frozen,
 #          each log equal to an uninterrupted run's;
 #  p2p:    two ranks that map libnccl (a stand-in library of that name)
-#          and a deleted /dev/shm/nccl-* file (as a NCCL communicator's
-#          ranks do), one of them (picked at random, seed printed) started
-#          without NCCL_P2P_DISABLE=1: refused before anything is locked,
-#          naming that rank, and the job runs on; with the variable in
-#          both ranks' environment, or with libnccl mapped but no
-#          communicator (a gloo rank: PyTorch loads libnccl always),
-#          checkpointed (leave running), logs as uninterrupted;
+#          and show a communicator, as NCCL ranks do (picked at random,
+#          seed printed: a deleted /dev/shm/nccl-* file, as with P2P and
+#          SHM off, or a thread named pt_nccl_watchdg, PyTorch's NCCL
+#          watchdog, as with NCCL's defaults), one of them started without
+#          NCCL_P2P_DISABLE=1, without NCCL_SHM_DISABLE=1, or without
+#          both (at random): refused before anything is locked, naming
+#          that rank and what it lacks, and the job runs on; with both
+#          variables in both ranks' environment, or with libnccl mapped
+#          but no communicator (a gloo rank: PyTorch loads libnccl
+#          always), checkpointed (leave running), logs as uninterrupted;
 #  gpus:   on a driver with 2 GPUs, two ranks checkpointed with --kill and
 #          restored with the GPUs swapped (--gpu-map, and --gpu 1, which
 #          crest completes): the driver's restore of every rank gets the
@@ -65,6 +68,12 @@ if os.environ.get("RANK_NCCL_SHM"):    # NCCL's proxy state: mapped, unlinked
     shm = mmap.mmap(fd, 1 << 16)
     os.unlink(path)
     os.close(fd)
+if os.environ.get("RANK_NCCL_THREAD"):    # PyTorch's NCCL watchdog
+    import ctypes.util, threading
+    def watchdog():
+        ctypes.CDLL(ctypes.util.find_library("c")).prctl(15, b"pt_nccl_watchdg", 0, 0, 0)
+        threading.Event().wait()
+    threading.Thread(target=watchdog, daemon=True).start()
 out = open(sys.argv[2], "a", buffering=1)
 for i in range(int(sys.argv[3])):
     out.write("step %d\n" % i)
@@ -167,22 +176,30 @@ sleep 0.5
 ended always
 echo "ok: always: gave up after $took s and $tries lock(s) that gave up: $(cat ck.err)"
 
-# p2p: NCCL with its P2P transport on is refused before anything is locked.
+# p2p: NCCL with its P2P or SHM transport on is refused before anything
+# is locked.
 cp "$FAKE_CUDA" cuda/libnccl.so.2
 seed=${CREST_SEED:-$(( $(date +%s%N) % 100000 ))}
 RANDOM=$seed
 bad=$((RANDOM % 2))
-echo "p2p: seed $seed: rank $bad starts without NCCL_P2P_DISABLE=1"
-comm=RANK_LIBS=$T/cuda/libnccl.so.2,RANK_NCCL_SHM=1
-e0=$comm,NCCL_P2P_DISABLE=1 e1=$e0
-[ $bad = 0 ] && e0=$comm || e1=$comm
+signs=(RANK_NCCL_SHM=1 RANK_NCCL_THREAD=1)
+sign=${signs[RANDOM % 2]}
+off=NCCL_P2P_DISABLE=1,NCCL_SHM_DISABLE=1
+lacks=("NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1" NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1)
+k=$((RANDOM % 3))
+lack=${lacks[k]}
+has=(, NCCL_SHM_DISABLE=1 NCCL_P2P_DISABLE=1)
+echo "p2p: seed $seed: ranks show a communicator by $sign; rank $bad starts without $lack"
+comm=RANK_LIBS=$T/cuda/libnccl.so.2,$sign
+e0=$comm,$off e1=$e0
+[ $bad = 0 ] && e0=$comm,${has[k]} || e1=$comm,${has[k]}
 : >state/log
 job 300 "$e0" "$e1"
 want=$R0; [ $bad = 1 ] && want=$R1
 "$CREST" --store "$S" checkpoint --pid "$JOB" >/dev/null 2>ck.err &&
-	fail "p2p: a job whose rank $bad runs NCCL with P2P on was checkpointed"
+	fail "p2p: a job whose rank $bad runs NCCL without $lack was checkpointed"
 [ "$(wc -l <ck.err)" = 1 ] || fail "p2p: not one line: $(cat ck.err)"
-for s in "pid $want has a NCCL communicator" "NCCL_P2P_DISABLE=1" "nothing was frozen and the job runs on"; do
+for s in "pid $want has a NCCL communicator" "(no $lack in the environment" "nothing was frozen and the job runs on"; do
 	grep -qF "$s" ck.err || fail "p2p: the refusal does not say \"$s\": $(cat ck.err)"
 done
 [ -s state/log ] && fail "p2p: the driver was asked to lock or checkpoint before the refusal: $(cat state/log)"
@@ -192,7 +209,7 @@ sleep 0.5
 ended p2p-refused
 echo "ok: p2p: refused before any lock: $(cat ck.err)"
 : >state/log
-for how in "$comm,NCCL_P2P_DISABLE=1" RANK_LIBS=$T/cuda/libnccl.so.2; do
+for how in "$comm,$off" RANK_LIBS=$T/cuda/libnccl.so.2; do
 	: >state/log
 	job 300 "$how" "$how"
 	"$CREST" --store "$S" --quiet checkpoint --pid "$JOB" 2>ck.err || fail "p2p: ranks with $how: $(cat ck.err)"
