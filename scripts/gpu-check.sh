@@ -68,6 +68,9 @@
 #               on the other GPU afterwards (nvidia-smi), its losses the same
 #   nccl_p2p_refuse  the same with NCCL's defaults (P2P): refused before the
 #               freeze, naming NCCL_P2P_DISABLE=1; the job runs on to its end
+#   nccl_teardown  NCCL's defaults again, in a job that destroys its process
+#               group at a quiet point: checkpointed with --kill, restored,
+#               its group rebuilt; losses equal an uninterrupted run's
 #   infer_server  a PyTorch HTTP server with its model on the GPU,
 #               checkpointed (--kill --tcp-close) while a client queries it,
 #               restored: the same answers, byte for byte, on the same port
@@ -901,7 +904,9 @@ fi
 #   nccl_p2p_refuse  NCCL's defaults (P2P over NVLink: the driver cannot
 #              restore such ranks, CUDA_ERROR_NOT_SUPPORTED): crest must
 #              refuse before the freeze, naming NCCL_P2P_DISABLE=1, and the
-#              job run on to its end, unstopped
+#              job run on to its end, unstopped (a rank with P2P on maps
+#              nothing of NCCL's from /dev/shm: crest knows it by PyTorch's
+#              NCCL watchdog thread)
 # All with USE_LIBUV=0: PyTorch's TCPStore holds an io_uring otherwise
 # (PyTorch 2.11, with UV_USE_IO_URING=0 too), which CRIU cannot dump and
 # crest refuses before the freeze (os/uring.h).
@@ -1108,6 +1113,112 @@ if torch_2gpu nccl_p2p_refuse; then
 		pass nccl_p2p_refuse "a 2-rank NCCL DDP job with NCCL's defaults (P2P on) refused before the freeze: \"$(tail -1 "$pw/ck.err" | cut -c1-150)...\"; the job ran on to its 100th step, $((SECONDS - t)) s"
 	else
 		fail nccl_p2p_refuse "$DDP_ERR" "$pl"
+	fi
+fi
+# nccl_teardown (issue 33 item 6, the experiment): NCCL's defaults (P2P
+# on) restore once the job has destroyed its communicators. The job tears
+# its process group down at step 40 (what a shim would do before the
+# lock), says so in a file and waits for another; crest checkpoints it
+# with --kill and restores it; the job then builds a new group and DDP
+# wrapper and runs on. Its ranks' logs must equal an uninterrupted run's
+# that does the same teardown and rebuild; the teardown and rebuild
+# times, and the step time after, are what such a shim would cost.
+if torch_2gpu nccl_teardown; then
+	tw=$WORK/nccl_teardown tl=$LOGS/nccl_teardown.log DDP_ERR="" t=$SECONDS
+	mkdir -p "$tw/job" "$tw/ref"
+	: >"$tl"
+	cat >"$tw/teardown.py" <<'PY'
+import os, socket, sys, time, torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+def group(rank, port):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"; os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("nccl", rank=rank, world_size=2, device_id=torch.device("cuda", rank))
+def rank_main(rank, out, steps, ports, at):
+    torch.cuda.set_device(rank)
+    group(rank, ports[0])
+    torch.use_deterministic_algorithms(True)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512)).cuda()
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    x = torch.randn(256, 512, device="cuda", generator=torch.Generator(device="cuda").manual_seed(1 + rank))
+    log = open(os.path.join(out, "rank%d.log" % rank), "a", buffering=1)
+    tl = open(os.path.join(out, "time%d.log" % rank), "a", buffering=1)
+    for i in range(steps):
+        if i == at:
+            t0 = time.time()
+            dist.destroy_process_group()
+            torch.cuda.synchronize()
+            t1 = time.time()
+            open(os.path.join(out, "quiet%d" % rank), "w").close()
+            while not os.path.exists(os.path.join(out, "go")):
+                time.sleep(0.02)
+            t2 = time.time()
+            group(rank, ports[1])
+            ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[rank])
+            torch.cuda.synchronize()
+            tl.write("teardown %.3f rebuild %.3f\n" % (t1 - t0, time.time() - t2))
+        s0 = time.time()
+        loss = ddp(x).pow(2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+        log.write("step %d loss %.10f\n" % (i, loss.item()))
+        torch.cuda.synchronize()
+        tl.write("step %d %.5f\n" % (i, time.time() - s0))
+        time.sleep(0.05)
+    dist.barrier(); dist.destroy_process_group()
+if __name__ == "__main__":
+    socks = [socket.socket() for _ in range(2)]
+    for s in socks: s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks: s.close()
+    mp.spawn(rank_main, args=(sys.argv[1], int(sys.argv[2]), ports, int(sys.argv[3])), nprocs=2)
+PY
+	touch "$tw/ref/go"
+	(timeout -k 5 120 python3 "$tw/teardown.py" "$tw/ref" 80 40 >"$tw/ref.out" 2>&1; echo $? >"$tw/ref.rc") &
+	refpid=$!
+	(cd "$tw/job" && exec setsid python3 "$tw/teardown.py" "$tw/job" 80 40 >"$tw/job/launcher.out" 2>&1 </dev/null) &
+	DPID=$!
+	for i in $(seq 1 900); do
+		[ -e "$tw/job/quiet0" ] && [ -e "$tw/job/quiet1" ] && break
+		kill -0 "$DPID" 2>/dev/null || break
+		sleep 0.1
+	done
+	DPIDS="$DPID $(pgrep -P "$DPID" | paste -sd' ' -)"
+	if ! [ -e "$tw/job/quiet0" ] || ! [ -e "$tw/job/quiet1" ]; then
+		DDP_ERR="the job did not reach its teardown: $(tail -1 "$tw/job/launcher.out")"
+	elif ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$tw/store" checkpoint --pid "$DPID" --kill --tag quiet \
+		>>"$tl" 2>"$tw/ck.err"; then
+		DDP_ERR="crest checkpoint --kill of a NCCL job whose group was destroyed failed: $(tail -1 "$tw/ck.err")"
+	else
+		wait "$DPID" 2>/dev/null
+		for i in $(seq 1 100); do live_of $DPIDS >/dev/null || break; sleep 0.1; done
+		timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$tw/store" restore quiet >>"$tl" 2>"$tw/rs.err" ||
+			DDP_ERR="crest restore of the NCCL job (P2P on, group destroyed) failed: $(tail -1 "$tw/rs.err")"
+		cat "$tw/rs.err" >>"$tl"
+	fi
+	cat "$tw/ck.err" >>"$tl" 2>/dev/null
+	touch "$tw/job/go"
+	ddp_end
+	wait "$refpid"
+	[ -z "$DDP_ERR" ] && [ "$(cat "$tw/ref.rc" 2>/dev/null)" != 0 ] && DDP_ERR="the uninterrupted run failed: $(tail -1 "$tw/ref.out")"
+	for r in 0 1; do
+		[ -z "$DDP_ERR" ] && ! cmp -s "$tw/job/rank$r.log" "$tw/ref/rank$r.log" &&
+			DDP_ERR="rank $r's log differs from an uninterrupted run's ($(wc -l <"$tw/job/rank$r.log") of 80 lines)"
+	done
+	[ -d "$tw/store" ] && STORES+=("nccl_teardown=$tw/store")
+	if [ -z "$DDP_ERR" ]; then
+		cost=$(python3 - "$tw/ref" <<'PY'
+import statistics, sys
+t = [l.split() for r in (0, 1) for l in open("%s/time%d.log" % (sys.argv[1], r))]
+td = max(float(l[1]) for l in t if l[0] == "teardown"); rb = max(float(l[3]) for l in t if l[0] == "teardown")
+st = lambda a, b: statistics.median(float(l[2]) for l in t if l[0] == "step" and a <= int(l[1]) < b)
+print("teardown %.2f s + rebuild %.2f s a checkpoint; median step %.1f ms before, %.1f ms after" % (td, rb, st(5, 40) * 1e3, st(41, 80) * 1e3))
+PY
+)
+		pass nccl_teardown "a 2-rank NCCL DDP job with NCCL's defaults (P2P on) that destroyed its process group at step 40 taken by crest checkpoint --kill, restored, its group rebuilt: both ranks' logs identical to an uninterrupted run's (80 lines each); in the uninterrupted run: $cost; $((SECONDS - t)) s"
+	else
+		fail nccl_teardown "$DDP_ERR" "$tl"
 	fi
 fi
 unset CUBLAS_WORKSPACE_CONFIG USE_LIBUV
