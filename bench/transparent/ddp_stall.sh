@@ -97,6 +97,7 @@ for world in 1 2; do
 			{ echo "ddp_stall: the bare flow on $world rank(s) failed: $(tail -1 "$d/bare$k.err")" >&2; exit 1; }
 		s=$(python3 -c 'import json,sys; print("%.3f" % json.load(open(sys.argv[1]))["stall_seconds"])' "$d/bare$k.json")
 		FIG[bare,$world]+="$s "
+		FIG[phases,$world]+=$(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print("%.2f/%.2f/%.2f" % (d["checkpoint_seconds"], d["criu_dump_seconds"], d["restore_unlock_seconds"]))' "$d/bare$k.json")" "
 		rm -rf /dev/shm/crest-bare-$world
 		progress "$d" "$world" || exit 1
 	done
@@ -118,5 +119,6 @@ printf '%-28s %12s %12s %8s\n' "" "1 rank" "2 ranks" "2 / 1"
 printf '%-28s %12s %12s %8.3f\n' "crest stall, s (median)" "$c1" "$c2" "$(awk -v a="$c2" -v b="$c1" 'BEGIN{print a/b}')"
 printf '%-28s %12s %12s %8.3f\n' "bare flow stall, s (median)" "$b1" "$b2" "$(awk -v a="$b2" -v b="$b1" 'BEGIN{print a/b}')"
 printf '%-28s %12.3f %12.3f\n' "crest / bare" "$(awk -v a="$c1" -v b="$b1" 'BEGIN{print a/b}')" "$(awk -v a="$c2" -v b="$b2" 'BEGIN{print a/b}')"
+printf '%-28s %12s %12s\n' "bare ckpt/dump/restore, s" "${FIG[phases,1]}" "${FIG[phases,2]}"
 printf '%-28s %12s %12s %8.3f\n' "crest restore, s" "${FIG[restore,1]}" "${FIG[restore,2]}" "$(awk -v a="${FIG[restore,2]}" -v b="${FIG[restore,1]}" 'BEGIN{print a/b}')"
-echo "{\"mib_per_rank\": $MIB, \"rounds\": $ROUNDS, \"crest_stall_s\": {\"1\": [${FIG[crest,1]// /, }], \"2\": [${FIG[crest,2]// /, }]}, \"bare_stall_s\": {\"1\": [${FIG[bare,1]// /, }], \"2\": [${FIG[bare,2]// /, }]}, \"crest_restore_s\": {\"1\": ${FIG[restore,1]}, \"2\": ${FIG[restore,2]}}}" | sed 's/, ]/]/g'
+echo "{\"mib_per_rank\": $MIB, \"rounds\": $ROUNDS, \"crest_stall_s\": {\"1\": [${FIG[crest,1]// /, }], \"2\": [${FIG[crest,2]// /, }]}, \"bare_stall_s\": {\"1\": [${FIG[bare,1]// /, }], \"2\": [${FIG[bare,2]// /, }]}, \"bare_phases_s\": {\"1\": \"${FIG[phases,1]% }\", \"2\": \"${FIG[phases,2]% }\"}, \"crest_restore_s\": {\"1\": ${FIG[restore,1]}, \"2\": ${FIG[restore,2]}}}" | sed 's/, ]/]/g'
