@@ -23,6 +23,8 @@ int cmd_run(struct cli *c, int argc, char **argv);
 int cmd_clone(struct cli *c, int argc, char **argv);
 int cmd_bench(struct cli *c, int argc, char **argv);
 int cmd_job(struct cli *c, int argc, char **argv);
+int cmd_push(struct cli *c, int argc, char **argv);
+int cmd_pull(struct cli *c, int argc, char **argv);
 
 int cmd_stats(struct cli *c, int argc, char **argv);
 int cmd_verify(struct cli *c, int argc, char **argv);

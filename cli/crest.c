@@ -61,7 +61,7 @@ int main(int argc, char **argv)
 		{ "show", cmd_show }, { "tag", cmd_tag }, { "diff", cmd_diff },
 		{ "checkpoint", cmd_checkpoint }, { "restore", cmd_restore }, { "demo", cmd_demo },
 		{ "log", cmd_log }, { "branch", cmd_branch }, { "run", cmd_run }, { "clone", cmd_clone },
-		{ "bench", cmd_bench }, { "job", cmd_job },
+		{ "bench", cmd_bench }, { "job", cmd_job }, { "push", cmd_push }, { "pull", cmd_pull },
 	};
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (!strcmp(argv[1], cmds[i].name))

@@ -109,6 +109,18 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "SNAPSHOT TAG", false, {
 		{ "--force", "-f", NULL, "move TAG to SNAPSHOT if it names another snapshot" },
 	} },
+	{ "crest", "push", "SNAPSHOT STORE", "copy a snapshot into another store",
+	  "Copies SNAPSHOT from the store (--store) into the store at STORE, as git pushes to a remote: "
+	  "only the chunks and extent-list pieces STORE lacks are sent, each chunk checked against its "
+	  "SHA-256 on the way, and the snapshot keeps its id there. A job snapshot brings its ranks' "
+	  "snapshots. STORE lists the snapshot only once all of it is there; its tags are given to it "
+	  "where STORE has them free. STORE is made with --init (or CREST_INIT=1). " SNAP_NAMES,
+	  "SNAPSHOT DIR", false, { { NULL, NULL, NULL, NULL } } },
+	{ "crest", "pull", "SNAPSHOT STORE", "copy a snapshot from another store",
+	  "Copies SNAPSHOT from the store at STORE into the store (--store): crest push the other way, "
+	  "to restore on this machine a snapshot another one pushed. Only what the store lacks is "
+	  "read, every chunk checked against its SHA-256. SNAPSHOT is named as STORE knows it.",
+	  "SNAPSHOT DIR", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "diff", "SNAPSHOT_A SNAPSHOT_B", "what changed from A to B, stream by stream",
 	  "Compares two snapshots stream by stream: streams added, removed and changed, the bytes "
 	  "that differ and the chunks they share. " SNAP_NAMES,

@@ -37,7 +37,9 @@
  * job's restore lock, before it checks for a running copy), "criu.probe"
  * (the child that tells whether breakpoints fire is forked, not yet told
  * to go: os/criu.c), "capture.sockets" (a checkpoint has looked at the
- * job's sockets, nothing is frozen yet: a client may connect meanwhile).
+ * job's sockets, nothing is frozen yet: a client may connect meanwhile),
+ * "copy.commit" (crest push or pull: a snapshot's records written and
+ * synced in the destination, before the commit that lists it).
  */
 #ifndef CREST_UTIL_FAULT_H
 #define CREST_UTIL_FAULT_H

@@ -1,0 +1,132 @@
+/* cmd_copy.c - crest push and crest pull: a snapshot copied between the
+ * store and another one (cas/copy.h), as git pushes to and pulls from a
+ * remote it names. */
+#include "cas/copy.h"
+#include "cli/commands.h"
+#include "util/err.h"
+#include "util/json.h"
+#include "util/sha256.h"
+#include "util/progress.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void on_progress(uint64_t sent, void *arg)
+{
+	progress_update(arg, sent);
+}
+
+/* Bytes a second, capped (cmd_files.c's rate). */
+static uint64_t rate(uint64_t bytes, double secs)
+{
+	const double r = secs > 0 ? (double)bytes / secs : 0;
+	return r >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)r;
+}
+
+/* The snapshot's tags in src, given to it in dst where dst has them free;
+ * a tag that names another snapshot there is left as it is, said once. */
+static int copy_tags(const struct cli *c, struct cas_store *src, struct cas_store *dst, const uint8_t id[32],
+		     const char *dst_name, size_t *given)
+{
+	char **tags = NULL;
+	size_t n = 0;
+	*given = 0;
+	int rc = cas_snapshot_tags(src, id, &tags, &n);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		uint8_t other[32];
+		rc = cas_tag_get(dst, tags[i], other);
+		if (rc == -ENOENT) {
+			rc = cas_tag_set(dst, tags[i], id, false);
+			*given += rc == 0;
+		} else if (rc == 0 && memcmp(other, id, 32)) {
+			char hex[65];
+			hex_encode(other, 32, hex);
+			if (!c->quiet)
+				fprintf(stderr, "%s: tag %s in %s names another snapshot (%.12s): left as it is\n",
+					c->prog, tags[i], dst_name, hex);
+		}
+	}
+	cas_snapshot_tags_free(tags, n);
+	return rc;
+}
+
+/* push: from the store into other; pull: from other into the store. */
+static int copy_cmd(struct cli *c, int argc, char **argv, bool push)
+{
+	const char *cmd = push ? "push" : "pull";
+	if (argc != 3)
+		return cli_usage(c, cmd, "wants SNAPSHOT STORE, %s", argc < 3 ? "not fewer" : "no more");
+	const char *other = argv[2];
+	char a[PATH_MAX], b[PATH_MAX];
+	if (realpath(c->store, a) && realpath(other, b) && !strcmp(a, b))
+		return cli_usage(c, cmd, "%s is the store itself (--store)", other);
+	struct cli oc = *c;
+	oc.store = other;
+	/* The destination may be made (--init, as for any writer); the
+	 * source must be there. */
+	const struct cli *sc = push ? c : &oc, *dc = push ? &oc : c;
+	struct cas_store *src = NULL, *dst = NULL;
+	int rc = cas_open(sc->store, CAS_READ, &src);
+	if (rc == 0)
+		rc = cli_check_index(c, src);
+	uint8_t id[32];
+	if (rc == 0)
+		rc = cas_snapshot_resolve(src, argv[1], id);
+	if (rc == 0)
+		rc = cli_store_open(dc, CAS_WRITE, &dst);
+	struct cas_copy_stats st = { 0 };
+	struct progress prog;
+	progress_begin(&prog, cmd, 0, c->quiet || c->json);
+	const uint64_t t0 = time_now_ns();
+	if (rc == 0)
+		rc = cas_snapshot_copy(src, dst, id, on_progress, &prog, &st);
+	progress_end(&prog);
+	size_t tags = 0;
+	if (rc == 0)
+		rc = copy_tags(c, src, dst, id, dc->store, &tags);
+	const double secs = cli_secs(time_now_ns() - t0);
+	if (dst)
+		cas_close(dst);
+	if (src)
+		cas_close(src);
+	if (rc < 0)
+		return cli_fail(c, rc);
+	char hex[65];
+	cli_print_id(hex, id);
+	if (c->json) {
+		printf("{\"snapshot\": \"%s\", \"from\": ", hex);
+		json_str(stdout, sc->store);
+		printf(", \"to\": ");
+		json_str(stdout, dc->store);
+		printf(", \"snapshots\": %llu, \"present\": %llu, \"chunks\": %llu, \"chunks_sent\": %llu, "
+		       "\"bytes_sent\": %llu, \"raw_sent\": %llu, \"pieces_sent\": %llu, \"tags\": %zu, "
+		       "\"seconds\": %.3f}\n", (unsigned long long)st.snapshots, (unsigned long long)st.present,
+		       (unsigned long long)st.chunks, (unsigned long long)st.chunks_sent,
+		       (unsigned long long)st.bytes_sent, (unsigned long long)st.raw_sent,
+		       (unsigned long long)st.pieces_sent, tags, secs);
+	} else if (!c->quiet && st.snapshots == st.present) {
+		printf("%.12s is in %s already: nothing sent\n", hex, dc->store);
+	} else if (!c->quiet) {
+		char b1[32], b2[32], b3[32];
+		printf("%s %.12s %s %s: %llu of %llu chunks sent (%s stored, %s of data), %llu snapshot%s new%s, "
+		       "in %.2f s (%s/s)\n", push ? "pushed" : "pulled", hex, push ? "to" : "from", other,
+		       (unsigned long long)st.chunks_sent, (unsigned long long)st.chunks,
+		       fmt_bytes(st.bytes_sent, b1, sizeof(b1)), fmt_bytes(st.raw_sent, b2, sizeof(b2)),
+		       (unsigned long long)(st.snapshots - st.present), st.snapshots - st.present == 1 ? "" : "s",
+		       st.present ? ", the rest there already" : "", secs, fmt_bytes(rate(st.bytes_sent, secs), b3, sizeof(b3)));
+	}
+	return 0;
+}
+
+int cmd_push(struct cli *c, int argc, char **argv)
+{
+	return copy_cmd(c, argc, argv, true);
+}
+
+int cmd_pull(struct cli *c, int argc, char **argv)
+{
+	return copy_cmd(c, argc, argv, false);
+}
