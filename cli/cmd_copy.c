@@ -53,6 +53,87 @@ static int copy_tags(const struct cli *c, struct cas_store *src, struct cas_stor
 	return rc;
 }
 
+/* One copy of id from src into the store at to (opened here for writing)
+ * and its tags; what it did in *st and *tags. */
+static int copy_into(const struct cli *c, const char *label, struct cas_store *src, const struct cli *dc,
+		     const uint8_t id[32], struct cas_copy_stats *st, size_t *tags)
+{
+	struct cas_store *dst = NULL;
+	int rc = cli_store_open(dc, CAS_WRITE, &dst);
+	struct progress prog;
+	progress_begin(&prog, label, 0, c->quiet || c->json);
+	if (rc == 0)
+		rc = cas_snapshot_copy(src, dst, id, on_progress, &prog, st);
+	progress_end(&prog);
+	if (rc == 0)
+		rc = copy_tags(c, src, dst, id, dc->store, tags);
+	if (dst)
+		cas_close(dst);
+	return rc;
+}
+
+/* key: the JSON member that names the snapshot ("pushed" beside a
+ * checkpoint's own lines). */
+static void print_copy(const struct cli *c, FILE *out, const char *verb, const char *key, const char *from,
+		       const char *to, const char *other, const uint8_t id[32], const struct cas_copy_stats *st,
+		       size_t tags, double secs)
+{
+	char hex[65];
+	cli_print_id(hex, id);
+	if (c->json) {
+		fprintf(out, "{\"%s\": \"%s\", \"from\": ", key, hex);
+		json_str(out, from);
+		fprintf(out, ", \"to\": ");
+		json_str(out, to);
+		fprintf(out, ", \"snapshots\": %llu, \"present\": %llu, \"chunks\": %llu, \"chunks_sent\": %llu, "
+			"\"bytes_sent\": %llu, \"raw_sent\": %llu, \"pieces_sent\": %llu, \"tags\": %zu, "
+			"\"seconds\": %.3f}\n", (unsigned long long)st->snapshots, (unsigned long long)st->present,
+			(unsigned long long)st->chunks, (unsigned long long)st->chunks_sent,
+			(unsigned long long)st->bytes_sent, (unsigned long long)st->raw_sent,
+			(unsigned long long)st->pieces_sent, tags, secs);
+	} else if (!c->quiet && st->snapshots == st->present) {
+		fprintf(out, "%.12s is in %s already: nothing sent\n", hex, to);
+	} else if (!c->quiet) {
+		char b1[32], b2[32], b3[32];
+		fprintf(out, "%s %.12s %s %s: %llu of %llu chunks sent (%s stored, %s of data), %llu snapshot%s new%s, "
+			"in %.2f s (%s/s)\n", verb, hex, strcmp(verb, "pulled") ? "to" : "from", other,
+			(unsigned long long)st->chunks_sent, (unsigned long long)st->chunks,
+			fmt_bytes(st->bytes_sent, b1, sizeof(b1)), fmt_bytes(st->raw_sent, b2, sizeof(b2)),
+			(unsigned long long)(st->snapshots - st->present), st->snapshots - st->present == 1 ? "" : "s",
+			st->present ? ", the rest there already" : "", secs,
+			fmt_bytes(rate(st->bytes_sent, secs), b3, sizeof(b3)));
+	}
+}
+
+int cli_push_check(const struct cli *c, const char *to)
+{
+	char a[PATH_MAX], b[PATH_MAX];
+	if (realpath(c->store, a) && realpath(to, b) && !strcmp(a, b))
+		return crest_errx(-EINVAL, "--push-to %s is the store itself (--store)", to);
+	if (c->init)
+		return 0;
+	struct cas_store *s;
+	const int rc = cas_open(to, CAS_READ, &s);
+	if (rc < 0)
+		return crest_errctx(-EINVAL, "--push-to %s", to);
+	cas_close(s);
+	return 0;
+}
+
+int cli_push(const struct cli *c, struct cas_store *src, const char *to, const uint8_t id[32], FILE *out)
+{
+	struct cli dc = *c;
+	dc.store = to;
+	struct cas_copy_stats st = { 0 };
+	size_t tags = 0;
+	const uint64_t t0 = time_now_ns();
+	const int rc = copy_into(c, "push", src, &dc, id, &st, &tags);
+	if (rc < 0)
+		return crest_errctx(rc, "pushing to %s", to);
+	print_copy(c, out, "pushed", "pushed", cas_dir(src), to, to, id, &st, tags, cli_secs(time_now_ns() - t0));
+	return 0;
+}
+
 /* push: from the store into other; pull: from other into the store. */
 static int copy_cmd(struct cli *c, int argc, char **argv, bool push)
 {
@@ -68,59 +149,26 @@ static int copy_cmd(struct cli *c, int argc, char **argv, bool push)
 	/* The destination may be made (--init, as for any writer); the
 	 * source must be there. */
 	const struct cli *sc = push ? c : &oc, *dc = push ? &oc : c;
-	struct cas_store *src = NULL, *dst = NULL;
+	struct cas_store *src = NULL;
 	int rc = cas_open(sc->store, CAS_READ, &src);
 	if (rc == 0)
 		rc = cli_check_index(c, src);
 	uint8_t id[32];
 	if (rc == 0)
 		rc = cas_snapshot_resolve(src, argv[1], id);
-	if (rc == 0)
-		rc = cli_store_open(dc, CAS_WRITE, &dst);
 	struct cas_copy_stats st = { 0 };
-	struct progress prog;
-	progress_begin(&prog, cmd, 0, c->quiet || c->json);
+	size_t tags = 0;
 	const uint64_t t0 = time_now_ns();
 	if (rc == 0)
-		rc = cas_snapshot_copy(src, dst, id, on_progress, &prog, &st);
-	progress_end(&prog);
-	size_t tags = 0;
-	if (rc == 0)
-		rc = copy_tags(c, src, dst, id, dc->store, &tags);
-	const double secs = cli_secs(time_now_ns() - t0);
-	if (dst)
-		cas_close(dst);
+		rc = copy_into(c, cmd, src, dc, id, &st, &tags);
 	if (src)
 		cas_close(src);
 	if (rc < 0)
 		return cli_fail(c, rc);
-	char hex[65];
-	cli_print_id(hex, id);
-	if (c->json) {
-		printf("{\"snapshot\": \"%s\", \"from\": ", hex);
-		json_str(stdout, sc->store);
-		printf(", \"to\": ");
-		json_str(stdout, dc->store);
-		printf(", \"snapshots\": %llu, \"present\": %llu, \"chunks\": %llu, \"chunks_sent\": %llu, "
-		       "\"bytes_sent\": %llu, \"raw_sent\": %llu, \"pieces_sent\": %llu, \"tags\": %zu, "
-		       "\"seconds\": %.3f}\n", (unsigned long long)st.snapshots, (unsigned long long)st.present,
-		       (unsigned long long)st.chunks, (unsigned long long)st.chunks_sent,
-		       (unsigned long long)st.bytes_sent, (unsigned long long)st.raw_sent,
-		       (unsigned long long)st.pieces_sent, tags, secs);
-	} else if (!c->quiet && st.snapshots == st.present) {
-		printf("%.12s is in %s already: nothing sent\n", hex, dc->store);
-	} else if (!c->quiet) {
-		char b1[32], b2[32], b3[32];
-		printf("%s %.12s %s %s: %llu of %llu chunks sent (%s stored, %s of data), %llu snapshot%s new%s, "
-		       "in %.2f s (%s/s)\n", push ? "pushed" : "pulled", hex, push ? "to" : "from", other,
-		       (unsigned long long)st.chunks_sent, (unsigned long long)st.chunks,
-		       fmt_bytes(st.bytes_sent, b1, sizeof(b1)), fmt_bytes(st.raw_sent, b2, sizeof(b2)),
-		       (unsigned long long)(st.snapshots - st.present), st.snapshots - st.present == 1 ? "" : "s",
-		       st.present ? ", the rest there already" : "", secs, fmt_bytes(rate(st.bytes_sent, secs), b3, sizeof(b3)));
-	}
+	print_copy(c, stdout, push ? "pushed" : "pulled", "snapshot", sc->store, dc->store, other, id, &st, tags,
+		   cli_secs(time_now_ns() - t0));
 	return 0;
 }
-
 int cmd_push(struct cli *c, int argc, char **argv)
 {
 	return copy_cmd(c, argc, argv, true);

@@ -174,6 +174,8 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	 * (--workdir again below once the store says whether the job had one). */
 	if (cli_workdir_check(c, &o) < 0)
 		return cli_usage_fail(c, -EINVAL);
+	if (ev.push_to && cli_push_check(c, ev.push_to) < 0)
+		return cli_usage_fail(c, -EINVAL);
 	if (!proc_state(o.pid))
 		return cli_fail(c, crest_errx(-ESRCH, "no process with pid %d", (int)o.pid));
 	if (geteuid() != 0)
@@ -262,6 +264,13 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			has_parent = true;
 			if (!o.kill)
 				cli_job_note(c, store, o.pid, st.id, o.branch);
+			/* The job runs on meanwhile; a push that fails is
+			 * reported and counted, and the snapshot stays here. */
+			const int prc = ev.push_to ? cli_push(c, store, ev.push_to, st.id, stdout) : 0;
+			if (prc < 0) {
+				failures++;
+				cli_fail(c, prc);
+			}
 		} else if (ev.every_ns && n > 1 && proc_gone(o.pid)) {
 			/* The job ended between two checkpoints, or during this
 			 * one: its end, not a failed checkpoint. */

@@ -48,8 +48,8 @@ static void run_resumed(void *arg, const struct tp_opts *o, const struct tp_capt
 /* One checkpoint of the running job onto o->branch, after *parent (or the
  * branch's head). The store is opened for it alone, so that other crests
  * (clone, checkpoint of a clone, tag) can write between checkpoints. */
-static int run_checkpoint(const struct cli *c, const struct tp_opts *o, uint8_t parent[32], bool *has_parent,
-			  uint64_t n, struct cli_metrics *mx)
+static int run_checkpoint(const struct cli *c, const struct tp_opts *o, const char *push_to, uint8_t parent[32],
+			  bool *has_parent, uint64_t n, struct cli_metrics *mx)
 {
 	struct cas_store *store;
 	struct engine *e;
@@ -64,9 +64,10 @@ static int run_checkpoint(const struct cli *c, const struct tp_opts *o, uint8_t 
 	struct tp_result st = { 0 };
 	rc = tp_checkpoint(store, e, o, NULL, *has_parent ? parent : NULL, &h, &st);
 	engine_close(e);
-	cas_close(store);
-	if (rc < 0)
+	if (rc < 0) {
+		cas_close(store);
 		return rc;
+	}
 	cli_metrics_round(mx, 0, &st);
 	memcpy(parent, st.id, 32);
 	*has_parent = true;
@@ -82,7 +83,11 @@ static int run_checkpoint(const struct cli *c, const struct tp_opts *o, uint8_t 
 		fprintf(stderr, "crest: snapshot %s on %s: %s logical, %s new\n", hex, o->branch,
 			fmt_bytes(st.r.logical_bytes, b1, sizeof(b1)), fmt_bytes(st.r.new_bytes, b2, sizeof(b2)));
 	}
-	return 0;
+	/* The job runs on while its snapshot goes to the other store; the
+	 * push failing fails this round, the snapshot staying here. */
+	rc = push_to ? cli_push(c, store, push_to, st.id, stderr) : 0;
+	cas_close(store);
+	return rc;
 }
 
 int cmd_run(struct cli *c, int argc, char **argv)
@@ -117,6 +122,8 @@ int cmd_run(struct cli *c, int argc, char **argv)
 	if (cas_branch_check(o.branch) < 0)
 		return cli_usage_fail(c, -EINVAL);
 	if (cli_workdir_check(c, &o) < 0)
+		return cli_usage_fail(c, -EINVAL);
+	if (ev.push_to && cli_push_check(c, ev.push_to) < 0)
 		return cli_usage_fail(c, -EINVAL);
 	if (geteuid() != 0)
 		return cli_fail(c, crest_errx(-EPERM, "not permitted: crest run needs root (a pid namespace, "
@@ -191,7 +198,7 @@ int cmd_run(struct cli *c, int argc, char **argv)
 		}
 		if (rc == 1)
 			break;
-		rc = run_checkpoint(c, &o, parent, &has_parent, ++n, mx);
+		rc = run_checkpoint(c, &o, ev.push_to, parent, &has_parent, ++n, mx);
 		if (rc < 0) {
 			/* A job that ended during its checkpoint is no failure of
 			 * crest's: its status is what counts. */

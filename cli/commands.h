@@ -4,6 +4,8 @@
 #ifndef CREST_CLI_COMMANDS_H
 #define CREST_CLI_COMMANDS_H
 
+#include <stdio.h>
+
 #include "capture/transparent.h"
 #include "cli/common.h"
 
@@ -42,6 +44,16 @@ int ckpt_once(const struct cli *c, struct cas_store *store, struct engine *e, co
 	      const char *tag, const uint8_t *parent, struct tp_result *st);
 /* The checkpoint's figures as JSON members (no braces), for --json output. */
 void ckpt_print_json_fields(const struct tp_result *st);
+
+/* crest push's work for a snapshot just stored (--push-to on checkpoint
+ * and run; cmd_copy.c): id copied from src, open, into the store at to,
+ * opened for the copy alone (other nodes' writers wait only that long),
+ * with its tags where free there; one line on out unless quiet. 0, or a
+ * negative errno with the message set. cli_push_check, before any
+ * freeze: -EINVAL with a message when to is the store itself, or no store
+ * (and --init does not make one). */
+int cli_push(const struct cli *c, struct cas_store *src, const char *to, const uint8_t id[32], FILE *out);
+int cli_push_check(const struct cli *c, const char *to);
 
 /* Pictures (cmd_bench.c): gnuplot run on script, drawing png; -ENOENT
  * with a message when gnuplot is not installed. cli_plot_name_ok refuses

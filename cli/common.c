@@ -188,6 +188,7 @@ static const struct cli_opt_rule {
 	{ "crest", "run", "--tmpdir", "--every", NULL, "without it crest run takes no checkpoints" },
 	{ "crest", "run", "--tcp-close", "--every", NULL, "without it crest run takes no checkpoints" },
 	{ "crest", "run", "--metrics-file", "--every", NULL, "the metrics are of the rounds of --every" },
+	{ "crest", "run", "--push-to", "--every", NULL, "without it crest run takes no checkpoints" },
 	{ "crest", "run", "--workdir", "--every", NULL, "without it crest run takes no checkpoints (crest checkpoint "
 	  "--pid takes --workdir too)" },
 	{ "crest", "run", "--workdir-limit", "--workdir", NULL, "it limits --workdir" },
@@ -663,6 +664,8 @@ int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_ev
 		ev->maddr = v;
 	} else if (!strcmp(a, "--metrics-file")) {
 		ev->mfile = v;
+	} else if (!strcmp(a, "--push-to")) {
+		ev->push_to = v;
 	} else {
 		return 0;
 	}

@@ -104,8 +104,8 @@ int cli_writer_open(const struct cli *c, const struct engine_opts *o, struct cas
 		    struct engine **e);
 
 /* The options crest checkpoint and crest run share, for a job checkpointed
- * again and again: --every, --branch, --file-limit, --tmpdir, --metrics and
- * --metrics-file. cli_every_opt: 1 when option a is one of them and took
+ * again and again: --every, --branch, --file-limit, --tmpdir, --metrics,
+ * --metrics-file and --push-to. cli_every_opt: 1 when option a is one of them and took
  * its value v, 0 when it is not, -1 after a line on stderr when v is bad
  * (exit 2). --metrics and --metrics-file without --every are refused
  * before (cli_check_opts). */
@@ -113,6 +113,7 @@ struct tp_opts;
 struct cli_every {
 	uint64_t every_ns;        /* 0: once */
 	const char *maddr, *mfile;
+	const char *push_to;      /* --push-to STORE: each snapshot pushed there */
 };
 int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_every *ev);
 

@@ -167,6 +167,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		  "(PORT or :PORT listen on 127.0.0.1 only; HOST:PORT, [V6]:PORT, 0.0.0.0:PORT for every "
 		  "interface; port 0 picks one)" },
 		{ "--metrics-file", NULL, "FILE", "with --every: write the metrics as a node_exporter textfile after each round" },
+		{ "--push-to", NULL, "DIR", "push each snapshot to the store DIR once stored (crest push), the job running on" },
 	} },
 	{ "crest", "restore", "SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] [--tmpdir DIR] [--branch BRANCH] "
 	  "[--allow-damaged]",
@@ -219,6 +220,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		  "(PORT or :PORT listen on 127.0.0.1 only; HOST:PORT, [V6]:PORT, 0.0.0.0:PORT for every "
 		  "interface; port 0 picks one)" },
 		{ "--metrics-file", NULL, "FILE", "with --every: write the metrics as a node_exporter textfile after each round" },
+		{ "--push-to", NULL, "DIR", "push each snapshot to the store DIR once stored (crest push), the job running on" },
 	} },
 	{ "crest", "clone", "SNAPSHOT --branch NEW [--count N] [--workdir PATTERN] [--tmpdir DIR] "
 	  "[--gpu N | --gpu-map OLD=NEW,...]",
