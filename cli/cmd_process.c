@@ -174,8 +174,9 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 	 * (--workdir again below once the store says whether the job had one). */
 	if (cli_workdir_check(c, &o) < 0)
 		return cli_usage_fail(c, -EINVAL);
-	if (ev.push_to && cli_push_check(c, ev.push_to) < 0)
-		return cli_usage_fail(c, -EINVAL);
+	const int pushable = ev.push_to ? cli_push_check(c, ev.push_to) : 0;
+	if (pushable < 0)
+		return cli_fail(c, pushable);
 	if (!proc_state(o.pid))
 		return cli_fail(c, crest_errx(-ESRCH, "no process with pid %d", (int)o.pid));
 	if (geteuid() != 0)

@@ -123,8 +123,9 @@ int cmd_run(struct cli *c, int argc, char **argv)
 		return cli_usage_fail(c, -EINVAL);
 	if (cli_workdir_check(c, &o) < 0)
 		return cli_usage_fail(c, -EINVAL);
-	if (ev.push_to && cli_push_check(c, ev.push_to) < 0)
-		return cli_usage_fail(c, -EINVAL);
+	const int pushable = ev.push_to ? cli_push_check(c, ev.push_to) : 0;
+	if (pushable < 0)
+		return cli_fail(c, pushable);
 	if (geteuid() != 0)
 		return cli_fail(c, crest_errx(-EPERM, "not permitted: crest run needs root (a pid namespace, "
 					       "and CRIU for its checkpoints)"));

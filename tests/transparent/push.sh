@@ -6,7 +6,7 @@
 # Then checkpoint --every --push-to: each round's snapshot is in the other
 # store, listed with the same id, and it verifies; --push-to naming the
 # store itself or a directory that is no store is refused before anything
-# is frozen (exit 2), the job running on.
+# is frozen (exit 1), the job running on.
 source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
@@ -37,7 +37,7 @@ mkdir "$T/plain"
 for bad in "$T/other" "$T/plain"; do
 	rc=0
 	CREST_INIT=0 "$CREST" --store "$T/other" checkpoint --pid "$JOB" --push-to "$bad" >/dev/null 2>bad.err || rc=$?
-	[ $rc = 2 ] || fail "--push-to $bad: exit $rc, not 2: $(cat bad.err)"
+	[ $rc = 1 ] || fail "--push-to $bad: exit $rc, not 1: $(cat bad.err)"
 	[ "$(wc -l <bad.err)" = 1 ] || fail "--push-to $bad: not one line: $(cat bad.err)"
 	[ "$(sed 's/.*) //' /proc/"$JOB"/stat | cut -d' ' -f1)" != T ] || fail "--push-to $bad: the job was left stopped"
 	echo "refused: $(cat bad.err)"
