@@ -40,6 +40,22 @@ kill_gone() {
 		sleep 0.05
 	done
 }
+# same_as_uninterrupted LOG OUT BEFORE MIB INTERVAL_MS: the restored
+# sample job (crest-workload --mib MIB --interval-ms INTERVAL_MS --log LOG,
+# stdout OUT, LOG BEFORE lines long when the restore began) writes 2 more
+# lines and is killed; LOG must then be an uninterrupted run's, line for
+# line, and OUT its first lines. Sets N to the lines compared.
+same_as_uninterrupted() {
+	local log=$1 out=$2 before=$3 mib=$4 ms=$5 new
+	new=$(pgrep -f "crest-workload --mib $mib --interval-ms $ms --log $log" | head -n1 || true)
+	[ -n "$new" ] && PIDS+=("$new")
+	wait_lines "$log" $((before + 2))
+	kill -9 "$new" 2>/dev/null || true
+	N=$(lines "$log")
+	"$WORKLOAD" --mib "$mib" --interval-ms 0 --steps "$N" >"$T/ref.txt"
+	cmp "$log" "$T/ref.txt" || fail "the restored job's log is not the uninterrupted run's"
+	head -n "$N" "$T/ref.txt" | cmp - <(head -n "$N" "$out") || fail "stdout differs"
+}
 # small_store: ./small, a tmpfs of 8 MiB, too small for a job's snapshot
 # (unmounted on exit); the test is skipped where none can be mounted.
 small_store() {

@@ -21,14 +21,8 @@ mv "$S" "$T/first-node-gone"
 cat pull.out
 before=$(lines job.log)
 "$CREST" --store "$T/other" restore moved >restore.out || fail "restore from the pulled store failed"
-NEW=$(pgrep -f "crest-workload --mib 64 --interval-ms 150 --log $T/job.log" | head -n1 || true)
-[ -n "$NEW" ] && PIDS+=("$NEW")
-wait_lines job.log $((before + 3))
-kill -9 "$NEW" 2>/dev/null || true
-n=$(lines job.log)
-"$WORKLOAD" --mib 64 --interval-ms 0 --steps "$n" >ref.txt
-cmp job.log ref.txt || fail "the restored job's log is not the uninterrupted run's"
-head -n "$n" ref.txt | cmp - <(head -n "$n" job.out) || fail "stdout differs"
+same_as_uninterrupted "$T/job.log" job.out "$before" 64 150
+n=$N
 "$CASCTL" --store "$T/other" --quiet verify || fail "verify of the pulled store failed"
 
 start_job job2.out --mib 16 --interval-ms 100 --log "$T/job2.log"
