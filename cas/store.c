@@ -246,6 +246,22 @@ static int store_trusted(const char *dir, const struct stat *st)
 	return rc;
 }
 
+/* The store directory opened and flock()ed exclusively: FORMAT is written
+ * only under this lock (the descriptor; closing it drops the lock). */
+static int dir_lock(const char *dir)
+{
+	const int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return crest_errf(-errno, "cannot open store directory %s", dir);
+	while (flock(dfd, LOCK_EX) < 0)
+		if (errno != EINTR) {
+			const int rc = crest_errf(-errno, "cannot lock store directory %s", dir);
+			close(dfd);
+			return rc;
+		}
+	return dfd;
+}
+
 /* Checks that dir is a store, or (create: cas_init alone) makes it one.
  *
  * Only cas_init creates: a writer's open of a missing or empty directory
@@ -291,15 +307,9 @@ static int store_prepare(const char *dir, bool create, int *format, bool *create
 		return crest_errx(-ENOENT, "%s is an empty directory, not a crest store yet (crest init "
 				  "makes it one, as does --init)", dir);
 	}
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	const int dfd = dir_lock(dir);
 	if (dfd < 0)
-		return crest_errf(-errno, "cannot open store directory %s", dir);
-	while (flock(dfd, LOCK_EX) < 0)
-		if (errno != EINTR) {
-			rc = crest_errf(-errno, "cannot lock store directory %s", dir);
-			close(dfd);
-			return rc;
-		}
+		return dfd;
 	rc = format_check(dir, format);
 	if (rc == -ENOENT) {
 		int empty = dir_is_blank(dir);
@@ -337,15 +347,9 @@ static int format_restore(const char *dir)
 		return 0;
 	}
 	crest_errset_str("");
-	int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	const int dfd = dir_lock(dir);
 	if (dfd < 0)
-		return crest_errf(-errno, "cannot open store directory %s", dir);
-	while (flock(dfd, LOCK_EX) < 0)
-		if (errno != EINTR) {
-			rc = crest_errf(-errno, "cannot lock store directory %s", dir);
-			close(dfd);
-			return rc;
-		}
+		return dfd;
 	rc = 0;
 	if (format_check(dir, &format) == -ENOENT && format_lost(dir) == 1) {
 		rc = format_write(dir);
