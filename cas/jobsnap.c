@@ -227,8 +227,16 @@ int cas_jobsnap_member(struct cas_store *s, const uint8_t id[32], uint32_t rank,
 {
 	struct cas_jobsnap *j;
 	int rc = cas_jobsnap_load(s, id, &j);
-	if (rc < 0)
-		return rc;
+	if (rc == 0)
+		rc = cas_jobsnap_rank(s, j, id, rank, out);
+	cas_jobsnap_free(j);
+	return rc;
+}
+
+int cas_jobsnap_rank(struct cas_store *s, const struct cas_jobsnap *j, const uint8_t id[32], uint32_t rank,
+		     uint8_t out[32])
+{
+	int rc = 0;
 	char hex[65], mhex[65];
 	hex_encode(id, 32, hex);
 	if (rank >= j->world) {
@@ -247,7 +255,6 @@ int cas_jobsnap_member(struct cas_store *s, const uint8_t id[32], uint32_t rank,
 			rc = crest_errx(-ENOENT, "job snapshot %.12s (job %s step %" PRIu64 "): rank %" PRIu32
 					"'s snapshot %s is not in %s", hex, j->name, j->step, rank, mhex, cas_dir(s));
 	}
-	cas_jobsnap_free(j);
 	return rc;
 }
 

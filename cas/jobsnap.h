@@ -118,5 +118,8 @@ void cas_jobsnap_list_free(struct cas_jobsnap_entry *v, size_t n);
  * -EINVAL when id is no job snapshot or has no rank R, -ENOENT naming the
  * rank when its snapshot is not in the store. */
 int cas_jobsnap_member(struct cas_store *s, const uint8_t id[32], uint32_t rank, uint8_t out[32]);
+/* The same for j, job snapshot id already loaded (cas_jobsnap_load). */
+int cas_jobsnap_rank(struct cas_store *s, const struct cas_jobsnap *j, const uint8_t id[32], uint32_t rank,
+		     uint8_t out[32]);
 
 #endif

@@ -1828,7 +1828,7 @@ int crest_job_restore(crest_t *ch, const struct crest_job *j, const char *snapsh
 	}
 	uint8_t mid[32];
 	if (rc == 0)
-		rc = cas_jobsnap_member(c->store, id, j->rank, mid);   /* names the rank when it is missing */
+		rc = cas_jobsnap_rank(c->store, js, id, j->rank, mid);   /* names the rank when it is missing */
 	if (rc == 0) {
 		hex_encode(mid, 32, mhex);
 		rc = restore_locked(c, mhex, r);
