@@ -17,30 +17,14 @@
 # needs no build.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-cluster=$here/../../scripts/ceph-cluster.sh
 secs=${1:-10}
 if [ $# -gt 1 ] || ! [[ $secs =~ ^[1-9][0-9]*$ ]]; then
 	echo "usage: bench/store/rados_bench.sh [SECONDS]" >&2
 	exit 2
 fi
-command -v rados >/dev/null || {
-	echo "rados_bench.sh: rados is missing: Ceph's packages are not installed (scripts/setup.sh --deps-only)" >&2
-	exit 1
-}
-pool=${CREST_CEPH_POOL:-crest}
-work=$(mktemp -d "${TMPDIR:-/var/tmp}/rados-bench.XXXXXX")
-own=
-cleanup() {
-	[ -z "$own" ] || bash "$cluster" stop "$own" || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
-if [ -z "${CEPH_CONF:-}" ]; then
-	own=$work/cluster
-	# 40 GiB: a sparse file; what it holds is removed after each size.
-	eval "$(CREST_CEPH_OSD_GIB=40 CREST_CEPH_POOL=$pool bash "$cluster" start "$own")"
-fi
-export CEPH_CONF
+# The OSD's 40 GiB file is sparse; what it holds is removed after each size.
+source "$here/ceph_setup.sh"
+ceph_setup rados_bench.sh
 
 # One phase: rados bench's output kept, its summary's figures printed as
 # "MB/s IOPS latency-ms".

@@ -28,7 +28,6 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$here/../..
-cluster=$root/scripts/ceph-cluster.sh
 if [ $# -gt 1 ]; then
 	echo "usage: bench/store/rados_design.sh [BUILD]" >&2
 	exit 2
@@ -52,25 +51,11 @@ done
 	echo "rados_design.sh: $bin is missing: build it (librados-dev installed, make rados_design)" >&2
 	exit 1
 }
-command -v rados >/dev/null || {
-	echo "rados_design.sh: rados is missing: Ceph's packages are not installed (scripts/setup.sh --deps-only)" >&2
-	exit 1
-}
-pool=${CREST_CEPH_POOL:-crest}
-work=$(mktemp -d "${TMPDIR:-/var/tmp}/rados-design.XXXXXX")
-own=
-cleanup() {
-	[ -z "$own" ] || bash "$cluster" stop "$own" || true
-	rm -rf "$work"
-}
-trap cleanup EXIT
+source "$here/ceph_setup.sh"
+ceph_setup rados_design.sh
 osd_args=()
-if [ -z "${CEPH_CONF:-}" ]; then
-	own=$work/cluster
-	eval "$(CREST_CEPH_OSD_GIB=40 CREST_CEPH_POOL=$pool bash "$cluster" start "$own")"
-	osd_args=(--osd-pid "$(<"$own/run/osd.0.pid")")
-fi
-export CEPH_CONF CREST_CEPH_POOL=$pool
+[ -z "$own" ] || osd_args=(--osd-pid "$(<"$own/run/osd.0.pid")")
+export CREST_CEPH_POOL=$pool
 t_start=$SECONDS
 
 # rados bench write of one size, 16 in flight: its MB/s.
