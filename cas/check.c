@@ -32,6 +32,7 @@
 #include "cas/cas_int.h"
 #include "util/crc32c.h"
 #include "util/err.h"
+#include "util/idset.h"
 #include "util/sha256.h"
 
 #include <errno.h>
@@ -43,44 +44,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* A sorted, growable set of 32-byte ids. */
-struct idset {
-	uint8_t (*v)[32];
-	size_t n, cap;
-	bool sorted;
-};
-
-static int id_cmp(const void *a, const void *b)
-{
-	return memcmp(a, b, 32);
-}
-
-static int ids_add(struct idset *s, const uint8_t id[32])
-{
-	if (s->n == s->cap) {
-		const size_t cap = s->cap ? s->cap * 2 : 64;
-		uint8_t (*nv)[32] = realloc(s->v, cap * 32);
-		if (!nv)
-			return -ENOMEM;
-		s->v = nv;
-		s->cap = cap;
-	}
-	memcpy(s->v[s->n++], id, 32);
-	s->sorted = false;
-	return 0;
-}
-
-static void ids_sort(struct idset *s)
-{
-	if (!s->sorted && s->n)
-		qsort(s->v, s->n, 32, id_cmp);
-	s->sorted = true;
-}
-
+/* Whether id is in s, sorted first if an add unsorted it (duplicates
+ * stay: counts below are of what was added). */
 static bool ids_has(struct idset *s, const uint8_t id[32])
 {
-	ids_sort(s);
-	return s->n && bsearch(id, s->v, s->n, 32, id_cmp) != NULL;
+	idset_sort(s);
+	return idset_has(s, id);
 }
 
 /* A manifest record found intact in a meta log. */
@@ -226,10 +195,10 @@ static int meta_take(struct chk *c, const uint8_t *r, uint32_t log, uint64_t off
 		c->lpv = np;
 		np[c->nlpv] = (struct lman){ .log = log, .off = off, .past = past };
 		memcpy(np[c->nlpv++].id, sha, 32);
-		return ids_add(&c->lpieces, sha);
+		return idset_add(&c->lpieces, sha);
 	}
 	if (r[4] == CAS_META_REVOKE || r[4] == CAS_META_DELETE)
-		return ids_add(&c->gone, sha);
+		return idset_add(&c->gone, sha);
 	if (r[4] == CAS_META_TAG) {
 		struct ltag *nt = realloc(c->tags, (c->ntags + 1) * sizeof(*nt));
 		if (!nt)
@@ -496,7 +465,7 @@ static int ids_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
 	struct ixscan *x = arg;
 	if (kl != 32)
 		return 0;
-	return ids_add(x->set, (const uint8_t *)k) < 0 ? crest_errf(-ENOMEM, "checking %s", x->c->s->dir) : 0;
+	return idset_add(x->set, (const uint8_t *)k) < 0 ? crest_errf(-ENOMEM, "checking %s", x->c->s->dir) : 0;
 }
 
 /* A piece some manifest names, and the snapshots that name it. */
@@ -552,8 +521,8 @@ static int index_pass(struct chk *c, struct idset *m, struct idset *orphans)
 	int rc = cas_db_scan(c->s, 'm', ids_cb, &(struct ixscan){ c, m });
 	if (rc == 0)
 		rc = cas_db_scan(c->s, 'i', ids_cb, &(struct ixscan){ c, &iset });
-	ids_sort(m);
-	ids_sort(&iset);
+	idset_sort(m);
+	idset_sort(&iset);
 	char where[512];
 	/* Manifests: each checked, its summary beside it, its pieces noted. */
 	for (size_t k = 0; rc == 0 && k < m->n; k++) {
@@ -628,13 +597,13 @@ static int index_pass(struct chk *c, struct idset *m, struct idset *orphans)
 		struct idset who = { 0 };
 		while (rc == 0 && j < nuses && !memcmp(uses[j].sha, uses[i].sha, 32)) {
 			if (!j || memcmp(uses[j].id, uses[j - 1].id, 32) || j == i)
-				rc = ids_add(&who, uses[j].id) < 0 ? -ENOMEM : 0;
+				rc = idset_add(&who, uses[j].id) < 0 ? -ENOMEM : 0;
 			j++;
 		}
 		if (!c->lpieces.n || !ids_has(&c->lpieces, uses[i].sha))
 			for (size_t w = 0; rc == 0 && w < who.n; w++)
 				if (!ids_has(orphans, who.v[w]))
-					rc = ids_add(orphans, who.v[w]);
+					rc = idset_add(orphans, who.v[w]);
 		size_t vl, bl = 0;
 		int grc;
 		uint8_t base[32], sum[32];
@@ -681,7 +650,7 @@ static int index_pass(struct chk *c, struct idset *m, struct idset *orphans)
 		for (size_t j = 0; j < c->nman && !logged; j++)
 			logged = !memcmp(c->man[j].id, id, 32);
 		if (!logged && !ids_has(orphans, id))
-			rc = ids_add(orphans, id);
+			rc = idset_add(orphans, id);
 	}
 	free(iset.v);
 	free(uses);

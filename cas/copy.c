@@ -14,6 +14,7 @@
 #include "cas/cas_int.h"
 #include "util/err.h"
 #include "util/fault.h"
+#include "util/idset.h"
 #include "util/sha256.h"
 
 #include <errno.h>
@@ -34,32 +35,14 @@ struct copy {
 	uint8_t *raw;               /* one chunk unpacked, CAS_CHUNK_MAX */
 };
 
-static int sha_cmp(const void *a, const void *b)
+/* The distinct chunks of m's extents, sealed (sorted, no duplicates). */
+static int chunks_of(const struct cas_manifest *m, struct idset *out)
 {
-	return memcmp(a, b, 32);
-}
-
-/* The distinct chunks of m's extents, sorted: *out (free() it), *n. */
-static int chunks_of(const struct cas_manifest *m, uint8_t (**out)[32], size_t *n)
-{
-	size_t total = 0;
-	for (size_t i = 0; i < m->nstreams; i++)
-		total += m->streams[i].nextents;
-	uint8_t(*v)[32] = malloc((total ? total : 1) * 32);
-	if (!v)
-		return crest_errf(-ENOMEM, "listing a snapshot's chunks");
-	size_t k = 0;
 	for (size_t i = 0; i < m->nstreams; i++)
 		for (uint64_t j = 0; j < m->streams[i].nextents; j++)
-			if (!m->streams[i].ext[j].hole)
-				memcpy(v[k++], m->streams[i].ext[j].sha, 32);
-	qsort(v, k, 32, sha_cmp);
-	size_t u = 0;
-	for (size_t i = 0; i < k; i++)
-		if (!u || memcmp(v[u - 1], v[i], 32))
-			memcpy(v[u++], v[i], 32);
-	*out = v;
-	*n = u;
+			if (!m->streams[i].ext[j].hole && idset_add(out, m->streams[i].ext[j].sha) < 0)
+				return crest_errf(-ENOMEM, "listing a snapshot's chunks");
+	idset_seal(out);
 	return 0;
 }
 
@@ -232,10 +215,10 @@ static int copy_one(struct copy *c, const uint8_t id[32], unsigned depth)
 		else
 			rc = copy_one(c, mid, depth + 1);
 	}
-	uint8_t(*ids)[32] = NULL;
-	size_t n = 0;
+	struct idset ids = { 0 };
 	if (rc == 0)
-		rc = chunks_of(m, &ids, &n);
+		rc = chunks_of(m, &ids);
+	const size_t n = ids.n;
 	struct cas_index_entry *e = rc == 0 ? malloc((n ? n : 1) * sizeof(*e)) : NULL;
 	if (rc == 0 && !e)
 		rc = crest_errf(-ENOMEM, "copying snapshot %.12s", hex);
@@ -243,10 +226,10 @@ static int copy_one(struct copy *c, const uint8_t id[32], unsigned depth)
 	bool wrote = false;
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		struct cas_loc loc;
-		rc = cas_chunk_lookup(c->dst, ids[i], &loc);
+		rc = cas_chunk_lookup(c->dst, ids.v[i], &loc);
 		if (rc == -ENOENT) {
 			wrote = true;
-			rc = send_chunk(c, ids[i], &e[ne]);
+			rc = send_chunk(c, ids.v[i], &e[ne]);
 			ne += rc == 0;
 		}
 		if (c->progress && i % 64 == 63)
@@ -285,7 +268,7 @@ static int copy_one(struct copy *c, const uint8_t id[32], unsigned depth)
 	c->wlen = 0;
 	free(v);
 	free(e);
-	free(ids);
+	idset_free(&ids);
 	cas_manifest_free(m);
 	return rc;
 }

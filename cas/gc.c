@@ -9,6 +9,7 @@
 #include "cas/jobsnap.h"
 #include "util/crc32c.h"
 #include "util/err.h"
+#include "util/idset.h"
 #include "util/par.h"
 #include "util/sha256.h"
 
@@ -71,50 +72,6 @@ void cas_gc_result_free(struct cas_gc_result *r)
 	free(r->expired_what);
 	r->kept = r->expired = NULL;
 	r->kept_what = r->expired_what = NULL;
-}
-
-/* ---- sets of SHA-256 ids: sorted arrays ---- */
-
-struct idset {
-	uint8_t (*v)[32];
-	size_t n, cap;
-};
-
-static int idset_add(struct idset *s, const uint8_t id[32])
-{
-	if (s->n == s->cap) {
-		const size_t cap = s->cap ? 2 * s->cap : 1024;
-		uint8_t (*nv)[32] = realloc(s->v, cap * 32);
-		if (!nv)
-			return -ENOMEM;
-		s->v = nv;
-		s->cap = cap;
-	}
-	memcpy(s->v[s->n++], id, 32);
-	return 0;
-}
-
-static int id_cmp(const void *a, const void *b)
-{
-	return memcmp(a, b, 32);
-}
-
-/* Sorts and drops duplicates. */
-static void idset_seal(struct idset *s)
-{
-	if (s->n < 2)
-		return;
-	qsort(s->v, s->n, 32, id_cmp);
-	size_t k = 1;
-	for (size_t i = 1; i < s->n; i++)
-		if (memcmp(s->v[i], s->v[k - 1], 32))
-			memcpy(s->v[k++], s->v[i], 32);
-	s->n = k;
-}
-
-static bool idset_has(const struct idset *s, const uint8_t id[32])
-{
-	return s->n && bsearch(id, s->v, s->n, 32, id_cmp) != NULL;
 }
 
 /* ---- retention ---- */
