@@ -15,13 +15,15 @@
 #include "util/err.h"
 #include "util/fault.h"
 #include "util/idset.h"
+#include "util/par.h"
 #include "util/sha256.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define WRITE_CAP (8u << 20)    /* records gathered before one cas_pack_write */
+#define BATCH_IDS 4096          /* ids looked up at once */
+#define WRITE_CAP (32u << 20)   /* records gathered before one cas_pack_write */
 
 struct copy {
 	struct cas_store *src, *dst;
@@ -29,10 +31,6 @@ struct copy {
 	void *arg;
 	struct cas_copy_stats *st;
 	uint8_t *wbuf;              /* WRITE_CAP + one largest record */
-	size_t wlen;
-	uint32_t wpack;
-	uint64_t woff;
-	uint8_t *raw;               /* one chunk unpacked, CAS_CHUNK_MAX */
 };
 
 /* The distinct chunks of m's extents, sealed (sorted, no duplicates). */
@@ -46,71 +44,187 @@ static int chunks_of(const struct cas_manifest *m, struct idset *out)
 	return 0;
 }
 
-static int flush(struct copy *c)
+/* A chunk of a batch: whether dst lacks it, where src has it, and where
+ * its record goes. */
+struct item {
+	const uint8_t *sha;
+	bool need;
+	struct cas_loc src, dst;
+	size_t boff;                /* its record's place in wbuf */
+};
+
+struct xfer {
+	struct copy *c;
+	struct item *it;
+	size_t base;                /* read_one: item i is it[base + i] */
+};
+
+struct xtls {
+	struct sha256_hasher *h;
+	uint8_t *raw;               /* an LZ4 chunk unpacked */
+	size_t cap;
+};
+
+static int xtls_new(struct par *p, void **out)
 {
-	if (!c->wlen)
-		return 0;
-	const struct cas_write w = { .pack = c->wpack, .off = c->woff, .data = c->wbuf, .len = c->wlen };
-	const int rc = cas_pack_write(c->dst, 0, &w, 1);
-	c->wlen = 0;
+	(void)p;
+	struct xtls *t = calloc(1, sizeof(*t));
+	if (!t || sha256_hasher_new(&t->h) < 0) {
+		free(t);
+		return crest_errf(-ENOMEM, "copying chunks");
+	}
+	*out = t;
+	return 0;
+}
+
+static void xtls_free(void *v)
+{
+	struct xtls *t = v;
+	sha256_hasher_free(t->h);
+	free(t->raw);
+	free(t);
+}
+
+/* Whether dst lacks item i, and if so where src has it. */
+static int look_one(struct par *p, void *tls, size_t i)
+{
+	(void)tls;
+	const struct xfer *x = p->arg;
+	struct item *it = &x->it[i];
+	char hex[65];
+	struct cas_loc loc;
+	int rc = cas_chunk_lookup(x->c->dst, it->sha, &loc);
+	it->need = rc == -ENOENT;
+	if (!it->need)
+		return rc;
+	rc = cas_chunk_lookup(x->c->src, it->sha, &it->src);
+	if (rc == -ENOENT) {
+		hex_encode(it->sha, 32, hex);
+		return crest_errx(-EBADMSG, "chunk %.16s is missing from %s", hex, cas_dir(x->c->src));
+	}
+	if (rc == 0 && (it->src.stored > CAS_CHUNK_MAX || it->src.raw > CAS_CHUNK_MAX)) {
+		hex_encode(it->sha, 32, hex);
+		rc = crest_errx(-EBADMSG, "index entry of chunk %.16s in %s is damaged", hex, cas_dir(x->c->src));
+	}
 	return rc;
 }
 
-/* Chunk sha from src into dst's lane 0, checked; its new place in *e. */
-static int send_chunk(struct copy *c, const uint8_t sha[32], struct cas_index_entry *e)
+/* Item i's record read from src into its place in wbuf, checked. The
+ * stored bytes land in the record as read (cas_chunk_read checks them
+ * against the header and its CRC32C); the unpacked bytes are checked
+ * against the id, which no copy of a damaged pack passes. */
+static int read_one(struct par *p, void *tls, size_t i)
 {
-	char hex[65];
-	struct cas_loc loc;
-	int rc = cas_chunk_lookup(c->src, sha, &loc);
-	if (rc == -ENOENT) {
-		hex_encode(sha, 32, hex);
-		return crest_errx(-EBADMSG, "chunk %.16s is missing from %s", hex, cas_dir(c->src));
+	const struct xfer *x = p->arg;
+	struct xtls *t = tls;
+	const struct item *it = &x->it[x->base + i];
+	if (!it->need)
+		return 0;
+	const struct cas_loc *loc = &it->src;
+	uint8_t *rec = x->c->wbuf + it->boff;
+	const bool raw = loc->codec == CAS_CODEC_RAW;
+	if (!raw && t->cap < loc->raw) {
+		uint8_t *nb = realloc(t->raw, loc->raw);
+		if (!nb)
+			return crest_errf(-ENOMEM, "copying chunks");
+		t->raw = nb;
+		t->cap = loc->raw;
 	}
-	if (rc < 0)
-		return rc;
-	if (loc.stored > CAS_CHUNK_MAX || loc.raw > CAS_CHUNK_MAX) {
-		hex_encode(sha, 32, hex);
-		return crest_errx(-EBADMSG, "index entry of chunk %.16s in %s is damaged", hex, cas_dir(c->src));
-	}
-	memcpy(e->sha, sha, 32);
-	rc = cas_pack_reserve(c->dst, 0, loc.stored, loc.raw, loc.codec, &e->loc);
-	if (rc < 0)
-		return rc;
-	const size_t len = CAS_REC_HEADER + (size_t)loc.stored;
-	/* Records reserved one after another in a lane lie back to back
-	 * unless it rolled to a new pack: one write covers a run of them. */
-	if (c->wlen && (e->loc.pack != c->wpack || e->loc.off != c->woff + c->wlen || c->wlen + len > WRITE_CAP))
-		rc = flush(c);
-	if (rc < 0)
-		return rc;
-	if (!c->wlen) {
-		c->wpack = e->loc.pack;
-		c->woff = e->loc.off;
-	}
-	uint8_t *rec = c->wbuf + c->wlen;
-	/* The stored bytes land in the record as read (cas_chunk_read checks
-	 * them against the header and its CRC32C); the unpacked bytes are
-	 * checked against the id, which no copy of a damaged pack passes. */
-	const bool raw = loc.codec == CAS_CODEC_RAW;
-	uint8_t *data = raw ? rec + CAS_REC_HEADER : c->raw;
-	rc = cas_chunk_read(c->src, sha, &loc, data, loc.raw, raw ? NULL : rec + CAS_REC_HEADER);
-	if (rc < 0)
-		return rc;
+	uint8_t *data = raw ? rec + CAS_REC_HEADER : t->raw;
+	/* (It returns the bytes unpacked.) */
+	int rc = cas_chunk_read(x->c->src, it->sha, loc, data, loc->raw, raw ? NULL : rec + CAS_REC_HEADER);
 	uint8_t got[32];
-	rc = sha256_once(data, loc.raw, got);
-	if (rc < 0)
-		return rc;
-	if (memcmp(got, sha, 32)) {
-		hex_encode(sha, 32, hex);
-		return crest_errx(-EBADMSG, "chunk %.16s in %s does not match its SHA-256 (damaged pack)", hex,
-				  cas_dir(c->src));
+	if (rc >= 0)
+		rc = sha256_hash(t->h, data, loc->raw, got);
+	if (rc == 0 && memcmp(got, it->sha, 32)) {
+		char hex[65];
+		hex_encode(it->sha, 32, hex);
+		rc = crest_errx(-EBADMSG, "chunk %.16s in %s does not match its SHA-256 (damaged pack)", hex,
+				cas_dir(x->c->src));
 	}
-	cas_rec_build(rec, sha, loc.codec, loc.raw, loc.stored);
-	c->wlen += len;
-	c->st->chunks_sent++;
-	c->st->bytes_sent += len;
-	c->st->raw_sent += loc.raw;
-	return 0;
+	if (rc == 0)
+		cas_rec_build(rec, it->sha, loc->codec, loc->raw, loc->stored);
+	p->bytes += loc->raw;
+	return rc;
+}
+
+/* Items [a, b)'s records written where they were reserved, in runs that
+ * lie back to back in a pack (records reserved one after another in a
+ * lane do, unless it rolled to a new pack). */
+static int write_range(struct copy *c, const struct item *it, size_t a, size_t b, struct cas_write *w)
+{
+	unsigned nw = 0;
+	for (size_t i = a; i < b; i++) {
+		if (!it[i].need)
+			continue;
+		const size_t len = CAS_REC_HEADER + (size_t)it[i].src.stored;
+		struct cas_write *l = nw ? &w[nw - 1] : NULL;
+		if (l && l->pack == it[i].dst.pack && l->off + l->len == it[i].dst.off) {
+			l->len += len;
+		} else {
+			w[nw++] = (struct cas_write){ .pack = it[i].dst.pack, .off = it[i].dst.off,
+						      .data = c->wbuf + it[i].boff, .len = len };
+		}
+	}
+	return nw ? cas_pack_write(c->dst, 0, w, nw) : 0;
+}
+
+/* The chunks of ids dst lacks, from src into dst's lane 0, checked; their
+ * new places appended to e (*ne of them). Batches of ids are looked up,
+ * and their records read and hashed, on every core; the records are
+ * reserved and written in order. */
+static int send_chunks(struct copy *c, const struct idset *ids, struct cas_index_entry *e, size_t *ne)
+{
+	struct item *it = calloc(BATCH_IDS, sizeof(*it));
+	struct cas_write *w = calloc(BATCH_IDS, sizeof(*w));
+	int rc = it && w ? 0 : crest_errf(-ENOMEM, "copying chunks");
+	struct xfer x = { .c = c, .it = it };
+	for (size_t s = 0; rc == 0 && s < ids->n; s += BATCH_IDS) {
+		const size_t n = ids->n - s < BATCH_IDS ? ids->n - s : BATCH_IDS;
+		for (size_t i = 0; i < n; i++)
+			it[i] = (struct item){ .sha = ids->v[s + i] };
+		struct par p = { .n = n, .batch = 64, .fn = look_one, .arg = &x };
+		rc = par_run(&p, 0, NULL, 0);
+		for (size_t a = 0; rc == 0 && a < n;) {
+			/* As many records as wbuf holds (one at least), reserved
+			 * in order. */
+			size_t b = a, used = 0;
+			for (; rc == 0 && b < n; b++) {
+				if (!it[b].need)
+					continue;
+				const size_t len = CAS_REC_HEADER + (size_t)it[b].src.stored;
+				if (used && used + len > WRITE_CAP)
+					break;
+				rc = cas_pack_reserve(c->dst, 0, it[b].src.stored, it[b].src.raw, it[b].src.codec,
+						      &it[b].dst);
+				it[b].boff = used;
+				used += len;
+			}
+			x.base = a;
+			struct par q = { .n = b - a, .batch = 8, .fn = read_one, .tls_new = xtls_new,
+					 .tls_free = xtls_free, .arg = &x };
+			if (rc == 0)
+				rc = par_run(&q, 0, NULL, 0);
+			if (rc == 0)
+				rc = write_range(c, it, a, b, w);
+			for (size_t i = a; rc == 0 && i < b; i++) {
+				if (!it[i].need)
+					continue;
+				e[*ne] = (struct cas_index_entry){ .loc = it[i].dst };
+				memcpy(e[*ne].sha, it[i].sha, 32);
+				++*ne;
+				c->st->chunks_sent++;
+				c->st->bytes_sent += CAS_REC_HEADER + (uint64_t)it[i].src.stored;
+				c->st->raw_sent += it[i].src.raw;
+			}
+			if (c->progress)
+				c->progress(c->st->bytes_sent, c->arg);
+			a = b;
+		}
+	}
+	free(it);
+	free(w);
+	return rc;
 }
 
 /* Appends the encoding of piece sha (from src, checked) to enc's pieces,
@@ -223,21 +337,10 @@ static int copy_one(struct copy *c, const uint8_t id[32], unsigned depth)
 	if (rc == 0 && !e)
 		rc = crest_errf(-ENOMEM, "copying snapshot %.12s", hex);
 	size_t ne = 0;
-	bool wrote = false;
-	for (size_t i = 0; rc == 0 && i < n; i++) {
-		struct cas_loc loc;
-		rc = cas_chunk_lookup(c->dst, ids.v[i], &loc);
-		if (rc == -ENOENT) {
-			wrote = true;
-			rc = send_chunk(c, ids.v[i], &e[ne]);
-			ne += rc == 0;
-		}
-		if (c->progress && i % 64 == 63)
-			c->progress(c->st->bytes_sent, c->arg);
-	}
-	c->st->chunks += n;
 	if (rc == 0)
-		rc = flush(c);
+		rc = send_chunks(c, &ids, e, &ne);
+	c->st->chunks += n;
+	const bool wrote = ne > 0;
 	if (rc == 0 && wrote)
 		rc = cas_pack_sync(c->dst, 0);
 	struct cas_encoded enc = { 0 };
@@ -263,9 +366,8 @@ static int copy_one(struct copy *c, const uint8_t id[32], unsigned depth)
 	}
 	/* Records written for a copy that did not commit are cut, and the
 	 * lane goes on in a fresh pack (cas_pack_discard). */
-	if (rc < 0 && wrote)
+	if (rc < 0)
 		(void)cas_pack_discard(c->dst);
-	c->wlen = 0;
 	free(v);
 	free(e);
 	idset_free(&ids);
@@ -279,9 +381,7 @@ int cas_snapshot_copy(struct cas_store *src, struct cas_store *dst, const uint8_
 	memset(st, 0, sizeof(*st));
 	struct copy c = { .src = src, .dst = dst, .progress = progress, .arg = arg, .st = st };
 	c.wbuf = malloc(WRITE_CAP + CAS_REC_HEADER + CAS_CHUNK_MAX);
-	c.raw = malloc(CAS_CHUNK_MAX);
-	int rc = c.wbuf && c.raw ? copy_one(&c, id, 0) : crest_errf(-ENOMEM, "copying a snapshot");
+	const int rc = c.wbuf ? copy_one(&c, id, 0) : crest_errf(-ENOMEM, "copying a snapshot");
 	free(c.wbuf);
-	free(c.raw);
 	return rc;
 }
