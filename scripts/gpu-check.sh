@@ -444,11 +444,13 @@ demo_check demo_nobp CRIU_FAULT=130
 # GPU0=GPU1 that the driver alone refuses; each run's output must equal an
 # uninterrupted run's, the restored job must run on GPU 1, and a map onto a
 # GPU that is not here must be refused before anything is restored, the
-# job's log untouched. Needs two GPUs (nvidia-h200-x2); skipped on one.
+# job's log untouched. The --gpu 1 restore is from another store, as on
+# another node: the snapshot pushed to a third store and pulled from there.
+# Needs two GPUs (nvidia-h200-x2); skipped on one.
 move_run() {  # move_run WHAT ARGS...: restore, then wait for the job; sets MOVE_ERR
 	local what=$1 t
 	shift
-	if ! "${RUN[@]}" "$(bin crest)" --store "$mw/store" restore mv "$@" >>"$LOGS/gpu_move.log" 2>&1; then
+	if ! "${RUN[@]}" "$(bin crest)" --store "$MOVE_STORE" restore mv "$@" >>"$LOGS/gpu_move.log" 2>&1; then
 		MOVE_ERR="$what: crest restore failed: $(grep -E '^crest' "$LOGS/gpu_move.log" | tail -1)"
 		return 1
 	fi
@@ -514,12 +516,19 @@ else
 			MOVE_ERR="a refused map touched the job's log or left a process"
 		fi
 	fi
-	[ -z "$MOVE_ERR" ] && move_run "--gpu 1" --gpu 1 &&
-		move_run "--gpu-map GPU0=GPU1 alone" --gpu-map "$uuid0=$uuid1"
+	# The first restore as on another node: from a store the snapshot was
+	# pushed to and pulled from (issue 35, item 4).
+	if [ -z "$MOVE_ERR" ] && ! { "${RUN[@]}" "$(bin crest)" --store "$mw/store" --init push mv "$mw/shared" &&
+		"${RUN[@]}" "$(bin crest)" --store "$mw/node2" --init pull mv "$mw/shared"; } >>"$LOGS/gpu_move.log" 2>&1; then
+		MOVE_ERR="crest push or pull of the snapshot failed: $(grep -E '^crest' "$LOGS/gpu_move.log" | tail -1)"
+	fi
+	MOVE_STORE=$mw/node2
+	[ -z "$MOVE_ERR" ] && move_run "--gpu 1, from a pulled store" --gpu 1 &&
+		MOVE_STORE=$mw/store && move_run "--gpu-map GPU0=GPU1 alone" --gpu-map "$uuid0=$uuid1"
 	DT=$((SECONDS - t))
 	if [ -z "$MOVE_ERR" ]; then
-		STORES+=("gpu_move=$mw/store")
-		pass gpu_move "checkpointed on GPU 0 (its memory there recorded: $mib0 MiB), restored onto GPU 1 with --gpu 1 and with GPU0=GPU1 alone: ran there, output identical to an uninterrupted run both times; a map onto a missing GPU refused before restoring, log untouched, ${DT} s"
+		STORES+=("gpu_move=$mw/store" "gpu_move_pulled=$mw/node2")
+		pass gpu_move "checkpointed on GPU 0 (its memory there recorded: $mib0 MiB), restored onto GPU 1 with --gpu 1 from a store it was pushed to and pulled from, and with GPU0=GPU1 alone from its own: ran there, output identical to an uninterrupted run both times; a map onto a missing GPU refused before restoring, log untouched, ${DT} s"
 	else
 		fail gpu_move "$MOVE_ERR" "$LOGS/gpu_move.log"
 	fi
