@@ -254,10 +254,21 @@ launch() {  # launch NAME ARGS...
 	local n=$1
 	shift
 	"$@" -f -c "$conf" </dev/null >>"$dir/log/$n.out" 2>&1 &
-	echo $! >"$dir/run/$n.pid"
-	# Not this shell's job any more: its death is reported by alive(),
+	local pid=$! i
+	echo "$pid" >"$dir/run/$n.pid"
+	# Not this shell's job any more: its death is reported by all_alive(),
 	# not by a "Killed" line from bash.
 	disown
+	# Until the child has exec'd the daemon its cmdline is this shell's,
+	# and live_pid takes it for dead: a client command sent meanwhile was
+	# killed as if the daemon had died (seen under load: "ceph osd new
+	# failed" with nothing in its log). Return once it is the daemon, or
+	# gone (then dead_daemon says so).
+	for i in $(seq 1 1000); do
+		live_pid "$n" >/dev/null && break
+		running "$pid" || break
+		sleep 0.01
+	done
 }
 # The first daemon launched so far that is not running, if any.
 dead_daemon() {
