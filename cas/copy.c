@@ -19,6 +19,7 @@
 #include "util/sha256.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,7 +31,10 @@ struct copy {
 	void (*progress)(uint64_t, void *);
 	void *arg;
 	struct cas_copy_stats *st;
-	uint8_t *wbuf;              /* WRITE_CAP + one largest record */
+	/* Two buffers of WRITE_CAP + one largest record: one fills while
+	 * the other is written (struct wjob). */
+	uint8_t *buf[2];
+	uint8_t *wbuf;              /* the one being filled */
 };
 
 /* The distinct chunks of m's extents, sealed (sorted, no duplicates). */
@@ -148,10 +152,10 @@ static int read_one(struct par *p, void *tls, size_t i)
 	return rc;
 }
 
-/* Items [a, b)'s records written where they were reserved, in runs that
- * lie back to back in a pack (records reserved one after another in a
- * lane do, unless it rolled to a new pack). */
-static int write_range(struct copy *c, const struct item *it, size_t a, size_t b, struct cas_write *w)
+/* Items [a, b)'s records as writes to where they were reserved, in runs
+ * that lie back to back in a pack (records reserved one after another in
+ * a lane do, unless it rolled to a new pack); how many in w. */
+static unsigned runs_of(const struct copy *c, const struct item *it, size_t a, size_t b, struct cas_write *w)
 {
 	unsigned nw = 0;
 	for (size_t i = a; i < b; i++) {
@@ -166,7 +170,56 @@ static int write_range(struct copy *c, const struct item *it, size_t a, size_t b
 						      .data = c->wbuf + it[i].boff, .len = len };
 		}
 	}
-	return nw ? cas_pack_write(c->dst, 0, w, nw) : 0;
+	return nw;
+}
+
+/* One buffer's records written by a thread of their own while the next
+ * buffer fills: at most one at a time (a lane has one writer), started in
+ * reservation order, so each lands where it was reserved. */
+struct wjob {
+	struct cas_store *dst;
+	struct cas_write *w;
+	unsigned nw;
+	int rc;
+	char msg[1024];
+	pthread_t t;
+	bool running;
+};
+
+static void *wjob_main(void *arg)
+{
+	struct wjob *j = arg;
+	j->rc = cas_pack_write(j->dst, 0, j->w, j->nw);
+	if (j->rc < 0)
+		crest_errcpy(j->msg, sizeof(j->msg));
+	return NULL;
+}
+
+/* Waits for j's write; its result, its message made the caller's. */
+static int wjob_join(struct wjob *j)
+{
+	if (!j->running)
+		return 0;
+	pthread_join(j->t, NULL);
+	j->running = false;
+	if (j->rc < 0)
+		crest_errset_str(j->msg);
+	return j->rc;
+}
+
+static int wjob_start(struct wjob *j)
+{
+	j->rc = 0;
+	if (!j->nw)
+		return 0;
+	if (pthread_create(&j->t, NULL, wjob_main, j) != 0) {
+		wjob_main(j);   /* no thread to be had: here */
+		if (j->rc < 0)
+			crest_errset_str(j->msg);
+		return j->rc;
+	}
+	j->running = true;
+	return 0;
 }
 
 /* The chunks of ids dst lacks, from src into dst's lane 0, checked; their
@@ -176,9 +229,13 @@ static int write_range(struct copy *c, const struct item *it, size_t a, size_t b
 static int send_chunks(struct copy *c, const struct idset *ids, struct cas_index_entry *e, size_t *ne)
 {
 	struct item *it = calloc(BATCH_IDS, sizeof(*it));
-	struct cas_write *w = calloc(BATCH_IDS, sizeof(*w));
-	int rc = it && w ? 0 : crest_errf(-ENOMEM, "copying chunks");
+	struct wjob wj[2] = { { .dst = c->dst }, { .dst = c->dst } };
+	wj[0].w = calloc(BATCH_IDS, sizeof(struct cas_write));
+	wj[1].w = calloc(BATCH_IDS, sizeof(struct cas_write));
+	int rc = it && wj[0].w && wj[1].w ? 0 : crest_errf(-ENOMEM, "copying chunks");
 	struct xfer x = { .c = c, .it = it };
+	unsigned cur = 0;           /* the buffer being filled */
+	c->wbuf = c->buf[cur];
 	for (size_t s = 0; rc == 0 && s < ids->n; s += BATCH_IDS) {
 		const size_t n = ids->n - s < BATCH_IDS ? ids->n - s : BATCH_IDS;
 		for (size_t i = 0; i < n; i++)
@@ -205,8 +262,17 @@ static int send_chunks(struct copy *c, const struct idset *ids, struct cas_index
 					 .tls_free = xtls_free, .arg = &x };
 			if (rc == 0)
 				rc = par_run(&q, 0, NULL, 0);
+			/* The other buffer's write done, this one's starts, and the
+			 * other fills meanwhile. */
+			const int wrc = wjob_join(&wj[cur ^ 1]);
 			if (rc == 0)
-				rc = write_range(c, it, a, b, w);
+				rc = wrc;
+			if (rc == 0) {
+				wj[cur].nw = runs_of(c, it, a, b, wj[cur].w);
+				rc = wjob_start(&wj[cur]);
+				cur ^= 1;
+				c->wbuf = c->buf[cur];
+			}
 			for (size_t i = a; rc == 0 && i < b; i++) {
 				if (!it[i].need)
 					continue;
@@ -222,8 +288,14 @@ static int send_chunks(struct copy *c, const struct idset *ids, struct cas_index
 			a = b;
 		}
 	}
+	for (unsigned k = 0; k < 2; k++) {
+		const int wrc = wjob_join(&wj[k]);
+		if (rc == 0)
+			rc = wrc;
+	}
 	free(it);
-	free(w);
+	free(wj[0].w);
+	free(wj[1].w);
 	return rc;
 }
 
@@ -380,8 +452,10 @@ int cas_snapshot_copy(struct cas_store *src, struct cas_store *dst, const uint8_
 {
 	memset(st, 0, sizeof(*st));
 	struct copy c = { .src = src, .dst = dst, .progress = progress, .arg = arg, .st = st };
-	c.wbuf = malloc(WRITE_CAP + CAS_REC_HEADER + CAS_CHUNK_MAX);
-	const int rc = c.wbuf ? copy_one(&c, id, 0) : crest_errf(-ENOMEM, "copying a snapshot");
-	free(c.wbuf);
+	c.buf[0] = malloc(WRITE_CAP + CAS_REC_HEADER + CAS_CHUNK_MAX);
+	c.buf[1] = malloc(WRITE_CAP + CAS_REC_HEADER + CAS_CHUNK_MAX);
+	const int rc = c.buf[0] && c.buf[1] ? copy_one(&c, id, 0) : crest_errf(-ENOMEM, "copying a snapshot");
+	free(c.buf[0]);
+	free(c.buf[1]);
 	return rc;
 }
