@@ -6,7 +6,10 @@
 # filesystem, the same bytes file to file with nothing checked. Then an
 # incremental push after 2% of the data changed in 64 KiB stretches, beside
 # the put that stored the change. Page cache warm for all (the bytes were
-# just written); each figure the best of REPS (3) runs. Issue 35, item 4.
+# just written), and everything synced before each timed step, which ends
+# when its own data is durable (push and pull sync their packs; cp is
+# followed by sync -f); each figure the best of REPS (3) runs. Issue 35,
+# item 4.
 # Run from the repository root after a build (build/).
 set -euo pipefail
 export CREST_INIT=1
@@ -32,7 +35,9 @@ for r in $(seq 1 "$reps"); do
 	rm -rf "$w/cp" "$w/B" "$w/C"
 	sync
 	t0=$(now); cp -r "$w/A/packs" "$w/cp"; sync -f "$w/cp"; t1=$(now); cpt+="$(secs "$t0" "$t1") "
+	sync
 	t0=$(now); crest --store "$w/A" --quiet push v1 "$w/B"; t1=$(now); pusht+="$(secs "$t0" "$t1") "
+	sync
 	t0=$(now); crest --store "$w/C" --quiet pull v1 "$w/B"; t1=$(now); pullt+="$(secs "$t0" "$t1") "
 	echo "run $r: cp -r packs $(echo $cpt | awk '{print $NF}') s, push $(echo $pusht | awk '{print $NF}') s, pull $(echo $pullt | awk '{print $NF}') s"
 done
