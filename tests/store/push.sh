@@ -10,6 +10,9 @@
 #  - a random version pulled from B into a fresh C (another node) restores
 #    bit-exact, as do all the others pulled after it, each sending only
 #    what C lacked; verify passes on B and C;
+#  - every version pushed at once (one process each) into a fresh F: each
+#    restores bit-exact, and F holds as many chunks (and unique bytes) as
+#    A, which holds the versions' union: shared chunks stored once;
 #  - a job snapshot of two versions as ranks, pushed to a fresh D, brings
 #    both ranks first: get --rank restores each bit-exact from D;
 #  - a push killed (-9) after its records are written, before its commit,
@@ -84,6 +87,28 @@ done
 "$CASCTL" --store "$B" --quiet verify || fail "verify of B failed"
 "$CASCTL" --store "$C" --quiet verify || fail "verify of C failed"
 echo "ok: pulled in the order $(echo $order), each restored bit-exact"
+
+note "every version pushed at once into one store: each whole, shared chunks stored once"
+F=$T/F   # made by whichever push comes first (CREST_INIT=1)
+pids=()
+for v in $(seq 1 "$nv"); do
+	"$CREST" --quiet push "v$v" "$F" 2>"$T/conc$v.err" &
+	pids+=($!)
+done
+for k in "${!pids[@]}"; do
+	wait "${pids[k]}" || fail "concurrent push of v$((k + 1)) failed: $(cat "$T/conc$((k + 1)).err")"
+done
+for v in $(seq 1 "$nv"); do
+	rm -rf "$T/out"
+	"$CREST" --store "$F" --quiet get "v$v" "$T/out" || fail "get v$v from F failed"
+	same_tree "$T/tree$v" "$T/out/src"
+done
+jstat() { "$CASCTL" --store "$1" --json stats | sed -n "s/.*\"$2\": \([0-9]*\).*/\1/p"; }
+[ "$(jstat "$F" chunks)" = "$(jstat "$A" chunks)" ] ||
+	fail "F holds $(jstat "$F" chunks) chunks after $nv concurrent pushes, A $(jstat "$A" chunks): a shared chunk stored twice, or one lost"
+[ "$(jstat "$F" unique_bytes)" = "$(jstat "$A" unique_bytes)" ] || fail "F's unique bytes differ from A's"
+"$CASCTL" --store "$F" --quiet verify || fail "verify of F failed"
+echo "ok: $nv pushes at once: each restored bit-exact, $(jstat "$F" chunks) chunks as in A"
 
 note "a job snapshot brings its ranks"
 j=$("$CREST" job commit train --step 7 v1 "v$nv") || fail "job commit failed"
