@@ -19,11 +19,11 @@ static void on_progress(uint64_t sent, void *arg)
 	progress_update(arg, sent);
 }
 
-/* Bytes a second, capped (cmd_files.c's rate). */
-static uint64_t rate(uint64_t bytes, double secs)
+/* Whether paths a and b name the same store (both exist, one real path). */
+static bool same_store(const char *a, const char *b)
 {
-	const double r = secs > 0 ? (double)bytes / secs : 0;
-	return r >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)r;
+	char ra[PATH_MAX], rb[PATH_MAX];
+	return realpath(a, ra) && realpath(b, rb) && !strcmp(ra, rb);
 }
 
 /* The snapshot's tags in src, given to it in dst where dst has them free;
@@ -101,14 +101,13 @@ static void print_copy(const struct cli *c, FILE *out, const char *verb, const c
 			fmt_bytes(st->bytes_sent, b1, sizeof(b1)), fmt_bytes(st->raw_sent, b2, sizeof(b2)),
 			(unsigned long long)(st->snapshots - st->present), st->snapshots - st->present == 1 ? "" : "s",
 			st->present ? ", the rest there already" : "", secs,
-			fmt_bytes(rate(st->bytes_sent, secs), b3, sizeof(b3)));
+			fmt_bytes(cli_rate(st->bytes_sent, secs), b3, sizeof(b3)));
 	}
 }
 
 int cli_push_check(const struct cli *c, const char *to)
 {
-	char a[PATH_MAX], b[PATH_MAX];
-	if (realpath(c->store, a) && realpath(to, b) && !strcmp(a, b))
+	if (same_store(c->store, to))
 		return crest_errx(-EINVAL, "--push-to %s is the store itself (--store)", to);
 	if (c->init)
 		return 0;
@@ -141,8 +140,7 @@ static int copy_cmd(struct cli *c, int argc, char **argv, bool push)
 	if (argc != 3)
 		return cli_usage(c, cmd, "wants SNAPSHOT STORE, %s", argc < 3 ? "not fewer" : "no more");
 	const char *other = argv[2];
-	char a[PATH_MAX], b[PATH_MAX];
-	if (realpath(c->store, a) && realpath(other, b) && !strcmp(a, b))
+	if (same_store(c->store, other))
 		return cli_usage(c, cmd, "%s is the store itself (--store)", other);
 	struct cli oc = *c;
 	oc.store = other;

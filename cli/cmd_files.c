@@ -68,15 +68,6 @@ static const char *put_name(char *path)
 	return (!*base || !strcmp(base, ".") || !strcmp(base, "..")) ? NULL : base;
 }
 
-/* Bytes a second for a speed line. A sparse file's logical size over a
- * short time can pass what uint64_t holds, and the conversion of a double
- * out of range is undefined: it is capped. */
-static uint64_t rate(uint64_t bytes, double secs)
-{
-	const double r = secs > 0 ? (double)bytes / secs : 0;
-	return r >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)r;
-}
-
 /* Ctrl-C or SIGTERM during a put: the snapshot is cancelled (nothing of it
  * is committed unless its commit had begun) and crest put says so, then
  * closes the store, which cuts the packs back to their commit marks
@@ -357,7 +348,7 @@ int cmd_put(struct cli *c, int argc, char **argv)
 		printf("  %s logical, %s new, %s stored, in %.2f s (%s/s)\n",
 		       fmt_bytes(r.logical_bytes, b1, sizeof(b1)), fmt_bytes(r.new_bytes, b2, sizeof(b2)),
 		       fmt_bytes(r.stored_bytes, b3, sizeof(b3)), secs,
-		       fmt_bytes(rate(r.logical_bytes, secs), b4, sizeof(b4)));
+		       fmt_bytes(cli_rate(r.logical_bytes, secs), b4, sizeof(b4)));
 	}
 	return 0;
 }
@@ -450,7 +441,7 @@ int cmd_get(struct cli *c, int argc, char **argv)
 		if (!c->quiet)
 			printf("restored %.12s into %s: %s in %.2f s (%s/s)\n", hex, argv[2],
 			       fmt_bytes(bytes, b1, sizeof(b1)), secs,
-			       fmt_bytes(rate(bytes, secs), b2, sizeof(b2)));
+			       fmt_bytes(cli_rate(bytes, secs), b2, sizeof(b2)));
 	}
 	cas_manifest_free(m);
 	free(lost);

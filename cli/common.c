@@ -511,6 +511,12 @@ double cli_secs(uint64_t ns)
 	return (double)ns / 1e9;
 }
 
+uint64_t cli_rate(uint64_t bytes, double secs)
+{
+	const double r = secs > 0 ? (double)bytes / secs : 0;
+	return r >= 18446744073709551615.0 ? UINT64_MAX : (uint64_t)r;
+}
+
 int cli_check_index(const struct cli *c, const struct cas_store *s)
 {
 	struct cas_recovery r;

@@ -139,6 +139,10 @@ int cli_check_gpu(const char *v);
 
 void cli_print_id(char out[65], const uint8_t id[32]);
 double cli_secs(uint64_t ns);
+/* Bytes a second for a speed line. A sparse file's logical size over a
+ * short time can pass what uint64_t holds, and the conversion of a double
+ * out of range is undefined: it is capped. */
+uint64_t cli_rate(uint64_t bytes, double secs);
 /* "YYYY-MM-DD HH:MM:SS", local time, of a wall-clock time in ns. */
 void cli_fmt_time(uint64_t ns, char *buf, size_t cap);
 
