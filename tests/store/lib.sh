@@ -48,10 +48,14 @@ PUT_OUT=
 put() {
 	PUT_OUT=$("$CREST" --json put "$@") || fail "crest put $* failed"
 }
-field() {
-	# Numbers and strings from crest's flat JSON object.
+# json_field JSON FIELD: a number or string of crest's flat JSON object
+# (empty when it has no FIELD).
+json_field() {
+	printf '%s' "$1" | sed -n "s/.*\"$2\": \"\{0,1\}\([^\",}]*\)\"\{0,1\}.*/\1/p"
+}
+field() {   # field FIELD: of the last put's output
 	local v
-	v=$(printf '%s' "$PUT_OUT" | sed -n "s/.*\"$1\": \"\{0,1\}\([^\",}]*\)\"\{0,1\}.*/\1/p")
+	v=$(json_field "$PUT_OUT" "$1")
 	[ -n "$v" ] || fail "no $1 in: $PUT_OUT"
 	echo "$v"
 }

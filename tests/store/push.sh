@@ -38,8 +38,6 @@ mkdir "$src/small"
 "$STORE_TOOL" files "$src/small" 40 $RANDOM
 nv=$((RANDOM % 4 + 3))
 declare -a ID NEWC NEWB
-# jfield JSON FIELD: a number or string of a flat JSON object
-jfield() { printf '%s' "$1" | sed -n "s/.*\"$2\": \"\{0,1\}\([^\",}]*\)\"\{0,1\}.*/\1/p"; }
 for v in $(seq 1 "$nv"); do
 	files=("$src"/r* "$src"/m*)
 	f=${files[RANDOM % ${#files[@]}]}
@@ -61,10 +59,10 @@ done
 note "each version pushed to B sends what its put added to A"
 for v in $(seq 1 "$nv"); do
 	out=$("$CREST" --json push "v$v" "$B") || fail "push v$v failed"
-	[ "$(jfield "$out" snapshot)" = "${ID[v]}" ] || fail "push v$v: $out"
-	[ "$(jfield "$out" chunks_sent)" = "${NEWC[v]}" ] || fail "push v$v sent $(jfield "$out" chunks_sent) chunks, put added ${NEWC[v]}: $out"
-	[ "$(jfield "$out" raw_sent)" = "${NEWB[v]}" ] || fail "push v$v sent $(jfield "$out" raw_sent) bytes of data, put added ${NEWB[v]}"
-	[ "$(jfield "$out" tags)" = 1 ] || fail "push v$v gave $(jfield "$out" tags) tags: $out"
+	[ "$(json_field "$out" snapshot)" = "${ID[v]}" ] || fail "push v$v: $out"
+	[ "$(json_field "$out" chunks_sent)" = "${NEWC[v]}" ] || fail "push v$v sent $(json_field "$out" chunks_sent) chunks, put added ${NEWC[v]}: $out"
+	[ "$(json_field "$out" raw_sent)" = "${NEWB[v]}" ] || fail "push v$v sent $(json_field "$out" raw_sent) bytes of data, put added ${NEWB[v]}"
+	[ "$(json_field "$out" tags)" = 1 ] || fail "push v$v gave $(json_field "$out" tags) tags: $out"
 done
 [ "$("$CREST" --store "$B" --json ls | grep -o '"snapshot": "[0-9a-f]*"' | sort)" = \
   "$("$CREST" --json ls | grep -o '"snapshot": "[0-9a-f]*"' | sort)" ] || fail "B does not list A's snapshots"
@@ -73,7 +71,7 @@ for v in $(seq 1 "$nv"); do
 		fail "tag v$v in B does not name ${ID[v]}"
 done
 out=$("$CREST" --json push "v$nv" "$B")
-[ "$(jfield "$out" chunks_sent)" = 0 ] && [ "$(jfield "$out" present)" = 1 ] || fail "a second push sent something: $out"
+[ "$(json_field "$out" chunks_sent)" = 0 ] && [ "$(json_field "$out" present)" = 1 ] || fail "a second push sent something: $out"
 echo "ok: $nv versions, each sending its own new chunks; again: nothing"
 
 note "pulled into a fresh store, in a random order, bit-exact"
@@ -103,7 +101,7 @@ for v in $(seq 1 "$nv"); do
 	"$CREST" --store "$F" --quiet get "v$v" "$T/out" || fail "get v$v from F failed"
 	same_tree "$T/tree$v" "$T/out/src"
 done
-jstat() { "$CASCTL" --store "$1" --json stats | sed -n "s/.*\"$2\": \([0-9]*\).*/\1/p"; }
+jstat() { json_field "$("$CASCTL" --store "$1" --json stats)" "$2"; }
 [ "$(jstat "$F" chunks)" = "$(jstat "$A" chunks)" ] ||
 	fail "F holds $(jstat "$F" chunks) chunks after $nv concurrent pushes, A $(jstat "$A" chunks): a shared chunk stored twice, or one lost"
 [ "$(jstat "$F" unique_bytes)" = "$(jstat "$A" unique_bytes)" ] || fail "F's unique bytes differ from A's"
@@ -113,7 +111,7 @@ echo "ok: $nv pushes at once: each restored bit-exact, $(jstat "$F" chunks) chun
 note "a job snapshot brings its ranks"
 j=$("$CREST" job commit train --step 7 v1 "v$nv") || fail "job commit failed"
 out=$("$CREST" --json push job:train "$D") || fail "push of the job snapshot failed"
-[ "$(jfield "$out" snapshots)" = 3 ] || fail "the job snapshot's push committed $(jfield "$out" snapshots) snapshots, not 3: $out"
+[ "$(json_field "$out" snapshots)" = 3 ] || fail "the job snapshot's push committed $(json_field "$out" snapshots) snapshots, not 3: $out"
 for r in 0 1; do
 	v=1; [ $r = 1 ] && v=$nv
 	rm -rf "$T/out"
