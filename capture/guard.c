@@ -1,6 +1,8 @@
 /* guard.c - a job given back if crest dies while it holds it; see guard.h. */
 #include "capture/guard.h"
 #include "gpu/gpuckpt.h"
+#include "gpu/shim.h"
+#include "gpu/shimctl.h"
 #include "os/proc.h"
 #include "os/spawn.h"
 #include "util/err.h"
@@ -29,14 +31,16 @@
 #define QUIET_MS 1000
 
 int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cuda, size_t ncuda,
-		   const pid_t *held, size_t nheld)
+		   const pid_t *held, size_t nheld, const pid_t *shim, size_t nshim)
 {
 	memset(g, 0, sizeof(*g));
 	g->fd = -1;
 	char rootarg[24], *list = proc_pids_format(cuda, ncuda), *hlist = proc_pids_format(held, nheld);
-	if (!list || !hlist) {
+	char *slist = proc_pids_format(shim, nshim);
+	if (!list || !hlist || !slist) {
 		free(list);
 		free(hlist);
+		free(slist);
 		return crest_errf(-ENOMEM, "guarding pid %d", (int)root);
 	}
 	snprintf(rootarg, sizeof(rootarg), "%d", (int)root);
@@ -44,15 +48,17 @@ int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cu
 	if (pipe2(p, O_CLOEXEC) < 0) {
 		free(list);
 		free(hlist);
+		free(slist);
 		return crest_errf(-errno, "cannot start the guard of pid %d", (int)root);
 	}
 	/* The read end becomes fd 3 (GUARD_FD); the write end stays crest's
 	 * alone, so that it ends only with crest or at the disarm. */
-	char *args[] = { "__capture-guard", rootarg, stopped ? "stopped" : "running", list, hlist, NULL };
+	char *args[] = { "__capture-guard", rootarg, stopped ? "stopped" : "running", list, hlist, slist, NULL };
 	pid_t pid;
 	const int rc = spawn_self(args, &p[0], 1, &pid);
 	free(list);
 	free(hlist);
+	free(slist);
 	close(p[0]);
 	if (rc < 0) {
 		close(p[1]);
@@ -135,19 +141,38 @@ static bool criu_dumping(pid_t root)
 	return found;
 }
 
+/* The shims of pids brought back to running: rebuilt where released,
+ * opened where only paused (shimctl_rebuild does both). */
+static int guard_shims(const pid_t *pids, size_t n)
+{
+	struct shimctl s = { 0 };
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		const int fd = proc_memfd_open(pids[i], SHIM_MEMFD_NAME);
+		rc = fd < 0 ? crest_errf(fd, "cannot open the NCCL shim of pid %d", (int)pids[i])
+			    : shimctl_add(&s, pids[i], fd);
+	}
+	if (rc == 0)
+		rc = shimctl_rebuild(&s, 0, NULL);
+	shimctl_free(&s);
+	return rc;
+}
+
 int tp_guard_main(int argc, char **argv)
 {
 	spawn_quiet_signals();
 	prctl(PR_SET_NAME, "crest-guard", 0, 0, 0);
 	char *end;
-	const long root = argc == 5 ? strtol(argv[1], &end, 10) : 0;
-	pid_t *cuda = NULL, *held = NULL;
-	size_t ncuda = 0, nheld = 0;
+	const long root = argc == 6 ? strtol(argv[1], &end, 10) : 0;
+	pid_t *cuda = NULL, *held = NULL, *shim = NULL;
+	size_t ncuda = 0, nheld = 0, nshim = 0;
 	if (root <= 0 || root > INT32_MAX || *end || (strcmp(argv[2], "stopped") && strcmp(argv[2], "running")) ||
-	    proc_pids_parse(argv[3], &cuda, &ncuda) < 0 || proc_pids_parse(argv[4], &held, &nheld) < 0) {
+	    proc_pids_parse(argv[3], &cuda, &ncuda) < 0 || proc_pids_parse(argv[4], &held, &nheld) < 0 ||
+	    proc_pids_parse(argv[5], &shim, &nshim) < 0) {
 		fprintf(stderr, "crest: __capture-guard is crest checkpoint's own, not a command\n");
 		free(cuda);
 		free(held);
+		free(shim);
 		return 2;
 	}
 	char b = 0;
@@ -158,6 +183,7 @@ int tp_guard_main(int argc, char **argv)
 	if (r == 1 && b == DISARM) {
 		free(cuda);
 		free(held);
+		free(shim);
 		return 0;
 	}
 	/* crest is gone with the job in its hands. CRIU, left alone, finishes
@@ -192,6 +218,11 @@ int tp_guard_main(int argc, char **argv)
 				rc = gpuckpt_guard_settle(cuda, ncuda, NULL, 0, proc_gone);
 			else
 				crest_errf(rc, "bringing back the GPU state of %zu CUDA process(es)", ncuda);
+			/* Then their NCCL, paused or released by the shim: a job
+			 * whose communicators cannot be made again would wait at
+			 * its next collective for ever, so it is ended below. */
+			if (rc == 0 && nshim)
+				rc = guard_shims(shim, nshim);
 			/* A process the driver still holds can never run again, and
 			 * nobody is left to store it: the job is ended (stopped
 			 * first, so that nothing forks past the listing), never left
@@ -214,6 +245,7 @@ int tp_guard_main(int argc, char **argv)
 			proc_tree_free(&t);
 			free(cuda);
 			free(held);
+			free(shim);
 			return rc < 0;
 		}
 		proc_tree_free(&t);
@@ -222,5 +254,6 @@ int tp_guard_main(int argc, char **argv)
 	}
 	free(cuda);   /* the job is gone: nothing to give back */
 	free(held);
+	free(shim);
 	return 0;
 }

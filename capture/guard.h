@@ -13,7 +13,8 @@
  * row, no CRIU dump of it runs and nothing of it is traced), continues a
  * --kill tree but for the processes stopped before the freeze, and brings
  * back the driver's state of each CUDA process (restore, unlock), as crest
- * would have. If the driver cannot give a process back (it stays locked or
+ * would have, and then NCCL to the processes whose shim crest had paused
+ * or released (gpu/shimctl.h). If the driver cannot give a process back (it stays locked or
  * checkpointed, and can never run again), the guard ends the tree and says
  * so: with crest gone nobody is left to store it, and a job frozen for
  * good in silence is the one outcome never allowed.
@@ -35,11 +36,11 @@ struct tp_guard {
  * guard then continues it, all but the held processes (stopped before the
  * freeze: their stop is the job's). 0, or -errno with a message. */
 int tp_guard_start(struct tp_guard *g, pid_t root, bool stopped, const pid_t *cuda, size_t ncuda,
-		   const pid_t *held, size_t nheld);
+		   const pid_t *held, size_t nheld, const pid_t *shim, size_t nshim);
 /* The job is no longer crest's to give back: the guard ends, reaped. */
 void tp_guard_disarm(struct tp_guard *g);
-/* `crest __capture-guard ROOT stopped|running CUDA_PID,... HELD_PID,...` (the lists may
- * be empty), fd 3 the pipe's read end. */
+/* `crest __capture-guard ROOT stopped|running CUDA_PID,... HELD_PID,... SHIM_PID,...`
+ * (the lists may be empty), fd 3 the pipe's read end. */
 int tp_guard_main(int argc, char **argv);
 
 #endif

@@ -9,6 +9,7 @@
  * reads the listed files and writes into the capture's tmpfs directory.
  */
 #include "capture/transparent.h"
+#include "gpu/shim.h"
 #include "cas/history.h"
 #include "gpu/gpuckpt.h"
 #include "gpu/gpumap.h"
@@ -66,6 +67,7 @@ static int tp_capture_kill(struct tp_capture *c)
 	if (!c->stopped)
 		return 0;
 	c->stopped = false;
+	c->shim_released = false;   /* nothing left to make NCCL again for */
 	signal_tree(c, SIGKILL);
 	tp_guard_disarm(&c->guard);
 	/* Gone or a zombie: its parent reaps it; crest restore waits for that. */
@@ -94,9 +96,19 @@ static int tp_capture_resume(struct tp_capture *c)
 	signal_tree(c, SIGCONT);
 	/* The driver works on a thread inside each process: they run first. */
 	int rc = c->ncuda ? gpuckpt_resume(c->drv, c->cuda, c->ncuda, NULL, 0) : 0;
+	if (rc == 0 && c->shim_released) {
+		c->shim_released = false;
+		rc = shimctl_rebuild(&c->shim, 0, &c->shim_rebuild_ns);
+		if (rc < 0) {
+			c->stranded_nccl = true;
+			rc = crest_errctx(rc, "pid %d's NCCL communicators could not be made again",
+					  (int)c->tree.pids[0]);
+		}
+	}
 	tp_guard_disarm(&c->guard);
 	if (rc < 0)
-		return crest_errctx(rc, "pid %d's GPU state could not be brought back", (int)c->tree.pids[0]);
+		return c->stranded_nccl ? rc : crest_errctx(rc, "pid %d's GPU state could not be brought back",
+							     (int)c->tree.pids[0]);
 	return 0;
 }
 
@@ -134,7 +146,20 @@ static void tp_capture_free(struct tp_capture *c)
 		tp_capture_resume(c);
 		crest_errset_str(msg);
 	}
+	/* Given up after the release (a lock or a dump that failed): the
+	 * job runs on, and its NCCL with it. */
+	if (c->shim_released) {
+		char msg[1024];
+		crest_errcpy(msg, sizeof(msg));
+		c->shim_released = false;
+		if (shimctl_rebuild(&c->shim, 0, NULL) < 0)
+			fprintf(stderr, "crest: pid %d runs on, but its NCCL communicators could not be made again "
+				"(%s): its NCCL calls now fail\n", (int)c->tree.pids[0], crest_errmsg());
+		crest_errset_str(msg);
+	}
 	tp_guard_disarm(&c->guard);
+	shimctl_free(&c->shim);
+	free(c->shim_inner);
 	if (c->dir[0] && c->locked)
 		fs_workdir_release(c->dir, c->lock_fd);   /* files_dir too: a dir.SUFFIX */
 	else if (c->files_dir[0])
@@ -226,7 +251,8 @@ static int refuse_multi_gpu(const struct cudrv *d, const struct tp_capture *c)
  * to set them at launch). A job of one CUDA process never reaches a
  * peer; NCCL outside PyTorch with neither sign goes unseen, and its
  * restore would then fail as above, ending in the defined state of a
- * failed driver restore. */
+ * failed driver restore. A rank running crest's NCCL shim is not refused:
+ * its communicators are ended before the freeze (gpu/shim.h). */
 static bool env_is(pid_t p, const char *key, const char *a, const char *b)
 {
 	char v[64];
@@ -239,7 +265,10 @@ static int refuse_nccl_p2p(const struct tp_capture *c)
 		return 0;
 	for (size_t i = 0; i < c->ncuda; i++) {
 		const pid_t p = c->cuda[i];
-		if (!proc_maps_has(p, "/libnccl") ||
+		bool shim = false;   /* released before the freeze (tp_capture_run) */
+		for (size_t k = 0; k < c->shim.n && !shim; k++)
+			shim = c->shim.v[k].pid == p;
+		if (shim || !proc_maps_has(p, "/libnccl") ||
 		    (!proc_maps_has(p, "/dev/shm/nccl-") && !proc_has_thread(p, "pt_nccl_watchdg")))
 			continue;
 		const bool p2p = !env_is(p, "NCCL_P2P_DISABLE", "1", "true") && !env_is(p, "NCCL_P2P_LEVEL", "LOC", "0");
@@ -252,8 +281,9 @@ static int refuse_nccl_p2p(const struct tp_capture *c)
 				  "restore them (cuCheckpointProcessRestore: CUDA_ERROR_NOT_SUPPORTED, seen with "
 				  "driver 580), so nothing was frozen and the job runs on. Start the job with "
 				  "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 (NCCL then connects the ranks over "
-				  "sockets, which crest saves), or save it through crest's library "
-				  "(crest_job_checkpoint)",
+				  "sockets, which crest saves), or run it under crest run --cuda-shim (crest's "
+				  "NCCL shim ends and remakes the communicators around the checkpoint), or save "
+				  "it through crest's library (crest_job_checkpoint)",
 				  (int)p, c->ncuda - 1, c->ncuda > 2 ? "es" : "",
 				  p2p && shm ? "P2P and SHM transports" : p2p ? "P2P transport" : "SHM transport",
 				  p2p && shm ? "NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1" : p2p ? "NCCL_P2P_DISABLE=1" : "NCCL_SHM_DISABLE=1");
@@ -484,6 +514,26 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 			return rc;
 		}
 	}
+	/* The processes running crest's NCCL shim (gpu/shim.h): any of the
+	 * tree, CUDA or not, that made a communicator under it. */
+	for (size_t i = 0; rc == 0 && i < c->tree.n; i++) {
+		const int fd = proc_memfd_open(c->tree.pids[i], SHIM_MEMFD_NAME);
+		if (fd == -ENOENT || fd == -ESRCH)
+			continue;
+		rc = fd < 0 ? crest_errf(fd, "cannot open the NCCL shim of pid %d", (int)c->tree.pids[i])
+			    : shimctl_add(&c->shim, c->tree.pids[i], fd);
+	}
+	if (rc == 0 && c->pidns && c->shim.n) {
+		c->shim_inner = calloc(c->shim.n, sizeof(pid_t));
+		rc = c->shim_inner ? 0 : crest_errf(-ENOMEM, "checkpoint");
+		for (size_t i = 0; rc == 0 && i < c->shim.n; i++)
+			if (pidns_inner_pid(c->shim.v[i].pid, &c->shim_inner[i]) < 0)
+				rc = crest_errx(-ESRCH, "pid %d is gone", (int)c->shim.v[i].pid);
+	}
+	if (rc < 0) {
+		tp_capture_free(c);
+		return rc;
+	}
 	/* What the driver could not give back is refused before anything
 	 * is frozen (gpu/gpuckpt.h). */
 	if (c->ncuda && !o->multi_gpu)
@@ -620,13 +670,30 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		if (proc_state(c->tree.pids[i]) == 'T')
 			c->held[c->nheld++] = c->tree.pids[i];
 	/* A guard gives the job back if crest dies from here on (guard.h). */
-	rc = tp_guard_start(&c->guard, o->pid, o->kill, c->cuda, c->ncuda, c->held, c->nheld);
+	pid_t *spids = c->shim.n ? calloc(c->shim.n, sizeof(pid_t)) : NULL;
+	for (size_t i = 0; spids && i < c->shim.n; i++)
+		spids[i] = c->shim.v[i].pid;
+	rc = c->shim.n && !spids ? crest_errf(-ENOMEM, "checkpoint")
+				 : tp_guard_start(&c->guard, o->pid, o->kill, c->cuda, c->ncuda, c->held, c->nheld,
+						  spids, spids ? c->shim.n : 0);
+	free(spids);
 	if (rc < 0) {
 		tp_capture_free(c);
 		return rc;
 	}
-	/* The freeze: from here until resume, the job does not run. */
+	/* The stall starts here: from the shim's pause, the job's NCCL calls
+	 * wait; from the lock, the job does not run. */
 	uint64_t t0 = time_now_ns();
+	if (c->shim.n) {
+		rc = shimctl_release(&c->shim, o->lock_timeout_ms ? o->lock_timeout_ms : TP_LOCK_TIMEOUT_MS,
+				     &c->shim_st);
+		if (rc < 0) {
+			crest_errctx(rc, "nothing was frozen, and pid %d runs on", (int)o->pid);
+			tp_capture_free(c);
+			return rc;
+		}
+		c->shim_released = true;
+	}
 	if (c->ncuda) {
 		rc = gpuckpt_suspend(d, c->cuda, c->ncuda, o->lock_timeout_ms ? o->lock_timeout_ms : TP_LOCK_TIMEOUT_MS,
 				     o->lock_within_ms ? o->lock_within_ms : TP_LOCK_WITHIN_MS, &c->gpu_lock_ns,
@@ -667,6 +734,16 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 			crest_errset_str(msg);
 	}
 	c->gpu_resume_ns = time_now_ns() - t2;
+	/* The job runs again: its NCCL is made again now (a failed dump's
+	 * too: tp_capture_free). One that cannot be would wait at its next
+	 * collective, or fail it: it is stored and ended like a process the
+	 * driver did not give back. */
+	if (c->shim_released && rc == 0 && rrc == 0 && !o->kill) {
+		c->shim_released = false;
+		rrc = shimctl_rebuild(&c->shim, o->lock_timeout_ms ? o->lock_timeout_ms : TP_LOCK_TIMEOUT_MS,
+				      &c->shim_rebuild_ns);
+		c->stranded_nccl = rrc < 0;
+	}
 	c->stall_ns = time_now_ns() - t0;
 	/* The dump is whole but a process stays in the driver's hands: its
 	 * images are stored (tp_checkpoint), then the job is ended. The guard
@@ -841,6 +918,16 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 		rc = label_u64(m, "pidns", c->pidns);
 	if (rc == 0 && c->cuda_inner)
 		rc = label_pids(m, "cuda_nspids", c->cuda_inner, c->ncuda);
+	/* The restore makes their NCCL again (restore/process.c). */
+	if (rc == 0 && c->shim.n) {
+		pid_t *sp = calloc(c->shim.n, sizeof(pid_t));
+		for (size_t i = 0; sp && i < c->shim.n; i++)
+			sp[i] = c->shim.v[i].pid;
+		rc = sp ? label_pids(m, "shim_pids", sp, c->shim.n) : -ENOMEM;
+		free(sp);
+	}
+	if (rc == 0 && c->shim_inner)
+		rc = label_pids(m, "shim_nspids", c->shim_inner, c->shim.n);
 	if (rc == 0 && c->mntns)
 		rc = cas_manifest_label(m, "mntns", "1");
 	if (rc == 0 && c->netns)
@@ -1322,17 +1409,19 @@ int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opt
 		tp_capture_strand(&cap, rc < 0, kept, sizeof(kept));
 		for (int i = 0; i < 32; i++)
 			snprintf(hex + 2 * i, 3, "%02x", st->id[i]);
+		const char *what = cap.stranded_nccl ? "NCCL communicators could not be made again"
+						     : "GPU state could not be brought back";
 		if (rc == 0)
-			rc = crest_errx(-EIO, "%s: the job's GPU state could not be brought back after its dump, so "
-					"it could never run again: crest ended the job (pid %d) once its snapshot %.12s "
-					"was stored, which keeps its images (crest restore %.12s; the driver may refuse that "
-					"restore too, as it does for a process on several GPUs with peer access)",
-					cap.stranded, (int)o->pid, hex, hex);
+			rc = crest_errx(-EIO, "%s: the job's %s after its dump, so it could never run again: crest "
+					"ended the job (pid %d) once its snapshot %.12s was stored, which keeps its images "
+					"(crest restore %.12s%s)", cap.stranded, what, (int)o->pid, hex, hex,
+					cap.stranded_nccl ? "" : "; the driver may refuse that restore too, as it does for "
+								 "a process on several GPUs with peer access");
 		else
-			rc = crest_errx(rc, "%s: the job's GPU state could not be brought back after its dump, so "
-					"it could never run again: crest ended the job (pid %d); its snapshot was not "
-					"stored (%s), and its images are %s%s", cap.stranded, (int)o->pid, why,
-					kept[0] ? "kept in " : "lost", kept[0] ? kept : "");
+			rc = crest_errx(rc, "%s: the job's %s after its dump, so it could never run again: crest "
+					"ended the job (pid %d); its snapshot was not stored (%s), and its images are %s%s",
+					cap.stranded, what, (int)o->pid, why, kept[0] ? "kept in " : "lost",
+					kept[0] ? kept : "");
 		tp_capture_free(&cap);
 		return rc;
 	}

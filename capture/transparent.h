@@ -25,6 +25,7 @@
 #include <sys/types.h>
 
 #include "capture/guard.h"
+#include "gpu/shimctl.h"
 #include "os/criu.h"
 #include "os/proc.h"
 #include "engine/engine.h"
@@ -99,6 +100,17 @@ struct tp_capture {
 	char comm[64];
 	uint64_t stall_ns, gpu_lock_ns, gpu_ckpt_ns, dump_ns, gpu_resume_ns;
 	uint64_t image_bytes;
+	/* The job's processes that run crest's NCCL shim (--cuda-shim,
+	 * gpu/shim.h): their communicators are released at a consistent cut
+	 * just before the freeze and made again once the job runs; released
+	 * is true in between. A --kill job's are made again by the restore
+	 * (the manifest's shim_pids). */
+	struct shimctl shim;
+	pid_t *shim_inner;         /* their pids in the job's pid namespace, when pidns */
+	bool shim_released;
+	struct shimctl_stats shim_st;
+	uint64_t shim_rebuild_ns;
+	bool stranded_nccl;        /* stranded: by its NCCL, not by the driver */
 	/* Set when, after the dump, the driver could not give a CUDA process
 	 * back (it stays checkpointed or locked, and can never run again): what
 	 * it said. The images are stored all the same, then the job is ended

@@ -4,6 +4,8 @@
 #include "restore/imgsrv.h"
 #include "restore/guard.h"
 #include "gpu/gpumap.h"
+#include "gpu/shim.h"
+#include "gpu/shimctl.h"
 #include "os/pidns.h"
 #include "os/proc.h"
 #include "os/sock.h"
@@ -1076,6 +1078,35 @@ static void tree_kill(const struct rp_result *r, const pid_t *pids, size_t npids
 		kill(pids[i], SIGKILL);
 }
 
+/* Makes the NCCL communicators of the processes that ran crest's shim
+ * again (gpu/shim.h): they were released before the freeze, and every
+ * rank must be back, running, before any can be. */
+static int restore_shims(const struct rp_result *r, const struct cas_manifest *m, uint64_t pidns)
+{
+	pid_t *sp = NULL, *in = NULL;
+	size_t n = 0, nin = 0;
+	int rc = parse_pids(cas_manifest_get_label(m, "shim_pids"), &sp, &n);
+	if (rc == 0 && pidns) {
+		rc = parse_pids(cas_manifest_get_label(m, "shim_nspids"), &in, &nin);
+		if (rc == 0 && nin != n)
+			rc = crest_errx(-EBADMSG, "the snapshot's shim_nspids do not match its shim_pids");
+		if (rc == 0)
+			rc = pidns_host_pids(r->pid, in, n, sp);
+	}
+	struct shimctl s = { 0 };
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		const int fd = proc_memfd_open(sp[i], SHIM_MEMFD_NAME);
+		rc = fd < 0 ? crest_errf(fd, "cannot open the NCCL shim of restored pid %d", (int)sp[i])
+			    : shimctl_add(&s, sp[i], fd);
+	}
+	if (rc == 0)
+		rc = shimctl_rebuild(&s, 0, NULL);
+	shimctl_free(&s);
+	free(sp);
+	free(in);
+	return rc;
+}
+
 /*
  * In place, only one restore of a job may win: two at once both found the
  * job's pids free and its files unheld, both swapped the files, and the
@@ -1611,6 +1642,16 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 				crest_errctx(rc, "the processes came back but their GPU state did not, so crest "
 					     "ended them (pid %d and %zu more); the snapshot is as it was",
 					     (int)pids[0], npids - 1);
+		}
+	}
+	if (rc == 0 && cas_manifest_get_label(m, "shim_pids")) {
+		rc = restore_shims(r, m, pidns);
+		/* Ranks whose NCCL is not back would wait at their next
+		 * collective for ever: ended, like a GPU state not back. */
+		if (rc < 0) {
+			tree_kill(r, pids, npids, pidns != 0);
+			crest_errctx(rc, "the processes came back but their NCCL communicators could not be made "
+				     "again, so crest ended them (pid %d); the snapshot is as it was", (int)r->pid);
 		}
 	}
 	if (rc < 0 && ran_criu)
