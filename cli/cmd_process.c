@@ -41,6 +41,7 @@ static void on_resumed(void *arg, const struct tp_opts *o, const struct tp_captu
 			       cli_secs(cap->stall_ns));
 	}
 	fflush(stdout);
+	cli_shim_note(c, o, cap);
 }
 
 static void on_ingesting(void *arg, struct engine_snap *s)

@@ -16,6 +16,7 @@
 #include "util/progress.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,6 +44,7 @@ static void run_resumed(void *arg, const struct tp_opts *o, const struct tp_capt
 	if (!v->c->quiet && !v->c->json)
 		fprintf(stderr, "crest: checkpoint %llu of pid %d: resumed after a %.3f s stall\n",
 			(unsigned long long)v->n, (int)o->pid, cli_secs(cap->stall_ns));
+	cli_shim_note(v->c, o, cap);
 }
 
 /* One checkpoint of the running job onto o->branch, after *parent (or the
@@ -94,6 +96,7 @@ int cmd_run(struct cli *c, int argc, char **argv)
 {
 	struct tp_opts o = { 0 };
 	struct cli_every ev = { 0 };
+	bool shim = false;
 	int i = 1;
 	for (; i < argc; i++) {
 		const char *a = argv[i];
@@ -105,6 +108,10 @@ int cmd_run(struct cli *c, int argc, char **argv)
 			break;
 		if (!strcmp(a, "--tcp-close")) {
 			o.tcp_close = true;
+			continue;
+		}
+		if (!strcmp(a, "--cuda-shim")) {
+			shim = true;
 			continue;
 		}
 		if (i + 1 >= argc)
@@ -166,8 +173,31 @@ int cmd_run(struct cli *c, int argc, char **argv)
 		sigaction(fwd[k], &sa, NULL);
 	}
 	sigprocmask(SIG_BLOCK, &fwdset, &oldset);
+	/* --cuda-shim: the job's environment alone gets the preload (crest
+	 * itself runs CRIU, which must not load it); the spawn's fork copies
+	 * it, and crest's own is put back at once. */
+	char *old_preload = NULL, shim_env[2 * PATH_MAX + 2];
+	if (shim) {
+		char path[PATH_MAX];
+		int src = cli_shim_path(path, sizeof(path));
+		const char *prev = getenv("LD_PRELOAD");
+		if (src == 0 && prev && !(old_preload = strdup(prev)))
+			src = crest_errf(-ENOMEM, "--cuda-shim");
+		if (src < 0) {
+			sigprocmask(SIG_SETMASK, &oldset, NULL);
+			cli_metrics_close(mx);
+			return cli_fail(c, src);
+		}
+		snprintf(shim_env, sizeof(shim_env), "%s%s%s", path, prev && prev[0] ? ":" : "", prev ? prev : "");
+		setenv("LD_PRELOAD", shim_env, 1);
+	}
 	/* Before any thread or store: the init is a fork of this process. */
 	int rc = pidns_spawn(argv + i, c->umask, &run_job);
+	if (shim && old_preload)
+		setenv("LD_PRELOAD", old_preload, 1);
+	else if (shim)
+		unsetenv("LD_PRELOAD");
+	free(old_preload);
 	o.pid = run_job.init;
 	sigprocmask(SIG_SETMASK, &oldset, NULL);
 	if (rc < 0) {

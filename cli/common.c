@@ -677,3 +677,54 @@ int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_ev
 	}
 	return 1;
 }
+
+int cli_shim_path(char *buf, size_t cap)
+{
+	const char *env = getenv("CREST_SHIM");
+	if (env && env[0]) {
+		if (access(env, R_OK) < 0)
+			return crest_errf(-errno, "CREST_SHIM=%s", env);
+		snprintf(buf, cap, "%s", env);
+		return 0;
+	}
+	char exe[PATH_MAX];
+	const ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+	if (n > 0) {
+		exe[n] = 0;
+		char *slash = strrchr(exe, '/');
+		if (slash)
+			*slash = 0;
+		/* build/cli/crest -> build/gpu; a bundle's bin/crest -> lib. */
+		static const char *const rel[] = { "../gpu/libcrest-shim.so", "../lib/libcrest-shim.so" };
+		for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+			snprintf(buf, cap, "%s/%s", exe, rel[i]);
+			char real[PATH_MAX];
+			if (realpath(buf, real) && access(real, R_OK) == 0) {
+				snprintf(buf, cap, "%s", real);
+				return 0;
+			}
+		}
+	}
+	snprintf(buf, cap, "%s", CREST_SHIM_INSTALLED);
+	if (access(buf, R_OK) == 0)
+		return 0;
+	return crest_errx(-ENOENT, "--cuda-shim: libcrest-shim.so is neither beside crest's program nor at %s "
+			  "(set CREST_SHIM to its path)", CREST_SHIM_INSTALLED);
+}
+
+void cli_shim_note(const struct cli *c, const struct tp_opts *o, const struct tp_capture *cap)
+{
+	if (!cap->shim.n || c->quiet || c->json)
+		return;
+	const struct shimctl_stats *st = &cap->shim_st;
+	char again[96];
+	if (o->kill)
+		snprintf(again, sizeof(again), "made again by the restore");
+	else if (cap->stranded_nccl)
+		snprintf(again, sizeof(again), "NOT made again");
+	else
+		snprintf(again, sizeof(again), "made again in %.3f s", cli_secs(cap->shim_rebuild_ns));
+	fprintf(stderr, "crest: NCCL shim: %u communicator(s) of %zu process(es) ended at a cut all ranks agree on "
+		"(%llu call(s) let through to reach it, %u round(s)) in %.3f s before the freeze; %s\n", st->ncomm,
+		cap->shim.n, (unsigned long long)st->drained, st->rounds, cli_secs(st->ns), again);
+}

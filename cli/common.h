@@ -110,6 +110,7 @@ int cli_writer_open(const struct cli *c, const struct engine_opts *o, struct cas
  * (exit 2). --metrics and --metrics-file without --every are refused
  * before (cli_check_opts). */
 struct tp_opts;
+struct tp_capture;
 struct cli_every {
 	uint64_t every_ns;        /* 0: once */
 	const char *maddr, *mfile;
@@ -122,6 +123,13 @@ int cli_every_opt(const char *a, const char *v, struct tp_opts *o, struct cli_ev
  * checkpoint would copy the store, or CRIU's images as they are written,
  * into itself. 0 without --workdir. */
 int cli_workdir_check(const struct cli *c, const struct tp_opts *o);
+/* The path of libcrest-shim.so (crest run --cuda-shim): $CREST_SHIM, else
+ * beside crest's program (a build tree, a bundle), else where it installs.
+ * 0, or -ENOENT with a message naming where it looked. */
+int cli_shim_path(char *buf, size_t cap);
+/* One line on stderr of what the NCCL shim did in a checkpoint, if the
+ * job runs it. */
+void cli_shim_note(const struct cli *c, const struct tp_opts *o, const struct tp_capture *cap);
 
 /* Records that the job at pid last came from snapshot id on branch, for its
  * next checkpoint's parent; a warning only when it cannot. */
