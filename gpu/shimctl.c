@@ -89,8 +89,9 @@ static int request(struct shimctl *s, uint32_t op, unsigned timeout_ms, const ch
 		}
 		if (got != want) {
 			if (rc == 0)
-				rc = crest_errx(-ETIMEDOUT, "the NCCL shim of pid %d did not answer %s within %u ms",
-						(int)s->v[i].pid, what, timeout_ms + 1000);
+				rc = crest_errx(-ETIMEDOUT, "the NCCL shim of pid %d did not answer within %u ms when asked "
+						"to %s (is the process stopped?)", (int)s->v[i].pid, timeout_ms + 1000,
+						what);
 		} else if (c->rep_rc < 0 && rc == 0) {
 			char msg[sizeof(c->rep_msg) + 1];
 			memcpy(msg, c->rep_msg, sizeof(c->rep_msg));
@@ -221,7 +222,11 @@ int shimctl_release(struct shimctl *s, unsigned timeout_ms, struct shimctl_stats
 			released |= s->v[i].ctl->state == SHIM_RELEASED;
 		const int orc = released ? shimctl_rebuild(s, timeout_ms, NULL)
 					 : request(s, SHIM_OP_OPEN, timeout_ms, "let the job's NCCL calls go on");
-		if (orc < 0)
+		/* A shim that did not answer acts on the last request it finds
+		 * once its process runs: this OPEN, not the PAUSE before it. */
+		if (orc == -ETIMEDOUT && !released)
+			crest_errx(rc, "%s; the other ranks' NCCL calls go on, and that process's once it runs", msg);
+		else if (orc < 0)
 			crest_errctx(orc, "%s; and then", msg);
 		else
 			crest_errset_str(msg);
