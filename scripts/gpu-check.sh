@@ -71,6 +71,9 @@
 #   nccl_teardown  NCCL's defaults again, in a job that destroys its process
 #               group at a quiet point: checkpointed with --kill, restored,
 #               its group rebuilt; losses equal an uninterrupted run's
+#   nccl_shim   NCCL's defaults, all GPUs (up to 4), under crest run
+#               --cuda-shim: checkpointed live and with --kill, restored;
+#               losses equal an uninterrupted run's; the shim's step cost
 #   infer_server  a PyTorch HTTP server with its model on the GPU,
 #               checkpointed (--kill --tcp-close) while a client queries it,
 #               restored: the same answers, byte for byte, on the same port
@@ -120,7 +123,7 @@ if [ "${1:-}" = --bundle ]; then
 	files=(build/cli/crest build/cli/casctl build/cli/crest-workload-gpu build/tests/library/test_gpu
 	       build/tests/library/gpu_multi build/tests/gpu/test_gpusha build/tests/gpu/test_settle_gpu
 	       build/bench/library/cache_bench build/bench/transparent/crest-bare-ckpt
-	       build/lib/libcrest.so)
+	       build/lib/libcrest.so build/gpu/libcrest-shim.so)
 	for f in "${files[@]}"; do
 		[ -e "$f" ] || { echo "gpu-check: $f is missing: build first (crest-workload-gpu needs nvcc)" >&2; exit 1; }
 	done
@@ -934,7 +937,8 @@ def rank_main(rank, out, steps, port, backend):
     os.environ["MASTER_PORT"] = str(port)
     torch.cuda.set_device(rank)
     kw = {"device_id": torch.device("cuda", rank)} if backend == "nccl" else {}
-    dist.init_process_group(backend, rank=rank, world_size=2, **kw)
+    n = int(os.environ.get("DDP_RANKS", "2"))
+    dist.init_process_group(backend, rank=rank, world_size=n, **kw)
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 512)).cuda()
@@ -943,13 +947,21 @@ def rank_main(rank, out, steps, port, backend):
     g = torch.Generator(device="cuda").manual_seed(1 + rank)
     x = torch.randn(256, 512, device="cuda", generator=g)
     log = open(os.path.join(out, "rank%d.log" % rank), "a", buffering=1)
+    # DDP_TIME: each step's time (forward, backward, optimizer, synced)
+    # to timeR.log; DDP_SLEEP: seconds between steps (0.1).
+    tl = open(os.path.join(out, "time%d.log" % rank), "a", buffering=1) if os.environ.get("DDP_TIME") else None
+    pause = float(os.environ.get("DDP_SLEEP", "0.1"))
     for i in range(steps):
+        s0 = time.perf_counter()
         loss = ddp(x).pow(2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
         log.write("step %d loss %.10f\n" % (i, loss.item()))
-        time.sleep(0.1)
+        if tl:
+            torch.cuda.synchronize()
+            tl.write("%.7f\n" % (time.perf_counter() - s0))
+        time.sleep(pause)
     dist.barrier()
     dist.destroy_process_group()
 
@@ -958,7 +970,7 @@ if __name__ == "__main__":
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    mp.spawn(rank_main, args=(sys.argv[1], int(sys.argv[2]), port, sys.argv[3]), nprocs=2)
+    mp.spawn(rank_main, args=(sys.argv[1], int(sys.argv[2]), port, sys.argv[3]), nprocs=int(os.environ.get("DDP_RANKS", "2")))
 PY
 }
 # ddp_start DIR BACKEND STEPS: the job in DIR (its output not into a log
@@ -1087,7 +1099,7 @@ ddp_check() {
 		fail "$name" "$DDP_ERR" "$dl"
 	fi
 }
-if wanted ddp_gloo || wanted ddp_nccl || wanted nccl_p2p_refuse; then
+if wanted ddp_gloo || wanted ddp_nccl || wanted nccl_p2p_refuse || wanted nccl_shim; then
 	ddp_script "$WORK/ddp.py"
 fi
 export CUBLAS_WORKSPACE_CONFIG=:4096:8 USE_LIBUV=0
@@ -1228,6 +1240,111 @@ PY
 		pass nccl_teardown "a 2-rank NCCL DDP job with NCCL's defaults (P2P on) that destroyed its process group at step 40 taken by crest checkpoint --kill, restored, its group rebuilt: both ranks' logs identical to an uninterrupted run's (80 lines each); in the uninterrupted run: $cost; $((SECONDS - t)) s"
 	else
 		fail nccl_teardown "$DDP_ERR" "$tl"
+	fi
+fi
+# nccl_shim (issue 33 item 6): NCCL's defaults (P2P on), as in
+# nccl_p2p_refuse, but the job started by `crest run --cuda-shim`, with as
+# many ranks as GPUs (up to 4). A live checkpoint (the job runs on), then
+# one with --kill and a restore: every rank's log must equal an
+# uninterrupted run's (without the shim), and crest must say it went
+# through the shim. Then the shim's cost on the step: the same job, no
+# checkpoint, its steps timed, with and without the shim, alternating.
+if torch_2gpu nccl_shim; then
+	sw=$WORK/nccl_shim sl=$LOGS/nccl_shim.log DDP_ERR="" t=$SECONDS
+	nr=$ngpu; [ "$nr" -gt 4 ] && nr=4
+	export DDP_RANKS=$nr
+	mkdir -p "$sw/job" "$sw/ref"
+	: >"$sl"
+	shimlib=$(dirname "$(bin crest)")/../lib/libcrest-shim.so
+	[ -f "$shimlib" ] || shimlib=$ROOT/build/gpu/libcrest-shim.so
+	echo "PyTorch's NCCL imports (libtorch_cuda.so): $(nm -D --undefined-only "$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda.so"))')" 2>/dev/null | awk '/ nccl/ {print $2}' | sed 's/@.*//' | sort -u | paste -sd' ')" >>"$sl"
+	echo "the shim defines: $(nm -D --defined-only "$shimlib" | awk '/ nccl/ {print $3}' | sort -u | paste -sd' ')" >>"$sl"
+	missing=$(comm -23 <(nm -D --undefined-only "$(python3 -c 'import torch, os; print(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cuda.so"))')" 2>/dev/null | awk '/ nccl/ {print $2}' | sed 's/@.*//' | sort -u) \
+		<(nm -D --defined-only "$shimlib" | awk '/ nccl/ {print $3}' | sort -u) | grep -vE '^nccl(GetVersion|GetUniqueId|GetErrorString|MemAlloc|MemFree)$' | paste -sd' ')
+	echo "imported by PyTorch, taking a communicator, not in the shim: ${missing:-none}" >>"$sl"
+	(timeout -k 5 150 python3 "$WORK/ddp.py" "$sw/ref" 100 nccl >"$sw/ref.out" 2>&1; echo $? >"$sw/ref.rc") &
+	refpid=$!
+	(cd "$sw/job" && export NCCL_DEBUG=${NCCL_DEBUG:-WARN} && exec timeout -k 10 200 "${RUN[@]}" "$(bin crest)" --store "$sw/store" run --cuda-shim -- \
+		env -u LD_LIBRARY_PATH python3 "$WORK/ddp.py" "$sw/job" 100 nccl >"$sw/job/launcher.out" 2>"$sw/run.err" </dev/null) &
+	crun=$!
+	for i in $(seq 1 900); do
+		[ "$(cat "$sw/job/rank$((nr - 1)).log" 2>/dev/null | wc -l)" -ge 25 ] && break
+		kill -0 "$crun" 2>/dev/null || break
+		sleep 0.1
+	done
+	init=$(sed -n 's/.* runs as pid \([0-9]*\) .*/\1/p' "$sw/run.err")
+	if [ -z "$init" ] || [ "$(cat "$sw/job/rank$((nr - 1)).log" 2>/dev/null | wc -l)" -lt 25 ]; then
+		DDP_ERR="the job did not start under crest run --cuda-shim: $(tail -2 "$sw/run.err" | paste -sd' ') $(tail -1 "$sw/job/launcher.out")"
+	elif ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$sw/store" checkpoint --pid "$init" --tag live >>"$sl" 2>"$sw/ck1.err"; then
+		DDP_ERR="the live checkpoint of the shimmed job failed: $(tail -1 "$sw/ck1.err")"
+	elif ! grep -q "NCCL shim: [0-9]* communicator(s) of $nr process" "$sw/ck1.err"; then
+		DDP_ERR="the live checkpoint did not go through the shim: $(tail -1 "$sw/ck1.err")"
+	else
+		n0=$(wc -l <"$sw/job/rank0.log")
+		for i in $(seq 1 100); do [ "$(wc -l <"$sw/job/rank0.log")" -ge $((n0 + 10)) ] && break; sleep 0.1; done
+		if [ "$(wc -l <"$sw/job/rank0.log")" -lt $((n0 + 10)) ]; then
+			DDP_ERR="the job made no progress after the live checkpoint ($(wc -l <"$sw/job/rank0.log") lines)"
+		elif ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$sw/store" checkpoint --pid "$init" --kill --tag shim >>"$sl" 2>"$sw/ck2.err"; then
+			DDP_ERR="crest checkpoint --kill of the shimmed job failed: $(tail -1 "$sw/ck2.err")"
+		else
+			wait "$crun" 2>/dev/null
+			for i in $(seq 1 100); do kill -0 "$init" 2>/dev/null || break; sleep 0.1; done
+			if ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$sw/store" restore shim >>"$sl" 2>"$sw/rs.err"; then
+				DDP_ERR="crest restore of the shimmed NCCL job failed: $(tail -1 "$sw/rs.err")"
+			fi
+			cat "$sw/rs.err" >>"$sl"
+		fi
+	fi
+	cat "$sw/ck1.err" "$sw/ck2.err" >>"$sl" 2>/dev/null
+	[ -n "$DDP_ERR" ] && { echo "== the job's output"; tail -40 "$sw/job/launcher.out"; } >>"$sl" 2>/dev/null
+	# The restored job (not our child) runs to its end.
+	for i in $(seq 1 1200); do
+		[ "$(cat "$sw/job/rank$((nr - 1)).log" 2>/dev/null | wc -l)" -ge 100 ] && [ "$(cat "$sw/job/rank0.log" | wc -l)" -ge 100 ] && break
+		[ -n "$DDP_ERR" ] && break
+		sleep 0.1
+	done
+	sleep 1
+	[ -n "$init" ] && kill -9 "$init" 2>/dev/null
+	kill "$crun" 2>/dev/null; wait "$crun" 2>/dev/null
+	wait "$refpid"
+	[ -z "$DDP_ERR" ] && [ "$(cat "$sw/ref.rc" 2>/dev/null)" != 0 ] && DDP_ERR="the uninterrupted run failed: $(tail -1 "$sw/ref.out")"
+	for r in $(seq 0 $((nr - 1))); do
+		[ -z "$DDP_ERR" ] && ! cmp -s "$sw/job/rank$r.log" "$sw/ref/rank$r.log" &&
+			DDP_ERR="rank $r's log differs from an uninterrupted run's ($(wc -l <"$sw/job/rank$r.log") of $(wc -l <"$sw/ref/rank$r.log") lines)"
+	done
+	[ -d "$sw/store" ] && STORES+=("nccl_shim=$sw/store")
+	cost=""
+	if [ -z "$DDP_ERR" ]; then
+		# The shim's cost on the step: 300 timed steps, back to back, with and without.
+		for k in 1 2; do
+			for mode in bare shim; do
+				mkdir -p "$sw/cost-$mode-$k"
+				if [ $mode = shim ]; then
+					LD_PRELOAD=$shimlib DDP_TIME=1 DDP_SLEEP=0 timeout -k 5 120 python3 "$WORK/ddp.py" "$sw/cost-$mode-$k" 300 nccl >>"$sl" 2>&1
+				else
+					DDP_TIME=1 DDP_SLEEP=0 timeout -k 5 120 python3 "$WORK/ddp.py" "$sw/cost-$mode-$k" 300 nccl >>"$sl" 2>&1
+				fi
+			done
+		done
+		cost=$(python3 - "$sw" <<'PY'
+import glob, statistics, sys
+def med(mode):
+    v = []
+    for f in glob.glob("%s/cost-%s-*/time*.log" % (sys.argv[1], mode)):
+        v += [float(x) for x in open(f).read().split()[50:]]
+    return statistics.median(v)
+b, s = med("bare"), med("shim")
+print("median step %.3f ms with the shim, %.3f ms without (%+.2f%%)" % (s * 1e3, b * 1e3, (s / b - 1) * 100))
+PY
+)
+	fi
+	stall1=$(sed -n 's/.*resumed after a \([0-9.]*\) s stall.*/\1/p' "$sl" | head -1)
+	note=$(grep -m1 "NCCL shim:" "$sw/ck1.err" | cut -c1-200)
+	unset DDP_RANKS
+	if [ -z "$DDP_ERR" ]; then
+		pass nccl_shim "a $nr-rank NCCL DDP job with NCCL's defaults (P2P on) under crest run --cuda-shim: checkpointed live (stall ${stall1:-?} s; \"$note\"), then with --kill and restored: every rank's log identical to an uninterrupted run's without the shim (100 lines each); $cost; $((SECONDS - t)) s"
+	else
+		fail nccl_shim "$DDP_ERR" "$sl"
 	fi
 fi
 unset CUBLAS_WORKSPACE_CONFIG USE_LIBUV
