@@ -11,7 +11,8 @@
  * and the shim can end the real ones at a quiet point before the driver's
  * lock and build new ones after the restore, unseen by the job.
  *
- * The channel: the shim, once its process makes its first communicator,
+ * The channel: the shim, once its process makes its first communicator
+ * or enables peer access between GPUs,
  * creates a memfd named SHIM_MEMFD_NAME holding one struct shim_ctl,
  * mapped shared, and a thread named SHIM_THREAD_NAME that waits on
  * ctl.req_seq (a futex on the shared page). crest opens the memfd through
@@ -38,12 +39,15 @@
  *           spanning communicators) asks crest for another DRAIN.
  *  RELEASE  every count equal on every rank and nothing in flight: the
  *           shim ends the real communicators (ncclCommAbort: local, no
- *           hang) and the job holds no NCCL state the driver must keep.
+ *           hang) and disables the peer access between GPUs the job had
+ *           enabled (cudaDeviceEnablePeerAccess, cuCtxEnablePeerAccess,
+ *           which the driver cannot restore either); the job holds no NCCL
+ *           or peer state the driver must keep.
  *  (freeze, dump; or the job is killed and restored later)
  *  IDS      for each communicator it is rank 0 of, the shim makes a new
  *           unique id (ncclGetUniqueId) into comm[i].newid.
  *  REBUILD  with every comm[i].newid filled by crest from the rank 0s: the
- *           shim builds new real communicators (one NCCL group, so their
+ *           shim enables the peer access again, builds new real communicators (one NCCL group, so their
  *           order does not matter), the custom reduction ops and buffer
  *           registrations again, and opens the gate.
  *  OPEN     a PAUSE or DRAIN that crest gives up on: the gate opens again,
@@ -84,6 +88,11 @@ enum shim_state {
 	SHIM_BROKEN = 3,     /* a rebuild failed: NCCL calls fail (rep_msg says why) */
 };
 
+/* The job's CUDA runtime is a shared library the shim stands in front of:
+ * every peer access it enables goes through the shim (a runtime linked
+ * statically into the program does not). */
+#define SHIM_SEES_RUNTIME 1u
+
 #define SHIM_COMM_DEVAPI 1u      /* the job made NCCL device-API state on it: cannot be rebuilt */
 #define SHIM_COMM_DEAD 2u        /* the job destroyed or aborted it: nothing to do */
 
@@ -110,6 +119,8 @@ struct shim_ctl {
 	int32_t rep_rc;              /* 0 or -errno */
 	char rep_msg[256];           /* why, when rep_rc < 0 */
 	uint32_t ncomm;              /* comm[0..ncomm) */
+	uint32_t npeer;              /* peer access pairs it enabled for the job (PAUSE) */
+	uint32_t flags;              /* SHIM_SEES_* (PAUSE) */
 	uint32_t pad1;
 	struct shim_comm comm[SHIM_MAX_COMMS];
 };

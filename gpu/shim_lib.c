@@ -25,6 +25,7 @@
 #include "gpu/shim.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -343,6 +344,159 @@ static int cu_use(int dev)
 	return cu.set_current(cu.ctx[dev]) == 0 ? 0 : -ENODEV;
 }
 
+/* ---- peer access between GPUs ---- */
+
+/* The job's CUDA runtime, when it is a shared library (PyTorch's is): the
+ * first loaded object named libcudart.so*, by its path. */
+static int find_cudart(struct dl_phdr_info *info, size_t size, void *arg)
+{
+	(void)size;
+	const char *slash = info->dlpi_name ? strrchr(info->dlpi_name, '/') : NULL;
+	if (slash && !strncmp(slash + 1, "libcudart.so", 12)) {
+		*(void **)arg = dlopen(info->dlpi_name, RTLD_NOW | RTLD_NOLOAD | RTLD_LOCAL);
+		return *(void **)arg != NULL;
+	}
+	return 0;
+}
+
+static void *rt_sym(const char *name)
+{
+	static void *_Atomic lib;
+	void *h = atomic_load(&lib);
+	if (!h) {
+		dl_iterate_phdr(find_cudart, &h);
+		if (h)
+			atomic_store(&lib, h);
+	}
+	void *f = h ? dlsym(h, name) : NULL;
+	return f ? f : dlsym(RTLD_NEXT, name);
+}
+
+static void *cu_sym(const char *name)
+{
+	void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+	return h ? dlsym(h, name) : NULL;
+}
+
+#define MAX_PEERS 64
+struct peer {
+	bool drv;           /* cuCtxEnablePeerAccess: ctx, pctx; else the runtime's dev, to */
+	int dev, to;
+	void *ctx, *pctx;
+	unsigned flags;
+};
+static struct peer peers[MAX_PEERS];   /* under table_mu */
+static int npeers;
+static bool peers_lost;                /* more than MAX_PEERS: not all can be disabled */
+
+static int ctl_start(void);
+
+static void peer_note(bool add, const struct peer *p)
+{
+	pthread_mutex_lock(&table_mu);
+	int i = 0;
+	while (i < npeers && !(peers[i].drv == p->drv && peers[i].dev == p->dev && peers[i].to == p->to &&
+			       peers[i].ctx == p->ctx && peers[i].pctx == p->pctx))
+		i++;
+	if (add && i == npeers) {
+		if (npeers < MAX_PEERS)
+			peers[npeers++] = *p;
+		else
+			peers_lost = true;
+	} else if (!add && i < npeers) {
+		peers[i] = peers[--npeers];
+	}
+	if (ctl && !p->drv)
+		ctl->flags |= SHIM_SEES_RUNTIME;   /* a runtime call came through the shim */
+	pthread_mutex_unlock(&table_mu);
+}
+
+#define CUDA_PEER_ALREADY_ENABLED 704   /* cudaErrorPeerAccessAlreadyEnabled */
+#define CUDA_PEER_NOT_ENABLED 705       /* cudaErrorPeerAccessNotEnabled */
+
+EXPORT int cudaDeviceEnablePeerAccess(int to, unsigned int flags)
+{
+	int (*real)(int, unsigned int) = (int (*)(int, unsigned int))rt_sym("cudaDeviceEnablePeerAccess");
+	int (*getdev)(int *) = (int (*)(int *))rt_sym("cudaGetDevice");
+	if (!real)
+		return 35;   /* cudaErrorInsufficientDriver: no runtime to pass it to */
+	const int rc = real(to, flags);
+	struct peer p = { .drv = false, .to = to, .flags = flags };
+	if ((rc == 0 || rc == CUDA_PEER_ALREADY_ENABLED) && getdev && getdev(&p.dev) == 0 && ctl_start() == 0)
+		peer_note(true, &p);
+	return rc;
+}
+
+EXPORT int cudaDeviceDisablePeerAccess(int to)
+{
+	int (*real)(int) = (int (*)(int))rt_sym("cudaDeviceDisablePeerAccess");
+	int (*getdev)(int *) = (int (*)(int *))rt_sym("cudaGetDevice");
+	if (!real)
+		return 35;
+	const int rc = real(to);
+	struct peer p = { .drv = false, .to = to };
+	if ((rc == 0 || rc == CUDA_PEER_NOT_ENABLED) && getdev && getdev(&p.dev) == 0)
+		peer_note(false, &p);
+	return rc;
+}
+
+EXPORT int cuCtxEnablePeerAccess(void *pctx, unsigned int flags)
+{
+	int (*real)(void *, unsigned int) = (int (*)(void *, unsigned int))cu_sym("cuCtxEnablePeerAccess");
+	int (*getcur)(void **) = (int (*)(void **))cu_sym("cuCtxGetCurrent");
+	if (!real)
+		return 3;   /* CUDA_ERROR_NOT_INITIALIZED */
+	const int rc = real(pctx, flags);
+	struct peer p = { .drv = true, .pctx = pctx, .flags = flags };
+	if ((rc == 0 || rc == CUDA_PEER_ALREADY_ENABLED) && getcur && getcur(&p.ctx) == 0 && ctl_start() == 0)
+		peer_note(true, &p);
+	return rc;
+}
+
+EXPORT int cuCtxDisablePeerAccess(void *pctx)
+{
+	int (*real)(void *) = (int (*)(void *))cu_sym("cuCtxDisablePeerAccess");
+	int (*getcur)(void **) = (int (*)(void **))cu_sym("cuCtxGetCurrent");
+	if (!real)
+		return 3;
+	const int rc = real(pctx);
+	struct peer p = { .drv = true, .pctx = pctx };
+	if ((rc == 0 || rc == CUDA_PEER_NOT_ENABLED) && getcur && getcur(&p.ctx) == 0)
+		peer_note(false, &p);
+	return rc;
+}
+
+/* Disables (on) or enables again (!on) every pair the job enabled, from
+ * the control thread: the runtime's on the pair's device, the driver's in
+ * the pair's context. */
+static int peers_set(bool off)
+{
+	int (*setdev)(int) = (int (*)(int))rt_sym("cudaSetDevice");
+	int (*rt_en)(int, unsigned) = (int (*)(int, unsigned))rt_sym("cudaDeviceEnablePeerAccess");
+	int (*rt_dis)(int) = (int (*)(int))rt_sym("cudaDeviceDisablePeerAccess");
+	int (*cu_en)(void *, unsigned) = (int (*)(void *, unsigned))cu_sym("cuCtxEnablePeerAccess");
+	int (*cu_dis)(void *) = (int (*)(void *))cu_sym("cuCtxDisablePeerAccess");
+	int (*cu_set)(void *) = (int (*)(void *))cu_sym("cuCtxSetCurrent");
+	for (int i = 0; i < npeers; i++) {
+		const struct peer *p = &peers[i];
+		int r;
+		if (p->drv)
+			r = !cu_set || !cu_en || !cu_dis || cu_set(p->ctx) != 0 ? -1 : off ? cu_dis(p->pctx) : cu_en(p->pctx, p->flags);
+		else
+			r = !setdev || !rt_en || !rt_dis || setdev(p->dev) != 0 ? -1 : off ? rt_dis(p->to) : rt_en(p->to, p->flags);
+		if (r != 0 && r != (off ? CUDA_PEER_NOT_ENABLED : CUDA_PEER_ALREADY_ENABLED)) {
+			if (p->drv)
+				say("%s peer access from context %p to %p failed (CUresult %d)", off ? "disabling" : "enabling",
+				    p->ctx, p->pctx, r);
+			else
+				say("%s peer access from device %d to %d failed (cudaError %d)", off ? "disabling" : "enabling",
+				    p->dev, p->to, r);
+			return -EIO;
+		}
+	}
+	return 0;
+}
+
 static void publish(void)
 {
 	int n = 0;
@@ -359,6 +513,9 @@ static void publish(void)
 		sc->count = atomic_load(&v->count);
 	}
 	ctl->ncomm = (uint32_t)n;
+	ctl->npeer = (uint32_t)npeers;
+	if (rt_sym("cudaSetDevice"))
+		ctl->flags |= SHIM_SEES_RUNTIME;
 }
 
 static int op_pause(unsigned timeout_ms)
@@ -386,6 +543,10 @@ static int op_pause(unsigned timeout_ms)
 		say("%d NCCL call(s) did not return within %u ms (a communicator being made, or a blocking call)",
 		    busy, timeout_ms);
 		return -EBUSY;
+	}
+	if (peers_lost) {
+		say("the job enabled peer access between more than %d pairs of GPUs", MAX_PEERS);
+		return -EOPNOTSUPP;
 	}
 	for (int i = 0; i < ntable; i++)
 		if (table[i] && table[i]->kind == VK_FIXED) {
@@ -491,6 +652,10 @@ static int op_release(void)
 			rc = -EIO;
 		}
 	}
+	/* Then the peer access: NCCL's own is gone with its communicators. */
+	const int prc = peers_set(true);
+	if (prc < 0 && rc == 0)
+		rc = prc;
 	ctl->state = SHIM_RELEASED;
 	return rc;
 }
@@ -575,6 +740,16 @@ static int op_rebuild(unsigned timeout_ms)
 		open_gate();
 		ctl->state = SHIM_RUNNING;
 		return 0;   /* never released (a PAUSE given up on): nothing to build */
+	}
+	if (peers_set(false) < 0)
+		goto broken;
+	bool comms = false;
+	for (int i = 0; i < ntable; i++)
+		comms |= table[i] != NULL;
+	if (!comms) {
+		ctl->state = SHIM_RUNNING;
+		open_gate();
+		return 0;
 	}
 	if (!real_ncclGroupStart || !real_ncclGroupEnd || !real_ncclCommInitRank || !real_ncclCommGetAsyncError) {
 		say("the job's libnccl lacks the calls a rebuild needs");
@@ -708,6 +883,8 @@ static void ctl_forget(void)
 	ctl_fd = -1;
 	ntable = 0;
 	memset(table, 0, sizeof(table));
+	npeers = 0;
+	peers_lost = false;
 	atomic_store(&gate_closed, 0);
 	atomic_store(&inflight, 0);
 	pthread_mutex_init(&gate_mu, NULL);
@@ -813,6 +990,8 @@ static void adopt(ncclComm_t *out, ncclComm_t real, enum vkind kind, const char 
 	*out = real;
 	if (!real || ctl_start() < 0)
 		return;
+	if (rt_sym("cudaSetDevice"))
+		ctl->flags |= SHIM_SEES_RUNTIME;
 	struct vcomm *v = calloc(1, sizeof(*v));
 	if (!v)
 		return;
