@@ -210,6 +210,14 @@ static int refuse_multi_gpu(const struct cudrv *d, const struct tp_capture *c)
 	}
 	int rc = 0;
 	for (size_t i = 0; rc == 0 && i < c->ncuda; i++) {
+		/* Under the shim, with the job's CUDA runtime a shared library
+		 * it stands in front of, every peer access the process enabled is
+		 * known, and disabled before the freeze (gpu/shim.h). */
+		bool shim = false;
+		for (size_t s = 0; s < c->shim.n && !shim; s++)
+			shim = c->shim.v[s].pid == c->cuda[i] && (c->shim.v[s].ctl->flags & SHIM_SEES_RUNTIME);
+		if (shim)
+			continue;
 		char what[512];
 		const size_t k = gpumap_held(c->cuda[i], host, nhost, what, sizeof(what));
 		if (k > 1)
@@ -218,8 +226,9 @@ static int refuse_multi_gpu(const struct cudrv *d, const struct tp_capture *c)
 					"access: cuCheckpointProcessRestore answers CUDA_ERROR_INVALID_VALUE and the process "
 					"never runs again), so nothing was frozen and the job runs on. Keep one GPU per "
 					"process (one rank per GPU), or move tensors between GPUs through host memory and "
-					"pass --multi-gpu-process to accept the risk, or save it through crest's library "
-					"(crest_checkpoint) instead", (int)c->cuda[i], k, what);
+					"pass --multi-gpu-process to accept the risk, or start it under crest run --cuda-shim "
+					"(crest's shim disables its peer access around the checkpoint), or save it through "
+					"crest's library (crest_checkpoint) instead", (int)c->cuda[i], k, what);
 	}
 	free(host);
 	return rc;
