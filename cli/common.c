@@ -4,6 +4,7 @@
 #include "capture/transparent.h"
 #include "cas/jobs.h"
 #include "gpu/gpuckpt.h"
+#include "gpu/shim.h"
 #include "os/proc.h"
 #include "util/err.h"
 #include "util/json.h"
@@ -724,7 +725,17 @@ void cli_shim_note(const struct cli *c, const struct tp_opts *o, const struct tp
 		snprintf(again, sizeof(again), "NOT made again");
 	else
 		snprintf(again, sizeof(again), "made again in %.3f s", cli_secs(cap->shim_rebuild_ns));
-	fprintf(stderr, "crest: NCCL shim: %u communicator(s) of %zu process(es) ended at a cut all ranks agree on "
-		"(%llu call(s) let through to reach it, %u round(s)) in %.3f s before the freeze; %s\n", st->ncomm,
-		cap->shim.n, (unsigned long long)st->drained, st->rounds, cli_secs(st->ns), again);
+	unsigned peers = 0;
+	for (size_t i = 0; i < cap->shim.n; i++)
+		peers += cap->shim.v[i].ctl->npeer;
+	char pw[64] = "";
+	if (peers)
+		snprintf(pw, sizeof(pw), "; %u peer access pair(s) disabled", peers);
+	if (st->ncomm)
+		fprintf(stderr, "crest: NCCL shim: %u communicator(s) of %zu process(es) ended at a cut all ranks agree "
+			"on (%llu call(s) let through to reach it, %u round(s))%s, in %.3f s before the freeze; %s\n",
+			st->ncomm, cap->shim.n, (unsigned long long)st->drained, st->rounds, pw, cli_secs(st->ns), again);
+	else
+		fprintf(stderr, "crest: CUDA shim: %u peer access pair(s) of %zu process(es) disabled in %.3f s before the "
+			"freeze; %s\n", peers, cap->shim.n, cli_secs(st->ns), again);
 }
