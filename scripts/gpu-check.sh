@@ -71,6 +71,8 @@
 #   nccl_teardown  NCCL's defaults again, in a job that destroys its process
 #               group at a quiet point: checkpointed with --kill, restored,
 #               its group rebuilt; losses equal an uninterrupted run's
+#   peer_shim   multigpu_refuse's process under crest run --cuda-shim: its
+#               peer access disabled around the checkpoint, taken, restored
 #   nccl_shim   NCCL's defaults, all GPUs (up to 4), under crest run
 #               --cuda-shim: checkpointed live and with --kill, restored;
 #               losses equal an uninterrupted run's; the shim's step cost
@@ -848,12 +850,8 @@ live_of() {
 # so crest checkpoint must refuse it before freezing anything, with a
 # line naming its pid and both GPUs; its output must then equal an
 # uninterrupted run's (it was never stopped).
-if torch_2gpu multigpu_refuse; then
-	gw=$WORK/multigpu MG_ERR="" t=$SECONDS
-	mkdir -p "$gw"
-	ml=$LOGS/multigpu_refuse.log
-	: >"$ml"
-	cat >"$gw/mg.py" <<'PY'
+mg_script() {  # mg_script FILE
+	cat >"$1" <<'PY'
 import os, sys, time, torch
 torch.use_deterministic_algorithms(True)
 torch.manual_seed(0)
@@ -870,6 +868,13 @@ for i in range(int(sys.argv[1])):
     print("step %d loss %.10f" % (i, loss.item()), flush=True)
     time.sleep(0.05)
 PY
+}
+if torch_2gpu multigpu_refuse; then
+	gw=$WORK/multigpu MG_ERR="" t=$SECONDS
+	mkdir -p "$gw"
+	ml=$LOGS/multigpu_refuse.log
+	: >"$ml"
+	mg_script "$gw/mg.py"
 	export CUBLAS_WORKSPACE_CONFIG=:4096:8
 	timeout -k 5 60 python3 "$gw/mg.py" 150 >"$gw/ref.out" 2>>"$ml" || MG_ERR="the uninterrupted run failed"
 	if [ -z "$MG_ERR" ]; then
@@ -898,6 +903,64 @@ PY
 		pass multigpu_refuse "a PyTorch process on cuda:0 and cuda:1 (activations device to device) refused before the freeze, its output identical to an uninterrupted run's ($(wc -l <"$gw/ref.out") lines); $probe, $((SECONDS - t)) s"
 	else
 		fail multigpu_refuse "$MG_ERR" "$ml"
+	fi
+fi
+
+# peer_shim (issue 33 items 5 and 6): multigpu_refuse's process (peer
+# access between cuda:0 and cuda:1) under crest run --cuda-shim, which
+# disables its peer access before the freeze and enables it again after:
+# taken without --multi-gpu-process, checkpointed live, then with --kill
+# and restored; its output must equal an uninterrupted run's.
+if torch_2gpu peer_shim; then
+	pw=$WORK/peer_shim PS_ERR="" t=$SECONDS
+	mkdir -p "$pw"
+	psl=$LOGS/peer_shim.log
+	: >"$psl"
+	mg_script "$pw/mg.py"
+	export CUBLAS_WORKSPACE_CONFIG=:4096:8
+	timeout -k 5 60 python3 "$pw/mg.py" 150 >"$pw/ref.out" 2>>"$psl" || PS_ERR="the uninterrupted run failed"
+	if [ -z "$PS_ERR" ]; then
+		(cd "$pw" && exec timeout -k 10 200 "${RUN[@]}" "$(bin crest)" --store "$pw/store" run --cuda-shim -- \
+			env -u LD_LIBRARY_PATH python3 "$pw/mg.py" 150 >"$pw/job.out" 2>"$pw/run.err" </dev/null) &
+		crun=$!
+		for i in $(seq 1 600); do [ "$(wc -l <"$pw/job.out")" -ge 20 ] && break; kill -0 "$crun" 2>/dev/null || break; sleep 0.1; done
+		init=$(sed -n 's/.* runs as pid \([0-9]*\) .*/\1/p' "$pw/run.err")
+		if [ -z "$init" ] || [ "$(wc -l <"$pw/job.out")" -lt 20 ]; then
+			PS_ERR="the job did not start under crest run --cuda-shim: $(tail -2 "$pw/run.err" | paste -sd' ')"
+		elif ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$pw/store" checkpoint --pid "$init" --tag live >>"$psl" 2>"$pw/ck1.err"; then
+			PS_ERR="the live checkpoint failed: $(tail -1 "$pw/ck1.err")"
+		elif ! grep -q "CUDA shim: [1-9][0-9]* peer access pair(s) of 1 process(es) disabled" "$pw/ck1.err"; then
+			PS_ERR="the live checkpoint disabled no peer access: $(grep 'shim:' "$pw/ck1.err" || tail -1 "$pw/ck1.err")"
+		else
+			n0=$(wc -l <"$pw/job.out")
+			for i in $(seq 1 100); do [ "$(wc -l <"$pw/job.out")" -ge $((n0 + 10)) ] && break; sleep 0.1; done
+			if [ "$(wc -l <"$pw/job.out")" -lt $((n0 + 10)) ]; then
+				PS_ERR="the job made no progress after the live checkpoint"
+			elif ! timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$pw/store" checkpoint --pid "$init" --kill --tag peer >>"$psl" 2>"$pw/ck2.err"; then
+				PS_ERR="crest checkpoint --kill failed: $(tail -1 "$pw/ck2.err")"
+			else
+				wait "$crun" 2>/dev/null
+				for i in $(seq 1 100); do kill -0 "$init" 2>/dev/null || break; sleep 0.1; done
+				timeout -k 5 120 "${RUN[@]}" "$(bin crest)" --store "$pw/store" restore peer >>"$psl" 2>"$pw/rs.err" ||
+					PS_ERR="crest restore failed: $(tail -1 "$pw/rs.err")"
+				cat "$pw/rs.err" >>"$psl"
+			fi
+		fi
+		cat "$pw/ck1.err" "$pw/ck2.err" >>"$psl" 2>/dev/null
+		for i in $(seq 1 600); do [ "$(wc -l <"$pw/job.out")" -ge 150 ] && break; [ -n "$PS_ERR" ] && break; sleep 0.1; done
+		sleep 0.5
+		[ -n "$init" ] && kill -9 "$init" 2>/dev/null
+		kill "$crun" 2>/dev/null; wait "$crun" 2>/dev/null
+		if [ -z "$PS_ERR" ] && ! cmp -s "$pw/job.out" "$pw/ref.out"; then
+			PS_ERR="the restored job's output differs from an uninterrupted run's ($(wc -l <"$pw/job.out") of $(wc -l <"$pw/ref.out") lines)"
+		fi
+	fi
+	unset CUBLAS_WORKSPACE_CONFIG
+	[ -d "$pw/store" ] && STORES+=("peer_shim=$pw/store")
+	if [ -z "$PS_ERR" ]; then
+		pass peer_shim "a PyTorch process on cuda:0 and cuda:1 (activations device to device, peer access) under crest run --cuda-shim: \"$(grep -m1 'CUDA shim' "$pw/ck1.err" | cut -c1-200)\"; checkpointed live (it ran on) and with --kill, restored: output identical to an uninterrupted run's ($(wc -l <"$pw/ref.out") lines), $((SECONDS - t)) s"
+	else
+		fail peer_shim "$PS_ERR" "$psl"
 	fi
 fi
 
