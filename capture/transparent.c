@@ -1390,6 +1390,12 @@ int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opt
 	st->gpu_ckpt_ns = cap.gpu_ckpt_ns;
 	st->dump_ns = cap.dump_ns;
 	st->gpu_resume_ns = cap.gpu_resume_ns;
+	st->shim_procs = cap.shim.n;
+	st->shim_comms = cap.shim_st.ncomm;
+	for (size_t i = 0; i < cap.shim.n; i++)
+		st->shim_peers += cap.shim.v[i].ctl->npeer;
+	st->shim_release_ns = cap.shim_st.ns;
+	st->shim_rebuild_ns = cap.shim_rebuild_ns;
 	for (size_t i = 0; watch && i < cap.files.n; i++)
 		if (!strcmp(cap.files.v[i].path, watch))
 			st->watch_size = cap.files.v[i].size;

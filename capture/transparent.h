@@ -122,6 +122,11 @@ struct tp_capture {
 struct tp_result {
 	uint8_t id[32];              /* the snapshot, once committed */
 	uint64_t stall_ns, gpu_lock_ns, gpu_ckpt_ns, dump_ns, gpu_resume_ns;
+	/* The shim's part, when the job runs it (shim_procs > 0): its release
+	 * before the freeze, its rebuild after (0 with --kill). */
+	size_t shim_procs;
+	unsigned shim_comms, shim_peers;
+	uint64_t shim_release_ns, shim_rebuild_ns;
 	struct engine_result r;
 	const char *watch_path;      /* in: a file the job writes, or NULL */
 	uint64_t watch_size;         /* out: its size at the freeze */

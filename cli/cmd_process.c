@@ -73,6 +73,10 @@ void ckpt_print_json_fields(const struct tp_result *st)
 	       cli_secs(st->dump_ns), cli_secs(st->gpu_resume_ns), (unsigned long long)r->logical_bytes,
 	       (unsigned long long)r->new_bytes, (unsigned long long)r->stored_bytes,
 	       (unsigned long long)r->zero_bytes, cli_secs(r->ingest_ns));
+	if (st->shim_procs)
+		printf(", \"shim\": {\"processes\": %zu, \"communicators\": %u, \"peer_pairs\": %u, "
+		       "\"release_seconds\": %.4f, \"rebuild_seconds\": %.4f}", st->shim_procs, st->shim_comms,
+		       st->shim_peers, cli_secs(st->shim_release_ns), cli_secs(st->shim_rebuild_ns));
 }
 
 static void print_ckpt(const struct cli *c, pid_t pid, const struct tp_result *st, const char *tag)
