@@ -24,7 +24,10 @@
  *  - NCCL ranks with its P2P transport on (its default on one node): the
  *    driver checkpoints them, and its restore answers
  *    CUDA_ERROR_NOT_SUPPORTED; capture/transparent.c refuses such a job
- *    before anything is frozen (refuse_nccl_p2p).
+ *    before anything is frozen (refuse_nccl_p2p), unless it runs crest's
+ *    shim (gpu/shim.h), which ends its communicators before the lock and
+ *    makes them again after the restore: then checkpointed and restored,
+ *    identical afterwards (4 ranks, 4 H200s).
  *  - A process that maps libcuda without a context (a spawn launcher):
  *    every driver call fails for it (CUDA_ERROR_NOT_INITIALIZED); it is a
  *    CPU process to CRIU.
@@ -44,6 +47,8 @@
  *    same way, and crest restore ends what it brought back (the snapshot
  *    untouched). The ways around it: one GPU per process, tensors moved
  *    between GPUs through host memory (that process restored bit-exact),
+ *    crest's shim, which disables the peer access before the lock and
+ *    enables it again after (such a process restored bit-exact, 2 H200s),
  *    or crest's library (crest_checkpoint), which copies device memory
  *    itself.
  */
