@@ -1,6 +1,8 @@
 /* guard.c - the job's files given back if crest restore dies; see guard.h. */
 #include "restore/guard.h"
 #include "gpu/gpuckpt.h"
+#include "gpu/shim.h"
+#include "gpu/shimctl.h"
 #include "os/criu.h"
 #include "os/pidns.h"
 #include "os/proc.h"
@@ -38,9 +40,9 @@
 
 struct msg {
 	char kind;   /* 'F' file (with its directory), 'C' criu's pid, 'P' a CUDA
-		      * process, 'T' a process of the tree, 'M' a GPU pair of the
-		      * map, 'D' disarm */
-	bool inner;  /* 'P': pid is inside the job's pid namespace; 'T': the
+		      * process, 'S' a process of the NCCL shim, 'T' a process of
+		      * the tree, 'M' a GPU pair of the map, 'D' disarm */
+	bool inner;  /* 'P', 'S': pid is inside the job's pid namespace; 'T': the
 		      * tree is its own pid namespace (no pid: its init ends it) */
 	pid_t pid;
 	struct gpuckpt_map map;
@@ -113,6 +115,16 @@ int rp_guard_cuda(struct rp_guard *g, const pid_t *pids, size_t n, bool inner, c
 	for (size_t i = 0; rc == 0 && i < nmap; i++)
 		rc = send_msg(g, &(struct msg){ .kind = 'M', .map = map[i] }, -1);
 	return rc < 0 ? crest_errf(rc, "cannot tell the restore's guard of its %zu CUDA processes", n) : 0;
+}
+
+int rp_guard_shim(struct rp_guard *g, const pid_t *pids, size_t n, bool inner)
+{
+	if (!g->pid)
+		return 0;
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < n; i++)
+		rc = send_msg(g, &(struct msg){ .kind = 'S', .inner = inner, .pid = pids[i] }, -1);
+	return rc < 0 ? crest_errf(rc, "cannot tell the restore's guard of its %zu NCCL shim processes", n) : 0;
 }
 
 int rp_guard_tree(struct rp_guard *g, const pid_t *pids, size_t n, bool pidns)
@@ -249,6 +261,35 @@ static int gpu_back(const char *dir, const pid_t *cuda, size_t n, bool inner, co
 	return rc;
 }
 
+/* Makes the NCCL communicators of the restored tree's shim processes
+ * again (pids inside its pid namespace when inner). */
+static int shim_back(const char *dir, const pid_t *pids, size_t n, bool inner)
+{
+	pid_t *host = malloc(n * sizeof(*host));
+	if (!host)
+		return crest_errf(-ENOMEM, "the restored NCCL shim processes");
+	int rc = 0;
+	if (inner) {
+		pid_t root;
+		rc = criu_restored_pid(dir, &root);
+		if (rc == 0)
+			rc = pidns_host_pids(root, pids, n, host);
+	} else {
+		memcpy(host, pids, n * sizeof(*host));
+	}
+	struct shimctl s = { 0 };
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		const int fd = proc_memfd_open(host[i], SHIM_MEMFD_NAME);
+		rc = fd < 0 ? crest_errf(fd, "cannot open the NCCL shim of pid %d", (int)host[i])
+			    : shimctl_add(&s, host[i], fd);
+	}
+	if (rc == 0)
+		rc = shimctl_rebuild(&s, 0, NULL);
+	shimctl_free(&s);
+	free(host);
+	return rc;
+}
+
 /* Ends a tree that came back but cannot run, as crest itself would
  * (restore/process.c's tree_kill): in a pid namespace of its own through
  * its init (dir's CRIU pidfile), else each of its processes. Then waits
@@ -288,9 +329,9 @@ int rp_guard_main(int argc, char **argv)
 	struct rec *v = NULL;
 	size_t n = 0;
 	int criu = -1;
-	pid_t *cuda = NULL, *tree = NULL;
-	size_t ncuda = 0, ntree = 0;
-	bool inner = false, tree_ns = false;
+	pid_t *cuda = NULL, *tree = NULL, *shim = NULL;
+	size_t ncuda = 0, ntree = 0, nshim = 0;
+	bool inner = false, tree_ns = false, shim_inner = false;
 	struct gpuckpt_map *map = NULL;
 	size_t nmap = 0;
 	for (;;) {
@@ -321,6 +362,7 @@ int rp_guard_main(int argc, char **argv)
 			recs_free(v, n);
 			free(cuda);
 			free(tree);
+			free(shim);
 			free(map);
 			return 0;
 		}
@@ -330,6 +372,13 @@ int rp_guard_main(int argc, char **argv)
 				cuda = nc;
 				cuda[ncuda++] = m.pid;
 				inner = m.inner;
+			}
+		} else if (m.kind == 'S' && m.pid > 0 && nshim < MAX_CUDA) {
+			pid_t *ns = realloc(shim, (nshim + 1) * sizeof(*shim));
+			if (ns) {
+				shim = ns;
+				shim[nshim++] = m.pid;
+				shim_inner = m.inner;
 			}
 		} else if (m.kind == 'T' && m.inner) {
 			tree_ns = true;
@@ -400,6 +449,18 @@ int rp_guard_main(int argc, char **argv)
 			bad |= left;
 		}
 	}
+	/* Then their NCCL, which the shim ended before the freeze. */
+	if (waited && restored && !ended && nshim) {
+		const int rc = shim_back(argv[1], shim, nshim, shim_inner);
+		if (rc < 0) {
+			ended = true;
+			const int left = tree_end(argv[1], tree, ntree, tree_ns);
+			snprintf(gpu, sizeof(gpu), "the processes came back, but their NCCL communicators could not be "
+				 "made again (%s), so the guard ended them%s", crest_errmsg(),
+				 left ? " (some still there after 10 s)" : "");
+			bad |= left;
+		}
+	}
 	int files_bad = 0;
 	bool files_told = false;
 	for (size_t i = n; i-- > 0;) {
@@ -418,6 +479,7 @@ int rp_guard_main(int argc, char **argv)
 	bad |= files_bad;
 	free(cuda);
 	free(tree);
+	free(shim);
 	free(map);
 	if (waited)
 		fs_workdir_release(argv[1], LOCK_FD);
@@ -427,9 +489,10 @@ int rp_guard_main(int argc, char **argv)
 		fprintf(stderr, "crest: the restore ended without crest (was it killed?): %s%s%s\n", gpu,
 			files_told ? "; " : "", files_told ? files : "");
 	else
-		fprintf(stderr, "crest: the restore ended without crest (was it killed?): %s%s\n",
+		fprintf(stderr, "crest: the restore ended without crest (was it killed?): %s%s%s\n",
 			!waited ? "CRIU still runs; the job's files were left as they are"
 			: restored ? "the processes came back on the snapshot's files"
-			: files, waited && restored && ncuda ? "; their GPU state was brought back" : "");
+			: files, waited && restored && ncuda ? "; their GPU state was brought back" : "",
+			waited && restored && nshim ? "; their NCCL communicators were made again" : "");
 	return bad;
 }

@@ -26,6 +26,8 @@
  * their memory and can never run: the guard then ends the tree, as crest
  * does when the driver fails it (so it is told of the tree's processes
  * too), and puts the job's files back as after a restore that failed.
+ * The same for the NCCL shim's processes, whose communicators the guard
+ * makes again after their GPU state.
  */
 #ifndef CREST_RESTORE_GUARD_H
 #define CREST_RESTORE_GUARD_H
@@ -63,6 +65,12 @@ int rp_guard_cuda(struct rp_guard *g, const pid_t *pids, size_t n, bool inner, c
  * own pid namespace, ended through its init (DIR's restored.pid), and pids
  * are not needed. Before CRIU starts. */
 int rp_guard_tree(struct rp_guard *g, const pid_t *pids, size_t n, bool pidns);
+/* The processes of the tree whose NCCL shim crest released before the
+ * freeze (gpu/shim.h), pids as for rp_guard_cuda: the guard makes their
+ * communicators again once their GPU state is back, or ends the tree if
+ * it cannot (ranks whose NCCL is gone would wait at their next collective
+ * for ever). Before CRIU starts. */
+int rp_guard_shim(struct rp_guard *g, const pid_t *pids, size_t n, bool inner);
 /* CRIU runs as pid. */
 void rp_guard_criu(struct rp_guard *g, pid_t pid);
 /* crest has dealt with the outcome: the guard ends, reaped. */

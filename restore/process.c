@@ -1459,12 +1459,22 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	 * GPU state of its CUDA processes if crest dies before it has dealt
 	 * with CRIU's outcome (restore/guard.h). */
 	struct rp_guard guard = { 0, -1 };
-	if (rc == 0 && (((files || wdl) && !o->beside) || ncuda))
+	/* The shim's processes, as the snapshot names them (inside its pid
+	 * namespace when it has one): the guard makes their NCCL again. */
+	pid_t *shim = NULL;
+	size_t nshim = 0;
+	const bool shim_ns = pidns && cas_manifest_get_label(m, "shim_nspids");
+	if (rc == 0)
+		rc = parse_pids(cas_manifest_get_label(m, shim_ns ? "shim_nspids" : "shim_pids"), &shim, &nshim);
+	if (rc == 0 && (((files || wdl) && !o->beside) || ncuda || nshim))
 		rc = rp_guard_start(&guard, dir, dir_lock);
 	if (rc == 0 && ncuda)
 		rc = rp_guard_cuda(&guard, cuda_in ? cuda_in : cuda, ncuda, cuda_in != NULL, gmap, ngmap);
-	if (rc == 0 && ncuda)
+	if (rc == 0 && nshim)
+		rc = rp_guard_shim(&guard, shim, nshim, shim_ns);
+	if (rc == 0 && (ncuda || nshim))
 		rc = rp_guard_tree(&guard, pids, npids, pidns != 0);
+	free(shim);
 	for (size_t i = 0; files && i < nfiles && !o->beside; i++)
 		files[i].guard = guard.pid ? &guard : NULL;
 	for (size_t i = 0, k = 0; rc == 0 && files && i < m->nstreams; i++)
@@ -1645,6 +1655,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		}
 	}
 	if (rc == 0 && cas_manifest_get_label(m, "shim_pids")) {
+		crest_fault_die("restore.shim");   /* tests only: util/fault.h */
 		rc = restore_shims(r, m, pidns);
 		/* Ranks whose NCCL is not back would wait at their next
 		 * collective for ever: ended, like a GPU state not back. */
