@@ -702,6 +702,7 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 			return rc;
 		}
 		c->shim_released = true;
+		crest_fault_die("capture.shim");   /* tests only: util/fault.h */
 	}
 	if (c->ncuda) {
 		rc = gpuckpt_suspend(d, c->cuda, c->ncuda, o->lock_timeout_ms ? o->lock_timeout_ms : TP_LOCK_TIMEOUT_MS,
