@@ -145,6 +145,17 @@ for r in $(seq 0 $((NRANKS - 1))); do
 done
 echo "ok: with rank pid $stopped stopped, crest gave up (exit $rc: $(grep -o 'the NCCL shim of pid [0-9]* did not answer.*' stopped.err | head -1)); every rank ran on"
 
+# crest killed right after the shim released the communicators (before the
+# freeze): its guard must make them again, and the job run on.
+rc=0
+CREST_FAULT_DIE=capture.shim "$CREST" --store "$S" checkpoint --pid "$INIT" >died.out 2>died.err || rc=$?
+[ "$rc" = 137 ] || { cat died.err >&2; fail "crest checkpoint with CREST_FAULT_DIE=capture.shim: exit $rc, not killed (137)"; }
+for r in $(seq 0 $((NRANKS - 1))); do
+	n=$(lines job/rank$r.log)
+	[ "$n" -ge "$STEPS" ] || wait_lines job/rank$r.log $((n + 3)) 30
+done
+echo "ok: crest killed just after the shim's release: every rank ran on (the guard made the communicators again)"
+
 wait_lines job/rank0.log "$at1"
 # Three live checkpoints, a few steps and a random moment apart: the
 # ranks drift between their calls, so some of these find them at
@@ -180,10 +191,21 @@ wait "$RUN" 2>/dev/null || true
 killed_at=$(for r in $(seq 0 $((NRANKS - 1))); do echo "$(lines job/rank$r.log)"; done | paste -sd/)
 [ "$(lines job/rank0.log)" -lt "$STEPS" ] || fail "the job had ended by the --kill checkpoint"
 
-"$CREST" --store "$S" restore k >restore.out 2>restore.err ||
-	{ cat restore.out restore.err >&2; fail "crest restore k failed"; }
-RPID=$(sed -n 's/^restored .*: pid \([0-9]*\) running again.*/\1/p' restore.out)
-[ -n "$RPID" ] || { cat restore.out restore.err >&2; fail "crest restore printed no pid"; }
+# crest restore killed after CRIU brought the tree back, before the shim's
+# rebuild: its guard must make the communicators again (else the ranks
+# wait at their next collective for ever).
+rc=0
+CREST_FAULT_DIE=restore.shim "$CREST" --store "$S" restore k >restore.out 2>restore.err || rc=$?
+[ "$rc" = 137 ] || { cat restore.out restore.err >&2; fail "crest restore with CREST_FAULT_DIE=restore.shim: exit $rc, not killed (137)"; }
+RPID=
+for i in $(seq 1 100); do
+	for p in $(pgrep -x crest-init 2>/dev/null); do
+		[ "$p" != "$INIT" ] && [ -n "$(pgrep -P "$p")" ] && grep -q "$NCCL_JOB" /proc/"$(pgrep -P "$p" | head -1)"/cmdline 2>/dev/null && RPID=$p
+	done
+	[ -n "$RPID" ] && break
+	sleep 0.1
+done
+[ -n "$RPID" ] || { cat restore.out restore.err >&2; fail "no restored job found after crest restore died"; }
 PIDS+=("$RPID")
 # The restored job: the same tree, its channel restored with it (its
 # processes may have other host pids: look again).
@@ -204,6 +226,9 @@ for p in "$RPID" "$RL" $RR; do
 	done
 done
 
+grep -q "their NCCL communicators were made again" restore.err ||
+	{ cat restore.err >&2; fail "the restore's guard did not say it made the NCCL communicators again"; }
+echo "ok: crest restore killed before the shim's rebuild: its guard made the communicators again"
 rc=0
 wait "$REF" || rc=$?
 [ "$rc" = 0 ] || fail "the uninterrupted run failed (exit $rc): $(tail -3 ref.out)"
