@@ -122,7 +122,6 @@ enum vkind { VK_INIT, VK_SPLIT, VK_FIXED };
 struct vcomm {
 	uint64_t magic;
 	ncclComm_t real;        /* NULL while released */
-	int slot;               /* index in the table, creation order */
 	int rank, nranks, dev;
 	uint8_t key[16];
 	enum vkind kind;
@@ -140,8 +139,9 @@ struct vcomm {
 };
 
 static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
-static struct vcomm *table[SHIM_MAX_COMMS];
+static struct vcomm *table[SHIM_MAX_COMMS];   /* creation order, no holes */
 static int ntable;
+static bool lost_comm;   /* one the shim could not stand in for: PAUSE refuses */
 
 /* ---- the gate ---- */
 
@@ -505,6 +505,12 @@ static void publish(void)
 		if (!v)
 			continue;
 		struct shim_comm *sc = &ctl->comm[n++];
+		REAL(ncclCommCount, ncclResult_t (*)(ncclComm_t, int *));
+		REAL(ncclCommUserRank, ncclResult_t (*)(ncclComm_t, int *));
+		if (v->nranks < 0 && v->real && real_ncclCommCount)
+			real_ncclCommCount(v->real, &v->nranks);
+		if (v->rank < 0 && v->real && real_ncclCommUserRank)
+			real_ncclCommUserRank(v->real, &v->rank);
 		memcpy(sc->key, v->key, sizeof(sc->key));
 		sc->rank = v->rank;
 		sc->nranks = v->nranks;
@@ -543,6 +549,11 @@ static int op_pause(unsigned timeout_ms)
 		say("%d NCCL call(s) did not return within %u ms (a communicator being made, or a blocking call)",
 		    busy, timeout_ms);
 		return -EBUSY;
+	}
+	if (lost_comm) {
+		say("a communicator the shim could not stand in for (more than %d at once, or out of memory)",
+		    SHIM_MAX_COMMS);
+		return -EOPNOTSUPP;
 	}
 	if (peers_lost) {
 		say("the job enabled peer access between more than %d pairs of GPUs", MAX_PEERS);
@@ -883,6 +894,7 @@ static void ctl_forget(void)
 	ctl_fd = -1;
 	ntable = 0;
 	memset(table, 0, sizeof(table));
+	lost_comm = false;
 	npeers = 0;
 	peers_lost = false;
 	atomic_store(&gate_closed, 0);
@@ -981,64 +993,73 @@ static void *config_copy(const void *config)
 /* Wraps a new real communicator; *out becomes the job's handle. On any
  * failure of the shim itself the real one is handed over as it is (the job
  * runs; crest will then see no shim for it and refuse as without one). */
+/* Wraps a new real communicator; *out becomes the job's handle. rank and
+ * nranks as the init was given them (a non-blocking communicator may not
+ * answer yet), or -1 to ask it. On a failure of the shim itself the real
+ * one is handed over as it is, and every later PAUSE refuses: crest must
+ * not end the others and leave that one to the driver. */
 static void adopt(ncclComm_t *out, ncclComm_t real, enum vkind kind, const char *why, const uint8_t key[16],
-		  const void *config)
+		  const void *config, int rank, int nranks)
 {
 	REAL(ncclCommCount, ncclResult_t (*)(ncclComm_t, int *));
 	REAL(ncclCommUserRank, ncclResult_t (*)(ncclComm_t, int *));
 	REAL(ncclCommCuDevice, ncclResult_t (*)(ncclComm_t, int *));
 	*out = real;
-	if (!real || ctl_start() < 0)
+	if (!real)
 		return;
+	struct vcomm *v = ctl_start() == 0 ? calloc(1, sizeof(*v)) : NULL;
+	if (!v) {
+		lost_comm = true;
+		return;
+	}
 	if (rt_sym("cudaSetDevice"))
 		ctl->flags |= SHIM_SEES_RUNTIME;
-	struct vcomm *v = calloc(1, sizeof(*v));
-	if (!v)
-		return;
 	v->magic = VCOMM_MAGIC;
 	v->real = real;
 	v->kind = kind;
 	v->fixed_why = why;
+	v->rank = rank;
+	v->nranks = nranks;
 	v->dev = -1;
 	memcpy(v->key, key, 16);
-	/* Blocking or not, these answer from what the init was given. */
-	if (real_ncclCommCount)
+	if (v->nranks < 0 && real_ncclCommCount)
 		real_ncclCommCount(real, &v->nranks);
-	if (real_ncclCommUserRank)
+	if (v->rank < 0 && real_ncclCommUserRank)
 		real_ncclCommUserRank(real, &v->rank);
-	if (real_ncclCommCuDevice)
-		real_ncclCommCuDevice(real, &v->dev);
+	if (real_ncclCommCuDevice && real_ncclCommCuDevice(real, &v->dev) != ncclSuccess)
+		v->dev = -1;
+	/* Not answered yet (non-blocking): the calling thread's device is
+	 * the one NCCL took. */
+	int (*ctxdev)(int *) = (int (*)(int *))cu_sym("cuCtxGetDevice");
+	if (v->dev < 0 && ctxdev && ctxdev(&v->dev) != 0)
+		v->dev = -1;
 	v->config = config_copy(config);
 	pthread_mutex_lock(&table_mu);
-	int slot = -1;
-	for (int i = 0; i < SHIM_MAX_COMMS && slot < 0; i++)
-		if (i >= ntable || !table[i])
-			slot = i;
-	if (slot >= 0) {
-		/* Creation order is kept: a freed slot is reused only at the end. */
-		if (slot < ntable)
-			slot = ntable < SHIM_MAX_COMMS ? ntable : -1;
-	}
-	if (slot < 0) {
+	if (ntable == SHIM_MAX_COMMS) {
 		pthread_mutex_unlock(&table_mu);
 		free(v->config);
 		free(v);
+		lost_comm = true;
 		return;
 	}
-	v->slot = slot;
-	table[slot] = v;
-	if (slot >= ntable)
-		ntable = slot + 1;
+	table[ntable++] = v;   /* creation order: the rebuild's and the children's */
 	pthread_mutex_unlock(&table_mu);
 	*out = (ncclComm_t)v;
 }
 
+/* The job ended it: out of the table, the rest kept in creation order.
+ * Never between PAUSE and REBUILD (the gate holds the job's calls), so
+ * the order crest saw stays. */
 static void forget(struct vcomm *v)
 {
 	pthread_mutex_lock(&table_mu);
-	table[v->slot] = NULL;
-	while (ntable > 0 && !table[ntable - 1])
-		ntable--;
+	int i = 0;
+	while (i < ntable && table[i] != v)
+		i++;
+	if (i < ntable) {
+		memmove(&table[i], &table[i + 1], (size_t)(ntable - i - 1) * sizeof(table[0]));
+		table[--ntable] = NULL;
+	}
 	pthread_mutex_unlock(&table_mu);
 	for (int k = 0; k < MAX_REGS; k++)
 		free(v->regs[k]);
@@ -1059,7 +1080,7 @@ EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks, ncclUni
 	uint8_t key[16];
 	key_of(key, id.internal, sizeof(id.internal), 0);
 	if (rc == ncclSuccess || rc == ncclInProgress)
-		adopt(comm, r, VK_INIT, NULL, key, config);
+		adopt(comm, r, VK_INIT, NULL, key, config, rank, nranks);
 	else
 		*comm = r;
 	return rc;
@@ -1077,7 +1098,7 @@ EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId 
 	uint8_t key[16];
 	key_of(key, id.internal, sizeof(id.internal), 0);
 	if (rc == ncclSuccess || rc == ncclInProgress)
-		adopt(comm, r, VK_INIT, NULL, key, NULL);
+		adopt(comm, r, VK_INIT, NULL, key, NULL, rank, nranks);
 	else
 		*comm = r;
 	return rc;
@@ -1098,7 +1119,7 @@ EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t *comm, int nranks, int r
 	/* Made again from one new id with ncclCommInitRankConfig: the same
 	 * communicator to the job. */
 	if (rc == ncclSuccess || rc == ncclInProgress)
-		adopt(comm, r, VK_INIT, NULL, key, config);
+		adopt(comm, r, VK_INIT, NULL, key, config, rank, nranks);
 	else
 		*comm = r;
 	return rc;
@@ -1116,7 +1137,7 @@ EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comms, int ndev, const int *devl
 		uint8_t key[16];
 		const uint64_t salt[2] = { (uint64_t)getpid(), (uint64_t)i };
 		key_of(key, salt, sizeof(salt), 2);
-		adopt(&comms[i], comms[i], VK_FIXED, "ncclCommInitAll", key, NULL);
+		adopt(&comms[i], comms[i], VK_FIXED, "ncclCommInitAll", key, NULL, i, ndev);
 	}
 	return rc;
 }
@@ -1146,7 +1167,7 @@ EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int k, ncclComm_t 
 		memcpy(s.parent, v->key, 16);
 	key_of(key, &s, sizeof(s), 3);
 	if ((rc == ncclSuccess || rc == ncclInProgress) && r)
-		adopt(newcomm, r, VK_INIT, NULL, key, config ? config : v ? v->config : NULL);
+		adopt(newcomm, r, VK_INIT, NULL, key, config ? config : v ? v->config : NULL, -1, -1);
 	else
 		*newcomm = r;
 	return rc;
@@ -1169,7 +1190,7 @@ EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int *excl, int nexcl, ncclCo
 	const uint64_t salt[2] = { (uint64_t)getpid(), (uint64_t)(uintptr_t)r };
 	key_of(key, salt, sizeof(salt), 4);
 	if ((rc == ncclSuccess || rc == ncclInProgress) && r)
-		adopt(newcomm, r, VK_FIXED, "ncclCommShrink", key, NULL);
+		adopt(newcomm, r, VK_FIXED, "ncclCommShrink", key, NULL, -1, -1);
 	else
 		*newcomm = r;
 	return rc;
