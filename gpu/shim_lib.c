@@ -344,6 +344,83 @@ static int cu_use(int dev)
 	return cu.set_current(cu.ctx[dev]) == 0 ? 0 : -ENODEV;
 }
 
+/* ---- the work gate: the job's kernels held while its peer access is off ----
+ *
+ * Between the release (peer access disabled, before the driver's lock)
+ * and the rebuild (enabled again, after the driver's unlock or restore) the
+ * job runs, and a kernel it launched then that reads a peer GPU's memory
+ * would fault: the context would be lost. So while the shim has peer
+ * access off, the job's kernel launches (the runtime's and the driver's,
+ * as far as they come through the dynamic linker) wait at this gate, and
+ * the release first lets every kernel already queued finish. Copies are
+ * not held: the driver copies between GPUs without peer access. A job that
+ * never enabled peer access pays one atomic load a launch. */
+static _Atomic int work_closed;
+static _Atomic int work_inflight;
+static _Atomic int work_any;      /* the job ever enabled a pair */
+static pthread_mutex_t work_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t work_cv = PTHREAD_COND_INITIALIZER;
+
+static bool work_enter(void)
+{
+	if (!atomic_load_explicit(&work_any, memory_order_relaxed))
+		return false;
+	atomic_fetch_add(&work_inflight, 1);
+	if (!atomic_load(&work_closed))
+		return true;
+	atomic_fetch_sub(&work_inflight, 1);
+	pthread_mutex_lock(&work_mu);
+	pthread_cond_broadcast(&work_cv);
+	while (atomic_load(&work_closed))
+		pthread_cond_wait(&work_cv, &work_mu);
+	atomic_fetch_add(&work_inflight, 1);
+	pthread_mutex_unlock(&work_mu);
+	return true;
+}
+
+static void work_leave(bool entered)
+{
+	if (entered && atomic_fetch_sub(&work_inflight, 1) == 1 && atomic_load(&work_closed)) {
+		pthread_mutex_lock(&work_mu);
+		pthread_cond_broadcast(&work_cv);
+		pthread_mutex_unlock(&work_mu);
+	}
+}
+
+/* Closes the gate and waits, within timeout_ms, for the launches inside
+ * it to return. */
+static int work_close(unsigned timeout_ms)
+{
+	atomic_store(&work_closed, 1);
+	const uint64_t end = now_ms() + timeout_ms;
+	pthread_mutex_lock(&work_mu);
+	while (atomic_load(&work_inflight) > 0 && now_ms() < end) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 2 * 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&work_cv, &work_mu, &ts);
+	}
+	const int busy = atomic_load(&work_inflight);
+	pthread_mutex_unlock(&work_mu);
+	if (busy > 0) {
+		say("%d kernel launch(es) of the job did not return within %u ms", busy, timeout_ms);
+		return -EBUSY;
+	}
+	return 0;
+}
+
+static void work_open(void)
+{
+	pthread_mutex_lock(&work_mu);
+	atomic_store(&work_closed, 0);
+	pthread_cond_broadcast(&work_cv);
+	pthread_mutex_unlock(&work_mu);
+}
+
 /* ---- peer access between GPUs ---- */
 
 /* The job's CUDA runtime, when it is a shared library (PyTorch's is): the
@@ -370,6 +447,15 @@ static void *rt_sym(const char *name)
 	}
 	void *f = h ? dlsym(h, name) : NULL;
 	return f ? f : dlsym(RTLD_NEXT, name);
+}
+
+/* Whether the job's CUDA runtime is a shared library the shim stands in
+ * front of (a runtime linked into a program statically is not). */
+static bool rt_shared(void)
+{
+	void *h = NULL;
+	dl_iterate_phdr(find_cudart, &h);
+	return h != NULL;
 }
 
 static void *cu_sym(const char *name)
@@ -399,6 +485,7 @@ static void peer_note(bool add, const struct peer *p)
 			       peers[i].ctx == p->ctx && peers[i].pctx == p->pctx))
 		i++;
 	if (add && i == npeers) {
+		atomic_store(&work_any, 1);
 		if (npeers < MAX_PEERS)
 			peers[npeers++] = *p;
 		else
@@ -420,7 +507,9 @@ EXPORT int cudaDeviceEnablePeerAccess(int to, unsigned int flags)
 	int (*getdev)(int *) = (int (*)(int *))rt_sym("cudaGetDevice");
 	if (!real)
 		return 35;   /* cudaErrorInsufficientDriver: no runtime to pass it to */
+	const bool in = work_enter();   /* not while the shim has peer access off */
 	const int rc = real(to, flags);
+	work_leave(in);
 	struct peer p = { .drv = false, .to = to, .flags = flags };
 	if ((rc == 0 || rc == CUDA_PEER_ALREADY_ENABLED) && getdev && getdev(&p.dev) == 0 && ctl_start() == 0)
 		peer_note(true, &p);
@@ -446,7 +535,9 @@ EXPORT int cuCtxEnablePeerAccess(void *pctx, unsigned int flags)
 	int (*getcur)(void **) = (int (*)(void **))cu_sym("cuCtxGetCurrent");
 	if (!real)
 		return 3;   /* CUDA_ERROR_NOT_INITIALIZED */
+	const bool in = work_enter();
 	const int rc = real(pctx, flags);
+	work_leave(in);
 	struct peer p = { .drv = true, .pctx = pctx, .flags = flags };
 	if ((rc == 0 || rc == CUDA_PEER_ALREADY_ENABLED) && getcur && getcur(&p.ctx) == 0 && ctl_start() == 0)
 		peer_note(true, &p);
@@ -466,17 +557,77 @@ EXPORT int cuCtxDisablePeerAccess(void *pctx)
 	return rc;
 }
 
+/* The job's kernel launches, held at the work gate (above). */
+typedef struct {
+	unsigned x, y, z;
+} shim_dim3;
+
+#define HOLD(type, name, params, args)                              \
+	EXPORT type name params                                     \
+	{                                                           \
+		static type(*real) params;                           \
+		if (!real)                                          \
+			real = (type(*) params)LOOKUP(#name);      \
+		if (!real)                                          \
+			return (type)MISSING;                       \
+		const bool in = work_enter();                       \
+		const type rc = real args;                          \
+		work_leave(in);                                     \
+		return rc;                                          \
+	}
+
+#define LOOKUP rt_sym
+#define MISSING 35   /* cudaErrorInsufficientDriver: no runtime to pass it to */
+HOLD(int, cudaLaunchKernel, (const void *f, shim_dim3 g, shim_dim3 b, void **a, size_t m, cudaStream_t s),
+     (f, g, b, a, m, s))
+HOLD(int, cudaLaunchCooperativeKernel, (const void *f, shim_dim3 g, shim_dim3 b, void **a, size_t m, cudaStream_t s),
+     (f, g, b, a, m, s))
+HOLD(int, cudaLaunchKernelExC, (const void *config, const void *f, void **a), (config, f, a))
+HOLD(int, cudaGraphLaunch, (void *exec, cudaStream_t s), (exec, s))
+#undef LOOKUP
+#undef MISSING
+#define LOOKUP cu_sym
+#define MISSING 3    /* CUDA_ERROR_NOT_INITIALIZED */
+HOLD(int, cuLaunchKernel,
+     (void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned m, void *s,
+      void **p, void **e),
+     (f, gx, gy, gz, bx, by, bz, m, s, p, e))
+HOLD(int, cuLaunchCooperativeKernel,
+     (void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned m, void *s,
+      void **p),
+     (f, gx, gy, gz, bx, by, bz, m, s, p))
+HOLD(int, cuLaunchKernelEx, (const void *config, void *f, void **p, void **e), (config, f, p, e))
+HOLD(int, cuGraphLaunch, (void *exec, void *s), (exec, s))
+#undef LOOKUP
+#undef MISSING
+
 /* Disables (on) or enables again (!on) every pair the job enabled, from
  * the control thread: the runtime's on the pair's device, the driver's in
  * the pair's context. */
 static int peers_set(bool off)
 {
+	int (*devsync)(void) = (int (*)(void))rt_sym("cudaDeviceSynchronize");
+	int (*ctxsync)(void) = (int (*)(void))cu_sym("cuCtxSynchronize");
 	int (*setdev)(int) = (int (*)(int))rt_sym("cudaSetDevice");
 	int (*rt_en)(int, unsigned) = (int (*)(int, unsigned))rt_sym("cudaDeviceEnablePeerAccess");
 	int (*rt_dis)(int) = (int (*)(int))rt_sym("cudaDeviceDisablePeerAccess");
 	int (*cu_en)(void *, unsigned) = (int (*)(void *, unsigned))cu_sym("cuCtxEnablePeerAccess");
 	int (*cu_dis)(void *) = (int (*)(void *))cu_sym("cuCtxDisablePeerAccess");
 	int (*cu_set)(void *) = (int (*)(void *))cu_sym("cuCtxSetCurrent");
+	pthread_mutex_lock(&table_mu);
+	/* Off: every kernel queued before the gate closed finishes first (it
+	 * may read the peer's memory). */
+	for (int i = 0; off && i < npeers; i++) {
+		const struct peer *p = &peers[i];
+		const int r = p->drv ? (!cu_set || !ctxsync || cu_set(p->ctx) != 0 ? -1 : ctxsync())
+				     : (!setdev || !devsync || setdev(p->dev) != 0 ? -1 : devsync());
+		if (r != 0) {
+			pthread_mutex_unlock(&table_mu);
+			say("waiting for the job's kernels on %s %d failed (error %d)", p->drv ? "a context of device" : "device",
+			    p->dev, r);
+			return -EIO;
+		}
+	}
 	for (int i = 0; i < npeers; i++) {
 		const struct peer *p = &peers[i];
 		int r;
@@ -491,9 +642,11 @@ static int peers_set(bool off)
 			else
 				say("%s peer access from device %d to %d failed (cudaError %d)", off ? "disabling" : "enabling",
 				    p->dev, p->to, r);
+			pthread_mutex_unlock(&table_mu);
 			return -EIO;
 		}
 	}
+	pthread_mutex_unlock(&table_mu);
 	return 0;
 }
 
@@ -520,7 +673,7 @@ static void publish(void)
 	}
 	ctl->ncomm = (uint32_t)n;
 	ctl->npeer = (uint32_t)npeers;
-	if (rt_sym("cudaSetDevice"))
+	if (rt_shared())
 		ctl->flags |= SHIM_SEES_RUNTIME;
 }
 
@@ -663,8 +816,11 @@ static int op_release(void)
 			rc = -EIO;
 		}
 	}
-	/* Then the peer access: NCCL's own is gone with its communicators. */
-	const int prc = peers_set(true);
+	/* Then the peer access (NCCL's own is gone with its communicators),
+	 * with the job's kernel launches held until it is on again. */
+	int prc = npeers ? work_close(ctl->req_timeout_ms ? ctl->req_timeout_ms : 10000) : 0;
+	if (prc == 0)
+		prc = peers_set(true);
 	if (prc < 0 && rc == 0)
 		rc = prc;
 	ctl->state = SHIM_RELEASED;
@@ -754,6 +910,7 @@ static int op_rebuild(unsigned timeout_ms)
 	}
 	if (peers_set(false) < 0)
 		goto broken;
+	work_open();
 	bool comms = false;
 	for (int i = 0; i < ntable; i++)
 		comms |= table[i] != NULL;
@@ -824,6 +981,7 @@ broken:
 	 * error (PyTorch raises it) rather than waiting for ever. */
 	atomic_store(&broken, 1);
 	ctl->state = SHIM_BROKEN;
+	work_open();
 	open_gate();
 	return -EIO;
 }
@@ -869,6 +1027,7 @@ static void *ctl_main(void *arg)
 				/* No rebuild is coming: calls fail rather than wait. */
 				atomic_store(&broken, 1);
 				ctl->state = SHIM_BROKEN;
+				work_open();
 				open_gate();
 			}
 			break;
@@ -897,6 +1056,10 @@ static void ctl_forget(void)
 	lost_comm = false;
 	npeers = 0;
 	peers_lost = false;
+	atomic_store(&work_closed, 0);
+	atomic_store(&work_inflight, 0);
+	pthread_mutex_init(&work_mu, NULL);
+	pthread_cond_init(&work_cv, NULL);
 	atomic_store(&gate_closed, 0);
 	atomic_store(&inflight, 0);
 	pthread_mutex_init(&gate_mu, NULL);
@@ -1012,7 +1175,7 @@ static void adopt(ncclComm_t *out, ncclComm_t real, enum vkind kind, const char 
 		lost_comm = true;
 		return;
 	}
-	if (rt_sym("cudaSetDevice"))
+	if (rt_shared())
 		ctl->flags |= SHIM_SEES_RUNTIME;
 	v->magic = VCOMM_MAGIC;
 	v->real = real;
