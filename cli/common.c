@@ -723,6 +723,8 @@ void cli_shim_note(const struct cli *c, const struct tp_opts *o, const struct tp
 		snprintf(again, sizeof(again), "made again by the restore");
 	else if (cap->stranded_nccl)
 		snprintf(again, sizeof(again), "NOT made again");
+	else if (cap->stranded[0])
+		snprintf(again, sizeof(again), "not made again: the driver did not give the job back");
 	else
 		snprintf(again, sizeof(again), "made again in %.3f s", cli_secs(cap->shim_rebuild_ns));
 	unsigned peers = 0;
