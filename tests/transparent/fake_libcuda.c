@@ -45,6 +45,16 @@
  *      once succeed, as a collective both have in flight can end);
  *      "always": when a peer is locked as this lock ends, however close
  *      (a job whose ranks are never quiet together: locks can only fail).
+ * A process that loads the stand-in CUDA runtime (fake_cudart.h) has a
+ * page of that runtime's: the stateful driver keeps the process's state
+ * there (as well as in its file), so that a copy restored under another
+ * pid (crest run's pid namespace) is found checkpointed, as the driver
+ * finds it, and the runtime's calls wait while it is not running; and,
+ * like the driver 580 (cuCheckpointProcessRestore: CUDA_ERROR_INVALID_VALUE,
+ * capture/transparent.c), it cannot restore such a process while it has
+ * peer access between GPUs enabled: the restore answers that error,
+ * changes nothing, and logs "restore PID: peer access on ...". Its lock
+ * and checkpoint log "peers PID: N pair(s) at the lock|checkpoint".
  */
 /* No cuda.h: these stubs do not match its prototypes, and need not. */
 typedef int CUresult;
@@ -93,8 +103,11 @@ STUB(cuDeviceGet) STUB(cuDeviceGetName) STUB(cuDeviceGetUuid)
 #endif
 
 #ifdef FAKE_STATEFUL
+#include "fake_cudart.h"
+
 #include <dirent.h>
 #include <errno.h>
+#include <sys/mman.h>
 #include <stdbool.h>
 #include <fcntl.h>
 #include <sys/file.h>
@@ -142,8 +155,53 @@ static void path_of(char *out, size_t cap, const char *name)
 	snprintf(out, cap, "%s/%s", d && *d ? d : "/tmp", name);
 }
 
+/* The page of pid's stand-in runtime (fake_cudart.h), mapped (munmap
+ * 4096 bytes), or NULL: pid loads none. */
+static struct fake_rt_page *rt_page(int pid)
+{
+	char dir[64];
+	snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
+	DIR *d = opendir(dir);
+	if (!d)
+		return NULL;
+	struct fake_rt_page *p = NULL;
+	struct dirent *e;
+	while (!p && (e = readdir(d))) {
+		char path[384], link[256];
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		const ssize_t n = readlink(path, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		if (strcmp(link, "/memfd:" FAKE_RT_MEMFD_NAME " (deleted)"))
+			continue;
+		const int fd = open(path, O_RDWR | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		close(fd);
+		if (m == MAP_FAILED)
+			continue;
+		p = m;
+		if (__atomic_load_n(&p->magic, __ATOMIC_ACQUIRE) != FAKE_RT_MAGIC) {
+			munmap(m, 4096);
+			p = NULL;
+		}
+	}
+	closedir(d);
+	return p;
+}
+
 static int state_of(int pid)
 {
+	struct fake_rt_page *p = rt_page(pid);
+	if (p) {
+		const int st = (int)__atomic_load_n(&p->state, __ATOMIC_ACQUIRE);
+		munmap(p, 4096);
+		return st;
+	}
 	char name[32], path[4096];
 	snprintf(name, sizeof(name), "%d", pid);
 	path_of(path, sizeof(path), name);
@@ -183,6 +241,26 @@ static void state_set(int pid, int st)
 	fprintf(f, "%d\n", st);
 	fclose(f);
 	rename(tmp, path);
+	struct fake_rt_page *p = rt_page(pid);
+	if (p) {
+		__atomic_store_n(&p->state, (uint32_t)st, __ATOMIC_RELEASE);
+		munmap(p, 4096);
+	}
+}
+
+/* The peer access pairs pid has on now (-1: it loads no stand-in
+ * runtime), logged as "peers PID: N pair(s) at the WHEN". */
+static int peers_of(int pid, const char *when)
+{
+	struct fake_rt_page *p = rt_page(pid);
+	if (!p)
+		return -1;
+	const int n = (int)__atomic_load_n(&p->npairs, __ATOMIC_ACQUIRE);
+	munmap(p, 4096);
+	char fmt[128];
+	snprintf(fmt, sizeof(fmt), "%%s %%d: %%d pair(s) at the %s%%.0d in pid %%d\n", when);
+	logline(fmt, pid, "peers", n, 0);
+	return n;
 }
 
 /* FAKE_CUDA_DIE: the first call of op at this phase, in any process, dies. */
@@ -403,6 +481,8 @@ CUresult cuCheckpointProcessLock(int pid, void *a)
 	const unsigned long long begin = now_ms();
 	if (unreachable(pid) == CUDA_SUCCESS)
 		nap_ms(target_ms(pid, "FAKE_CUDA_LOCK_MS"));
+	if (unreachable(pid) == CUDA_SUCCESS && state_of(pid) == RUNNING)
+		peers_of(pid, "lock");
 	char mode[16];
 	if (unreachable(pid) == CUDA_SUCCESS && target_env(pid, "FAKE_CUDA_NCCL", mode, sizeof(mode)))
 		return nccl_lock(pid, mode, begin, a ? *(const unsigned *)a : 0);
@@ -411,8 +491,10 @@ CUresult cuCheckpointProcessLock(int pid, void *a)
 CUresult cuCheckpointProcessCheckpoint(int pid, void *a)
 {
 	(void)a;
-	if (unreachable(pid) == CUDA_SUCCESS && state_of(pid) == LOCKED)
+	if (unreachable(pid) == CUDA_SUCCESS && state_of(pid) == LOCKED) {
+		peers_of(pid, "checkpoint");
 		nap_ms(target_ms(pid, "FAKE_CUDA_CKPT_MS"));
+	}
 	return step(pid, "checkpoint", LOCKED, CHECKPOINTED);
 }
 /* cuda.h's CUcheckpointRestoreArgs begins with the GPU pairs and their
@@ -435,8 +517,14 @@ CUresult cuCheckpointProcessRestore(int pid, void *a)
 		snprintf(fmt + n, sizeof(fmt) - n, " (%%d %%d) in pid %%d\n");
 		logline(fmt, pid, "restore", 0, 0);
 	}
-	if (unreachable(pid) == CUDA_SUCCESS && state_of(pid) == CHECKPOINTED)
+	if (unreachable(pid) == CUDA_SUCCESS && state_of(pid) == CHECKPOINTED) {
 		nap_ms(target_ms(pid, "FAKE_CUDA_RESTORE_MS"));
+		const int peers = peers_of(pid, "restore");
+		if (peers > 0) {
+			logline("%s %d: peer access on (%d pair(s)%.0d): refused in pid %d\n", pid, "restore", peers, 0);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+	}
 	return step(pid, "restore", CHECKPOINTED, LOCKED);
 }
 CUresult cuCheckpointProcessUnlock(int pid, void *a) { (void)a; return step(pid, "unlock", LOCKED, RUNNING); }
