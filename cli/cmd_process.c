@@ -31,8 +31,10 @@ static void on_resumed(void *arg, const struct tp_opts *o, const struct tp_captu
 	const struct cli *c = ((const struct ckpt_view *)arg)->c;
 	if (!c->quiet && !c->json) {
 		if (cap->stranded[0])
-			printf("pid %d (%s) dumped in %.3f s, but its GPU state could not be brought back: it is "
-			       "ended once the snapshot is stored\n", (int)o->pid, cap->comm, cli_secs(cap->stall_ns));
+			printf("pid %d (%s) dumped in %.3f s, but its %s: it is ended once the snapshot is stored\n",
+			       (int)o->pid, cap->comm, cli_secs(cap->stall_ns),
+			       cap->stranded_nccl ? "NCCL communicators could not be made again"
+						  : "GPU state could not be brought back");
 		else if (o->kill)
 			printf("pid %d (%s) dumped in %.3f s and stopped: it ends once the snapshot is "
 			       "stored (--kill)\n", (int)o->pid, cap->comm, cli_secs(cap->stall_ns));
