@@ -94,3 +94,17 @@ kill_at_random() {
 	kill -9 "$pid" 2>/dev/null || true
 	wait "$pid" 2>/dev/null || true
 }
+
+# run_init RUNPID ERRFILE: waits (60 s) until `crest run` (RUNPID, its
+# stderr in ERRFILE) has said its init's pid; sets INIT, added to PIDS.
+run_init() {
+	local run=$1 err=$2 deadline=$((SECONDS + 60))
+	until grep -q ' runs as pid ' "$err"; do
+		[ $SECONDS -lt $deadline ] || { cat "$err" >&2; fail "crest run did not start the job in 60 s"; }
+		kill -0 "$run" 2>/dev/null || { cat "$err" >&2; fail "crest run ended before the job started"; }
+		sleep 0.05
+	done
+	INIT=$(sed -n 's/.* runs as pid \([0-9]*\) .*/\1/p' "$err")
+	[ -n "$INIT" ] || { cat "$err" >&2; fail "crest run did not say the init's pid"; }
+	PIDS+=("$INIT")
+}

@@ -52,15 +52,7 @@ PIDS+=("$REF")
 ) </dev/null >job.out 2>run.err &
 RUN=$!
 PIDS+=("$RUN")
-deadline=$((SECONDS + 60))
-until grep -q ' runs as pid ' run.err; do
-	[ $SECONDS -lt $deadline ] || { cat run.err >&2; fail "crest run --cuda-shim did not start the job in 60 s"; }
-	kill -0 "$RUN" 2>/dev/null || { cat run.err >&2; fail "crest run --cuda-shim ended before the job started"; }
-	sleep 0.05
-done
-INIT=$(sed -n 's/.* runs as pid \([0-9]*\) .*/\1/p' run.err)
-[ -n "$INIT" ] || { cat run.err >&2; fail "crest run did not say the init's pid"; }
-PIDS+=("$INIT")
+run_init "$RUN" run.err
 # Every rank has made its communicator once it has logged a step.
 for r in $(seq 0 $((NRANKS - 1))); do wait_lines job/rank$r.log 2 60; done
 

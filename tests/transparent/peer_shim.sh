@@ -162,15 +162,7 @@ echo "ok: plain: its restore failed as the driver's does: $(tail -1 plain-rs.err
 	</dev/null >job.out 2>run.err &
 RUN=$!
 PIDS+=("$RUN")
-deadline=$((SECONDS + 60))
-until grep -q ' runs as pid ' run.err; do
-	[ $SECONDS -lt $deadline ] || { cat run.err >&2; fail "crest run --cuda-shim did not start the job in 60 s"; }
-	kill -0 "$RUN" 2>/dev/null || { cat run.err >&2; fail "crest run --cuda-shim ended before the job started"; }
-	sleep 0.05
-done
-INIT=$(sed -n 's/.* runs as pid \([0-9]*\) .*/\1/p' run.err)
-[ -n "$INIT" ] || { cat run.err >&2; fail "crest run did not say the init's pid"; }
-PIDS+=("$INIT")
+run_init "$RUN" run.err
 wait_lines job.log 2
 JOB=$(pgrep -P "$INIT" || true)
 [ "$(echo "$JOB" | wc -w)" = 1 ] || fail "the init $INIT has not one child (the job): '$JOB'"
