@@ -1,7 +1,6 @@
 /* guard.c - a job given back if crest dies while it holds it; see guard.h. */
 #include "capture/guard.h"
 #include "gpu/gpuckpt.h"
-#include "gpu/shim.h"
 #include "gpu/shimctl.h"
 #include "os/proc.h"
 #include "os/spawn.h"
@@ -141,23 +140,6 @@ static bool criu_dumping(pid_t root)
 	return found;
 }
 
-/* The shims of pids brought back to running: rebuilt where released,
- * opened where only paused (shimctl_rebuild does both). */
-static int guard_shims(const pid_t *pids, size_t n)
-{
-	struct shimctl s = { 0 };
-	int rc = 0;
-	for (size_t i = 0; rc == 0 && i < n; i++) {
-		const int fd = proc_memfd_open(pids[i], SHIM_MEMFD_NAME);
-		rc = fd < 0 ? crest_errf(fd, "cannot open the NCCL shim of pid %d", (int)pids[i])
-			    : shimctl_add(&s, pids[i], fd);
-	}
-	if (rc == 0)
-		rc = shimctl_rebuild(&s, 0, NULL);
-	shimctl_free(&s);
-	return rc;
-}
-
 int tp_guard_main(int argc, char **argv)
 {
 	spawn_quiet_signals();
@@ -222,7 +204,7 @@ int tp_guard_main(int argc, char **argv)
 			 * whose communicators cannot be made again would wait at
 			 * its next collective for ever, so it is ended below. */
 			if (rc == 0 && nshim)
-				rc = guard_shims(shim, nshim);
+				rc = shimctl_rebuild_pids(shim, nshim);   /* rebuilt where released, opened where paused */
 			/* A process the driver still holds can never run again, and
 			 * nobody is left to store it: the job is ended (stopped
 			 * first, so that nothing forks past the listing), never left

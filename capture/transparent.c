@@ -175,6 +175,16 @@ static void tp_capture_free(struct tp_capture *c)
 	memset(c, 0, sizeof(*c));
 }
 
+/* The pids of the processes that run the shim, malloc'ed; NULL when
+ * none (or out of memory). */
+static pid_t *shim_pids(const struct tp_capture *c)
+{
+	pid_t *p = c->shim.n ? calloc(c->shim.n, sizeof(pid_t)) : NULL;
+	for (size_t i = 0; p && i < c->shim.n; i++)
+		p[i] = c->shim.v[i].pid;
+	return p;
+}
+
 /* The GPUs the job saw, for a restore onto others (gpumap.h): those its
  * first CUDA process was allowed (CUDA_VISIBLE_DEVICES), else all. */
 static int record_gpus(const struct cudrv *d, struct tp_capture *c)
@@ -526,11 +536,8 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	/* The processes running crest's NCCL shim (gpu/shim.h): any of the
 	 * tree, CUDA or not, that made a communicator under it. */
 	for (size_t i = 0; rc == 0 && i < c->tree.n; i++) {
-		const int fd = proc_memfd_open(c->tree.pids[i], SHIM_MEMFD_NAME);
-		if (fd == -ENOENT || fd == -ESRCH)
-			continue;
-		rc = fd < 0 ? crest_errf(fd, "cannot open the NCCL shim of pid %d", (int)c->tree.pids[i])
-			    : shimctl_add(&c->shim, c->tree.pids[i], fd);
+		rc = shimctl_open(&c->shim, c->tree.pids[i]);
+		rc = rc == -ENOENT ? 0 : rc;
 	}
 	if (rc == 0 && c->pidns && c->shim.n) {
 		c->shim_inner = calloc(c->shim.n, sizeof(pid_t));
@@ -679,9 +686,7 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		if (proc_state(c->tree.pids[i]) == 'T')
 			c->held[c->nheld++] = c->tree.pids[i];
 	/* A guard gives the job back if crest dies from here on (guard.h). */
-	pid_t *spids = c->shim.n ? calloc(c->shim.n, sizeof(pid_t)) : NULL;
-	for (size_t i = 0; spids && i < c->shim.n; i++)
-		spids[i] = c->shim.v[i].pid;
+	pid_t *spids = shim_pids(c);
 	rc = c->shim.n && !spids ? crest_errf(-ENOMEM, "checkpoint")
 				 : tp_guard_start(&c->guard, o->pid, o->kill, c->cuda, c->ncuda, c->held, c->nheld,
 						  spids, spids ? c->shim.n : 0);
@@ -930,9 +935,7 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 		rc = label_pids(m, "cuda_nspids", c->cuda_inner, c->ncuda);
 	/* The restore makes their NCCL again (restore/process.c). */
 	if (rc == 0 && c->shim.n) {
-		pid_t *sp = calloc(c->shim.n, sizeof(pid_t));
-		for (size_t i = 0; sp && i < c->shim.n; i++)
-			sp[i] = c->shim.v[i].pid;
+		pid_t *sp = shim_pids(c);
 		rc = sp ? label_pids(m, "shim_pids", sp, c->shim.n) : -ENOMEM;
 		free(sp);
 	}

@@ -6,7 +6,10 @@
 #include "util/err.h"
 #include "util/progress.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <linux/futex.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -17,8 +20,42 @@
 #include <time.h>
 #include <unistd.h>
 
-int shimctl_add(struct shimctl *s, pid_t pid, int fd)
+/* The memfd named SHIM_MEMFD_NAME that pid holds, opened O_RDWR: a
+ * descriptor, -ENOENT when it holds none or is gone, or -errno. */
+static int memfd_open(pid_t pid)
 {
+	char path[64], lpath[96], link[256];
+	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return errno == ESRCH ? -ENOENT : -errno;
+	int fd = -ENOENT;
+	const struct dirent *e;
+	while (fd == -ENOENT && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(lpath, sizeof(lpath), "/proc/%d/fd/%.16s", (int)pid, e->d_name);
+		const ssize_t n = readlink(lpath, link, sizeof(link) - 1);
+		if (n <= 0)
+			continue;
+		link[n] = 0;
+		if (strcmp(link, "/memfd:" SHIM_MEMFD_NAME " (deleted)") == 0) {
+			fd = open(lpath, O_RDWR | O_CLOEXEC);
+			if (fd < 0)
+				fd = -errno;
+		}
+	}
+	closedir(d);
+	return fd;
+}
+
+int shimctl_open(struct shimctl *s, pid_t pid)
+{
+	const int fd = memfd_open(pid);
+	if (fd == -ENOENT)
+		return fd;
+	if (fd < 0)
+		return crest_errf(fd, "cannot open the NCCL shim of pid %d", (int)pid);
 	void *p = mmap(NULL, sizeof(struct shim_ctl), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED) {
 		const int err = -errno;
@@ -266,5 +303,20 @@ int shimctl_rebuild(struct shimctl *s, unsigned timeout_ms, uint64_t *ns)
 	}
 	if (ns)
 		*ns = time_now_ns() - t0;
+	return rc;
+}
+
+int shimctl_rebuild_pids(const pid_t *pids, size_t n)
+{
+	struct shimctl s = { 0 };
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		rc = shimctl_open(&s, pids[i]);
+		if (rc == -ENOENT)
+			rc = crest_errx(rc, "pid %d runs no NCCL shim any more (is it gone?)", (int)pids[i]);
+	}
+	if (rc == 0)
+		rc = shimctl_rebuild(&s, 0, NULL);
+	shimctl_free(&s);
 	return rc;
 }

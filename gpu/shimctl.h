@@ -34,10 +34,11 @@ struct shimctl {
 /* The default bound on each step's wait (PAUSE, DRAIN, a rebuild). */
 #define SHIMCTL_TIMEOUT_MS 10000u
 
-/* Adds pid, whose shim control memfd is open as fd (taken: closed by
- * shimctl_free, or now on failure). -EPROTO for a control block of another
- * version or none. */
-int shimctl_add(struct shimctl *s, pid_t pid, int fd);
+/* Adds pid if it runs the shim: its control memfd (SHIM_MEMFD_NAME),
+ * found and opened through /proc/PID/fd. -ENOENT, with no message, when
+ * pid holds none (a process that made no communicator) or is gone;
+ * -EPROTO for a control block of another version; else -errno. */
+int shimctl_open(struct shimctl *s, pid_t pid);
 void shimctl_free(struct shimctl *s);
 
 struct shimctl_stats {
@@ -52,5 +53,8 @@ struct shimctl_stats {
 int shimctl_release(struct shimctl *s, unsigned timeout_ms, struct shimctl_stats *st);
 /* IDS, then REBUILD with every rank's new ids. */
 int shimctl_rebuild(struct shimctl *s, unsigned timeout_ms, uint64_t *ns);
+/* shimctl_rebuild of the processes pids (host pids), every one of which
+ * must run the shim: what a restore and the guards do. */
+int shimctl_rebuild_pids(const pid_t *pids, size_t n);
 
 #endif

@@ -308,35 +308,6 @@ bool proc_has_thread(pid_t pid, const char *name)
 	return found;
 }
 
-int proc_memfd_open(pid_t pid, const char *name)
-{
-	char path[64], want[128];
-	snprintf(path, sizeof(path), "/proc/%d/fd", (int)pid);
-	snprintf(want, sizeof(want), "/memfd:%s (deleted)", name);
-	DIR *d = opendir(path);
-	if (!d)
-		return -errno;
-	int fd = -ENOENT;
-	const struct dirent *e;
-	while (fd == -ENOENT && (e = readdir(d)) != NULL) {
-		if (e->d_name[0] == '.')
-			continue;
-		char lpath[96], link[256];
-		snprintf(lpath, sizeof(lpath), "/proc/%d/fd/%.16s", (int)pid, e->d_name);
-		const ssize_t n = readlink(lpath, link, sizeof(link) - 1);
-		if (n <= 0)
-			continue;
-		link[n] = 0;
-		if (strcmp(link, want) == 0) {
-			fd = open(lpath, O_RDWR | O_CLOEXEC);
-			if (fd < 0)
-				fd = -errno;
-		}
-	}
-	closedir(d);
-	return fd;
-}
-
 /* flags, pos and mnt_id of one descriptor, from its fdinfo (all three are
  * there since Linux 3.15). */
 static int fd_info(pid_t pid, const char *fd, int *flags, uint64_t *pos, int *mnt)

@@ -53,9 +53,6 @@ int proc_env_get(pid_t pid, const char *key, char *buf, size_t cap);
 /* True when some thread of the process is named name (/proc/PID/task/
  * TID/comm, at most 15 bytes: "pt_nccl_watchdg"). */
 bool proc_has_thread(pid_t pid, const char *name);
-/* Opens (O_RDWR) the memfd named name that pid holds, through
- * /proc/PID/fd: a descriptor, -ENOENT when it holds none, or -errno. */
-int proc_memfd_open(pid_t pid, const char *name);
 
 /* 'R', 'S', 'Z', ... or 0 when the process does not exist. */
 char proc_state(pid_t pid);

@@ -1,7 +1,6 @@
 /* guard.c - the job's files given back if crest restore dies; see guard.h. */
 #include "restore/guard.h"
 #include "gpu/gpuckpt.h"
-#include "gpu/shim.h"
 #include "gpu/shimctl.h"
 #include "os/criu.h"
 #include "os/pidns.h"
@@ -235,39 +234,14 @@ static void recs_free(struct rec *v, size_t n)
 	free(v);
 }
 
-/* Restores and unlocks the GPU state of the restored tree's CUDA
- * processes (pids inside its pid namespace when inner: the init's host pid
- * is in dir's CRIU pidfile). */
-static int gpu_back(const char *dir, const pid_t *cuda, size_t n, bool inner, const struct gpuckpt_map *map,
-		    size_t nmap)
+/* The host pids of n processes of the restored tree: pids as they are,
+ * or, when inner, translated from inside its pid namespace (the init's
+ * host pid is in dir's CRIU pidfile). malloc'ed into *out. */
+static int host_pids(const char *dir, const pid_t *pids, size_t n, bool inner, pid_t **out)
 {
 	pid_t *host = malloc(n * sizeof(*host));
 	if (!host)
-		return crest_errf(-ENOMEM, "the restored CUDA processes");
-	int rc = 0;
-	if (inner) {
-		pid_t root;
-		rc = criu_restored_pid(dir, &root);
-		if (rc == 0)
-			rc = pidns_host_pids(root, cuda, n, host);
-	} else {
-		memcpy(host, cuda, n * sizeof(*host));
-	}
-	if (rc == 0 && (rc = crest_fault_res("guard.gpu", 0)) < 0)   /* tests only: util/fault.h */
-		crest_errx(rc, "the fault hook failed it");
-	if (rc == 0)
-		rc = gpuckpt_guard_settle(host, n, map, nmap, proc_gone);
-	free(host);
-	return rc;
-}
-
-/* Makes the NCCL communicators of the restored tree's shim processes
- * again (pids inside its pid namespace when inner). */
-static int shim_back(const char *dir, const pid_t *pids, size_t n, bool inner)
-{
-	pid_t *host = malloc(n * sizeof(*host));
-	if (!host)
-		return crest_errf(-ENOMEM, "the restored NCCL shim processes");
+		return crest_errf(-ENOMEM, "the restored processes");
 	int rc = 0;
 	if (inner) {
 		pid_t root;
@@ -277,15 +251,39 @@ static int shim_back(const char *dir, const pid_t *pids, size_t n, bool inner)
 	} else {
 		memcpy(host, pids, n * sizeof(*host));
 	}
-	struct shimctl s = { 0 };
-	for (size_t i = 0; rc == 0 && i < n; i++) {
-		const int fd = proc_memfd_open(host[i], SHIM_MEMFD_NAME);
-		rc = fd < 0 ? crest_errf(fd, "cannot open the NCCL shim of pid %d", (int)host[i])
-			    : shimctl_add(&s, host[i], fd);
-	}
+	if (rc < 0)
+		free(host);
+	else
+		*out = host;
+	return rc;
+}
+
+/* Restores and unlocks the GPU state of the restored tree's CUDA
+ * processes. */
+static int gpu_back(const char *dir, const pid_t *cuda, size_t n, bool inner, const struct gpuckpt_map *map,
+		    size_t nmap)
+{
+	pid_t *host = NULL;
+	int rc = host_pids(dir, cuda, n, inner, &host);
+	if (rc < 0)
+		return rc;
+	if ((rc = crest_fault_res("guard.gpu", 0)) < 0)   /* tests only: util/fault.h */
+		crest_errx(rc, "the fault hook failed it");
 	if (rc == 0)
-		rc = shimctl_rebuild(&s, 0, NULL);
-	shimctl_free(&s);
+		rc = gpuckpt_guard_settle(host, n, map, nmap, proc_gone);
+	free(host);
+	return rc;
+}
+
+/* Makes the NCCL communicators of the restored tree's shim processes
+ * again. */
+static int shim_back(const char *dir, const pid_t *pids, size_t n, bool inner)
+{
+	pid_t *host = NULL;
+	int rc = host_pids(dir, pids, n, inner, &host);
+	if (rc < 0)
+		return rc;
+	rc = shimctl_rebuild_pids(host, n);
 	free(host);
 	return rc;
 }

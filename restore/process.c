@@ -4,7 +4,6 @@
 #include "restore/imgsrv.h"
 #include "restore/guard.h"
 #include "gpu/gpumap.h"
-#include "gpu/shim.h"
 #include "gpu/shimctl.h"
 #include "os/pidns.h"
 #include "os/proc.h"
@@ -1093,15 +1092,8 @@ static int restore_shims(const struct rp_result *r, const struct cas_manifest *m
 		if (rc == 0)
 			rc = pidns_host_pids(r->pid, in, n, sp);
 	}
-	struct shimctl s = { 0 };
-	for (size_t i = 0; rc == 0 && i < n; i++) {
-		const int fd = proc_memfd_open(sp[i], SHIM_MEMFD_NAME);
-		rc = fd < 0 ? crest_errf(fd, "cannot open the NCCL shim of restored pid %d", (int)sp[i])
-			    : shimctl_add(&s, sp[i], fd);
-	}
 	if (rc == 0)
-		rc = shimctl_rebuild(&s, 0, NULL);
-	shimctl_free(&s);
+		rc = shimctl_rebuild_pids(sp, n);
 	free(sp);
 	free(in);
 	return rc;
