@@ -289,6 +289,20 @@ static void say(const char *fmt, ...)
 	va_end(ap);
 }
 
+/* Waits on cv (mu held) for at most ms milliseconds: the callers loop on
+ * their own condition and deadline. */
+static void cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += ms * 1000 * 1000;
+	if (ts.tv_nsec >= 1000000000) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000;
+	}
+	pthread_cond_timedwait(cv, mu, &ts);
+}
+
 static uint64_t now_ms(void)
 {
 	struct timespec ts;
@@ -395,14 +409,7 @@ static int work_close(unsigned timeout_ms)
 	const uint64_t end = now_ms() + timeout_ms;
 	pthread_mutex_lock(&work_mu);
 	while (atomic_load(&work_inflight) > 0 && now_ms() < end) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 2 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&work_cv, &work_mu, &ts);
+		cond_wait_ms(&work_cv, &work_mu, 2);
 	}
 	const int busy = atomic_load(&work_inflight);
 	pthread_mutex_unlock(&work_mu);
@@ -683,14 +690,7 @@ static int op_pause(unsigned timeout_ms)
 	const uint64_t end = now_ms() + timeout_ms;
 	pthread_mutex_lock(&gate_mu);
 	while (atomic_load(&inflight) > 0 && now_ms() < end) {
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 10 * 1000 * 1000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&gate_cv, &gate_mu, &ts);
+		cond_wait_ms(&gate_cv, &gate_mu, 10);
 	}
 	const int busy = atomic_load(&inflight);
 	pthread_mutex_unlock(&gate_mu);
@@ -742,14 +742,7 @@ static int op_drain(unsigned timeout_ms)
 	while (!done && now_ms() < end) {
 		done = atomic_load(&inflight) == 0 && !any_below_target();
 		if (!done) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 2 * 1000 * 1000;
-			if (ts.tv_nsec >= 1000000000) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000;
-			}
-			pthread_cond_timedwait(&gate_cv, &gate_mu, &ts);
+			cond_wait_ms(&gate_cv, &gate_mu, 2);
 		}
 	}
 	draining = false;
