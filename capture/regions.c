@@ -603,12 +603,25 @@ static int copy_sparse(struct fifo *f, struct ctxset *cs, const struct capture_r
 	return 0;
 }
 
-static int copy_region(struct fifo *f, const struct capture_region *r, struct engine_stream *st, uint64_t token,
-		       struct sparse *sp)
+/* A region copied whole, slice by slice: where its copy stands. */
+struct whole {
+	const struct capture_region *r;
+	struct engine_stream *st;
+	struct ctxset *cs;            /* NULL: host memory */
+	CUdeviceptr dig;              /* its ids on the GPU, for each slice; 0: none */
+	size_t off;                   /* bytes copied so far */
+};
+
+/* Starts region r: enters its context and hashes it on its GPU if it can.
+ * A region whose changed chunks alone are copied is copied here (a few
+ * slices); any other is left to copy_slice, through *w, with *whole set. */
+static int region_start(struct fifo *f, const struct capture_region *r, struct engine_stream *st, uint64_t token,
+			struct sparse *sp, struct whole *w, bool *whole)
 {
 	const struct cudrv *d = f->cp->d;
 	struct ctxset *cs = NULL;
 	int rc = 0;
+	*whole = false;
 	if (r->device && r->size) {
 		rc = d ? ctxset_get(f->cp, r->ctx, &cs) : crest_errx(-ENODEV, "no GPU driver");
 		if (rc == 0)
@@ -641,47 +654,96 @@ static int copy_region(struct fifo *f, const struct capture_region *r, struct en
 			return copy_sparse(f, cs, r, g, k, sp);
 		}
 	}
-	const size_t slice = pool_slice_bytes(f->cp->pool);
 	/* A slice's ids go with it when its room holds them: each slice
 	 * starts at a multiple of the chunk (slices are whole segments). */
-	if (dig && gpusha_nchunks(slice, chunk) * GPUSHA_DIGEST > pool_ids_bytes(f->cp->pool))
+	if (dig && gpusha_nchunks(pool_slice_bytes(f->cp->pool), chunk) * GPUSHA_DIGEST > pool_ids_bytes(f->cp->pool))
 		dig = 0;
 	f->whole_ids += dig != 0;
-	for (size_t off = 0; off < r->size; off += slice) {
-		const size_t n = r->size - off < slice ? r->size - off : slice;
-		struct pool_slice *sl;
-		rc = fifo_slice(f, &sl);
-		if (rc < 0)
-			return rc;
-		struct copied x = { .sl = sl, .st = st, .len = n, .cache = cs && r->cache ? r->cache + off : NULL };
-		if (cs) {
-			CUstream s = cs->s[f->next_stream++ % cs->ns];
-			x.ev = cs->ev[sl->idx];
+	*w = (struct whole){ .r = r, .st = st, .cs = cs, .dig = dig };
+	*whole = r->size > 0;
+	return 0;
+}
+
+/* Copies the next slice of w into staging (a device region: starts its
+ * copy on one of its context's streams). */
+static int copy_slice(struct fifo *f, struct whole *w)
+{
+	const struct cudrv *d = f->cp->d;
+	const struct capture_region *r = w->r;
+	struct ctxset *cs = w->cs;
+	const size_t slice = pool_slice_bytes(f->cp->pool), off = w->off;
+	const size_t n = r->size - off < slice ? r->size - off : slice;
+	struct pool_slice *sl;
+	int rc = fifo_slice(f, &sl);
+	if (rc < 0)
+		return rc;
+	struct copied x = { .sl = sl, .st = w->st, .len = n, .cache = cs && r->cache ? r->cache + off : NULL };
+	if (cs) {
+		const uint32_t chunk = engine_stream_fixed_chunk(w->st);
+		CUstream s = cs->s[f->next_stream++ % cs->ns];
+		x.ev = cs->ev[sl->idx];
+		rc = cudrv_check(d, d->CtxSetCurrent(r->ctx), "entering the region's context");
+		if (rc == 0)
 			rc = cudrv_check(d, d->MemcpyDtoHAsync(sl->p, (CUdeviceptr)(uintptr_t)(r->ptr + off), n, s),
 					 "copying to staging (cuMemcpyDtoHAsync)");
+		if (rc == 0)
+			rc = cudrv_check(d, d->EventRecord(x.ev, s), "cuEventRecord");
+		/* Its ids on the hashing stream, after the hash. */
+		if (rc == 0 && w->dig) {
+			x.ev_ids = cs->ev_ids[sl->idx];
+			rc = cudrv_check(d, d->MemcpyDtoHAsync(sl->ids, w->dig + off / chunk * GPUSHA_DIGEST,
+							       gpusha_nchunks(n, chunk) * GPUSHA_DIGEST, cs->hs),
+					 "copying a slice's ids to staging (cuMemcpyDtoHAsync)");
 			if (rc == 0)
-				rc = cudrv_check(d, d->EventRecord(x.ev, s), "cuEventRecord");
-			/* Its ids on the hashing stream, after the hash. */
-			if (rc == 0 && dig) {
-				x.ev_ids = cs->ev_ids[sl->idx];
-				rc = cudrv_check(d, d->MemcpyDtoHAsync(sl->ids, dig + off / chunk * GPUSHA_DIGEST,
-								       gpusha_nchunks(n, chunk) * GPUSHA_DIGEST, cs->hs),
-						 "copying a slice's ids to staging (cuMemcpyDtoHAsync)");
-				if (rc == 0)
-					rc = cudrv_check(d, d->EventRecord(x.ev_ids, cs->hs), "cuEventRecord");
-			}
-			if (rc < 0) {
-				d->StreamSynchronize(s);
-				if (dig)
-					d->StreamSynchronize(cs->hs);
-				pool_give(sl);
-				return crest_errctx(rc, "region %s, offset %zu", r->name, off);
-			}
-		} else {
-			copy_to_staging(sl->p, r->ptr + off, n);
+				rc = cudrv_check(d, d->EventRecord(x.ev_ids, cs->hs), "cuEventRecord");
 		}
-		fifo_push(f, &x);
-		f->copied += n;
+		if (rc < 0) {
+			d->StreamSynchronize(s);
+			if (w->dig)
+				d->StreamSynchronize(cs->hs);
+			pool_give(sl);
+			return crest_errctx(rc, "region %s, offset %zu", r->name, off);
+		}
+	} else {
+		copy_to_staging(sl->p, r->ptr + off, n);
+	}
+	fifo_push(f, &x);
+	f->copied += n;
+	w->off += n;
+	return 0;
+}
+
+/* Copies the regions of w[0..n) whole, a slice of each context in turn
+ * (host memory counting as one more), so that every GPU's link is busy at
+ * once even when the pool holds less than one GPU's share: region by
+ * region, a pool that ran dry would wait on one GPU's copies while the
+ * others sat idle. Within a context, regions go one after another, in
+ * order, and each stream's slices reach the engine in order (the FIFO). */
+static int copy_wholes(struct fifo *f, struct whole *w, size_t n)
+{
+	struct ctxset *grp[MAX_CTX + 1];
+	size_t cur[MAX_CTX + 1], ng = 0, left = n;
+	for (size_t i = 0; i < n; i++) {
+		size_t g = 0;
+		while (g < ng && grp[g] != w[i].cs)
+			g++;
+		if (g == ng) {
+			grp[ng] = w[i].cs;
+			cur[ng++] = i;
+		}
+	}
+	while (left) {
+		for (size_t g = 0; g < ng; g++) {
+			while (cur[g] < n && (w[cur[g]].cs != grp[g] || w[cur[g]].off == w[cur[g]].r->size))
+				cur[g]++;
+			if (cur[g] == n)
+				continue;
+			struct whole *x = &w[cur[g]];
+			int rc = copy_slice(f, x);
+			if (rc < 0)
+				return rc;
+			left -= x->off == x->r->size;
+		}
 	}
 	return 0;
 }
@@ -717,15 +779,32 @@ int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const s
 		free(sp);
 		return crest_errf(-ENOMEM, "starting a checkpoint");
 	}
+	struct whole *w = calloc(n + 1, sizeof(*w));
+	if (!w) {
+		free(f.q);
+		free(sp);
+		return crest_errf(-ENOMEM, "starting a checkpoint");
+	}
+	/* Every region started (hashes launched, changed chunks copied)
+	 * before any is copied whole: see copy_wholes. A stream is closed once
+	 * nothing more is appended to it; its slices may still wait in the
+	 * FIFO for the engine, as they did before. */
 	int rc = 0;
+	size_t nw = 0;
 	for (size_t i = 0; rc == 0 && i < n; i++) {
 		struct engine_stream *st;
+		bool whole = false;
 		rc = stream_open(snap, r[i].name, false, r[i].device, &st);
 		if (rc == 0)
-			rc = copy_region(&f, &r[i], st, token, &sp[i]);
-		if (rc == 0)
+			rc = region_start(&f, &r[i], st, token, &sp[i], &w[nw], &whole);
+		if (rc == 0 && !whole)
 			engine_stream_close(st);
+		nw += rc == 0 && whole;
 	}
+	if (rc == 0)
+		rc = copy_wholes(&f, w, nw);
+	for (size_t i = 0; rc == 0 && i < nw; i++)
+		engine_stream_close(w[i].st);
 	while (rc == 0 && f.n)
 		rc = fifo_flush_one(&f);
 	if (rc < 0)
@@ -735,6 +814,7 @@ int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const s
 		rc = hrc;
 	free(f.q);
 	free(sp);
+	free(w);
 	if (stats) {
 		stats->wait_ns = f.wait_ns;
 		stats->rounds = f.rounds;

@@ -8,7 +8,9 @@
  * engine only when the pool runs dry or all copies are done: while the state
  * fits, no ingest thread competes with the copy for CPU or memory bandwidth,
  * and the job's stall is the copy alone. The engine gives each slice back
- * through pool_release_cb.
+ * through pool_release_cb. Regions of several contexts (GPUs) are copied
+ * at once, a slice of each in turn, so that every GPU's link is busy
+ * however small the pool.
  *
  * Owns the per-context copy streams and events (made on first use, kept
  * for the next checkpoint). Calls engine/, gpu/ and util/; knows nothing of
