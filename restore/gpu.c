@@ -31,6 +31,15 @@ struct window {
 	uint64_t off, len; /* where in the stream, how many bytes */
 };
 
+/* Where the windows of one group of destinations stand: those of one
+ * device context, or every host and file destination (key NULL). dst is
+ * the group's current destination (n once all are handed out). */
+struct cursor {
+	const void *key;
+	size_t dst;
+	uint64_t ext, in, off;
+};
+
 struct job {
 	const struct restore_ctx *c;
 	const struct restore_gpu_dst *dst;
@@ -43,10 +52,10 @@ struct job {
 	bool pitch;                  /* device windows may be pitched (window_fill) */
 	size_t win_step;             /* windows are multiples of it (0: any size) */
 	unsigned threads;
-	/* cursor, under lock */
+	/* cursors, under lock: one a group of destinations (see job_next) */
 	pthread_mutex_t lock;
-	size_t cur_dst;
-	uint64_t cur_ext, cur_in, cur_off;
+	struct cursor *cur;
+	unsigned ncur;
 	uint64_t left;               /* bytes not yet handed out */
 	atomic_uint_fast64_t done;   /* bytes restored, for the progress line */
 	/* a pipe destination: the next offset to write, under lock; a thread
@@ -80,6 +89,7 @@ struct winstate {
 
 struct worker {
 	struct job *j;
+	unsigned home;               /* the group of destinations it starts at */
 	uint8_t *buf[2];
 	uint8_t *scratch;            /* bounce buffer for host regions: scratch_cap bytes */
 	size_t scratch_cap;
@@ -119,19 +129,40 @@ static void job_fail(struct job *j, int err)
 	pthread_mutex_unlock(&j->lock);
 }
 
-/* The next window, or false when all are handed out. Data extents are
- * never split; holes (which may be far larger than a buffer) are. */
-static int job_next(struct job *j, struct window *w, bool *got)
+static const void *dst_key(const struct restore_gpu_dst *t)
+{
+	return t->host || t->file ? NULL : (const void *)t->ctx;
+}
+
+/* The group's cursor moved to its next destination with windows left. */
+static void cursor_settle(const struct job *j, struct cursor *g)
+{
+	while (g->dst < j->n && (dst_key(&j->dst[g->dst]) != g->key || g->ext >= j->dst[g->dst].st->nextents)) {
+		g->dst++;
+		g->ext = g->in = g->off = 0;
+	}
+}
+
+/* The next window, or false when all are handed out: from the group
+ * `home` while it has any, else from any other. Each group is a device
+ * (one context) or the host, and each thread starts at a group of its
+ * own (worker i at group i % ncur): regions on several GPUs are then
+ * restored at once, each over its own link, where one cursor over all
+ * destinations would fill one GPU after another. Data extents are never
+ * split; holes (which may be far larger than a buffer) are. */
+static int job_next(struct job *j, unsigned home, struct window *w, bool *got)
 {
 	int rc = 0;
 	*got = false;
 	pthread_mutex_lock(&j->lock);
-	while (j->cur_dst < j->n && j->cur_ext >= j->dst[j->cur_dst].st->nextents) {
-		j->cur_dst++;
-		j->cur_ext = j->cur_in = j->cur_off = 0;
+	struct cursor *g = NULL;
+	for (unsigned k = 0; k < j->ncur && !g; k++) {
+		struct cursor *x = &j->cur[(home + k) % j->ncur];
+		cursor_settle(j, x);
+		g = x->dst < j->n ? x : NULL;
 	}
-	if (j->cur_dst < j->n) {
-		const struct cas_stream *st = j->dst[j->cur_dst].st;
+	if (g) {
+		const struct cas_stream *st = j->dst[g->dst].st;
 		/* Guided: a window is at most 1/(2 threads) of what is left,
 		 * so the last ones are small and the threads finish together.
 		 * With 16 threads and 64 MiB windows only, the slowest thread
@@ -145,33 +176,33 @@ static int job_next(struct job *j, struct window *w, bool *got)
 			fair = fair < j->win_step ? j->win_step : fair;
 			cap = fair < cap ? fair : cap;
 		}
-		*w = (struct window){ .dst = j->cur_dst, .ext = j->cur_ext, .in = j->cur_in, .off = j->cur_off };
+		*w = (struct window){ .dst = g->dst, .ext = g->ext, .in = g->in, .off = g->off };
 		/* A hole of a file (not a pipe) is left as the truncation made
 		 * it: nothing is filled or written, so it is one window however
 		 * long. Cut into windows, a sparse file of 8 EiB (a stream's size
 		 * is the snapshot's word) would take 2^39 turns: a day of CPU. */
-		const struct restore_gpu_dst *t = &j->dst[j->cur_dst];
-		const bool whole = t->file && !t->pipe && st->ext[j->cur_ext].hole && st->ext[j->cur_ext].len > cap;
+		const struct restore_gpu_dst *t = &j->dst[g->dst];
+		const bool whole = t->file && !t->pipe && st->ext[g->ext].hole && st->ext[g->ext].len > cap;
 		if (whole) {
-			w->len = st->ext[j->cur_ext].len - j->cur_in;
-			j->cur_ext++;
-			j->cur_in = 0;
+			w->len = st->ext[g->ext].len - g->in;
+			g->ext++;
+			g->in = 0;
 		}
-		while (!whole && j->cur_ext < st->nextents && w->len < cap) {
-			const struct cas_extent *x = &st->ext[j->cur_ext];
-			const uint64_t left = x->len - j->cur_in;
+		while (!whole && g->ext < st->nextents && w->len < cap) {
+			const struct cas_extent *x = &st->ext[g->ext];
+			const uint64_t left = x->len - g->in;
 			if (x->hole) {
 				const uint64_t take = left < cap - w->len ? left : cap - w->len;
 				w->len += take;
-				j->cur_in += take;
-				if (j->cur_in == x->len) {
-					j->cur_ext++;
-					j->cur_in = 0;
+				g->in += take;
+				if (g->in == x->len) {
+					g->ext++;
+					g->in = 0;
 				}
 			} else if (x->len <= cap - w->len || (w->len == 0 && x->len <= j->buf_cap)) {
 				/* (A chunk larger than a guided window: alone.) */
 				w->len += x->len;
-				j->cur_ext++;
+				g->ext++;
 			} else {
 				break;
 			}
@@ -179,9 +210,9 @@ static int job_next(struct job *j, struct window *w, bool *got)
 		if (w->len == 0) {
 			rc = crest_errx(-EINVAL, "snapshot %s, stream %s: a %llu-byte chunk does not fit "
 					"a %zu-byte restore buffer", j->c->snapshot, st->name,
-					(unsigned long long)st->ext[j->cur_ext].len, j->win);
+					(unsigned long long)st->ext[g->ext].len, j->win);
 		} else {
-			j->cur_off += w->len;
+			g->off += w->len;
 			j->left -= w->len < j->left ? w->len : j->left;
 			*got = true;
 		}
@@ -958,7 +989,7 @@ static void *worker_main(void *arg)
 	while (!atomic_load(&j->stop)) {
 		struct window w;
 		bool got;
-		rc = job_next(j, &w, &got);
+		rc = job_next(j, wk->home, &w, &got);
 		if (rc < 0 || !got)
 			break;
 		const struct restore_gpu_dst *t = &j->dst[w.dst];
@@ -1088,6 +1119,16 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 	struct job j = { .c = c, .dst = dst, .n = n, .o = o, .win = o->buf_bytes ? o->buf_bytes : 8u << 20 };
 	for (size_t i = 0; i < n; i++)
 		j.left += dst[i].st->size;
+	j.cur = calloc(n ? n : 1, sizeof(*j.cur));
+	if (!j.cur)
+		return crest_errf(-ENOMEM, "starting a restore of %zu streams", n);
+	for (size_t i = 0; i < n; i++) {
+		unsigned g = 0;
+		while (g < j.ncur && j.cur[g].key != dst_key(&dst[i]))
+			g++;
+		if (g == j.ncur)
+			j.cur[j.ncur++] = (struct cursor){ .key = dst_key(&dst[i]), .dst = i };
+	}
 	/* No pass over every extent here (2 M of them, 96 MB, took 10-13 ms
 	 * of an 8 GiB restore's 0.33 s): each window's table is built from
 	 * its own, and checks them. */
@@ -1147,6 +1188,7 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 	int rc = j.rd ? 0 : cas_reader_open(c->store, &j.rd);
 	if (rc < 0) {
 		unmap_files(&j);
+		free(j.cur);
 		return rc;
 	}
 	pthread_mutex_init(&j.lock, NULL);
@@ -1162,6 +1204,7 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 	unsigned started = 0, ran = 0;   /* threads started; workers run, this thread's included */
 	for (unsigned i = 0; rc == 0 && i < threads; i++) {
 		wk[i].j = &j;
+		wk[i].home = j.ncur ? i % j.ncur : 0;
 		if (device) {
 			wk[i].buf[0] = o->bufs[2 * i];
 			wk[i].buf[1] = o->bufs[2 * i + 1];
@@ -1235,6 +1278,7 @@ int restore_streams_to_device(const struct restore_ctx *c, const struct restore_
 		cas_reader_close(j.rd);
 	pthread_mutex_destroy(&j.lock);
 	pthread_cond_destroy(&j.turn);
+	free(j.cur);
 	if (trace)
 		fprintf(stderr, "crest trace: restore: %.3f s before the threads began, %.3f s after they ended\n",
 			(t_start - t_entry) / 1e9, (time_now_ns() - t_joined) / 1e9);

@@ -7,7 +7,10 @@
  * host buffers (raw chunks stored back to back are read into them with
  * preadv, no copy), then start an asynchronous host-to-device copy of the
  * window; each thread owns two buffers, so it fills one while the other
- * crosses PCIe. Disk (page cache), CPU and PCIe overlap.
+ * crosses PCIe. Disk (page cache), CPU and PCIe overlap. Destinations on
+ * several GPUs are restored at once: each thread starts on one device's
+ * windows (the host's are a group of their own) and helps the others once
+ * its own are handed out.
  * A window is copied to the device only once every chunk in it checked out:
  * a damaged chunk stops the restore with an error naming snapshot, stream and
  * offset, and no byte of its window reaches the device.
