@@ -81,6 +81,8 @@
 #               restored: the same answers, byte for byte, on the same port
 #   train       python/examples/train.py --mode check --device cuda: PyTorch
 #               training SIGKILLed, resumed in a fresh process, losses bit for bit
+#   train_split the same with --device split: the model's first layers on
+#               cuda:0, the rest on cuda:1, one Checkpointer for both (two GPUs)
 #   bench_gpu   crest bench restore --to gpu on gpu_multi's store: GB/s against
 #               the pinned+H2D ceiling (and a plot, where gnuplot is installed)
 #   verify:X    casctl verify of each store the checks above left
@@ -1451,6 +1453,32 @@ else
 		;;
 	124) fail train "timed out after 240 s" "$log" ;;
 	*) fail train "exit $RC: $(grep -E '^check: |Error' "$log" | tail -1)" "$log" ;;
+	esac
+fi
+
+# train_split: train's model spread over two GPUs in one process (issue 34):
+# parameters and Adam's state on both, saved by one libcrest handle, the
+# losses after the resume bit for bit those of an uninterrupted run.
+if ! wanted train_split; then
+	:
+elif [ $GPU = 1 ] && [ "$ngpu" -lt 2 ]; then
+	skip train_split "needs two GPUs (one here: nvidia-h200-x2)"
+elif ! torch_ready train_split; then
+	:
+elif [ ! -e "$LIBCREST" ]; then
+	fail train_split "$LIBCREST is missing"
+else
+	CREST_LIB=$LIBCREST PYTHONUNBUFFERED=1 runlog train_split 240 python3 python/examples/train.py --mode check \
+		--device split --store "$WORK/train_split" --steps 200 --every 25 --kill-at 130 --hidden 2048 \
+		--staging-mib 64
+	log=$LOGS/train_split.log
+	case $RC in
+	0)
+		STORES+=("train_split=$WORK/train_split")
+		pass train_split "model on cuda:0 and cuda:1: $(grep -E '^check: [0-9]' "$log" | tail -1 | sed 's/^check: //'), ${DT} s"
+		;;
+	124) fail train_split "timed out after 240 s" "$log" ;;
+	*) fail train_split "exit $RC: $(grep -E '^check: |Error' "$log" | tail -1)" "$log" ;;
 	esac
 fi
 

@@ -26,22 +26,37 @@ import crest  # noqa: E402
 
 
 def build(args, torch):
+    """The model, its optimizer, and the devices its input and output live on.
+    --device split puts the first half of the layers on cuda:0 and the rest on
+    cuda:1 (a model spread over two GPUs in one process): its parameters and
+    optimizer state are then tensors on both, which one Checkpointer saves."""
     torch.manual_seed(1234)
     torch.use_deterministic_algorithms(True)
     torch.backends.cudnn.deterministic = True
     torch.backends.cudnn.benchmark = False
-    dev = torch.device(args.device)
-    model = torch.nn.Sequential(
-        torch.nn.Linear(64, args.hidden), torch.nn.ReLU(), torch.nn.Dropout(0.1),
-        torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
-        torch.nn.Linear(args.hidden, 10)).to(dev)
+    split = args.device == "split"
+    dev_in = torch.device("cuda:0" if split else args.device)
+    dev_out = torch.device("cuda:1" if split else args.device)
+    first = torch.nn.Sequential(torch.nn.Linear(64, args.hidden), torch.nn.ReLU(), torch.nn.Dropout(0.1)).to(dev_in)
+    second = torch.nn.Sequential(torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
+                                 torch.nn.Linear(args.hidden, 10)).to(dev_out)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.first, self.second = first, second
+
+        def forward(self, x):
+            return self.second(self.first(x).to(dev_out))
+
+    model = Model()
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    return dev, model, opt
+    return (dev_in, dev_out), model, opt
 
 
 def step_once(torch, dev, model, opt):
-    x = torch.randn(64, 64).to(dev)             # torch CPU RNG: part of the saved state
-    y = torch.randint(0, 10, (64,)).to(dev)
+    x = torch.randn(64, 64).to(dev[0])          # torch CPU RNG: part of the saved state
+    y = torch.randint(0, 10, (64,)).to(dev[1])
     loss = torch.nn.functional.cross_entropy(model(x), y)
     opt.zero_grad(set_to_none=True)
     loss.backward()
@@ -60,7 +75,7 @@ def train(args):
     start = 0
     if args.mode == "resume":
         crest.materialize_optimizer(opt)
-        if dev.type == "cuda":
+        if dev[0].type == "cuda":
             torch.cuda.init()               # so the CUDA RNG state exists to be set
         t = time.time()
         st = ck.restore_full(tree(model, opt))
@@ -79,8 +94,9 @@ def train(args):
         if ck and step % args.every == 0 and args.mode == "kill":
             if pending is not None:
                 ck.wait(pending)
-            if dev.type == "cuda":
-                torch.cuda.synchronize()
+            if dev[0].type == "cuda":
+                for d in set(dev):
+                    torch.cuda.synchronize(d)
             pending = ck.save(tree(model, opt), state={"step": step, "rng": crest.rng_state()},
                               tag="train-step-%d" % step, labels={"step": step})
             stalls.append(time.time())
@@ -137,7 +153,7 @@ def main():
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--every", type=int, default=10)
     ap.add_argument("--kill-at", type=int, default=37)
-    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N, or split (cuda:0 and cuda:1)")
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--staging-mib", type=int, default=64)
     args = ap.parse_args()
