@@ -100,6 +100,13 @@ int crest_close(crest_t *c);
 enum crest_mem {
 	CREST_MEM_HOST = 0,        /* ordinary process memory */
 	CREST_MEM_DEVICE = 1,      /* a CUDA device pointer (cuMemAlloc, cudaMalloc) */
+	/* CUDA managed memory (cuMemAllocManaged, cudaMallocManaged), its
+	 * pages on the host or on any GPU: copied and restored through the
+	 * driver wherever they live, and hashed by the CPU (hashing it on a
+	 * GPU would move its pages there). The driver's transparent
+	 * checkpoint refuses a process holding it; this is the way to save
+	 * such a job. */
+	CREST_MEM_MANAGED = 2,
 };
 
 /* Registers size bytes at ptr under name (unique among registered regions;

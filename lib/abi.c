@@ -81,6 +81,7 @@ static const struct {
 } consts[] = {
 	{ "CREST_MEM_HOST", CREST_MEM_HOST },
 	{ "CREST_MEM_DEVICE", CREST_MEM_DEVICE },
+	{ "CREST_MEM_MANAGED", CREST_MEM_MANAGED },
 	{ "CREST_OPEN_NO_GPU", CREST_OPEN_NO_GPU },
 };
 

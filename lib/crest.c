@@ -953,6 +953,28 @@ static int host_mapped(const void *p, size_t len)
 	return 0;
 }
 
+/* Is [ptr, ptr + size) managed memory, inside one allocation? The range
+ * attributes, not cuMemGetAddressRange: they answer for every kind of
+ * allocation the driver knows. */
+static int managed_check(crest_t *c, const char *name, const uint8_t *ptr, size_t size)
+{
+	const CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
+	unsigned int managed = 0;
+	CUdeviceptr base = 0;
+	size_t bsize = 0;
+	if (c->d->PointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, p) != CUDA_SUCCESS || !managed)
+		return crest_errx(-EFAULT, "managed region %s (0x%llx, %zu bytes) is not CUDA managed memory "
+				  "(cudaMallocManaged): freed while registered, or registered with the wrong kind?",
+				  name, (unsigned long long)p, size);
+	if (c->d->PointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p) == CUDA_SUCCESS &&
+	    c->d->PointerGetAttribute(&bsize, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) == CUDA_SUCCESS &&
+	    p + size > base + bsize)
+		return crest_errx(-EFAULT, "managed region %s (0x%llx, %zu bytes) runs past the end of its "
+				  "allocation (0x%llx, %zu bytes)", name, (unsigned long long)p, size,
+				  (unsigned long long)base, bsize);
+	return 0;
+}
+
 /* Is the region still what was registered? */
 static int region_check(crest_t *c, const struct region *r)
 {
@@ -965,6 +987,8 @@ static int region_check(crest_t *c, const struct region *r)
 					  "registered? (unregister it first)", r->name, (void *)r->ptr, r->size);
 		return 0;
 	}
+	if (r->mem == CREST_MEM_MANAGED)
+		return managed_check(c, r->name, r->ptr, r->size);
 	CUdeviceptr base = 0;
 	size_t bsize = 0;
 	CUresult cr = c->d->MemGetAddressRange(&base, &bsize, (CUdeviceptr)(uintptr_t)r->ptr);
@@ -998,14 +1022,26 @@ int crest_register(crest_t *ch, const char *name, void *ptr, size_t size, enum c
 		return crest_errx(-EINVAL, "crest_register: a region needs a name and an out handle");
 	if (!ptr && size)
 		return crest_errx(-EINVAL, "region %s: NULL pointer with %zu bytes", name, size);
-	if (mem != CREST_MEM_HOST && mem != CREST_MEM_DEVICE)
-		return crest_errx(-EINVAL, "region %s: memory kind %d is neither host nor device", name, (int)mem);
+	if (mem != CREST_MEM_HOST && mem != CREST_MEM_DEVICE && mem != CREST_MEM_MANAGED)
+		return crest_errx(-EINVAL, "region %s: memory kind %d is neither host, device nor managed", name,
+				  (int)mem);
 	if (region_by_name(c, name))
 		return crest_errx(-EEXIST, "region %s is already registered", name);
 	struct region r = { .name = strdup(name), .ptr = ptr, .size = size, .mem = mem };
 	if (!r.name)
 		return crest_errf(-ENOMEM, "registering region %s", name);
-	if (mem == CREST_MEM_DEVICE) {
+	if (mem == CREST_MEM_MANAGED) {
+		/* Its copies run in the context it was made in, when the
+		 * driver says which; the handle's own otherwise. */
+		char what[300];
+		snprintf(what, sizeof(what), "managed region %s", name);
+		rc = need_gpu(c, what);
+		if (rc == 0 && size && c->d->PointerGetAttribute(&r.ctx, CU_POINTER_ATTRIBUTE_CONTEXT,
+								 (CUdeviceptr)(uintptr_t)ptr) != CUDA_SUCCESS)
+			r.ctx = NULL;
+		if (rc == 0 && !r.ctx)
+			r.ctx = c->pctx;
+	} else if (mem == CREST_MEM_DEVICE) {
 		char what[300];
 		snprintf(what, sizeof(what), "device region %s", name);
 		rc = need_gpu(c, what);
@@ -1092,8 +1128,11 @@ static struct capture_region *capture_list(crest_t *c)
 	for (size_t i = 0; i < c->nregions; i++)
 		v[i] = (struct capture_region){ .name = c->regions[i].name, .ptr = c->regions[i].ptr,
 						.size = c->regions[i].size,
-						.device = c->regions[i].mem == CREST_MEM_DEVICE,
-						.ctx = c->regions[i].ctx, .dig = &c->regions[i].dig };
+						.device = c->regions[i].mem != CREST_MEM_HOST,
+						.ctx = c->regions[i].ctx,
+						/* managed: never hashed on a GPU */
+						.dig = c->regions[i].mem == CREST_MEM_DEVICE ? &c->regions[i].dig
+											     : NULL };
 	return v;
 }
 
@@ -1107,7 +1146,7 @@ static struct restore_region *restore_list(const crest_t *c)
 	for (size_t i = 0; i < c->nregions; i++)
 		v[i] = (struct restore_region){ .name = c->regions[i].name, .ptr = c->regions[i].ptr,
 						.size = c->regions[i].size,
-						.device = c->regions[i].mem == CREST_MEM_DEVICE,
+						.device = c->regions[i].mem != CREST_MEM_HOST,
 						.ctx = c->regions[i].ctx };
 	return v;
 }
@@ -1184,7 +1223,8 @@ static int checkpoint_held(crest_t *c, const struct crest_checkpoint_opts *o, co
 	return 0;
 }
 
-/* Where each device region of regs lies in the host cache, laid out for
+/* Where each device region of regs (not a managed one: checking it on the
+ * GPU would pull its pages there) lies in the host cache, laid out for
  * them first. A cache that cannot be had (its tmpfs full, say) costs the
  * checkpoint nothing: it goes on without, and says so once. */
 static bool cache_places(crest_t *c, struct capture_region *regs)
@@ -1194,7 +1234,7 @@ static bool cache_places(crest_t *c, struct capture_region *regs)
 	struct hostcache_region *hr = calloc(c->nregions + 1, sizeof(*hr));
 	size_t n = 0;
 	for (size_t i = 0; hr && i < c->nregions; i++)
-		if (regs[i].device && regs[i].size)
+		if (c->regions[i].mem == CREST_MEM_DEVICE && regs[i].size)
 			hr[n++] = (struct hostcache_region){ .name = regs[i].name, .size = regs[i].size };
 	const int rc = hr ? hostcache_layout(c->cache, hr, n) : crest_errf(-ENOMEM, "laying out the host cache");
 	free(hr);
@@ -1213,7 +1253,7 @@ static bool cache_places(crest_t *c, struct capture_region *regs)
 	hostcache_hint_set(c->cache, NULL);
 	c->cache_gen++;
 	for (size_t i = 0; i < c->nregions; i++)
-		if (regs[i].device && regs[i].size)
+		if (c->regions[i].mem == CREST_MEM_DEVICE && regs[i].size)
 			regs[i].cache = hostcache_find(c->cache, regs[i].name, regs[i].size);
 	return true;
 }
@@ -1498,7 +1538,8 @@ static void cache_restore(crest_t *c, const struct cas_manifest *m, const uint8_
 {
 	const uint32_t chunk = region_chunk();
 	for (size_t i = 0; chunk && i < c->nregions; i++) {
-		const uint8_t *src = cr[i].device ? hostcache_find(c->cache, cr[i].name, cr[i].size) : NULL;
+		const uint8_t *src = c->regions[i].mem == CREST_MEM_DEVICE ?
+					     hostcache_find(c->cache, cr[i].name, cr[i].size) : NULL;
 		const struct cas_stream *st = cas_manifest_find(m, cr[i].name);
 		if (!src || !st || !cr[i].size)
 			continue;

@@ -9,6 +9,8 @@
 # reports), then a summary line; the exit status is 1 when any
 # check failed. Checks:
 #   test_gpu    tests/library/test_gpu: device regions, rounds, restore, errors
+#   gpu_uvm     tests/library/test_uvm: a CUDA managed region, its pages on
+#               the host and the GPU, checkpointed twice and restored bit-exact
 #   gpu_multi   tests/library/gpu_multi: five device regions and a host region,
 #               six checkpoints with random changes, every snapshot restored
 #               and compared by SHA-256; tiny extent-list pieces (CREST_PIECE_*)
@@ -102,7 +104,7 @@
 #   cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo && make -C build -j2
 #   scripts/gpu-check.sh --bundle        # = rm -rf .gpu; ../shared/tools/gpu-bundle .gpu
 #                                        #   build/cli/{crest,casctl,crest-workload-gpu}
-#                                        #   build/tests/library/{test_gpu,gpu_multi}
+#                                        #   build/tests/library/{test_gpu,gpu_multi,test_uvm}
 #                                        #   build/lib/libcrest.so; criu prefix -> .gpu/criu
 # (GPU_BUNDLE=PATH names the gpu-bundle tool when it is not ../shared/tools
 # or ../../shared/tools.) Then one device call:
@@ -125,7 +127,7 @@ if [ "${1:-}" = --bundle ]; then
 	fi
 	if [ -z "$tool" ] || [ ! -x "$tool" ]; then echo "gpu-check: no gpu-bundle tool found; set GPU_BUNDLE" >&2; exit 1; fi
 	files=(build/cli/crest build/cli/casctl build/cli/crest-workload-gpu build/tests/library/test_gpu
-	       build/tests/library/gpu_multi build/tests/gpu/test_gpusha build/tests/gpu/test_settle_gpu
+	       build/tests/library/gpu_multi build/tests/library/test_uvm build/tests/gpu/test_gpusha build/tests/gpu/test_settle_gpu
 	       build/bench/library/cache_bench build/bench/transparent/crest-bare-ckpt
 	       build/lib/libcrest.so build/gpu/libcrest-shim.so)
 	for f in "${files[@]}"; do
@@ -167,6 +169,7 @@ else
 	declare -A where=([crest]=build/cli/crest [casctl]=build/cli/casctl
 		[crest-workload-gpu]=build/cli/crest-workload-gpu
 		[test_gpu]=build/tests/library/test_gpu [gpu_multi]=build/tests/library/gpu_multi
+		[test_uvm]=build/tests/library/test_uvm
 		[test_gpusha]=build/tests/gpu/test_gpusha [test_settle_gpu]=build/tests/gpu/test_settle_gpu
 		[cache_bench]=build/bench/library/cache_bench)
 	bin() { echo "$ROOT/${where[$1]}"; }
@@ -320,6 +323,9 @@ STORES=()
 
 # 1. The GPU library test.
 DETAIL='^gpu: restored' CREST_TEST_KEEP_STORE=1 lib_check test_gpu "$WORK/test_gpu" 120 test_gpu "$WORK/test_gpu"
+
+# 1a. CUDA managed memory as a region (issue 34).
+DETAIL='^test_uvm: ok' lib_check gpu_uvm "$WORK/uvm" 120 test_uvm "$WORK/uvm"
 
 # 1b. The GPU SHA-256 kernels against OpenSSL.
 DETAIL='GB/s' lib_check gpusha "$WORK/gpusha" 180 test_gpusha

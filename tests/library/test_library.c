@@ -422,6 +422,12 @@ static void t_nogpu(const char *dir)
 	CHECK(rc == -ENODEV, "expected -ENODEV, got %d", rc);
 	CHECK(strstr(crest_errmsg(), "no NVIDIA GPU driver here") != NULL, "message: %s", crest_errmsg());
 	CHECK(strstr(crest_errmsg(), "gpu") != NULL, "message does not name the region: %s", crest_errmsg());
+	rc = crest_register(c, "uvm", fake, sizeof(fake), CREST_MEM_MANAGED, &h);
+	printf("nogpu: crest_register(managed) -> %d: %s\n", rc, crest_errmsg());
+	CHECK(rc == -ENODEV && strstr(crest_errmsg(), "no NVIDIA GPU driver here") &&
+	      strstr(crest_errmsg(), "managed region uvm"), "managed: %d: %s", rc, crest_errmsg());
+	rc = crest_register(c, "odd", fake, sizeof(fake), (enum crest_mem)7, &h);
+	CHECK(rc == -EINVAL && strstr(crest_errmsg(), "memory kind 7"), "kind 7: %d: %s", rc, crest_errmsg());
 	/* Host regions go on working in the same handle. */
 	OK(crest_register(c, "host", fake, sizeof(fake), CREST_MEM_HOST, &h));
 	crest_ckpt_t ck;
