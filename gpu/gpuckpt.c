@@ -28,6 +28,19 @@ bool gpuckpt_has_state(const struct cudrv *d, pid_t pid, CUresult *why)
 /* ---- one driver call per process, all at once ---- */
 
 enum op { OP_LOCK, OP_CHECKPOINT, OP_RESTORE, OP_UNLOCK };
+/* What the driver refuses to save (seen on driver 580: a process with
+ * managed memory, whose checkpoint answers CUDA_ERROR_NOT_SUPPORTED) the
+ * job can still save itself: said at the end of msg. */
+static void unsupported_hint(CUresult r, char *msg, size_t cap)
+{
+	if (r != CUDA_ERROR_NOT_SUPPORTED)
+		return;
+	const size_t k = strlen(msg);
+	snprintf(msg + k, cap - k, "; the driver cannot checkpoint what this process holds (managed memory, "
+		 "cudaMallocManaged, is one such thing): crest's library saves such a job (crest_register with "
+		 "CREST_MEM_MANAGED, then crest_checkpoint)");
+}
+
 static const char *const op_name[] = { "cuCheckpointProcessLock", "cuCheckpointProcessCheckpoint",
 				       "cuCheckpointProcessRestore", "cuCheckpointProcessUnlock" };
 
@@ -229,9 +242,14 @@ int gpuckpt_suspend(const struct cudrv *d, const pid_t *pids, size_t n, unsigned
 				crest_errx(-ETIMEDOUT, "could not lock all %zu CUDA processes at once (one try of %u ms): "
 					   "the lock of pid %d answered %s; every process was unlocked and the job runs on",
 					   n, timeout_ms, (int)who, cuda_name(why));
-			else
+			else {
 				crest_errctx(rc, "locking CUDA process %d (every process was unlocked; the job runs on)",
 					     (int)who);
+				char msg[1024];
+				crest_errcpy(msg, sizeof(msg));
+				unsupported_hint(why, msg, sizeof(msg));
+				crest_errset_str(msg);
+			}
 			free(v);
 			return lock_busy(why) ? -ETIMEDOUT : rc;
 		}
@@ -254,6 +272,7 @@ int gpuckpt_suspend(const struct cudrv *d, const pid_t *pids, size_t n, unsigned
 		/* Leave every process as it was: restored and unlocked. */
 		char msg[1024];
 		crest_errcpy(msg, sizeof(msg));
+		unsupported_hint(v[bad].r, msg, sizeof(msg));
 		for (size_t i = 0; i < n; i++)
 			v[i].skip = false;
 		undo_all(d, v, n);

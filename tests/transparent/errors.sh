@@ -26,7 +26,7 @@ CUDAJOB=$!; PIDS+=("$CUDAJOB")
 sleep 0.5
 expect_error "no NVIDIA GPU driver" env CREST_LIBCUDA=/nonexistent/libcuda.so.1 "$CREST" --store "$S" checkpoint --pid "$CUDAJOB"
 expect_error "has no checkpoint API" env CREST_LIBCUDA="$FAKE_CUDA_OLD" "$CREST" --store "$S" checkpoint --pid "$CUDAJOB"
-expect_error "CUDA_ERROR_NOT_SUPPORTED" env CREST_LIBCUDA="$FAKE_CUDA_REFUSES" "$CREST" --store "$S" checkpoint --pid "$CUDAJOB"
+expect_error "CUDA_ERROR_NOT_SUPPORTED.*CREST_MEM_MANAGED" env CREST_LIBCUDA="$FAKE_CUDA_REFUSES" "$CREST" --store "$S" checkpoint --pid "$CUDAJOB"
 kill -0 "$CUDAJOB" || fail "the CUDA-like job did not survive the failed checkpoints"
 
 # Restore of a job that still runs (it holds its files open for writing).
