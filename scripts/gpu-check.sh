@@ -13,7 +13,10 @@
 #               the host and the GPU, checkpointed twice and restored bit-exact
 #   gpu_multi   tests/library/gpu_multi: five device regions and a host region,
 #               six checkpoints with random changes, every snapshot restored
-#               and compared by SHA-256; tiny extent-list pieces (CREST_PIECE_*)
+#               and compared by SHA-256; tiny extent-list pieces (CREST_PIECE_*);
+#               on a machine with several GPUs the device regions are spread
+#               over them, at least two used (so are gpu_cpuhash's, gpu_held's
+#               and gpu_pitched's)
 #   gpusha      tests/gpu/test_gpusha: the GPU SHA-256 kernels against OpenSSL,
 #               the changed-chunk list against a model, packing changed chunks
 #   gpu_settle  tests/gpu/test_settle_gpu: the guards' settle with a zombie CUDA

@@ -30,6 +30,20 @@
  * of pieces that the snapshots partly share: a piece lost at commit shows up
  * as a restore that fails or differs.
  *
+ * On a machine with several GPUs the device regions are spread over them
+ * (issue 34: one handle, regions on any number of devices): dev/big and
+ * dev/mid go to two different GPUs drawn from the seed, so at least two
+ * are used, and every other device region to one drawn at random. Each
+ * region is allocated in its GPU's primary context, and every access the
+ * test makes of it (writes, memsets, read-backs, the scribble before a
+ * restore, the free) runs with that context current: cuMemAlloc,
+ * cuMemsetD8 and copies on the NULL stream act in the current context, so
+ * a region touched from another would test nothing of crest's handling of
+ * contexts. The placement is printed, and the ok line says on how many
+ * GPUs. GPU_MULTI_DEVICES=N uses at most N GPUs (1: all on GPU 0, as on a
+ * machine with one). A seed replays only on as many GPUs as it ran on: the
+ * placement is drawn from it first.
+ *
  * Without a GPU it skips (77, "SKIP: no GPU here (...)"). --host runs the
  * same sequence with host memory standing in for the device regions, so the
  * sequence itself is tested everywhere. The seed is printed;
@@ -54,9 +68,11 @@
 #define MiB ((size_t)1 << 20)
 #define NSNAP 6
 #define NREG 6
+#define MAXDEV 64
 
 static const struct cudrv *d;
 static bool host_mode;
+static CUcontext dev_ctx[MAXDEV];   /* primary contexts of the GPUs used */
 
 static uint64_t rng;
 
@@ -81,6 +97,7 @@ struct region {
 	size_t size;
 	bool device;       /* a device region (host memory in --host mode) */
 	bool frozen;       /* never changed after the first snapshot */
+	int dev;           /* the GPU a device region lives on */
 	CUdeviceptr dp;
 	uint8_t *host;     /* the host region, or the stand-in in --host mode */
 	uint8_t *mirror;   /* what the region holds, kept on the host */
@@ -96,10 +113,33 @@ static void *reg_ptr(const struct region *r)
 	return r->device && !host_mode ? (void *)(uintptr_t)r->dp : r->host;
 }
 
+/* Makes r's GPU's context current: the driver calls below act on the
+ * current context's memory and NULL stream. True for a device region. */
+static bool reg_enter(const struct region *r)
+{
+	if (!r->device || host_mode)
+		return false;
+	CU(d->CtxSetCurrent(dev_ctx[r->dev]));
+	return true;
+}
+
+/* Waits for every GPU used: a memset on one context's NULL stream is not
+ * ordered before crest's copies on its own streams. */
+static void sync_all(void)
+{
+	if (host_mode)
+		return;
+	for (int g = 0; g < MAXDEV; g++)
+		if (dev_ctx[g]) {
+			CU(d->CtxSetCurrent(dev_ctx[g]));
+			CU(d->CtxSynchronize());
+		}
+}
+
 static void reg_write(struct region *r, size_t off, const void *src, size_t n)
 {
 	memcpy(r->mirror + off, src, n);
-	if (r->device && !host_mode)
+	if (reg_enter(r))
 		CU(d->MemcpyHtoDAsync(r->dp + off, src, n, NULL));
 	else
 		memcpy(r->host + off, src, n);
@@ -109,7 +149,7 @@ static void reg_set(struct region *r, size_t off, uint8_t v, size_t n, bool mirr
 {
 	if (mirror)
 		memset(r->mirror + off, v, n);
-	if (r->device && !host_mode)
+	if (reg_enter(r))
 		CU(d->MemsetD8(r->dp + off, v, n));
 	else
 		memset(r->host + off, v, n);
@@ -118,7 +158,7 @@ static void reg_set(struct region *r, size_t off, uint8_t v, size_t n, bool mirr
 /* The region's current contents, read back from where they live. */
 static const uint8_t *reg_read(struct region *r)
 {
-	if (!r->device || host_mode)
+	if (!reg_enter(r))
 		return r->host;
 	CU(d->CtxSynchronize());
 	CU(d->MemcpyDtoHAsync(scratch, r->dp, r->size, NULL));
@@ -176,8 +216,7 @@ static void restore_check(crest_t *c, const char *name, int k, const char *how)
 	const uint8_t scrib = (uint8_t)(1 + rnd_below(255));
 	for (int i = 0; i < NREG; i++)
 		reg_set(&regs[i], 0, scrib, regs[i].size, false);
-	if (!host_mode)
-		CU(d->CtxSynchronize());
+	sync_all();
 	struct crest_restore_result rr;
 	int rc = crest_restore(c, name, &rr);
 	if (rc < 0) {
@@ -243,12 +282,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "gpu_multi: MIB must be 1 to 65536\n");
 		return 2;
 	}
+	int ngpu = 0;   /* GPUs here */
 	if (!host_mode) {
-		int n = 0;
 		const int start = gpu_test_start(&d);
 		if (start)
 			return start;
-		if (d->DeviceGetCount(&n) != CUDA_SUCCESS || n == 0) {
+		if (d->DeviceGetCount(&ngpu) != CUDA_SUCCESS || ngpu == 0) {
 			fprintf(stderr, "FAIL: a GPU device node is here but the driver sees no GPU\n");
 			return 1;
 		}
@@ -276,6 +315,12 @@ int main(int argc, char **argv)
 		CU(d->DevicePrimaryCtxRetain(&ctx, dev));
 		CU(d->CtxSetCurrent(ctx));
 	}
+	/* The GPUs the device regions are spread over. */
+	int ndev = ngpu;
+	const char *md = getenv("GPU_MULTI_DEVICES");
+	if (md && atoi(md) > 0 && atoi(md) < ndev)
+		ndev = atoi(md);
+	ndev = ndev > MAXDEV ? MAXDEV : ndev;
 	const struct region shape[NREG] = {
 		{ .name = "dev/big", .size = mib * MiB + 4093, .device = true },
 		{ .name = "dev/mid", .size = (mib * MiB) / 4 + 1, .device = true },
@@ -284,16 +329,44 @@ int main(int argc, char **argv)
 		{ .name = "dev/one", .size = 1, .device = true },
 		{ .name = "host", .size = MiB + 333 },
 	};
+	for (int i = 0; i < NREG; i++)
+		regs[i] = shape[i];
+	/* Drawn before anything else, and only with several GPUs, so that
+	 * on one the sequence is what it always was for a seed. */
+	if (ndev > 1) {
+		regs[0].dev = (int)rnd_below((size_t)ndev);
+		regs[1].dev = (regs[0].dev + 1 + (int)rnd_below((size_t)ndev - 1)) % ndev;
+		for (int i = 2; i < NREG; i++)
+			if (regs[i].device)
+				regs[i].dev = (int)rnd_below((size_t)ndev);
+	}
+	int used = 0;
+	char placed[512] = "";
+	for (int i = 0; i < NREG && !host_mode; i++) {
+		struct region *r = &regs[i];
+		if (!r->device)
+			continue;
+		if (!dev_ctx[r->dev]) {
+			CUdevice dev;
+			CU(d->DeviceGet(&dev, r->dev));
+			CU(d->DevicePrimaryCtxRetain(&dev_ctx[r->dev], dev));
+			used++;
+		}
+		const size_t at = strlen(placed);
+		snprintf(placed + at, sizeof(placed) - at, "%s%s on %d", at ? ", " : "", r->name, r->dev);
+	}
+	if (ngpu > 1)
+		printf("gpu_multi: regions on %d GPU%s (%d here%s): %s\n", used, used == 1 ? "" : "s", ngpu,
+		       ndev < ngpu ? ", GPU_MULTI_DEVICES" : "", placed);
 	size_t total = 0, largest = 0;
 	for (int i = 0; i < NREG; i++) {
 		struct region *r = &regs[i];
-		*r = shape[i];
 		total += r->size;
 		largest = r->size > largest ? r->size : largest;
 		r->mirror = malloc(r->size);
 		if (!r->mirror)
 			return 1;
-		if (r->device && !host_mode) {
+		if (reg_enter(r)) {
 			CU(d->MemAlloc(&r->dp, r->size));
 		} else {
 			r->host = malloc(r->size);
@@ -402,7 +475,7 @@ int main(int argc, char **argv)
 	restore_check(c, NULL, NSNAP - 1, "default");
 	OK(crest_close(c));
 	for (int i = 0; i < NREG; i++) {
-		if (regs[i].device && !host_mode)
+		if (reg_enter(&regs[i]))
 			d->MemFree(regs[i].dp);
 		free(regs[i].host);
 		free(regs[i].mirror);
@@ -414,7 +487,10 @@ int main(int argc, char **argv)
 		       (unsigned long long)seed, store);
 		return 1;
 	}
-	printf("gpu_multi: ok: %d snapshots of %d regions (%.1f MB) all restored bit-exact\n", NSNAP, NREG,
-	       total / 1e6);
+	char on[32] = "";
+	if (!host_mode)
+		snprintf(on, sizeof(on), " on %d GPU%s", used, used == 1 ? "" : "s");
+	printf("gpu_multi: ok: %d snapshots of %d regions (%.1f MB)%s all restored bit-exact\n", NSNAP, NREG,
+	       total / 1e6, on);
 	return 0;
 }
