@@ -953,9 +953,8 @@ static int host_mapped(const void *p, size_t len)
 	return 0;
 }
 
-/* Is [ptr, ptr + size) managed memory, inside one allocation? The range
- * attributes, not cuMemGetAddressRange: they answer for every kind of
- * allocation the driver knows. */
+/* Is [ptr, ptr + size) managed memory, inside one allocation? (The range
+ * attributes, as for device regions: see region_check.) */
 static int managed_check(crest_t *c, const char *name, const uint8_t *ptr, size_t size)
 {
 	const CUdeviceptr p = (CUdeviceptr)(uintptr_t)ptr;
@@ -989,10 +988,13 @@ static int region_check(crest_t *c, const struct region *r)
 	}
 	if (r->mem == CREST_MEM_MANAGED)
 		return managed_check(c, r->name, r->ptr, r->size);
+	/* The range attributes, not cuMemGetAddressRange, which looks only in
+	 * the current context: a region on another GPU would read as freed. */
+	const CUdeviceptr p = (CUdeviceptr)(uintptr_t)r->ptr;
 	CUdeviceptr base = 0;
 	size_t bsize = 0;
-	CUresult cr = c->d->MemGetAddressRange(&base, &bsize, (CUdeviceptr)(uintptr_t)r->ptr);
-	if (cr != CUDA_SUCCESS)
+	if (c->d->PointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p) != CUDA_SUCCESS ||
+	    c->d->PointerGetAttribute(&bsize, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p) != CUDA_SUCCESS)
 		return crest_errx(-EFAULT, "device region %s (0x%llx, %zu bytes) is not device memory any more: "
 				  "freed while registered? (unregister it first)", r->name,
 				  (unsigned long long)(uintptr_t)r->ptr, r->size);
