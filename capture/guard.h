@@ -14,7 +14,9 @@
  * --kill tree but for the processes stopped before the freeze, and brings
  * back the driver's state of each CUDA process (restore, unlock), as crest
  * would have, and then NCCL to the processes whose shim crest had paused
- * or released (gpu/shimctl.h). If the driver cannot give a process back (it stays locked or
+ * or released (gpu/shimctl.h), and last the machine's huge page setting,
+ * when crest raised it (--huge-pages, os/thp.h) and no other crest holds
+ * it. If the driver cannot give a process back (it stays locked or
  * checkpointed, and can never run again), the guard ends the tree and says
  * so: with crest gone nobody is left to store it, and a job frozen for
  * good in silence is the one outcome never allowed.

@@ -15,6 +15,7 @@
 #include "gpu/gpumap.h"
 #include "os/pidns.h"
 #include "os/sock.h"
+#include "os/thp.h"
 #include "os/uring.h"
 #include "util/err.h"
 #include "util/fault.h"
@@ -138,6 +139,22 @@ static void tp_capture_strand(struct tp_capture *c, bool keep, char *kept, size_
 
 /* Removes the images and frees c. A tree still stopped is resumed first:
  * the job is never left stopped, nor ended without a stored snapshot. */
+/* The huge page setting put back, once the job runs again (or is left
+ * stopped by --kill): what cannot be put back is said loudly, since other
+ * processes of the machine see it. */
+static void thp_lower(struct tp_capture *c)
+{
+	if (!c->thp)
+		return;
+	c->thp = false;
+	char msg[1024];
+	crest_errcpy(msg, sizeof(msg));
+	if (os_thp_lower() < 0)
+		fprintf(stderr, "crest: WARNING: the machine's huge page setting could not be put back: %s\n",
+			crest_errmsg());
+	crest_errset_str(msg);
+}
+
 static void tp_capture_free(struct tp_capture *c)
 {
 	if (c->stopped) {
@@ -157,6 +174,7 @@ static void tp_capture_free(struct tp_capture *c)
 				"(%s): its NCCL calls now fail\n", (int)c->tree.pids[0], crest_errmsg());
 		crest_errset_str(msg);
 	}
+	thp_lower(c);
 	tp_guard_disarm(&c->guard);
 	shimctl_free(&c->shim);
 	free(c->shim_inner);
@@ -695,6 +713,18 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		tp_capture_free(c);
 		return rc;
 	}
+	/* Under the guard, which puts the setting back if crest dies with it
+	 * raised (os/thp.h); outside the stall. */
+	if (o->huge_pages) {
+		rc = os_thp_raise();
+		if (rc < 0) {
+			crest_errctx(rc, "--huge-pages: nothing was frozen, and pid %d runs on", (int)o->pid);
+			tp_capture_free(c);
+			return rc;
+		}
+		c->thp = true;
+		crest_fault_pause("capture.thp");   /* tests only: util/fault.h */
+	}
 	/* The stall starts here: from the shim's pause, the job's NCCL calls
 	 * wait; from the lock, the job does not run. */
 	uint64_t t0 = time_now_ns();
@@ -760,6 +790,7 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		c->stranded_nccl = rrc < 0;
 	}
 	c->stall_ns = time_now_ns() - t0;
+	thp_lower(c);
 	/* The dump is whole but a process stays in the driver's hands: its
 	 * images are stored (tp_checkpoint), then the job is ended. The guard
 	 * stays armed until then: crest dying meanwhile leaves it to the

@@ -65,6 +65,8 @@ struct tp_opts {
 	bool tcp_close;
 	bool multi_gpu;            /* --multi-gpu-process: take a process with CUDA state on several
 				    * GPUs, which the driver may not restore (gpu/gpuckpt.h) */
+	bool huge_pages;           /* --huge-pages: the machine's huge page setting "always"
+				    * from before the freeze until the job runs again (os/thp.h) */
 	const char *workdir;       /* --workdir: absolute, free of symlinks; NULL: none */
 	uint64_t workdir_limit;    /* bytes of regular files in it; 0: TP_WORKDIR_LIMIT_DEFAULT */
 };
@@ -111,6 +113,7 @@ struct tp_capture {
 	struct shimctl_stats shim_st;
 	uint64_t shim_rebuild_ns;
 	bool stranded_nccl;        /* stranded: by its NCCL, not by the driver */
+	bool thp;                  /* the huge page setting raised (tp_opts.huge_pages) */
 	/* Set when, after the dump, the driver could not give a CUDA process
 	 * back (it stays checkpointed or locked, and can never run again): what
 	 * it said. The images are stored all the same, then the job is ended

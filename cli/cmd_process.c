@@ -131,6 +131,10 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			o.multi_gpu = true;
 			continue;
 		}
+		if (!strcmp(a, "--huge-pages")) {
+			o.huge_pages = true;
+			continue;
+		}
 		if (a[0] != '-')
 			return cli_usage(c, "checkpoint", "takes no operands: %s (the process is --pid PID)", a);
 		if (i + 1 >= argc)

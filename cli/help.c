@@ -128,7 +128,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	{ "crest", "checkpoint",
 	  "--pid PID [--tag TAG] [--branch BRANCH] [--every DURATION [--count N]] [--kill] [--file-limit SIZE] "
 	  "[--workdir DIR [--workdir-limit SIZE]] [--tmpdir DIR] [--lock-timeout MS] [--lock-within DURATION] "
-	  "[--multi-gpu-process] [--tcp-close] [--metrics ADDR] [--metrics-file FILE]",
+	  "[--multi-gpu-process] [--huge-pages] [--tcp-close] [--metrics ADDR] [--metrics-file FILE]",
 	  "snapshot a running process",
 	  "Checkpoints process PID and its children with CRIU (as root), GPU state included, into "
 	  "one snapshot; the job runs on as soon as its state is copied out, while crest stores it. "
@@ -161,6 +161,10 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--multi-gpu-process", NULL, NULL, "take a process that holds CUDA state on several GPUs, which is "
 		  "refused otherwise: the driver cannot restore one that moves data between its GPUs (peer access). "
 		  "If its GPU state then cannot be brought back, crest stores the snapshot, ends the job and says so" },
+		{ "--huge-pages", NULL, NULL, "switch the machine's transparent huge pages to \"always\" from just "
+		  "before the freeze until the job runs again, so that the memory the driver stages a CUDA "
+		  "process's device memory in is faulted in 2 MiB pages; then put back (by the guard if crest is "
+		  "killed). Every process on the machine sees the setting meanwhile; needs root" },
 		{ "--tcp-close", NULL, NULL, "checkpoint a job with connections to peers outside it: a restore "
 		  "gives the job every TCP connection closed (for a server whose clients reconnect)" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "

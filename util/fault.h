@@ -39,7 +39,9 @@
  * to go: os/criu.c), "capture.sockets" (a checkpoint has looked at the
  * job's sockets, nothing is frozen yet: a client may connect meanwhile),
  * "copy.commit" (crest push or pull: a snapshot's records written and
- * synced in the destination, before the commit that lists it).
+ * synced in the destination, before the commit that lists it),
+ * "capture.thp" (a checkpoint with --huge-pages: the setting raised under
+ * the guard, nothing frozen yet).
  */
 #ifndef CREST_UTIL_FAULT_H
 #define CREST_UTIL_FAULT_H
