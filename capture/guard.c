@@ -141,25 +141,6 @@ static bool criu_dumping(pid_t root)
 	return found;
 }
 
-/* crest is gone: the huge page setting it may have raised (--huge-pages,
- * os/thp.h) goes back once no holder is left. crest's end of the pipe
- * closes as it exits, a moment before /proc shows it gone: a holder still
- * alive is waited for, 5 s at most (another crest may hold it for longer,
- * and then puts it back itself). */
-static void thp_put_back(void)
-{
-	for (int i = 0; i < 100; i++) {
-		const int rc = os_thp_repair();
-		if (rc < 0)
-			fprintf(stderr, "crest: WARNING: the machine's huge page setting could not be put back: %s\n",
-				crest_errmsg());
-		if (rc <= 0)
-			return;
-		const struct timespec ms50 = { 0, 50 * 1000 * 1000 };
-		nanosleep(&ms50, NULL);
-	}
-}
-
 int tp_guard_main(int argc, char **argv)
 {
 	spawn_quiet_signals();
@@ -248,7 +229,7 @@ int tp_guard_main(int argc, char **argv)
 			free(cuda);
 			free(held);
 			free(shim);
-			thp_put_back();
+			os_thp_repair_wait(5000);   /* --huge-pages: os/thp.h */
 			return rc < 0;
 		}
 		proc_tree_free(&t);
@@ -258,6 +239,6 @@ int tp_guard_main(int argc, char **argv)
 	free(cuda);   /* the job is gone: nothing to give back */
 	free(held);
 	free(shim);
-	thp_put_back();
+	os_thp_repair_wait(5000);   /* --huge-pages: os/thp.h */
 	return 0;
 }

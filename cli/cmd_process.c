@@ -345,6 +345,10 @@ int cmd_restore(struct cli *c, int argc, char **argv)
 			o.keep_files = true;
 			continue;
 		}
+		if (!strcmp(a, "--huge-pages")) {
+			o.huge_pages = true;
+			continue;
+		}
 		if (!strcmp(a, CLI_ALLOW_DAMAGED)) {
 			allow = true;
 			continue;

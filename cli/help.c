@@ -174,7 +174,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--push-to", NULL, "DIR", "push each snapshot to the store DIR once stored (crest push), the job running on" },
 	} },
 	{ "crest", "restore", "SNAPSHOT [--keep-files] [--gpu N | --gpu-map OLD=NEW,...] [--tmpdir DIR] [--branch BRANCH] "
-	  "[--allow-damaged]",
+	  "[--huge-pages] [--allow-damaged]",
 	  "bring a checkpointed process back",
 	  "Restores the process tree of a snapshot made by checkpoint or run, GPU memory included, "
 	  "and lets it go on. Files it held open are put back as they were at the snapshot. "
@@ -187,6 +187,9 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--gpu-map", NULL, "OLD=NEW,...", "map the job's GPUs by UUID onto GPUs here" },
 		{ "--tmpdir", NULL, "DIR", "CRIU's working directory (and its images with CREST_RESTORE_IMAGES=files)" },
 		{ "--branch", NULL, "BRANCH", "the branch the restored job's next checkpoints go on" },
+		{ "--huge-pages", NULL, NULL, "switch the machine's transparent huge pages to \"always\" while CRIU "
+		  "and the driver restore the job, so that its memory is faulted in 2 MiB pages; then put back "
+		  "(by the guard if crest is killed). Every process on the machine sees the setting meanwhile" },
 		{ "--allow-damaged", NULL, NULL, "restore a damaged snapshot all the same: zeros where bytes "
 		  "are lost, each range named" },
 	} },

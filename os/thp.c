@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MODE_MAX 32
@@ -253,6 +254,20 @@ int os_thp_lower(void)
 	const int rc = holders_live() == 0 ? put_back() : 0;
 	close(lk);
 	return rc;
+}
+
+void os_thp_repair_wait(unsigned wait_ms)
+{
+	for (unsigned waited = 0;; waited += 50) {
+		const int rc = os_thp_repair();
+		if (rc < 0)
+			fprintf(stderr, "crest: WARNING: the machine's huge page setting could not be put back: %s\n",
+				crest_errmsg());
+		if (rc <= 0 || waited >= wait_ms)
+			return;
+		const struct timespec ms50 = { 0, 50 * 1000 * 1000 };
+		nanosleep(&ms50, NULL);
+	}
 }
 
 int os_thp_repair(void)

@@ -5,7 +5,9 @@
  * At a checkpoint the driver stages a CUDA process's device memory in the
  * process's own host memory, and that memory is faulted in 4 KiB pages
  * under the usual "madvise" setting: on an H100 the driver's checkpoint of
- * 8 GiB took 2.5-2.7 s with "always" against 3.7-4.0 s (issue 36). No
+ * 8 GiB took 2.5-2.7 s with "always" against 3.7-4.0 s (issue 36). A
+ * restore writes the job's pages, and the driver its staging, into memory
+ * faulted the same way. No
  * per-process switch reaches memory a job maps itself (prctl can only turn
  * huge pages off), so crest switches the machine's setting, only when the
  * user asks (--huge-pages), and only for the window.
@@ -17,8 +19,9 @@
  * to lower writes the saved setting back. A holder that died without
  * lowering (its pid gone, a zombie, or another process's) is dropped by the
  * next call that takes the lock, which then puts the setting back if no
- * holder is left: the checkpoint's guard does so when crest dies in the
- * window (capture/guard.h), and any later --huge-pages use does in any case.
+ * holder is left: the guard of a checkpoint or a restore does so when crest
+ * dies in the window (capture/guard.h, restore/guard.h), and any later
+ * --huge-pages use does in any case.
  * So the setting outlives crest only while a guard still runs, or, if crest
  * and its guard are both killed, until the next crest with --huge-pages.
  * A change another program made to the setting meanwhile is overwritten.
@@ -41,5 +44,12 @@ int os_thp_lower(void);
  * there is nothing to do (no state directory) or it was done; 1 when a
  * holder is still alive (the setting stays raised for it). */
 int os_thp_repair(void);
+
+/* For a guard whose crest died: os_thp_repair, again every 50 ms while a
+ * holder is still alive, for wait_ms at most (crest's end of the guard's
+ * pipe closes as it exits, a moment before /proc shows it gone; a holder
+ * alive for longer is another crest, which puts the setting back itself).
+ * What cannot be put back is said on stderr. */
+void os_thp_repair_wait(unsigned wait_ms);
 
 #endif

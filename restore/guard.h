@@ -27,7 +27,9 @@
  * does when the driver fails it (so it is told of the tree's processes
  * too), and puts the job's files back as after a restore that failed.
  * The same for the NCCL shim's processes, whose communicators the guard
- * makes again after their GPU state.
+ * makes again after their GPU state. Last, the machine's huge page setting
+ * goes back if crest raised it (--huge-pages, os/thp.h) and no other crest
+ * holds it.
  */
 #ifndef CREST_RESTORE_GUARD_H
 #define CREST_RESTORE_GUARD_H

@@ -8,6 +8,7 @@
 #include "os/pidns.h"
 #include "os/proc.h"
 #include "os/sock.h"
+#include "os/thp.h"
 #include "util/err.h"
 #include "util/fault.h"
 #include "util/fs.h"
@@ -1458,8 +1459,20 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	const bool shim_ns = pidns && cas_manifest_get_label(m, "shim_nspids");
 	if (rc == 0)
 		rc = parse_pids(cas_manifest_get_label(m, shim_ns ? "shim_nspids" : "shim_pids"), &shim, &nshim);
-	if (rc == 0 && (((files || wdl) && !o->beside) || ncuda || nshim))
+	if (rc == 0 && (((files || wdl) && !o->beside) || ncuda || nshim || o->huge_pages))
 		rc = rp_guard_start(&guard, dir, dir_lock);
+	/* Under the guard, which puts the setting back if crest dies with it
+	 * raised; CRIU then writes the job's pages into memory faulted in
+	 * huge pages, and the driver stages device memory in it. */
+	bool thp = false;
+	if (rc == 0 && o->huge_pages) {
+		rc = os_thp_raise();
+		thp = rc == 0;
+		if (thp)
+			crest_fault_pause("restore.thp");   /* tests only: util/fault.h */
+		else
+			rc = crest_errctx(rc, "--huge-pages: nothing was restored");
+	}
 	if (rc == 0 && ncuda)
 		rc = rp_guard_cuda(&guard, cuda_in ? cuda_in : cuda, ncuda, cuda_in != NULL, gmap, ngmap);
 	if (rc == 0 && nshim)
@@ -1705,6 +1718,14 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	for (size_t i = 0; i < nwdfds; i++)
 		close(wdfds[i]);
 	free(wdfds);
+	if (thp) {
+		char msg[1024];
+		crest_errcpy(msg, sizeof(msg));
+		if (os_thp_lower() < 0)
+			fprintf(stderr, "crest: WARNING: the machine's huge page setting could not be put back: %s\n",
+				crest_errmsg());
+		crest_errset_str(msg);
+	}
 	rp_guard_disarm(&guard);
 	if (dir[0])
 		fs_workdir_release(dir, dir_lock);

@@ -35,6 +35,8 @@
 struct rp_opts {
 	const char *tmpdir;                /* NULL: /dev/shm */
 	bool keep_files;                   /* leave the job's files as they are now */
+	bool huge_pages;                   /* --huge-pages: the machine's huge page setting "always"
+					    * while CRIU and the driver restore (os/thp.h) */
 	const struct gpuckpt_map *map;     /* --gpu-map: completed by gpumap_complete */
 	size_t nmap;
 	const char *gpu;                   /* --gpu: the job's first GPU goes here */

@@ -41,7 +41,8 @@
  * "copy.commit" (crest push or pull: a snapshot's records written and
  * synced in the destination, before the commit that lists it),
  * "capture.thp" (a checkpoint with --huge-pages: the setting raised under
- * the guard, nothing frozen yet).
+ * the guard, nothing frozen yet), "restore.thp" (the same for a restore:
+ * before CRIU runs).
  */
 #ifndef CREST_UTIL_FAULT_H
 #define CREST_UTIL_FAULT_H

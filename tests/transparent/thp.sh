@@ -16,7 +16,10 @@
 #      (its saved setting is the machine's, not theirs), then puts it back
 #      again at its end;
 #   6. a setting that cannot be read or recorded: one line, nothing frozen,
-#      the setting untouched.
+#      the setting untouched;
+#   7. crest restore --huge-pages: raised while CRIU and the driver restore
+#      (held before CRIU runs: CREST_FAULT_PAUSE restore.thp), put back
+#      after; killed -9 there, its guard puts it back.
 # After each, the job runs on.
 source "$(dirname "$0")/lib.sh"
 need_root
@@ -89,7 +92,7 @@ runs_on job.out 2
 echo "ok 2: raised in the window, put back after it"
 
 # 3.
-start_job job2.out --mib "$MIB" --interval-ms 50
+start_job job2.out --mib "$MIB" --interval-ms 60
 JOB2=$JOB
 wait_lines job2.out 2
 held p1 "$S" "$JOB1"
@@ -152,4 +155,29 @@ after=$("$CREST" --store "$S" --json ls | grep -c '"snapshot"' || true)
 runs_on job.out 6
 no_guard 6
 echo "ok 6: a setting that cannot be read or recorded: refused, nothing frozen"
+
+# 7.
+"$CREST" --store "$S" --quiet checkpoint --pid "$JOB1" --kill --tag gone >/dev/null || fail "7: checkpoint --kill failed"
+CREST_FAULT_PAUSE="restore.thp:$T/r1" "$CREST" --store "$S" restore gone --huge-pages >r1.out 2>r1.err &
+R=$!
+PIDS+=("$R")
+wait_file "$T/r1"
+want_mode always "7: a restore in its window"
+kill -9 "$R"
+wait "$R" 2>/dev/null || true
+rm -f "$T/r1"
+want_mode madvise "7: crest restore killed in its window, its guard" 15
+CREST_FAULT_PAUSE="restore.thp:$T/r1" "$CREST" --store "$S" restore gone --huge-pages >r1.out 2>r1.err &
+R=$!
+PIDS+=("$R")
+wait_file "$T/r1"
+want_mode always "7: a restore in its window"
+rm "$T/r1"
+wait "$R" || fail "7: the restore failed: $(cat r1.err)"
+want_mode madvise "7: after the restore"
+back=$(pgrep -f "crest-workload --mib $MIB --interval-ms 50" | head -n1 || true)
+[ -n "$back" ] || fail "7: the restored job is not running"
+PIDS+=("$back")
+runs_on job.out 7
+echo "ok 7: a restore raised it while CRIU ran, and put it back; killed, its guard did"
 echo PASS
