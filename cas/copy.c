@@ -459,3 +459,24 @@ int cas_snapshot_copy(struct cas_store *src, struct cas_store *dst, const uint8_
 	free(c.buf[1]);
 	return rc;
 }
+
+int cas_snapshot_copy_tags(struct cas_store *src, struct cas_store *dst, const uint8_t id[32], size_t *given,
+			   void (*taken)(const char *tag, const uint8_t other[32], void *arg), void *arg)
+{
+	char **tags = NULL;
+	size_t n = 0;
+	*given = 0;
+	int rc = cas_snapshot_tags(src, id, &tags, &n);
+	for (size_t i = 0; rc == 0 && i < n; i++) {
+		uint8_t other[32];
+		rc = cas_tag_get(dst, tags[i], other);
+		if (rc == -ENOENT) {
+			rc = cas_tag_set(dst, tags[i], id, false);
+			*given += rc == 0;
+		} else if (rc == 0 && memcmp(other, id, 32) && taken) {
+			taken(tags[i], other, arg);
+		}
+	}
+	cas_snapshot_tags_free(tags, n);
+	return rc;
+}

@@ -17,7 +17,8 @@
  *  - A job snapshot (cas/jobsnap.h) brings its members, each committed
  *    before it, so it is never listed without them.
  *  - The destination commits it as any writer does (cas_commit_encoded):
- *    whole or not at all. Tags are not copied: the caller decides (tags
+ *    whole or not at all. Tags are not copied with it: the caller decides
+ *    (cas_snapshot_copy_tags gives it those free in the destination; tags
  *    never move, and the destination may use the name for another).
  */
 #ifndef CREST_CAS_COPY_H
@@ -43,5 +44,11 @@ struct cas_copy_stats {
  * the caller's thread. */
 int cas_snapshot_copy(struct cas_store *src, struct cas_store *dst, const uint8_t id[32],
 		      void (*progress)(uint64_t sent, void *arg), void *arg, struct cas_copy_stats *st);
+/* The tags of snapshot id in src given to it in dst (open for writing)
+ * where dst has them free; *given counts them. A tag dst has for another
+ * snapshot is left as it is, and taken(tag, other, arg) is called for it
+ * (taken may be NULL). 0, or a negative errno with a message. */
+int cas_snapshot_copy_tags(struct cas_store *src, struct cas_store *dst, const uint8_t id[32], size_t *given,
+			   void (*taken)(const char *tag, const uint8_t other[32], void *arg), void *arg);
 
 #endif

@@ -26,31 +26,20 @@ static bool same_store(const char *a, const char *b)
 	return realpath(a, ra) && realpath(b, rb) && !strcmp(ra, rb);
 }
 
-/* The snapshot's tags in src, given to it in dst where dst has them free;
- * a tag that names another snapshot there is left as it is, said once. */
-static int copy_tags(const struct cli *c, struct cas_store *src, struct cas_store *dst, const uint8_t id[32],
-		     const char *dst_name, size_t *given)
+/* A tag the destination has for another snapshot: said once. */
+struct tag_note {
+	const struct cli *c;
+	const char *dst_name;
+};
+
+static void tag_taken(const char *tag, const uint8_t other[32], void *arg)
 {
-	char **tags = NULL;
-	size_t n = 0;
-	*given = 0;
-	int rc = cas_snapshot_tags(src, id, &tags, &n);
-	for (size_t i = 0; rc == 0 && i < n; i++) {
-		uint8_t other[32];
-		rc = cas_tag_get(dst, tags[i], other);
-		if (rc == -ENOENT) {
-			rc = cas_tag_set(dst, tags[i], id, false);
-			*given += rc == 0;
-		} else if (rc == 0 && memcmp(other, id, 32)) {
-			char hex[65];
-			hex_encode(other, 32, hex);
-			if (!c->quiet)
-				fprintf(stderr, "%s: tag %s in %s names another snapshot (%.12s): left as it is\n",
-					c->prog, tags[i], dst_name, hex);
-		}
-	}
-	cas_snapshot_tags_free(tags, n);
-	return rc;
+	const struct tag_note *t = arg;
+	char hex[65];
+	hex_encode(other, 32, hex);
+	if (!t->c->quiet)
+		fprintf(stderr, "%s: tag %s in %s names another snapshot (%.12s): left as it is\n", t->c->prog, tag,
+			t->dst_name, hex);
 }
 
 /* One copy of id from src into the store at to (opened here for writing)
@@ -65,8 +54,9 @@ static int copy_into(const struct cli *c, const char *label, struct cas_store *s
 	if (rc == 0)
 		rc = cas_snapshot_copy(src, dst, id, on_progress, &prog, st);
 	progress_end(&prog);
+	struct tag_note note = { c, dc->store };
 	if (rc == 0)
-		rc = copy_tags(c, src, dst, id, dc->store, tags);
+		rc = cas_snapshot_copy_tags(src, dst, id, tags, tag_taken, &note);
 	if (dst)
 		cas_close(dst);
 	return rc;
