@@ -70,6 +70,15 @@ struct crest_options {
 	 * against the snapshot's ids; a region that does not match is
 	 * restored from the store. Needs GPU hashing (crest_checkpoint). */
 	const char *host_cache;
+	/* Another store (a directory: a shared file system, another disk), or
+	 * NULL: none. Each snapshot this handle commits, and each job snapshot
+	 * it commits (crest_job_wait), is then pushed there as `crest push`
+	 * does (only the chunks that store lacks, every one checked, the same
+	 * id, its tags where free there) by a thread of the handle's, the job
+	 * running on. The store must exist and not be this one (crest_open
+	 * fails with -EINVAL otherwise). A failed push is said on stderr;
+	 * crest_close waits for the pushes and returns the first failure. */
+	const char *push_to;
 };
 
 /* Fills o with the defaults above. */

@@ -36,6 +36,7 @@ static const struct abi_field options_fields[] = {
 	FIELD(crest_options, staging_bytes), FIELD(crest_options, workers),
 	FIELD(crest_options, copy_streams), FIELD(crest_options, restore_threads),
 	FIELD(crest_options, device), FIELD(crest_options, flags), FIELD(crest_options, host_cache),
+	FIELD(crest_options, push_to),
 };
 static const struct abi_field blob_fields[] = {
 	FIELD(crest_blob, name), FIELD(crest_blob, data), FIELD(crest_blob, len),

@@ -66,6 +66,7 @@
 #include "gpu/cudrv.h"
 #include "gpu/hostcache.h"
 #include "gpu/pool.h"
+#include "lib/push.h"
 #include "restore/regions.h"
 #include "restore/restore.h"
 #include "util/err.h"
@@ -168,6 +169,7 @@ struct crest {
 	 * may name a checkpoint only while no later one has written it,
 	 * including one that failed after its first copies (crest_wait). */
 	uint64_t cache_gen;
+	struct lib_pusher *pusher;    /* crest_options.push_to, or NULL */
 };
 
 /* ---- handles ---- */
@@ -779,6 +781,7 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 		if (!c->o.copy_streams)
 			c->o.copy_streams = 4;
 		c->o.host_cache = NULL;   /* the caller's string: a copy below */
+		c->o.push_to = NULL;      /* the pusher keeps its own copy */
 	}
 	c->next_region = c->next_ckpt = c->parent_from = 1;
 	pthread_mutex_init(&c->mu, NULL);
@@ -816,6 +819,9 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 		rc = capture_copier_open(c->d, c->pool, c->o.copy_streams, gpu_hash_from_env(), &c->copier);
 	if (rc == 0 && o && o->host_cache)
 		rc = cache_open(c, o->host_cache);
+	if (rc == 0 && o && o->push_to) {
+		said = (rc = lib_pusher_open(dir, o->push_to, &c->pusher)) < 0;
+	}
 	if (rc == 0) {
 		rc = -pthread_create(&c->keeper, NULL, keeper_main, c);
 		if (rc < 0)
@@ -882,6 +888,8 @@ static int crest_destroy(crest_t *c)
 	}
 	collect(c);
 	for (size_t i = 0; i < c->nckpts; i++) {
+		if (c->pusher && c->ckpts[i].done && c->ckpts[i].rc == 0)
+			lib_pusher_add(c->pusher, c->ckpts[i].er.id);   /* committed, never waited for */
 		if (c->ckpts[i].rc < 0 && !first) {
 			first = c->ckpts[i].rc;
 			snprintf(msg, sizeof(msg), "%s", c->ckpts[i].msg ? c->ckpts[i].msg : "");
@@ -890,6 +898,11 @@ static int crest_destroy(crest_t *c)
 	}
 	c->nckpts = 0;
 	store_down(c);   /* the engine before the pool: its workers give slices back */
+	const int pushed = lib_pusher_close(c->pusher);
+	if (pushed < 0 && !first) {
+		first = pushed;
+		crest_errcpy(msg, sizeof(msg));
+	}
 	const struct cudrv *d = c->d;
 	CUcontext saved = NULL;
 	if (d)
@@ -1455,6 +1468,8 @@ int crest_wait(crest_t *ch, crest_ckpt_t h, struct crest_result *r)
 		if (me.cached && me.cache_gen == c->cache_gen)
 			hostcache_hint_set(c->cache, er.id);
 	}
+	if (c->pusher)
+		lib_pusher_add(c->pusher, er.id);
 	pthread_mutex_unlock(&c->mu);
 	return 0;
 }
@@ -1831,6 +1846,8 @@ int crest_job_wait(crest_t *ch, const struct crest_job *j, uint64_t step, crest_
 			cas_jobjoin_done(c->store, j->name, attempt, step);
 			res.committed = 1;
 			hex_encode(jid, 32, res.job_snapshot);
+			if (c->pusher)
+				lib_pusher_add(c->pusher, jid);   /* its members with it */
 		}
 	}
 	store_used(c);

@@ -48,7 +48,8 @@ class CrestError(OSError):
 class _Options(ctypes.Structure):
     _fields_ = [("staging_bytes", ctypes.c_size_t), ("workers", ctypes.c_uint),
                 ("copy_streams", ctypes.c_uint), ("restore_threads", ctypes.c_uint),
-                ("device", ctypes.c_int), ("flags", ctypes.c_uint), ("host_cache", ctypes.c_char_p)]
+                ("device", ctypes.c_int), ("flags", ctypes.c_uint), ("host_cache", ctypes.c_char_p),
+                ("push_to", ctypes.c_char_p)]
 
 
 class _Blob(ctypes.Structure):
@@ -277,10 +278,13 @@ class Checkpointer:
 
     def __init__(self, store, staging_bytes=1 << 30, workers=0, copy_streams=0, restore_threads=0,
                  device=0, no_gpu=False, branch=None, host_cache=None, job=None, rank=None, world=None,
-                 attempt=None, gpu=None):
+                 attempt=None, gpu=None, push_to=None):
         """branch: the branch the checkpoints go on (None: "main", continued from its
         newest snapshot); see set_branch(). host_cache: a directory in shared memory
         (/dev/shm) for a checked host copy of the CUDA tensors (crest_options in crest.h).
+        push_to: another store (it must exist): each snapshot saved, and each job snapshot
+        this rank commits, is pushed there in the background, only what it lacks (crest
+        push); close() waits for the pushes and raises on the first that failed.
 
         job: the job's name, the same in every rank (1 to 96 of letters, digits, '.', '_',
         '-', not beginning with '.'); None: a checkpointer of one process, as ever, and
@@ -311,6 +315,8 @@ class Checkpointer:
         o.flags = _const["CREST_OPEN_NO_GPU"] if no_gpu else 0
         self._host_cache = host_cache.encode() if host_cache else None   # alive while o is read
         o.host_cache = self._host_cache
+        self._push_to = push_to.encode() if push_to else None
+        o.push_to = self._push_to
         h = ctypes.c_void_p()
         _check(lib.crest_open(store.encode() if store else None, ctypes.byref(o), ctypes.byref(h)),
                "opening store %s" % store)

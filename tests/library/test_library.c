@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -852,10 +853,114 @@ static void t_ends(const char *dir)
 	free(ref);
 }
 
+/* The bytes of dir's packs (its chunk records). */
+static uint64_t pack_bytes(const char *dir)
+{
+	char pd[4300];
+	snprintf(pd, sizeof(pd), "%s/packs", dir);
+	DIR *d = opendir(pd);
+	uint64_t n = 0;
+	for (struct dirent *e; d && (e = readdir(d));) {
+		char path[4600];
+		struct stat st;
+		snprintf(path, sizeof(path), "%s/%s", pd, e->d_name);
+		if (strstr(e->d_name, ".pack") && stat(path, &st) == 0)
+			n += (uint64_t)st.st_size;
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
+/* crest_options.push_to: every snapshot the handle commits is pushed to
+ * another store in the background, waited for or not, only what it lacks;
+ * both restore there bit-exact under the same ids and tags. push_to the
+ * store itself, or no store, is refused at open; a push that fails is
+ * crest_close's failure, naming it. */
+static void t_push(const char *dir)
+{
+	const size_t size = 16 * MiB;
+	char dst[4200], gone[4200];
+	snprintf(dst, sizeof(dst), "%s.push", dir);
+	snprintf(gone, sizeof(gone), "%s.gone", dir);
+	crest_t *c = open_store(dst, 16 * MiB);   /* libcrest makes the store */
+	OK(crest_close(c));
+	struct crest_options o;
+	crest_options_init(&o);
+	o.staging_bytes = 24 * MiB;
+	o.flags = CREST_OPEN_NO_GPU;
+	o.push_to = dir;
+	c = open_store(dir, 16 * MiB);            /* dir exists: the refusal is of push_to alone */
+	OK(crest_close(c));
+	int rc = crest_open(dir, &o, &c);
+	CHECK(rc == -EINVAL && strstr(crest_errmsg(), "is the store itself"), "push_to itself: %d: %s", rc,
+	      crest_errmsg());
+	o.push_to = gone;
+	rc = crest_open(dir, &o, &c);
+	CHECK(rc == -EINVAL && strstr(crest_errmsg(), gone), "push_to no store: %d: %s", rc, crest_errmsg());
+
+	uint8_t *r = big(size), *ref1 = big(size), *ref2 = big(size);
+	fill(r, size, 77);
+	memcpy(ref1, r, size);
+	o.push_to = dst;
+	OK(crest_open(dir, &o, &c));
+	crest_region_t h;
+	OK(crest_register(c, "state", r, size, CREST_MEM_HOST, &h));
+	crest_ckpt_t ck;
+	struct crest_result r1;
+	OK(crest_checkpoint(c, &(struct crest_checkpoint_opts){ .tag = "p1" }, &ck));
+	OK(crest_wait(c, ck, &r1));
+	fill(r + 3 * MiB, MiB, 78);   /* 1 MiB changed */
+	memcpy(ref2, r, size);
+	OK(crest_checkpoint(c, &(struct crest_checkpoint_opts){ .tag = "p2" }, &ck));
+	OK(crest_close(c));           /* p2 never waited for: pushed all the same */
+	const uint64_t sent = pack_bytes(dst);
+	printf("push: %.1f MiB of packs in the other store after two pushes of a %zu MiB region, 1 MiB changed\n",
+	       sent / 1048576.0, size / MiB);
+	CHECK(sent >= size && sent <= size + 2 * MiB, "%llu bytes of packs pushed: not one region and the change",
+	      (unsigned long long)sent);
+
+	c = open_store(dst, 16 * MiB);
+	OK(crest_register(c, "state", r, size, CREST_MEM_HOST, &h));
+	memset(r, 0xee, size);
+	OK(crest_restore(c, "p1", NULL));
+	CHECK(!memcmp(r, ref1, size), "p1 from the other store differs");
+	memset(r, 0xee, size);
+	char prefix[13];
+	snprintf(prefix, sizeof(prefix), "%.12s", r1.snapshot);
+	OK(crest_restore(c, prefix, NULL));   /* the same id there */
+	CHECK(!memcmp(r, ref1, size), "p1 by its id from the other store differs");
+	memset(r, 0xee, size);
+	OK(crest_restore(c, "p2", NULL));
+	CHECK(!memcmp(r, ref2, size), "p2 from the other store differs");
+	OK(crest_close(c));
+
+	/* A push that fails: the other store is gone by the time it runs. */
+	c = open_store(gone, 16 * MiB);
+	OK(crest_close(c));
+	o.push_to = gone;
+	OK(crest_open(dir, &o, &c));
+	OK(crest_register(c, "state", r, size, CREST_MEM_HOST, &h));
+	char cmd[4300];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", gone);
+	OK(system(cmd) == 0 ? 0 : -EIO);
+	OK(crest_checkpoint(c, NULL, &ck));
+	OK(crest_wait(c, ck, NULL));
+	rc = crest_close(c);
+	printf("push: to a store gone meanwhile: crest_close -> %d: %s\n", rc, crest_errmsg());
+	CHECK(rc < 0 && strstr(crest_errmsg(), "pushing snapshot") && strstr(crest_errmsg(), gone),
+	      "a failed push: crest_close gave %d: %s", rc, crest_errmsg());
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dst);
+	OK(system(cmd) == 0 ? 0 : -EIO);
+	munmap(r, size);
+	munmap(ref1, size);
+	munmap(ref2, size);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 3) {
-		fprintf(stderr, "usage: test_library roundtrip|dedup|stall|errors|rounds|corrupt|direct|scatter|ends|recover|nogpu|cli "
+		fprintf(stderr, "usage: test_library roundtrip|dedup|stall|errors|rounds|corrupt|direct|scatter|ends|recover|nogpu|push|cli "
 			"STORE [CREST CASCTL]\n");
 		return 2;
 	}
@@ -887,6 +992,8 @@ int main(int argc, char **argv)
 		t_recover(dir);
 	else if (!strcmp(t, "nogpu"))
 		t_nogpu(dir);
+	else if (!strcmp(t, "push"))
+		t_push(dir);
 	else if (!strcmp(t, "cli") && argc >= 5)
 		t_cli(dir, argv[3], argv[4]);
 	else {
