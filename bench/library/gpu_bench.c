@@ -21,6 +21,8 @@
 #include "crest.h"
 #include "gpu/cudrv.h"
 #include "pattern.h"
+#define BENCH_NAME "gpu_bench"
+#include "fail.h"
 #include "util/progress.h"
 
 #include <errno.h>
@@ -42,25 +44,6 @@ static double now(void)
 {
 	return time_now_ns() / 1e9;
 }
-
-static void die(const char *what, int rc)
-{
-	fprintf(stderr, "gpu_bench: %s failed (%d): %s\n", what, rc, crest_errmsg());
-	exit(1);
-}
-
-#define CU(call)                                                 \
-	do {                                                     \
-		int rc_ = cudrv_check(d, (call), #call);         \
-		if (rc_ < 0)                                     \
-			die(#call, rc_);                         \
-	} while (0)
-#define OK(call)                          \
-	do {                              \
-		int rc_ = (call);         \
-		if (rc_ < 0)              \
-			die(#call, rc_);  \
-	} while (0)
 
 /* Chunks changed for the third checkpoint (pattern.h), or NULL. */
 static const uint8_t *changed;

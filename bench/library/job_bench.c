@@ -28,6 +28,8 @@
  * (PCT changed), each as the median and max over ranks and steps.
  */
 #include "crest.h"
+#define BENCH_NAME "job_bench"
+#include "fail.h"
 #include "util/progress.h"
 
 #include <errno.h>
@@ -52,19 +54,6 @@ static uint64_t mix(uint64_t i)
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	return z ^ (z >> 31);
 }
-
-static void die(const char *what, int rc)
-{
-	fprintf(stderr, "job_bench: %s failed (%d): %s\n", what, rc, crest_errmsg());
-	exit(1);
-}
-
-#define OK(call)                          \
-	do {                              \
-		int rc_ = (call);         \
-		if (rc_ < 0)              \
-			die(#call, rc_);  \
-	} while (0)
 
 /* Chunk c of a region (salt: which region, which rank) at version v. */
 static void chunk_fill(uint64_t *p, size_t c, uint64_t salt, uint64_t v)

@@ -42,6 +42,8 @@
 #include "crest.h"
 #include "gpu/cudrv.h"
 #include "pattern.h"
+#define BENCH_NAME "multidev_bench"
+#include "fail.h"
 #include "tests/gpu_here.h"
 #include "util/progress.h"
 
@@ -71,25 +73,6 @@ static double now(void)
 {
 	return time_now_ns() / 1e9;
 }
-
-static void die(const char *what, int rc)
-{
-	fprintf(stderr, "multidev_bench: %s failed (%d): %s\n", what, rc, crest_errmsg());
-	exit(1);
-}
-
-#define CU(call)                                                 \
-	do {                                                     \
-		int rc_ = cudrv_check(d, (call), #call);         \
-		if (rc_ < 0)                                     \
-			die(#call, rc_);                         \
-	} while (0)
-#define OK(call)                          \
-	do {                              \
-		int rc_ = (call);         \
-		if (rc_ < 0)              \
-			die(#call, rc_);  \
-	} while (0)
 
 /* GPU g's context current: cuMemAlloc, cuMemsetD8 and copies on the NULL
  * stream act on the current context's memory. */
