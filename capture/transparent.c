@@ -137,8 +137,6 @@ static void tp_capture_strand(struct tp_capture *c, bool keep, char *kept, size_
 	tp_capture_kill(c);
 }
 
-/* Removes the images and frees c. A tree still stopped is resumed first:
- * the job is never left stopped, nor ended without a stored snapshot. */
 /* The huge page setting put back, once the job runs again (or is left
  * stopped by --kill): what cannot be put back is said loudly, since other
  * processes of the machine see it. */
@@ -147,14 +145,11 @@ static void thp_lower(struct tp_capture *c)
 	if (!c->thp)
 		return;
 	c->thp = false;
-	char msg[1024];
-	crest_errcpy(msg, sizeof(msg));
-	if (os_thp_lower() < 0)
-		fprintf(stderr, "crest: WARNING: the machine's huge page setting could not be put back: %s\n",
-			crest_errmsg());
-	crest_errset_str(msg);
+	os_thp_lower_loud();
 }
 
+/* Removes the images and frees c. A tree still stopped is resumed first:
+ * the job is never left stopped, nor ended without a stored snapshot. */
 static void tp_capture_free(struct tp_capture *c)
 {
 	if (c->stopped) {

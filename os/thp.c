@@ -256,13 +256,28 @@ int os_thp_lower(void)
 	return rc;
 }
 
+/* What other processes of the machine would see: said loudly. */
+static void warn_not_back(void)
+{
+	fprintf(stderr, "crest: WARNING: the machine's huge page setting could not be put back: %s\n",
+		crest_errmsg());
+}
+
+void os_thp_lower_loud(void)
+{
+	char msg[1024];
+	crest_errcpy(msg, sizeof(msg));
+	if (os_thp_lower() < 0)
+		warn_not_back();
+	crest_errset_str(msg);
+}
+
 void os_thp_repair_wait(unsigned wait_ms)
 {
 	for (unsigned waited = 0;; waited += 50) {
 		const int rc = os_thp_repair();
 		if (rc < 0)
-			fprintf(stderr, "crest: WARNING: the machine's huge page setting could not be put back: %s\n",
-				crest_errmsg());
+			warn_not_back();
 		if (rc <= 0 || waited >= wait_ms)
 			return;
 		const struct timespec ms50 = { 0, 50 * 1000 * 1000 };

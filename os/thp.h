@@ -45,6 +45,11 @@ int os_thp_lower(void);
  * holder is still alive (the setting stays raised for it). */
 int os_thp_repair(void);
 
+/* os_thp_lower for a caller that goes on either way (the job runs
+ * again, or its checkpoint failed): a failure is said on stderr, loudly,
+ * and the calling thread's message is left as it was, so that it still
+ * says why a checkpoint or restore failed. */
+void os_thp_lower_loud(void);
 /* For a guard whose crest died: os_thp_repair, again every 50 ms while a
  * holder is still alive, for wait_ms at most (crest's end of the guard's
  * pipe closes as it exits, a moment before /proc shows it gone; a holder

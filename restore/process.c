@@ -1718,14 +1718,8 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	for (size_t i = 0; i < nwdfds; i++)
 		close(wdfds[i]);
 	free(wdfds);
-	if (thp) {
-		char msg[1024];
-		crest_errcpy(msg, sizeof(msg));
-		if (os_thp_lower() < 0)
-			fprintf(stderr, "crest: WARNING: the machine's huge page setting could not be put back: %s\n",
-				crest_errmsg());
-		crest_errset_str(msg);
-	}
+	if (thp)
+		os_thp_lower_loud();   /* the restore is done, or failed */
 	rp_guard_disarm(&guard);
 	if (dir[0])
 		fs_workdir_release(dir, dir_lock);
