@@ -114,6 +114,10 @@ int cmd_run(struct cli *c, int argc, char **argv)
 			shim = true;
 			continue;
 		}
+		if (!strcmp(a, "--huge-pages")) {
+			o.huge_pages = true;
+			continue;
+		}
 		if (i + 1 >= argc)
 			return cli_usage(c, "run", "%s needs a value", a);
 		const int took = cli_every_opt(a, argv[++i], &o, &ev);

@@ -188,6 +188,7 @@ static const struct cli_opt_rule {
 	{ "crest", "run", "--file-limit", "--every", NULL, "without it crest run takes no checkpoints" },
 	{ "crest", "run", "--tmpdir", "--every", NULL, "without it crest run takes no checkpoints" },
 	{ "crest", "run", "--tcp-close", "--every", NULL, "without it crest run takes no checkpoints" },
+	{ "crest", "run", "--huge-pages", "--every", NULL, "without it crest run takes no checkpoints" },
 	{ "crest", "run", "--metrics-file", "--every", NULL, "the metrics are of the rounds of --every" },
 	{ "crest", "run", "--push-to", "--every", NULL, "without it crest run takes no checkpoints" },
 	{ "crest", "run", "--workdir", "--every", NULL, "without it crest run takes no checkpoints (crest checkpoint "

@@ -208,7 +208,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "head. " SNAP_NAMES,
 	  "NAME SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--workdir DIR [--workdir-limit SIZE]] "
-	  "[--tmpdir DIR] [--tcp-close] [--cuda-shim] [--metrics ADDR] [--metrics-file FILE] [--] COMMAND [ARG...]",
+	  "[--tmpdir DIR] [--tcp-close] [--cuda-shim] [--huge-pages] [--metrics ADDR] [--metrics-file FILE] [--] COMMAND "
+	  "[ARG...]",
 	  "run a job in a pid namespace of its own, checkpointed",
 	  "Runs COMMAND as root in a new pid namespace, so that it can be restored with the same "
 	  "pids, and checkpoints it every DURATION. Exits with the job's status. With --workdir DIR each "
@@ -223,6 +224,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--workdir-limit", NULL, "SIZE", "the most --workdir may hold (default 1G): larger is refused before the job is frozen" },
 		{ "--tmpdir", NULL, "DIR", "with --every: where CRIU's images are staged" },
 		{ "--tcp-close", NULL, NULL, "with --every: as checkpoint's, drop TCP connections to peers outside the job" },
+		{ "--huge-pages", NULL, NULL, "with --every: as checkpoint's, the machine's huge pages \"always\" for "
+		  "each checkpoint's window" },
 		{ "--cuda-shim", NULL, NULL, "preload crest's NCCL shim into the job (LD_PRELOAD): each checkpoint ends its "
 		  "NCCL communicators at a point all ranks agree on, just before the freeze, and makes them again after, "
 		  "so that ranks with NCCL's P2P transport on (its default on one node) can be checkpointed and restored" },

@@ -83,7 +83,7 @@ around() {
 	"crest demo") pre=() post=()   # no criu (CREST_CRIU below): fails after parsing
 		[ "$3" = --checkpoints ] && post=(--restore-from 1) ;;
 	"crest run") pre=() post=(-- /bin/true)
-		case $3 in --metrics|--metrics-file|--branch|--file-limit|--tmpdir|--tcp-close|--workdir|--push-to) pre=(--every 1h) ;;
+		case $3 in --metrics|--metrics-file|--branch|--file-limit|--tmpdir|--tcp-close|--huge-pages|--workdir|--push-to) pre=(--every 1h) ;;
 			--workdir-limit) pre=(--every 1h --workdir "$T") ;; esac ;;
 	"casctl gc") pre=() post=(--keep-last 1) ;;
 	"crest job") pre=(commit j1 --step 1) post=(deadbeef) ;;
