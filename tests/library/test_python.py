@@ -47,6 +47,28 @@ with crest.Checkpointer(store, staging_bytes=16 << 20, no_gpu=True) as ck:
         assert "bytes" in str(e)
 print("binding: in-place restore ok")
 
+# push_to: the snapshot goes on to another store in the background; it
+# restores there, the same bytes.
+shared = store + "-shared"
+shutil.rmtree(shared, ignore_errors=True)
+crest.Checkpointer(shared, no_gpu=True, staging_bytes=16 << 20).close()   # the store must exist
+with crest.Checkpointer(store, staging_bytes=16 << 20, no_gpu=True, push_to=shared) as ck:
+    ck.wait(ck.save(tree, state={"step": 6}, tag="py-pushed"))
+with torch.no_grad():
+    for p in m.parameters():
+        p.add_(1.0)
+with crest.Checkpointer(shared, staging_bytes=16 << 20, no_gpu=True) as ck:
+    st = ck.restore(tree, "py-pushed")
+assert st["step"] == 6, st
+for k, v in m.state_dict().items():
+    assert torch.equal(v, ref[k]), "tensor %s differs after the restore from the store pushed to" % k
+try:
+    crest.Checkpointer(store, no_gpu=True, staging_bytes=16 << 20, push_to=store + "-none")
+    sys.exit("push_to a store that is not there did not fail")
+except crest.CrestError as e:
+    print("expected error:", e)
+print("binding: push_to ok")
+
 ex = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python", "examples", "train.py")
 r = subprocess.run([sys.executable, ex, "--mode", "check", "--store", store + "-train", "--steps", "40",
                     "--every", "10", "--kill-at", "27", "--hidden", "128"])
