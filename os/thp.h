@@ -26,7 +26,8 @@
  * and its guard are both killed, until the next crest with --huge-pages.
  * A change another program made to the setting meanwhile is overwritten.
  *
- * Paths: /sys/kernel/mm/transparent_hugepage/enabled and /run/crest/thp;
+ * Paths: /sys/kernel/mm/transparent_hugepage/enabled and /run/crest/thp
+ * (a tmpfs, so that the record goes with a reboot as the setting does);
  * $CREST_THP_FILE and $CREST_THP_STATE name others (tests).
  */
 #ifndef CREST_OS_THP_H
