@@ -229,7 +229,7 @@ int tp_guard_main(int argc, char **argv)
 			free(cuda);
 			free(held);
 			free(shim);
-			os_thp_repair_wait(5000);   /* --huge-pages: os/thp.h */
+			os_thp_repair_wait();   /* --huge-pages: os/thp.h */
 			return rc < 0;
 		}
 		proc_tree_free(&t);
@@ -239,6 +239,6 @@ int tp_guard_main(int argc, char **argv)
 	free(cuda);   /* the job is gone: nothing to give back */
 	free(held);
 	free(shim);
-	os_thp_repair_wait(5000);   /* --huge-pages: os/thp.h */
+	os_thp_repair_wait();   /* --huge-pages: os/thp.h */
 	return 0;
 }

@@ -272,8 +272,9 @@ void os_thp_lower_loud(void)
 	crest_errset_str(msg);
 }
 
-void os_thp_repair_wait(unsigned wait_ms)
+void os_thp_repair_wait(void)
 {
+	const unsigned wait_ms = 5000;
 	for (unsigned waited = 0;; waited += 50) {
 		const int rc = os_thp_repair();
 		if (rc < 0)

@@ -52,10 +52,10 @@ int os_thp_repair(void);
  * says why a checkpoint or restore failed. */
 void os_thp_lower_loud(void);
 /* For a guard whose crest died: os_thp_repair, again every 50 ms while a
- * holder is still alive, for wait_ms at most (crest's end of the guard's
- * pipe closes as it exits, a moment before /proc shows it gone; a holder
- * alive for longer is another crest, which puts the setting back itself).
- * What cannot be put back is said on stderr. */
-void os_thp_repair_wait(unsigned wait_ms);
+ * holder is still alive, for 5 s at most (crest's end of the guard's pipe
+ * closes as it exits, a moment before /proc shows it gone; a holder alive
+ * for longer is another crest, which puts the setting back itself). What
+ * cannot be put back is said on stderr. */
+void os_thp_repair_wait(void);
 
 #endif

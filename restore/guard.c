@@ -493,6 +493,6 @@ int rp_guard_main(int argc, char **argv)
 			: restored ? "the processes came back on the snapshot's files"
 			: files_told ? files : "nothing had been restored", waited && restored && ncuda ? "; their GPU state was brought back" : "",
 			waited && restored && nshim ? "; their NCCL communicators were made again" : "");
-	os_thp_repair_wait(5000);   /* --huge-pages: os/thp.h */
+	os_thp_repair_wait();   /* --huge-pages: os/thp.h */
 	return bad;
 }
