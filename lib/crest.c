@@ -819,9 +819,8 @@ int crest_open(const char *dir, const struct crest_options *o, crest_t **out)
 		rc = capture_copier_open(c->d, c->pool, c->o.copy_streams, gpu_hash_from_env(), &c->copier);
 	if (rc == 0 && o && o->host_cache)
 		rc = cache_open(c, o->host_cache);
-	if (rc == 0 && o && o->push_to) {
+	if (rc == 0 && o && o->push_to)
 		said = (rc = lib_pusher_open(dir, o->push_to, &c->pusher)) < 0;
-	}
 	if (rc == 0) {
 		rc = -pthread_create(&c->keeper, NULL, keeper_main, c);
 		if (rc < 0)

@@ -491,7 +491,8 @@ int rp_guard_main(int argc, char **argv)
 		fprintf(stderr, "crest: the restore ended without crest (was it killed?): %s%s%s\n",
 			!waited ? "CRIU still runs; the job's files were left as they are"
 			: restored ? "the processes came back on the snapshot's files"
-			: files_told ? files : "nothing had been restored", waited && restored && ncuda ? "; their GPU state was brought back" : "",
+			: files_told ? files : "nothing had been restored",
+			waited && restored && ncuda ? "; their GPU state was brought back" : "",
 			waited && restored && nshim ? "; their NCCL communicators were made again" : "");
 	os_thp_repair_wait();   /* --huge-pages: os/thp.h */
 	return bad;
