@@ -4,6 +4,7 @@
 #include "cas/copy.h"
 #include "cli/commands.h"
 #include "util/err.h"
+#include "util/fs.h"
 #include "util/json.h"
 #include "util/sha256.h"
 #include "util/progress.h"
@@ -17,13 +18,6 @@
 static void on_progress(uint64_t sent, void *arg)
 {
 	progress_update(arg, sent);
-}
-
-/* Whether paths a and b name the same store (both exist, one real path). */
-static bool same_store(const char *a, const char *b)
-{
-	char ra[PATH_MAX], rb[PATH_MAX];
-	return realpath(a, ra) && realpath(b, rb) && !strcmp(ra, rb);
 }
 
 /* A tag the destination has for another snapshot: said once. */
@@ -97,7 +91,7 @@ static void print_copy(const struct cli *c, FILE *out, const char *verb, const c
 
 int cli_push_check(const struct cli *c, const char *to)
 {
-	if (same_store(c->store, to))
+	if (fs_same_path(c->store, to))
 		return crest_errx(-EINVAL, "--push-to %s is the store itself (--store)", to);
 	if (c->init)
 		return 0;
@@ -130,7 +124,7 @@ static int copy_cmd(struct cli *c, int argc, char **argv, bool push)
 	if (argc != 3)
 		return cli_usage(c, cmd, "wants SNAPSHOT STORE, %s", argc < 3 ? "not fewer" : "no more");
 	const char *other = argv[2];
-	if (same_store(c->store, other))
+	if (fs_same_path(c->store, other))
 		return cli_usage(c, cmd, "%s is the store itself (--store)", other);
 	struct cli oc = *c;
 	oc.store = other;

@@ -6,10 +6,10 @@
 #include "cas/cas.h"
 #include "cas/copy.h"
 #include "util/err.h"
+#include "util/fs.h"
 #include "util/sha256.h"
 
 #include <errno.h>
-#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -81,10 +81,9 @@ static void *pusher_main(void *arg)
 int lib_pusher_open(const char *src, const char *dst, struct lib_pusher **out)
 {
 	*out = NULL;
-	char rs[PATH_MAX], rd[PATH_MAX];
 	if (!dst || !*dst)
 		return crest_errx(-EINVAL, "push_to is empty");
-	if (realpath(src, rs) && realpath(dst, rd) && !strcmp(rs, rd))
+	if (fs_same_path(src, dst))
 		return crest_errx(-EINVAL, "push_to %s is the store itself", dst);
 	struct cas_store *s;
 	int rc = cas_open(dst, CAS_READ, &s);   /* it must be a store already, as for crest push */

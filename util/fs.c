@@ -377,3 +377,9 @@ int fs_open_dir_owned(const char *path, int create, unsigned mode, int *created)
 	close(cur);
 	return dfd < 0 ? crest_errf(-errno, "cannot open %s", path) : dfd;
 }
+
+bool fs_same_path(const char *a, const char *b)
+{
+	char ra[PATH_MAX], rb[PATH_MAX];
+	return realpath(a, ra) && realpath(b, rb) && !strcmp(ra, rb);
+}

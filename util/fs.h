@@ -1,10 +1,17 @@
-/* fs.h - small file-system helpers shared by capture/ and restore/. */
+/* fs.h - small file-system helpers shared by capture/, restore/ and the
+ * commands above them. */
 #ifndef CREST_UTIL_FS_H
 #define CREST_UTIL_FS_H
+
+#include <stdbool.h>
 
 /* Removes path and everything below it (no symlink is followed). 0 when
  * it is gone, or was never there; -errno of the last failure otherwise. */
 int fs_rm_tree(const char *path);
+
+/* Whether paths a and b name the same file or directory: both exist and
+ * resolve (symlinks, "..") to one real path. */
+bool fs_same_path(const char *a, const char *b);
 
 /* Working directories in a shared place (images on /dev/shm) that a killed
  * owner cannot leak for good: a process killed with -9 runs no clean-up,
