@@ -15,6 +15,11 @@ model and optimizer first; materialize_optimizer() creates optimizer state that
 PyTorch would otherwise create lazily on the first step. Everything that is not
 a tensor in the dicts, and `state`, travels pickled in one blob.
 
+A DTensor (FSDP2's fully_shard makes every parameter and its optimizer state one) is
+saved as this rank's local shard (to_local()), which shares storage with the live
+shard: restore() writes into it in place, and each rank of an FSDP job stores only
+its own shards.
+
 A rank of a job of many processes (DDP under torchrun) gives the job a name; its
 checkpoints of one step, one per rank, become one job snapshot, committed by the store
 once the last rank's is (no barrier between the ranks), and a relaunch restores the
@@ -227,17 +232,49 @@ def _check(rc, what):
     return rc
 
 
-def _flatten(obj, prefix, tensors, leaves):
-    """Tensors by path; everything else (numbers, strings, param_groups) into leaves."""
+def _dtensor_types():
+    """The DTensor classes of the torch in this process (torch.distributed.tensor's, and
+    torch.distributed._tensor's before torch 2.5), from the modules already imported: a
+    DTensor exists only once its module is, so none is imported here, and a torch
+    without DTensor (1.13) gives ()."""
+    out = []
+    for mod in ("torch.distributed.tensor", "torch.distributed._tensor"):
+        cls = getattr(sys.modules.get(mod), "DTensor", None)
+        if isinstance(cls, type) and cls not in out:
+            out.append(cls)
+    return tuple(out)
+
+
+def _local_shard(name, dt):
+    """This rank's part of DTensor dt (FSDP2's fully_shard makes parameters and optimizer
+    state DTensors): its local tensor, which shares storage with the live shard, so that
+    save() copies it and restore() writes into it in place."""
     import torch
-    if isinstance(obj, torch.Tensor):
+    with torch.no_grad():   # to_local() is then the local tensor itself, outside autograd
+        local = dt.to_local()
+    if not local.is_contiguous():
+        raise CrestError(22, "tensor %s is a DTensor (placements %s) whose local shard, of shape %s and strides "
+                         "%s, is not contiguous: crest copies its storage as is"
+                         % (name, tuple(dt.placements), tuple(local.shape), local.stride()))
+    return local
+
+
+def _flatten(obj, prefix, tensors, leaves, dtensor=None):
+    """Tensors by path (a DTensor's local shard in its place); everything else (numbers,
+    strings, param_groups) into leaves."""
+    import torch
+    if dtensor is None:
+        dtensor = _dtensor_types()
+    if dtensor and isinstance(obj, dtensor):
+        tensors[prefix] = _local_shard(prefix, obj)
+    elif isinstance(obj, torch.Tensor):
         tensors[prefix] = obj
     elif isinstance(obj, dict):
         for k, v in obj.items():
-            _flatten(v, "%s/%s" % (prefix, k) if prefix else str(k), tensors, leaves)
+            _flatten(v, "%s/%s" % (prefix, k) if prefix else str(k), tensors, leaves, dtensor)
     elif isinstance(obj, (list, tuple)):
         for i, v in enumerate(obj):
-            _flatten(v, "%s/%d" % (prefix, i) if prefix else str(i), tensors, leaves)
+            _flatten(v, "%s/%d" % (prefix, i) if prefix else str(i), tensors, leaves, dtensor)
     else:
         leaves[prefix] = obj
 
@@ -583,7 +620,8 @@ def set_rng_state(s):
 def materialize_optimizer(opt):
     """Creates the optimizer's lazily made state (momentum, Adam moments) without changing
     any parameter: one step with zero gradients and a learning rate of 0. restore() then
-    overwrites that state in place."""
+    overwrites that state in place. The zero gradients are zeros_like(p): a DTensor for a
+    DTensor parameter (FSDP2), sharded as it is, so the state made is sharded the same."""
     import torch
     saved = [g.get("lr") for g in opt.param_groups]
     grads = {}
