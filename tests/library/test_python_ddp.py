@@ -15,11 +15,22 @@ Checked: every rank's loss after the resumed step equals the reference's bit for
 the resume started from the newest job snapshot listed (`crest job ls --json`), in every
 rank, from that job snapshot's own member; no job snapshot of a step after the kill is
 listed, and each one listed names one committed snapshot per rank, labelled with its
-rank and step (none is partial); the relaunch is a new attempt. And the replicas are
-stored once: see the bound below. The victim rank and KILL_AFTER come from a seed
-(printed; $CREST_TEST_SEED sets it); $CREST_TEST_DDP_WORLD runs other than 2 ranks.
-Skips (77) only without torch, torch.distributed or gloo. The ranks run on CPU.
+rank and step (none is partial), and each rank of each is restorable (`crest get
+--rank`), every chunk's hash checked, to the bytes of tensors the rank said it saved;
+the relaunch is a new attempt. And the replicas are stored once (DDP), or each rank
+holds and stores its own shards (FSDP): see the bounds below. The victim rank and
+KILL_AFTER come from a seed (printed; $CREST_TEST_SEED sets it).
+
+The ranks run on CPU over gloo, unless the environment says otherwise:
+  CREST_TEST_DDP_WORLD=N       N ranks, not 2
+  CREST_TEST_DDP_DEVICE=cuda   each rank on its own GPU (cuda:LOCAL_RANK), NCCL, and a
+                               model of about 200 MiB a rank with Adam's state
+  CREST_TEST_DDP_FSDP=1        (with cuda) the model sharded by FSDP2's fully_shard
+  CREST_TEST_DDP_HIDDEN=H      ddp_train.py --hidden H (256 on CPU, 4096 on CUDA)
+Skips (77) only without torch, torch.distributed or gloo (NCCL, N GPUs, fully_shard
+where asked for).
 """
+import importlib
 import json
 import os
 import random
@@ -37,21 +48,56 @@ try:
 except ImportError as e:
     print("SKIP: no torch here (%s in %s): install python3-torch" % (e, sys.executable))
     sys.exit(77)
-if not dist.is_available() or not dist.is_gloo_available():
-    print("SKIP: this torch (%s) has no torch.distributed with gloo" % torch.__version__)
+DEVICE = os.environ.get("CREST_TEST_DDP_DEVICE") or "cpu"
+FSDP = os.environ.get("CREST_TEST_DDP_FSDP", "0") not in ("", "0")
+WORLD = int(os.environ.get("CREST_TEST_DDP_WORLD") or 2)   # ranks (3 passes too, in half a minute more)
+if DEVICE not in ("cpu", "cuda") or (FSDP and DEVICE != "cuda"):
+    sys.exit("FAIL: CREST_TEST_DDP_DEVICE=%s CREST_TEST_DDP_FSDP=%s: the device is cpu or cuda, and FSDP "
+             "needs cuda" % (DEVICE, os.environ.get("CREST_TEST_DDP_FSDP", "")))
+
+
+def skip_why():
+    """Why this torch cannot run the job asked for, or None."""
+    if not dist.is_available() or not dist.is_gloo_available():
+        return "this torch (%s) has no torch.distributed with gloo" % torch.__version__
+    if DEVICE == "cuda" and torch.cuda.device_count() < WORLD:
+        return "%d ranks on CUDA need %d GPUs; this torch (%s) sees %d" % (
+            WORLD, WORLD, torch.__version__, torch.cuda.device_count())
+    if DEVICE == "cuda" and not dist.is_nccl_available():
+        return "this torch (%s) has no NCCL" % torch.__version__
+    if FSDP:
+        errs = []
+        for mod in ("torch.distributed.fsdp", "torch.distributed._composable.fsdp"):   # 2.6+, 2.4-2.5
+            try:
+                if hasattr(importlib.import_module(mod), "fully_shard"):
+                    return None
+            except Exception as e:   # torch 1.13 under Python 3.11 raises ValueError here
+                errs.append("%s: %s" % (mod, e))
+        return "this torch (%s) has no FSDP2 fully_shard (%s)" % (torch.__version__, "; ".join(errs) or "none")
+    return None
+
+
+why = skip_why()
+if why:
+    print("SKIP: " + why)
     sys.exit(77)
 
 root, crest_bin, casctl_bin = (os.path.abspath(a) for a in sys.argv[1:4])
 HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "python", "examples", "ddp_train.py")
 JOB, STEPS, EVERY = "ddp-test", 12, 3
-WORLD = int(os.environ.get("CREST_TEST_DDP_WORLD") or 2)   # ranks (3 passes too, in half a minute more)
+HIDDEN = int(os.environ.get("CREST_TEST_DDP_HIDDEN") or (4096 if DEVICE == "cuda" else 256))
+# ddp_train.py's arguments of every launch: the staging holds a rank's state in one round.
+JOB_ARGS = ["--device", DEVICE, "--hidden", str(HIDDEN), "--staging-mib", "256" if DEVICE == "cuda" else "64"] + \
+    (["--fsdp"] if FSDP else [])
 seed = int(os.environ.get("CREST_TEST_SEED") or time.time_ns() % 1000000)
 rnd = random.Random(seed)
 KILL_AFTER = rnd.choice([3, 6])        # the job snapshot that must exist before the kill
 VICTIM = rnd.randrange(WORLD)
 print("seed %d: rank %d is killed once the job snapshot of step %d is committed (CREST_TEST_SEED=%d repeats it)"
       % (seed, VICTIM, KILL_AFTER, seed), flush=True)
+print("job: %d ranks, %s, %s, hidden %d (torch %s)" % (WORLD, "FSDP2" if FSDP else "DDP",
+      "NCCL on cuda:0-%d" % (WORLD - 1) if DEVICE == "cuda" else "gloo on CPU", HIDDEN, torch.__version__), flush=True)
 
 shutil.rmtree(root, ignore_errors=True)
 os.makedirs(root)
@@ -87,8 +133,11 @@ def torchrun(store, name, extra, wait=True):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc_per_node", str(WORLD),
            "--max_restarts", "0", "--master_addr", "127.0.0.1", "--master_port", str(free_port()),
            "--redirects", "2", "--tee", "2", "--log_dir", os.path.join(root, name + ".torchrun"),
-           EXAMPLE, "--store", store, "--job", JOB, "--steps", str(STEPS), "--every", str(EVERY)] + extra
+           EXAMPLE, "--store", store, "--job", JOB, "--steps", str(STEPS), "--every", str(EVERY)] + JOB_ARGS + extra
     env = dict(os.environ, UV_USE_IO_URING="0")
+    # torch >= 2.4's TCPStore (torchrun's rendezvous) defaults to libuv, which fails on the
+    # GPU machine; older torch reads nothing of it.
+    env.setdefault("USE_LIBUV", "0")
     f = open(log, "w")
     p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     f.close()
@@ -103,7 +152,7 @@ def torchrun(store, name, extra, wait=True):
 
 
 def parse(log):
-    out = {"loss": {}, "pid": {}, "resumed": {}, "attempt": None, "committed": set(), "arrived": set()}
+    out = {"loss": {}, "pid": {}, "resumed": {}, "attempt": None, "committed": set(), "arrived": set(), "saving": {}}
     for line in open(log, errors="replace"):
         # With --tee, torchrun prefixes the ranks' stderr lines; stdout is the ranks' own.
         m = re.match(r"rank (\d+) step (\d+) loss (\S+)$", line.strip())
@@ -125,6 +174,9 @@ def parse(log):
         m = re.match(r"rank (\d+) arrived step (\d+) ", line)
         if m:
             out["arrived"].add((int(m[1]), int(m[2])))
+        m = re.match(r"rank (\d+) saving step (\d+) tensors (\d+) of (\d+) bytes", line)
+        if m:
+            out["saving"][(int(m[1]), int(m[2]))] = (int(m[3]), int(m[4]))
     return out
 
 
@@ -252,6 +304,35 @@ partial = sorted((s["labels"].get("crest.job.step"), s["labels"].get("crest.job.
 print("rank snapshots in no job snapshot (step, rank): %s" % (partial or "none"), flush=True)
 newest = max(jobs, key=lambda j: j["step"]) if jobs else None
 
+
+def region_bytes(top):
+    """The bytes of the files crest get wrote under top but the pickled state's: the
+    tensors' regions."""
+    return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(top) for f in fs
+               if os.path.relpath(os.path.join(d, f), top) != "__crest_state__")
+
+
+def check_restorable(store, jobs, snaps, log):
+    """Each rank of each job snapshot listed, restored by crest get --rank (every chunk's
+    hash checked on the way): all of its member's bytes, its tensors as many bytes as
+    the rank said it saved at that step."""
+    dest = os.path.join(root, "get")
+    for j in jobs:
+        for r, m in enumerate(j["members"]):
+            shutil.rmtree(dest, ignore_errors=True)
+            got = json.loads(cli(crest_bin, "--store", store, "--json", "get", j["snapshot"], "--rank", str(r), dest))
+            want = snaps.get(m, {}).get("logical_bytes")
+            saved = log["saving"].get((r, j["step"]), (None,))[0]
+            check(got["snapshot"] == m and got["bytes"] == want and region_bytes(dest) == saved,
+                  "crest get %.12s --rank %d (step %d): snapshot %.12s, %s bytes of %s, tensors %d bytes, the rank "
+                  "saved %s" % (j["snapshot"], r, j["step"], got["snapshot"], got["bytes"], want, region_bytes(dest), saved))
+    shutil.rmtree(dest, ignore_errors=True)
+    print("restorable: %d job snapshot%s, each rank by crest get --rank" % (len(jobs), "" if len(jobs) == 1 else "s"),
+          flush=True)
+
+
+check_restorable(run_store, jobs, snaps, run)
+
 # 3. Resumed.
 t0 = time.time()
 p, log = torchrun(run_store, "resume", ["--resume"])
@@ -285,28 +366,45 @@ if start is not None:
                 check(False, "rank %d step %d: loss %s after the resume, %s uninterrupted" % (r, s, mine, ref["loss"][(r, s)]))
     print("resumed from step %d: %d losses compared with the reference, %d differ" % (start, compared, bad), flush=True)
 
-# The replicas are stored once. Both ranks hold the same model and optimizer state (DDP
-# keeps them equal), so in the reference's store the chunks of rank 1's snapshot of a step
-# are rank 0's, except for its pickled state (its own RNG state: a few KiB of each
+# What each rank holds: all of the state under DDP, 1/WORLD of it under FSDP (ddp_train.py
+# says, per checkpoint, the bytes of tensors crest copies and their whole size; a few
+# bytes more in every rank under FSDP: Adam's step counters, plain tensors in each).
+for (r, step), (local, full) in sorted(ref["saving"].items()):
+    share = full / WORLD if FSDP else full
+    check(abs(local - share) <= 0.01 * full, "rank %d step %d saved %d of %d bytes of tensors, not about %d (%s)"
+          % (r, step, local, full, share, "its shards" if FSDP else "all of them"))
+print("saved per rank: %s" % sorted({v for v in ref["saving"].values()}), flush=True)
+
+# The replicas are stored once (DDP). Both ranks hold the same model and optimizer state
+# (DDP keeps them equal), so in the reference's store the chunks of rank 1's snapshot of a
+# step are rank 0's, except for its pickled state (its own RNG state: a few KiB of each
 # snapshot's ~3 MiB, the model and Adam's two moments). So unique_bytes is about R0, the
 # sum of rank 0's snapshots' logical bytes (a little less: what dedups inside a rank), and
 # would be about 2 * R0 with each rank's copy stored. The bound 1.3 * R0 sits between the
 # two with room for the state blobs and chunks unique to a rank; the floor 0.7 * R0 says
 # the state is real bytes (the Tanh model and Adam leave no zero pages to store as holes),
 # so that twice it could not pass under the bound either.
+# Under FSDP the ranks' shards differ, and each is stored: unique_bytes is about the sum
+# of every rank's snapshots' logical bytes, RA, with the same bounds around it (a rank's
+# shards stored twice, or another rank's taken for its own, would leave them).
 stats = json.loads(cli(casctl_bin, "--store", ref_store, "--json", "stats"))
-r0 = [s for s in ls_all(ref_store).values() if s.get("labels", {}).get("crest.job") == JOB
-      and s["labels"].get("crest.job.rank") == "0"]
+mine = [s for s in ls_all(ref_store).values() if s.get("labels", {}).get("crest.job") == JOB
+        and "crest.job.rank" in s["labels"]]   # the ranks' snapshots, not the job snapshots
+r0 = [s for s in mine if s["labels"].get("crest.job.rank") == "0"]
 R0 = sum(s["logical_bytes"] for s in r0)
-ratio = stats["unique_bytes"] / R0 if R0 else float("inf")
-print("dedup: unique_bytes %d for %d rank-0 snapshots of %d logical bytes in all (%.3fx one rank's state; "
-      "each rank's own copy would be about 2x)" % (stats["unique_bytes"], len(r0), R0, ratio), flush=True)
+RA = sum(s["logical_bytes"] for s in mine)
+base, what = (RA, "every rank's shards") if FSDP else (R0, "one rank's state")
+ratio = stats["unique_bytes"] / base if base else float("inf")
+print("dedup: unique_bytes %d for %d rank-0 snapshots of %d logical bytes in all, %d of every rank (%.3fx %s; "
+      "%s)" % (stats["unique_bytes"], len(r0), R0, RA, ratio, what,
+               "each shard stored once" if FSDP else "each rank's own copy would be about 2x"), flush=True)
 check(len(r0) == STEPS // EVERY, "the reference's store has %d rank-0 snapshots, not %d" % (len(r0), STEPS // EVERY))
-check(ratio < 1.3, "unique_bytes is %.3fx one rank's state: the replicas are not stored once" % ratio)
-check(ratio > 0.7, "unique_bytes is only %.3fx one rank's state: the bound says nothing" % ratio)
+check(ratio < 1.3, "unique_bytes is %.3fx %s: %s" % (ratio, what, "shards stored more than once" if FSDP
+                                                     else "the replicas are not stored once"))
+check(ratio > 0.7, "unique_bytes is only %.3fx %s: the bound says nothing" % (ratio, what))
 
 if fails:
     print("FAIL: %d checks failed (seed %d; logs in %s)" % (len(fails), seed, root))
     sys.exit(1)
-print("ok: a DDP job of %d ranks killed after step %d resumed from step %d bit for bit (seed %d)"
-      % (WORLD, last, start, seed))
+print("ok: a %s job of %d ranks on %s killed after step %d resumed from step %d bit for bit (seed %d)"
+      % ("FSDP2" if FSDP else "DDP", WORLD, DEVICE, last, start, seed))
