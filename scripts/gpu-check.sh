@@ -94,6 +94,16 @@
 #               training SIGKILLed, resumed in a fresh process, losses bit for bit
 #   train_split the same with --device split: the model's first layers on
 #               cuda:0, the rest on cuda:1, one Checkpointer for both (two GPUs)
+#   lib_ddp     tests/library/test_python_ddp.py on GPUs: python/examples/
+#               ddp_train.py, a DDP job of 2 ranks under torchrun, NCCL, one
+#               GPU a rank, each checkpointing ~200 MiB through libcrest as one
+#               job; a rank SIGKILLed in the middle of a job checkpoint: only
+#               whole job snapshots listed, each rank of each restorable, the
+#               relaunch's losses bit for bit an uninterrupted run's, the
+#               replicas stored once (two GPUs; no CRIU, no root)
+#   lib_fsdp    the same with the model sharded by FSDP2's fully_shard: each
+#               rank saves and restores its own shards (DTensors' local
+#               tensors), 1/2 of the state, each stored once (two GPUs)
 #   bench_gpu   crest bench restore --to gpu on gpu_multi's store: GB/s against
 #               the pinned+H2D ceiling (and a plot, where gnuplot is installed)
 #   verify:X    casctl verify of each store the checks above left
@@ -189,6 +199,16 @@ fi
 # x PROGRAM ARGS...: runs one of crest's programs; "${RUN[@]}" "$(bin PROGRAM)"
 # where a command line is needed (under timeout).
 x() { local p; p=$(bin "$1"); shift; "${RUN[@]}" "$p" "$@"; }
+# cmd_file PROGRAM: a file that runs PROGRAM as x does, for a test that is
+# given a program to run (a bundle's program needs .gpu/run's library path,
+# which the test's python must not get).
+cmd_file() {
+	[ ${#RUN[@]} -eq 0 ] && { bin "$1"; return; }
+	mkdir -p "$WORK/cmd"
+	printf '#!/bin/sh\nexec "%s" "%s" "$@"\n' "${RUN[0]}" "$(bin "$1")" >"$WORK/cmd/$1"
+	chmod +x "$WORK/cmd/$1"
+	echo "$WORK/cmd/$1"
+}
 
 PASSED=0 FAILED=0 SKIPPED=0
 pass() { echo "PASS $1 ($2)"; PASSED=$((PASSED + 1)); }
@@ -1531,6 +1551,47 @@ else
 	*) fail train_split "exit $RC: $(grep -E '^check: |Error' "$log" | tail -1)" "$log" ;;
 	esac
 fi
+
+# lib_ddp, lib_fsdp: tests/library/test_python_ddp.py on GPUs (issue 34 item
+# 4): python/examples/ddp_train.py under torchrun, 2 ranks, one GPU a rank,
+# NCCL, each rank checkpointing its tensors through libcrest as one job
+# (crest.Checkpointer(job=...)); one rank SIGKILLed in the middle of a job
+# checkpoint, the job relaunched and resumed. lib_fsdp shards the model with
+# FSDP2's fully_shard, so each rank saves its own shards (DTensors' local
+# tensors). No CRIU, no root: the library path.
+lib_ddp_check() {  # lib_ddp_check NAME FSDP(0|1)
+	local name=$1 log=$LOGS/$1.log why
+	if ! wanted "$name"; then
+		return
+	elif [ $GPU = 1 ] && [ "$ngpu" -lt 2 ]; then
+		skip "$name" "needs two GPUs (one here: nvidia-h200-x2)"
+		return
+	elif ! torch_ready "$name"; then
+		return
+	elif [ ! -e "$LIBCREST" ]; then
+		fail "$name" "$LIBCREST is missing"
+		return
+	fi
+	CREST_LIB=$LIBCREST CREST_TEST_DDP_DEVICE=cuda CREST_TEST_DDP_FSDP=$2 USE_LIBUV=0 PYTHONUNBUFFERED=1 \
+		runlog "$name" 360 python3 tests/library/test_python_ddp.py "$WORK/$name" "$(cmd_file crest)" \
+		"$(cmd_file casctl)"
+	[ -d "$WORK/$name/ref" ] && STORES+=("$name.ref=$WORK/$name/ref")
+	[ -d "$WORK/$name/run" ] && STORES+=("$name.run=$WORK/$name/run")
+	case $RC in
+	0)
+		pass "$name" "$(sed -n 's/^ok: //p' "$log"); $(sed -n 's/^restorable: //p' "$log"); unique bytes $(sed -n \
+			's/^dedup: .*(\([0-9.]*x [^;]*\);.*/\1/p' "$log"), ${DT} s"
+		;;
+	77)
+		why=$(sed -n 's/^SKIP: //p' "$log" | head -1)
+		skip "$name" "${why:-the test skipped without saying why}"
+		;;
+	124) fail "$name" "timed out after 360 s" "$log" ;;
+	*) fail "$name" "exit $RC: $(grep -E '^FAIL|Error' "$log" | head -1)" "$log" ;;
+	esac
+}
+lib_ddp_check lib_ddp 0
+lib_ddp_check lib_fsdp 1
 
 # infer_server: a small PyTorch inference server (a 256 MiB model on the
 # GPU behind an HTTP port on 127.0.0.1, Python's http.server) answering
