@@ -1232,6 +1232,9 @@ static int checkpoint_held(crest_t *c, const struct crest_checkpoint_opts *o, co
 	struct pending *p = &c->ckpts[c->nckpts++];
 	*p = (struct pending){ .id = c->next_ckpt++, .held = k };
 	p->stall_ns = time_now_ns() - t0;
+	if (getenv("CREST_TRACE"))
+		fprintf(stderr, "crest trace: crest_checkpoint %llu: the store is another's: %.3f GB held in host "
+			"memory, stall %.3f s\n", (unsigned long long)p->id, bytes / 1e9, p->stall_ns / 1e9);
 	*out = p->id;
 	pthread_cond_broadcast(&c->cv);   /* the keeper opens the store */
 	return 0;
@@ -1350,27 +1353,37 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 	uint64_t total = 0;
 	for (size_t i = 0; i < c->nregions; i++)
 		total += c->regions[i].size;
+	/* CREST_TRACE: where the stall went, phase by phase. */
+	uint64_t tp[5];
+	tp[0] = time_now_ns();
 	rc = store_up(c);
 	if (rc == 0)
 		rc = sync_devices(c, regs, o->sync_streams, o->nsync_streams);
+	tp[1] = time_now_ns();
 	if (rc == 0)
 		rc = snap_start(c, o->labels, o->nlabels, o->tag, total, &snap);
 	if (rc == 0)
 		rc = capture_dirs(snap, names, c->nregions + o->nblobs);
 	const bool cached = rc == 0 && cache_places(c, regs);
+	tp[2] = time_now_ns();
 	if (rc == 0)
 		rc = capture_regions(c->copier, snap, regs, c->nregions, c->next_ckpt, &cs);
-	if (getenv("CREST_TRACE") && c->copier) {
-		const char *why = capture_gpu_hash_why(c->copier);
-		fprintf(stderr, "crest trace: crest_checkpoint %llu: %.3f GB copied; %u device regions hashed on the "
-			"GPU, %u of them copied as changed chunks only and %u whole with their ids%s%s\n",
-			(unsigned long long)c->next_ckpt, cs.copied / 1e9, cs.hashed, cs.sparse, cs.whole_ids,
-			why ? "; no GPU hashing: " : "", why ? why : "");
-	}
+	tp[3] = time_now_ns();
 	if (rc == 0)
 		rc = capture_blobs(snap, blobs, o->nblobs);
 	if (rc == 0)
 		rc = engine_snapshot_seal(snap);
+	tp[4] = time_now_ns();
+	if (getenv("CREST_TRACE") && c->copier) {
+		const char *why = capture_gpu_hash_why(c->copier);
+		fprintf(stderr, "crest trace: crest_checkpoint %llu: %.3f GB copied; %u device regions hashed on the "
+			"GPU, %u of them copied as changed chunks only and %u whole with their ids%s%s; stall: checks "
+			"%.3f s, store and sync %.3f s, snapshot begun %.3f s, regions %.3f s (%.3f s waiting for "
+			"staging), blobs and seal %.3f s\n",
+			(unsigned long long)c->next_ckpt, cs.copied / 1e9, cs.hashed, cs.sparse, cs.whole_ids,
+			why ? "; no GPU hashing: " : "", why ? why : "", (tp[0] - t0) / 1e9, (tp[1] - tp[0]) / 1e9,
+			(tp[2] - tp[1]) / 1e9, (tp[3] - tp[2]) / 1e9, cs.wait_ns / 1e9, (tp[4] - tp[3]) / 1e9);
+	}
 	if (c->d)
 		c->d->CtxSetCurrent(saved);
 	free(regs);
