@@ -25,7 +25,8 @@
 # summary.txt (the table and the ratios, also printed). Exit 0 when every
 # launch ran, every store verified and every restore check passed.
 # Env: PY (python3: the one with torch), DDP_BENCH_LIMIT (seconds a launch
-# may take, 300), BUILD (build/ when there is no .gpu/).
+# may take, 300), BUILD (build/ when there is no .gpu/), DDP_BENCH_STAGING_GIB
+# (crest's staging pool a rank; default: the state rounded up to 256 MiB).
 set -u
 usage() { echo "usage: ddp_bench.sh OUT [GIB_PER_RANK] [WORLDS]: $1" >&2; exit 2; }
 if [ $# -lt 1 ] || [ $# -gt 3 ]; then usage "one to three arguments"; fi
@@ -122,7 +123,8 @@ for w in $list; do
 	# shellcheck disable=SC2086
 	timeout -k 10 "$limit" "$py" -m torch.distributed.run --standalone --nnodes 1 --nproc_per_node "$w" \
 		--max_restarts 0 $extra bench/library/ddp_bench.py --store "$d/store" --dcp "$d/dcp" --gib "$gib" \
-		--device "$device" --casctl "$casctl" --json "$out/w$w.json" 2>&1 | tee "$out/w$w.log"
+		--device "$device" --casctl "$casctl" --json "$out/w$w.json" \
+		${DDP_BENCH_STAGING_GIB:+--staging-gib "$DDP_BENCH_STAGING_GIB"} 2>&1 | tee "$out/w$w.log"
 	# The pipeline's status is tee's: the launch's is read from its log.
 	if [ ! -s "$out/w$w.json" ] || ! grep -q '^RESULT world' "$out/w$w.log"; then
 		echo "== world $w: FAILED (no figures; the log above says why, or it ran past $limit s)"
