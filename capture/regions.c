@@ -43,6 +43,22 @@ struct ctxset {
 	CUdeviceptr pack, pack_dig;   /* a slice of packed chunks, and their digests */
 	uint32_t *hcount;             /* pinned: the changed chunks' count */
 	bool hashing;                 /* a hash of this checkpoint may still run on hs */
+	struct share *open;           /* the slice small regions are filling (copy_small) */
+};
+
+/* A slice that small regions share (copy_small): each piece the engine has
+ * holds a reference, and so does the copy while it may add more; the last
+ * one gives the slice back. A slice per region would leave a model of many
+ * small tensors (biases, norms, their optimizer moments) short of slices:
+ * each of 63 tensors of 16 KiB took a 64 MiB slice, and the copy waited for
+ * the ingest to give slices back (ddp_bench, bench/RESULTS.md). The pieces
+ * of one share are copied on one stream, so its per-slice event, recorded
+ * after each, is passed only once every earlier piece is copied too. */
+struct share {
+	struct pool_slice *sl;
+	atomic_uint refs;
+	size_t used;                  /* bytes of the slice taken (the copy's alone) */
+	CUstream stream;              /* a device share's copies (the copy's alone) */
 };
 
 /* A slice on its way to the host cache as well as to the engine: what the
@@ -60,6 +76,7 @@ struct capture_copier {
 	const struct cudrv *d;
 	struct pool *pool;
 	struct cache_put *puts;       /* puts[slice index] */
+	struct share *shares;         /* shares[slice index] */
 	atomic_uint cache_writes;     /* slices handed to the engine, not yet in the cache */
 	unsigned copy_streams;
 	bool gpu_hash;
@@ -98,6 +115,8 @@ struct sparse {
 /* A copied slice not yet with the engine. */
 struct copied {
 	struct pool_slice *sl;        /* NULL: a sparse region's last append */
+	struct share *sh;             /* sl is shared: the piece at off, its ids at ids_off */
+	size_t off, ids_off;
 	struct engine_stream *st;
 	size_t len;
 	CUevent ev;                   /* NULL: a host copy, already done */
@@ -112,6 +131,7 @@ struct copied {
 /* One capture_regions call: the FIFO of copied slices. */
 struct fifo {
 	struct capture_copier *cp;
+	struct share *open_host;      /* host memory's share being filled */
 	struct copied *q;
 	size_t head, n, cap;
 	uint64_t wait_ns, copied;
@@ -128,7 +148,11 @@ int capture_copier_open(const struct cudrv *d, struct pool *pool, unsigned copy_
 	cp->pool = pool;
 	cp->copy_streams = copy_streams ? copy_streams : 1;
 	cp->gpu_hash = gpu_hash && d;
-	if (!(cp->puts = calloc(pool_nslices(pool), sizeof(*cp->puts)))) {
+	cp->puts = calloc(pool_nslices(pool), sizeof(*cp->puts));
+	cp->shares = calloc(pool_nslices(pool), sizeof(*cp->shares));
+	if (!cp->puts || !cp->shares) {
+		free(cp->puts);
+		free(cp->shares);
 		free(cp);
 		return crest_errf(-ENOMEM, "allocating the copier");
 	}
@@ -213,6 +237,7 @@ void capture_copier_close(struct capture_copier *cp)
 	for (unsigned i = 0; i < cp->nctx; i++)
 		ctxset_free(cp->d, &cp->ctxs[i], cp->pool ? pool_nslices(cp->pool) : 0);
 	free(cp->puts);
+	free(cp->shares);
 	free(cp);
 }
 
@@ -251,11 +276,34 @@ static void cache_release(void *arg)
 	atomic_fetch_sub_explicit(writes, 1, memory_order_release);
 }
 
+/* Drops one reference to a shared slice: the last gives it back. An engine
+ * release callback (arg: the struct share), and the copy's own drop. */
+static void share_put(void *arg)
+{
+	struct share *sh = arg;
+	if (atomic_fetch_sub_explicit(&sh->refs, 1, memory_order_acq_rel) == 1)
+		pool_give(sh->sl);
+}
+
+/* A copied piece's slice given up (a failure before the engine had it). */
+static void copied_drop(const struct copied *x)
+{
+	if (x->sh)
+		share_put(x->sh);
+	else if (x->sl)
+		pool_give(x->sl);
+}
+
 /* The release callback and its argument for slice x: through the host
  * cache when x has a place there. */
 static void release_for(struct capture_copier *cp, const struct copied *x, uint64_t base,
 			void (**rel)(void *), void **arg)
 {
+	if (x->sh) {   /* never with a cache place: see copy_small */
+		*rel = share_put;
+		*arg = x->sh;
+		return;
+	}
 	if (!x->cache) {
 		*rel = pool_release_cb;
 		*arg = x->sl;
@@ -313,8 +361,7 @@ static int fifo_flush_one(struct fifo *f)
 		rc = cudrv_check(f->cp->d, f->cp->d->EventSynchronize(x.ev_ids),
 				 "waiting for a slice's ids (cuEventSynchronize)");
 	if (rc < 0) {
-		if (x.sl)
-			pool_give(x.sl);
+		copied_drop(&x);
 		return rc;
 	}
 	if (x.sp)
@@ -325,8 +372,8 @@ static int fifo_flush_one(struct fifo *f)
 	/* The engine calls rel once, even when this fails. With the ids the
 	 * GPU computed, its workers do not hash the slice again. */
 	if (x.ev_ids)
-		return engine_stream_add_chunks(x.st, x.len, NULL, 0, x.sl->p, x.sl->ids, rel, arg);
-	return engine_stream_add_memory(x.st, x.sl->p, x.len, rel, arg);
+		return engine_stream_add_chunks(x.st, x.len, NULL, 0, x.sl->p + x.off, x.sl->ids + x.ids_off, rel, arg);
+	return engine_stream_add_memory(x.st, x.sl->p + x.off, x.len, rel, arg);
 }
 
 /* On failure: waits for copies in flight and gives their slices back. */
@@ -340,8 +387,7 @@ static void fifo_drain(struct fifo *f)
 			f->cp->d->EventSynchronize(x.ev);
 		if (x.ev_ids)
 			f->cp->d->EventSynchronize(x.ev_ids);
-		if (x.sl)
-			pool_give(x.sl);
+		copied_drop(&x);
 	}
 }
 
@@ -664,10 +710,93 @@ static int region_start(struct fifo *f, const struct capture_region *r, struct e
 	return 0;
 }
 
+/* A region is small when it takes at most a quarter of a slice: it then
+ * shares one with other small regions of its context (copy_small), unless
+ * it has a place in the host cache (whose writes go a slice at a time,
+ * cache_release). */
+static bool small_region(const struct fifo *f, const struct whole *w)
+{
+	return w->off == 0 && w->r->size <= pool_slice_bytes(f->cp->pool) / 4 && !(w->cs && w->r->cache);
+}
+
+/* Lets go of the copy's own reference to the share it was filling. */
+static void share_close(struct share **open)
+{
+	if (*open)
+		share_put(*open);
+	*open = NULL;
+}
+
+/* Copies small region w whole into the slice its context's small regions
+ * are filling (taking a new one when it has no room left), at an offset
+ * that is a multiple of the region's chunk: its chunks' ids then lie in
+ * the slice's ids at that offset's chunk. */
+static int copy_small(struct fifo *f, struct whole *w)
+{
+	const struct cudrv *d = f->cp->d;
+	const struct capture_region *r = w->r;
+	struct ctxset *cs = w->cs;
+	const size_t slice = pool_slice_bytes(f->cp->pool), n = r->size;
+	const uint32_t chunk = engine_stream_fixed_chunk(w->st);
+	const size_t align = chunk ? chunk : 4096;
+	struct share **open = cs ? &cs->open : &f->open_host;
+	struct share *sh = *open;
+	size_t off = sh ? (sh->used + align - 1) / align * align : 0;
+	if (!sh || off + n > slice) {
+		share_close(open);
+		struct pool_slice *sl;
+		int rc = fifo_slice(f, &sl);
+		if (rc < 0)
+			return rc;
+		sh = &f->cp->shares[sl->idx];
+		sh->sl = sl;
+		atomic_store_explicit(&sh->refs, 1, memory_order_relaxed);
+		sh->stream = cs ? cs->s[f->next_stream++ % cs->ns] : NULL;
+		*open = sh;
+		off = 0;
+	}
+	sh->used = off + n;
+	atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed);   /* the piece's */
+	struct copied x = { .sl = sh->sl, .sh = sh, .off = off, .st = w->st, .len = n };
+	if (cs) {
+		x.ev = cs->ev[sh->sl->idx];
+		int rc = cudrv_check(d, d->CtxSetCurrent(r->ctx), "entering the region's context");
+		if (rc == 0)
+			rc = cudrv_check(d, d->MemcpyDtoHAsync(sh->sl->p + off, (CUdeviceptr)(uintptr_t)r->ptr, n,
+							       sh->stream), "copying to staging (cuMemcpyDtoHAsync)");
+		if (rc == 0)
+			rc = cudrv_check(d, d->EventRecord(x.ev, sh->stream), "cuEventRecord");
+		if (rc == 0 && w->dig) {
+			x.ev_ids = cs->ev_ids[sh->sl->idx];
+			x.ids_off = off / chunk * GPUSHA_DIGEST;
+			rc = cudrv_check(d, d->MemcpyDtoHAsync(sh->sl->ids + x.ids_off, w->dig,
+							       gpusha_nchunks(n, chunk) * GPUSHA_DIGEST, cs->hs),
+					 "copying a region's ids to staging (cuMemcpyDtoHAsync)");
+			if (rc == 0)
+				rc = cudrv_check(d, d->EventRecord(x.ev_ids, cs->hs), "cuEventRecord");
+		}
+		if (rc < 0) {
+			d->StreamSynchronize(sh->stream);
+			if (w->dig)
+				d->StreamSynchronize(cs->hs);
+			share_put(sh);   /* the piece's; the copy's goes at the end */
+			return crest_errctx(rc, "region %s", r->name);
+		}
+	} else {
+		copy_to_staging(sh->sl->p + off, r->ptr, n);
+	}
+	fifo_push(f, &x);
+	f->copied += n;
+	w->off = n;
+	return 0;
+}
+
 /* Copies the next slice of w into staging (a device region: starts its
  * copy on one of its context's streams). */
 static int copy_slice(struct fifo *f, struct whole *w)
 {
+	if (small_region(f, w))
+		return copy_small(f, w);
 	const struct cudrv *d = f->cp->d;
 	const struct capture_region *r = w->r;
 	struct ctxset *cs = w->cs;
@@ -805,6 +934,11 @@ int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const s
 		rc = copy_wholes(&f, w, nw);
 	for (size_t i = 0; rc == 0 && i < nw; i++)
 		engine_stream_close(w[i].st);
+	/* The copy's own references to the slices small regions shared: the
+	 * engine's pieces keep them until it is done with them. */
+	share_close(&f.open_host);
+	for (unsigned i = 0; i < cp->nctx; i++)
+		share_close(&cp->ctxs[i].open);
 	while (rc == 0 && f.n)
 		rc = fifo_flush_one(&f);
 	if (rc < 0)
