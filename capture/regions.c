@@ -1208,10 +1208,29 @@ static void held_buf_free(void *arg)
 	free(b);
 }
 
+/* A slice small held regions share, as copy_small's: each piece holds a
+ * reference; the last gives the slice back and frees this. Made apart
+ * from the held checkpoint, which may be freed while the engine still has
+ * pieces. */
+struct held_share {
+	struct pool_slice *sl;
+	atomic_uint refs;
+};
+
+static void held_share_put(void *arg)
+{
+	struct held_share *sh = arg;
+	if (atomic_fetch_sub_explicit(&sh->refs, 1, memory_order_acq_rel) == 1) {
+		pool_give(sh->sl);
+		free(sh);
+	}
+}
+
 struct held_piece {
 	struct pool_slice *sl;        /* the piece in a pool slice, or */
-	struct held_buf *hb;          /* in memory of its own; NULL once ingested */
-	size_t len;
+	struct held_share *sh;        /* at off in a shared one, or */
+	struct held_buf *hb;          /* in memory of its own; all NULL once ingested */
+	size_t len, off;
 };
 
 struct held_stream {
@@ -1237,6 +1256,8 @@ void capture_held_free(struct capture_held *h)
 		for (size_t k = 0; k < h->s[i].npc; k++) {
 			if (h->s[i].pc[k].sl)
 				pool_give(h->s[i].pc[k].sl);
+			if (h->s[i].pc[k].sh)
+				held_share_put(h->s[i].pc[k].sh);
 			held_buf_free(h->s[i].pc[k].hb);
 		}
 		free(h->s[i].pc);
@@ -1305,10 +1326,11 @@ static void *hold_worker(void *arg)
 		struct held_piece *pc = &x->pc[k - t->first[i]];
 		const size_t off = (k - t->first[i]) * t->slice;
 		int rc = 0;
-		if (!pc->sl && !(pc->hb = held_buf_new(pc->len)))
+		const bool staging = pc->sl || pc->sh;
+		if (!staging && !(pc->hb = held_buf_new(pc->len)))
 			rc = crest_errf(-ENOMEM, "holding %zu bytes of region %s until the store is back", pc->len,
 					x->name);
-		uint8_t *dst = pc->sl ? pc->sl->p : rc == 0 ? pc->hb->p : NULL;
+		uint8_t *dst = pc->sl ? pc->sl->p : pc->sh ? pc->sh->sl->p + pc->off : rc == 0 ? pc->hb->p : NULL;
 		if (rc == 0 && !x->device) {
 			copy_to_staging(dst, x->src + off, pc->len);
 			continue;
@@ -1323,7 +1345,7 @@ static void *hold_worker(void *arg)
 				rc = cudrv_check(d, d->StreamCreate(&stream, 1 /* CU_STREAM_NON_BLOCKING */), "cuStreamCreate");
 		}
 		if (rc == 0)
-			rc = hold_device(t, stream, dst, x->src + off, pc->len, !pc->sl && t->transient);
+			rc = hold_device(t, stream, dst, x->src + off, pc->len, !staging && t->transient);
 		if (rc < 0) {
 			crest_errctx(rc, "region %s, offset %zu", x->name, off);
 			hold_fail(t, rc);
@@ -1333,6 +1355,70 @@ static void *hold_worker(void *arg)
 	if (stream)
 		d->StreamDestroy(stream);
 	return NULL;
+}
+
+/* Small held pieces go back to back into shared slices, 4 KiB apart at
+ * least (no ids to align to, but whole pages). */
+#define HELD_ALIGN 4096u
+
+static bool held_small(const struct held_stream *x, size_t slice)
+{
+	return x->npc == 1 && x->len <= slice / 4;
+}
+
+/* The slices the regions' pieces would take: one each, small ones shared. */
+static size_t held_slices(const struct held_stream *s, size_t n, size_t slice)
+{
+	size_t need = 0, used = slice;   /* used: of the shared slice being filled */
+	for (size_t i = 0; i < n; i++) {
+		if (!held_small(&s[i], slice)) {
+			need += s[i].npc;
+			continue;
+		}
+		const size_t off = (used + HELD_ALIGN - 1) / HELD_ALIGN * HELD_ALIGN;
+		if (off + s[i].len > slice) {
+			need++;
+			used = s[i].len;
+		} else {
+			used = off + s[i].len;
+		}
+	}
+	return need;
+}
+
+/* Gives the pieces of s[0..n) the slices sl[0..got) in order, small ones
+ * shared, as held_slices counts them; pieces left over get none (memory
+ * of their own). Returns the slices used. A share that cannot be made
+ * (no memory) leaves its pieces without a slice. */
+static size_t held_place(struct held_stream *s, size_t n, size_t slice, struct pool_slice **sl, size_t got)
+{
+	size_t k = 0, used = slice;
+	struct held_share *sh = NULL;
+	for (size_t i = 0; i < n; i++) {
+		struct held_stream *x = &s[i];
+		if (!held_small(x, slice)) {
+			for (size_t j = 0; j < x->npc && k < got; j++)
+				x->pc[j].sl = sl[k++];
+			continue;
+		}
+		size_t off = (used + HELD_ALIGN - 1) / HELD_ALIGN * HELD_ALIGN;
+		if (!sh || off + x->len > slice) {
+			if (k == got)
+				continue;
+			struct held_share *nsh = malloc(sizeof(*nsh));
+			if (!nsh)
+				continue;
+			nsh->sl = sl[k++];
+			atomic_init(&nsh->refs, 0);
+			sh = nsh;
+			off = 0;
+		}
+		atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed);
+		x->pc[0].sh = sh;
+		x->pc[0].off = off;
+		used = off + x->len;
+	}
+	return k;
 }
 
 int capture_hold(const struct cudrv *d, struct pool *pool, const struct capture_region *r, size_t n,
@@ -1393,20 +1479,21 @@ int capture_hold(const struct cudrv *d, struct pool *pool, const struct capture_
 		nt = HOLD_THREADS;
 	if (nt > pieces)
 		nt = pieces;
-	/* Free slices: the first pieces keep one each, but nt stay free for the
-	 * team to stage device pieces through. */
+	/* Free slices: the first pieces keep one each (small regions, of at
+	 * most a quarter slice, share one: copy_small says why), but nt stay
+	 * free for the team to stage device pieces through. */
+	const size_t need = rc == 0 ? held_slices(h->s, n, slice) : 0;
 	size_t got = 0, transient = 0;
-	struct pool_slice **sl = rc == 0 && pieces ? calloc(pieces + nt, sizeof(*sl)) : NULL;
+	struct pool_slice **sl = rc == 0 && pieces ? calloc(need + nt, sizeof(*sl)) : NULL;
 	if (sl) {
-		while (got < pieces + nt && (sl[got] = pool_try_take(pool)))
+		while (got < need + nt && (sl[got] = pool_try_take(pool)))
 			got++;
 		transient = got < nt ? got : nt;
 		for (size_t k = 0; k < transient; k++)
 			pool_give(sl[--got]);
-		size_t k = 0;
-		for (size_t i = 0; i < n; i++)
-			for (size_t j = 0; j < h->s[i].npc && k < got; j++)
-				h->s[i].pc[j].sl = sl[k++];
+		const size_t used = held_place(h->s, n, slice, sl, got);
+		while (got > used)
+			pool_give(sl[--got]);
 		free(sl);
 	}
 	if (rc == 0 && pieces) {
@@ -1455,8 +1542,10 @@ int capture_held_ingest(struct capture_held *h, struct engine_snap *snap)
 			/* The engine's now, whatever happens. */
 			struct held_piece pc = x->pc[k];
 			x->pc[k].sl = NULL;
+			x->pc[k].sh = NULL;
 			x->pc[k].hb = NULL;
-			rc = pc.sl ? engine_stream_add_memory(st, pc.sl->p, pc.len, pool_release_cb, pc.sl)
+			rc = pc.sl   ? engine_stream_add_memory(st, pc.sl->p, pc.len, pool_release_cb, pc.sl)
+			     : pc.sh ? engine_stream_add_memory(st, pc.sh->sl->p + pc.off, pc.len, held_share_put, pc.sh)
 				   : engine_stream_add_memory(st, pc.hb->p, pc.len, held_buf_free, pc.hb);
 		}
 		if (rc == 0)
