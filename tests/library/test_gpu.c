@@ -244,6 +244,10 @@ int main(int argc, char **argv)
 	OK(crest_close(c));
 	d->MemFree(dp[0]);
 	d->MemFree(dp[1]);
+	for (int i = 0; i < 3; i++) {
+		free(ref[i]);
+		free(back[i]);
+	}
 	if (failures)
 		return 1;
 	/* scripts/gpu-check.sh keeps the store to run casctl verify on it. */
