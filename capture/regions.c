@@ -402,6 +402,26 @@ static int stream_open(struct engine_snap *snap, const char *name, bool blob, bo
 	return rc;
 }
 
+/* Lets go of the copy's own reference to the share it was filling. */
+static void share_close(struct share **open)
+{
+	if (*open)
+		share_put(*open);
+	*open = NULL;
+}
+
+/* Lets go of every share the copy is filling; whether there was one. */
+static bool shares_close_all(struct fifo *f)
+{
+	bool any = f->open_host != NULL;
+	share_close(&f->open_host);
+	for (unsigned i = 0; i < f->cp->nctx; i++) {
+		any |= f->cp->ctxs[i].open != NULL;
+		share_close(&f->cp->ctxs[i].open);
+	}
+	return any;
+}
+
 static void fifo_push(struct fifo *f, const struct copied *x)
 {
 	f->q[(f->head + f->n) % f->cap] = *x;
@@ -422,6 +442,13 @@ static int fifo_slice(struct fifo *f, struct pool_slice **out)
 				return rc;
 			continue;
 		}
+		/* The engine has every piece: what it holds comes back, but not
+		 * the slices small regions are filling, which the copy keeps
+		 * while it may add more (host memory's and each context's). With
+		 * no other slice out, waiting would never end: a pool of two
+		 * slices with a small host and a small device region open. */
+		if (shares_close_all(f))
+			continue;
 		uint64_t t = time_now_ns();
 		*out = pool_take(f->cp->pool);
 		f->wait_ns += time_now_ns() - t;
@@ -719,14 +746,6 @@ static bool small_region(const struct fifo *f, const struct whole *w)
 	return w->off == 0 && w->r->size <= pool_slice_bytes(f->cp->pool) / 4 && !(w->cs && w->r->cache);
 }
 
-/* Lets go of the copy's own reference to the share it was filling. */
-static void share_close(struct share **open)
-{
-	if (*open)
-		share_put(*open);
-	*open = NULL;
-}
-
 /* Copies small region w whole into the slice its context's small regions
  * are filling (taking a new one when it has no room left), at an offset
  * that is a multiple of the region's chunk: its chunks' ids then lie in
@@ -936,9 +955,7 @@ int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const s
 		engine_stream_close(w[i].st);
 	/* The copy's own references to the slices small regions shared: the
 	 * engine's pieces keep them until it is done with them. */
-	share_close(&f.open_host);
-	for (unsigned i = 0; i < cp->nctx; i++)
-		share_close(&cp->ctxs[i].open);
+	shares_close_all(&f);
 	while (rc == 0 && f.n)
 		rc = fifo_flush_one(&f);
 	if (rc < 0)
