@@ -1383,56 +1383,44 @@ static bool held_small(const struct held_stream *x, size_t slice)
 	return x->npc == 1 && x->len <= slice / 4;
 }
 
-/* The slices the regions' pieces would take: one each, small ones shared. */
-static size_t held_slices(const struct held_stream *s, size_t n, size_t slice)
-{
-	size_t need = 0, used = slice;   /* used: of the shared slice being filled */
-	for (size_t i = 0; i < n; i++) {
-		if (!held_small(&s[i], slice)) {
-			need += s[i].npc;
-			continue;
-		}
-		const size_t off = (used + HELD_ALIGN - 1) / HELD_ALIGN * HELD_ALIGN;
-		if (off + s[i].len > slice) {
-			need++;
-			used = s[i].len;
-		} else {
-			used = off + s[i].len;
-		}
-	}
-	return need;
-}
-
-/* Gives the pieces of s[0..n) the slices sl[0..got) in order, small ones
- * shared, as held_slices counts them; pieces left over get none (memory
- * of their own). Returns the slices used. A share that cannot be made
- * (no memory) leaves its pieces without a slice. */
+/* Lays the pieces of s[0..n) out in slices, in order: one each, small
+ * ones back to back in shared ones. With sl, gives them sl[0..got) and
+ * returns the slices used: pieces left over get none (memory of their
+ * own), and so do those of a share that cannot be made (no memory).
+ * Without sl (NULL), only counts the slices they would take: one walk for
+ * both, so that the count is what the placing takes. */
 static size_t held_place(struct held_stream *s, size_t n, size_t slice, struct pool_slice **sl, size_t got)
 {
-	size_t k = 0, used = slice;
+	size_t k = 0, used = slice;   /* used: of the shared slice being filled */
 	struct held_share *sh = NULL;
 	for (size_t i = 0; i < n; i++) {
 		struct held_stream *x = &s[i];
 		if (!held_small(x, slice)) {
-			for (size_t j = 0; j < x->npc && k < got; j++)
-				x->pc[j].sl = sl[k++];
+			for (size_t j = 0; j < x->npc && (!sl || k < got); j++, k++)
+				if (sl)
+					x->pc[j].sl = sl[k];
 			continue;
 		}
 		size_t off = (used + HELD_ALIGN - 1) / HELD_ALIGN * HELD_ALIGN;
-		if (!sh || off + x->len > slice) {
-			if (k == got)
+		if (off + x->len > slice) {
+			if (sl && k == got)
 				continue;
-			struct held_share *nsh = malloc(sizeof(*nsh));
-			if (!nsh)
-				continue;
-			nsh->sl = sl[k++];
-			atomic_init(&nsh->refs, 0);
-			sh = nsh;
+			if (sl) {
+				struct held_share *nsh = malloc(sizeof(*nsh));
+				if (!nsh)
+					continue;
+				nsh->sl = sl[k];
+				atomic_init(&nsh->refs, 0);
+				sh = nsh;
+			}
+			k++;
 			off = 0;
 		}
-		atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed);
-		x->pc[0].sh = sh;
-		x->pc[0].off = off;
+		if (sl) {   /* used < slice only once a share was made */
+			atomic_fetch_add_explicit(&sh->refs, 1, memory_order_relaxed);
+			x->pc[0].sh = sh;
+			x->pc[0].off = off;
+		}
 		used = off + x->len;
 	}
 	return k;
@@ -1499,7 +1487,7 @@ int capture_hold(const struct cudrv *d, struct pool *pool, const struct capture_
 	/* Free slices: the first pieces keep one each (small regions, of at
 	 * most a quarter slice, share one: copy_small says why), but nt stay
 	 * free for the team to stage device pieces through. */
-	const size_t need = rc == 0 ? held_slices(h->s, n, slice) : 0;
+	const size_t need = rc == 0 ? held_place(h->s, n, slice, NULL, 0) : 0;
 	size_t got = 0, transient = 0;
 	struct pool_slice **sl = rc == 0 && pieces ? calloc(need + nt, sizeof(*sl)) : NULL;
 	if (sl) {
