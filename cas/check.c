@@ -767,31 +767,61 @@ static int commits_pass(struct chk *c, struct idset *m)
 				 "was cut short or deleted, or its writer was killed before the index batch; the "
 				 "snapshot is hidden until the next writer, or casctl repair, brings it back", c->s->dir);
 	}
-	/* Tags: the last record of each name, committed, naming a snapshot
-	 * the index has, must be in the index (a deleted 't' key makes crest
-	 * get of the tag fail; a repair puts it back). A last record whose
-	 * snapshot is revoked or deleted is left alone: a revoke may have put
-	 * an older target back, and gc removes the tags of what it deletes. */
+	/* Tags: the last record of each name, committed, must agree with the
+	 * index, since a repair rebuilds the index's tags from these records.
+	 * A last record whose snapshot is revoked or deleted is left alone: a
+	 * revoke may have put an older target back, and gc removes the tags
+	 * of what it deletes. Nothing else moves or drops a tag without a
+	 * record (cas_tag_put logs first; compaction copies the index's), so:
+	 *  - a record naming a snapshot that no log and no index has, while
+	 *    not gone, has a damaged target (no checksum covers that field):
+	 *    a repair would lose the tag;
+	 *  - a record naming a snapshot the index has must be in the index
+	 *    with that target (a deleted 't' key makes crest get of the tag
+	 *    fail; one naming another snapshot would be moved by a repair). */
 	for (size_t i = c->ntags; rc == 0 && i-- > 0;) {
 		const struct ltag *t = &c->tags[i];
 		bool later = false;
 		for (size_t j = i + 1; j < c->ntags && !later; j++)
 			later = !strcmp(c->tags[j].name, t->name);
-		if (later || t->past || ids_has(&c->gone, t->id) || !ids_has(m, t->id) || cas_hidden(c->s, t->id))
+		if (later || t->past || ids_has(&c->gone, t->id) || cas_hidden(c->s, t->id))
 			continue;
+		bool logged = false;
+		for (size_t j = 0; j < c->nman && !logged; j++)
+			logged = !memcmp(c->man[j].id, t->id, 32);
+		const bool indexed = ids_has(m, t->id);
+		if (!indexed && logged)
+			continue;   /* the manifest's own fault: the index lacks it */
 		uint8_t id[32];
 		const int trc = cas_tag_get(c->s, t->name, id);
 		if (trc < 0 && trc != -ENOENT) {
 			rc = trc;
 			break;
 		}
-		if (trc == 0)
+		if (indexed && trc == 0 && !memcmp(id, t->id, 32))
 			continue;
-		struct idset one = { .v = (uint8_t (*)[32])t->id, .n = 1 };
+		char want[65], have[65];
+		hex_encode(t->id, 32, want);
+		hex_encode(id, 32, have);
+		/* The snapshot that would lose or change its tag: the index's. */
+		struct idset one = { .v = (uint8_t (*)[32])(trc == 0 ? id : t->id), .n = 1 };
 		cas_meta_path(c->s, t->log, path, sizeof(path));
-		snprintf(where, sizeof(where), "index %s/index, tag %s", c->s->dir, t->name);
-		rc = say(c, where, &one, NULL, 0, "the tag is missing from the index (meta log %s at %llu has it): "
-			 "crest get %s fails; casctl repair puts it back", path, (unsigned long long)t->off, t->name);
+		if (!indexed) {
+			snprintf(where, sizeof(where), "meta log %s at %llu", path, (unsigned long long)t->off);
+			rc = say(c, where, trc == 0 ? &one : NULL, NULL, 0, "the record of tag %s names snapshot %.12s, "
+				 "which neither the index nor a meta log has: its target is damaged, and a repair, "
+				 "which rebuilds the index from the meta logs, would lose the tag", t->name, want);
+		} else if (trc == 0) {
+			snprintf(where, sizeof(where), "index %s/index, tag %s", c->s->dir, t->name);
+			rc = say(c, where, &one, NULL, 0, "the tag names snapshot %.12s, and its last record (meta log "
+				 "%s at %llu) names %.12s: a repair would move it there", have, path,
+				 (unsigned long long)t->off, want);
+		} else {
+			snprintf(where, sizeof(where), "index %s/index, tag %s", c->s->dir, t->name);
+			rc = say(c, where, &one, NULL, 0, "the tag is missing from the index (meta log %s at %llu has "
+				 "it): crest get %s fails; casctl repair puts it back", path,
+				 (unsigned long long)t->off, t->name);
+		}
 	}
 	free(iset.v);
 	return rc;

@@ -245,8 +245,16 @@ for rnd in range(rounds):
     x = rng.random()
     kind = "pack" if x < 0.6 else "meta" if x < 0.8 else "index"
     # The first rounds aim at what chance seldom hits: a manifest record's
-    # id field (in no checksum), its payload, a chunk record's header.
-    if rnd < 3:
+    # id field (in no checksum), its payload, a chunk record's header, a
+    # tag record's target (in no checksum either: verify must see it by
+    # the snapshot it names, which is nowhere).
+    if rnd == 3:
+        kind = "meta"
+        f = rng.choice([g for g in LOGS if any(r[2] == 3 for r in log_recs[g])])
+        o, e, _, _ = rng.choice([r for r in log_recs[f] if r[2] == 3])
+        path = f"{S}/meta/{f}"
+        off = o + 24 + rng.randrange(29)   # up to 4 bytes, all in the field
+    elif rnd < 3:
         kind = "meta" if rnd < 2 else "pack"
         f = rng.choice([g for g in (LOGS if rnd < 2 else PACKS)
                         if any(r[2] == 1 for r in log_recs[g])]) if rnd < 2 else rng.choice(PACKS)
