@@ -245,8 +245,9 @@ struct cas_meta_item {
 	size_t len;
 	uint32_t log;
 	uint64_t off;
-	bool damaged;     /* resync: a manifest record whose CRC32C fails, given
-			   * so that a repair can name the snapshot it lost */
+	bool damaged;     /* resync: a manifest record that does not check out
+			   * (its CRC32C, magic or length), given so that a
+			   * repair can name the snapshot it lost */
 };
 void cas_meta_path(const struct cas_store *s, uint32_t num, char *buf, size_t cap);
 int cas_meta_max_on_disk(const struct cas_store *s, uint32_t *max);

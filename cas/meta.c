@@ -233,15 +233,32 @@ int cas_meta_walk(const struct cas_store *s, uint32_t num, uint64_t from, bool r
 			if (!resync)
 				break;
 			const uint8_t *r = buf + (off - base);
-			const uint32_t len = le32_get(r + 8);
-			if (!memcmp(r, CAS_META_REC_MAGIC, 4) && r[4] == CAS_META_MANIFEST &&
+			uint64_t len = le32_get(r + 8);
+			const uint64_t next = meta_resync(buf, base, size, off);
+			/* A damaged manifest is passed on, by the id its header
+			 * says, so that the repair names the snapshot it loses.
+			 * off is a record's start (the walk goes from record to
+			 * record), so its kind byte is where a manifest's is even
+			 * when its magic or its length is what was damaged; the
+			 * record that checks out after it then bounds it. Without
+			 * one (next == size) only a record whose magic and length
+			 * hold is taken for a manifest: past the last good record
+			 * may lie what a killed writer left. */
+			bool named = false;
+			if (r[4] == CAS_META_MANIFEST && !memcmp(r, CAS_META_REC_MAGIC, 4) &&
 			    len <= size - off - CAS_REC_HEADER) {
+				named = true;
+			} else if (r[4] == CAS_META_MANIFEST && next < size && next - off >= CAS_REC_HEADER) {
+				named = true;
+				if (len > next - off - CAS_REC_HEADER)
+					len = next - off - CAS_REC_HEADER;
+			}
+			if (named) {
 				const struct cas_meta_item it = { .kind = r[4], .sha = r + CAS_REC_SHA,
-								  .p = r + CAS_REC_HEADER, .len = len, .log = num,
-								  .off = off, .damaged = true };
+								  .p = r + CAS_REC_HEADER, .len = (size_t)len,
+								  .log = num, .off = off, .damaged = true };
 				rc = cb(&it, arg);
 			}
-			const uint64_t next = meta_resync(buf, base, size, off);
 			fprintf(stderr, "crest: %s: bytes %llu to %llu hold no record that checks out "
 				"(damage, or what a killed writer left): skipped\n", path, (unsigned long long)off,
 				(unsigned long long)next);

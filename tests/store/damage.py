@@ -248,7 +248,15 @@ for rnd in range(rounds):
     # id field (in no checksum), its payload, a chunk record's header, a
     # tag record's target (in no checksum either: verify must see it by
     # the snapshot it names, which is nowhere).
-    if rnd == 3:
+    if rnd == 4:
+        # A manifest record's magic or length: the record no longer says
+        # where it is, and the repair must still name the snapshot.
+        kind = "meta"
+        f = rng.choice([g for g in LOGS if any(r[2] == 1 for r in log_recs[g])])
+        o, e, _, _ = rng.choice([r for r in log_recs[f] if r[2] == 1])
+        path = f"{S}/meta/{f}"
+        off = o + rng.choice([0, 8]) + rng.randrange(4)
+    elif rnd == 3:
         kind = "meta"
         f = rng.choice([g for g in LOGS if any(r[2] == 3 for r in log_recs[g])])
         o, e, _, _ = rng.choice([r for r in log_recs[f] if r[2] == 3])
@@ -279,7 +287,8 @@ for rnd in range(rounds):
         if os.path.getsize(path) == 0:
             continue
         off = rng.randrange(0, os.path.getsize(path))
-    n = min(rng.choice([1, 4]), os.path.getsize(path) - off, 1 if rnd == 0 else 4)
+    n = min(rng.choice([1, 4]), os.path.getsize(path) - off, 1 if rnd == 0 else 4,
+            (4 - (off - o) % 4) if rnd == 4 else 4)   # round 4: inside its field
     counts[kind] += 1
     ROUND = f"round {rnd}: {n} bytes at {off} of {os.path.relpath(path, S)}"
     print(ROUND, flush=True)
