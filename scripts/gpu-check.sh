@@ -148,7 +148,7 @@ if [ "${1:-}" = --bundle ]; then
 	files=(build/cli/crest build/cli/casctl build/cli/crest-workload-gpu build/tests/library/test_gpu
 	       build/tests/library/gpu_multi build/tests/library/test_uvm build/tests/gpu/test_gpusha
 	       build/tests/gpu/test_settle_gpu build/bench/library/cache_bench build/bench/library/multidev_bench
-	       build/bench/transparent/crest-bare-ckpt
+	       build/bench/transparent/crest-bare-ckpt build/bench/transparent/crest-dump-sink build/cli/crest-workload
 	       build/lib/libcrest.so build/gpu/libcrest-shim.so)
 	for f in "${files[@]}"; do
 		[ -e "$f" ] || { echo "gpu-check: $f is missing: build first (crest-workload-gpu needs nvcc)" >&2; exit 1; }
