@@ -50,7 +50,7 @@ JL=${JL:-$W/dump_stream.jsonl}
 : >"$JL"
 wpid=
 cleanup() {
-	[ -n "$wpid" ] && kill "$wpid" 2>/dev/null
+	[ -z "$wpid" ] || kill "$wpid" 2>/dev/null || true   # set -e: a job already gone must not stop the removal
 	rm -rf "$W" "$F"
 }
 trap cleanup EXIT
