@@ -1,16 +1,23 @@
 /* gpusha.c - loads and launches the kernels of gpusha.cu; see gpusha.h. */
 #include "gpu/gpusha.h"
+#include "gpu/gpusha_core.h"
 #include "util/err.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/random.h>
 
 /* Launch shapes; gpusha.cu's GS_*_THREADS must agree. */
 #define HASH_THREADS 128
 #define CMP_THREADS 256
 #define SCAN_THREADS 1024
 #define GATHER_THREADS 256
+#define WIDE_THREADS 256
+
+_Static_assert(GPUSHA_WIDE_MAX == GS_WIDE_MAX && GPUSHA_WIDE_KEYS == GS_WIDE_KEYS &&
+		       GPUSHA_WIDE_KEY_WORDS == GS_WIDE_KEY_WORDS,
+	       "gpusha.h and gpusha_core.h must agree on the wide hash");
 
 #ifdef CREST_GPUSHA_PTX
 /* The PTX text of gpusha.cu, NUL-terminated (generated into the build
@@ -22,9 +29,12 @@ extern const char gpusha_ptx_nvcc[];   /* the nvcc version that made it */
 struct gpusha {
 	const struct cudrv *d;
 	CUmodule mod;
-	CUfunction hash, cmp, scan, emit, gather;
+	CUfunction hash, cmp, scan, emit, gather, wide, hash_list;
 	CUdeviceptr scratch;   /* per-block counts of gpusha_changed */
 	size_t scratch_cap;    /* in uint32 */
+	CUdeviceptr dkey;      /* the wide hash's keys on the GPU */
+	uint64_t key_id;       /* from the same draw as key: see gpusha_key_id */
+	_Alignas(16) uint32_t key[GS_WIDE_KEYS * GS_WIDE_KEY_WORDS];
 };
 
 bool gpusha_built(void)
@@ -53,6 +63,8 @@ void gpusha_close(struct gpusha *g)
 		return;
 	if (g->scratch)
 		g->d->MemFree(g->scratch);
+	if (g->dkey)
+		g->d->MemFree(g->dkey);
 	if (g->mod)
 		g->d->ModuleUnload(g->mod);
 	free(g);
@@ -105,14 +117,27 @@ int gpusha_open(const struct cudrv *d, struct gpusha **out)
 		return crest_errf(-ENOMEM, "gpusha: allocating the handle");
 	g->d = d;
 	int rc = load_module(g);
-	static const char *const names[5] = { "gpusha_hash_k", "gpusha_cmp_k", "gpusha_scan_k", "gpusha_emit_k",
-					      "gpusha_gather_k" };
-	CUfunction *fn[5] = { &g->hash, &g->cmp, &g->scan, &g->emit, &g->gather };
-	for (int i = 0; rc == 0 && i < 5; i++) {
+	static const char *const names[7] = { "gpusha_hash_k", "gpusha_cmp_k",	  "gpusha_scan_k",
+					      "gpusha_emit_k", "gpusha_gather_k", "gpusha_wide_k",
+					      "gpusha_hash_list_k" };
+	CUfunction *fn[7] = { &g->hash, &g->cmp, &g->scan, &g->emit, &g->gather, &g->wide, &g->hash_list };
+	for (int i = 0; rc == 0 && i < 7; i++) {
 		rc = cudrv_check(d, d->ModuleGetFunction(fn[i], g->mod, names[i]), "gpusha: cuModuleGetFunction");
 		if (rc < 0)
 			crest_errctx(rc, "gpusha: kernel %s", names[i]);
 	}
+	/* The wide hash's bound holds for keys drawn independently of the
+	 * bytes hashed: fresh ones from the kernel's generator, per handle. */
+	if (rc == 0 && (getrandom(g->key, sizeof(g->key), 0) != (ssize_t)sizeof(g->key) ||
+			getrandom(&g->key_id, sizeof(g->key_id), 0) != (ssize_t)sizeof(g->key_id)))
+		rc = crest_errf(-EIO, "gpusha: drawing the wide hash's keys (getrandom)");
+	if (rc == 0)
+		rc = cudrv_check(d, d->MemAlloc(&g->dkey, sizeof(g->key)), "gpusha: cuMemAlloc (the wide hash's keys)");
+	if (rc == 0)
+		rc = cudrv_check(d, d->MemcpyHtoDAsync(g->dkey, g->key, sizeof(g->key), 0),
+				 "gpusha: copying the wide hash's keys to the GPU (cuMemcpyHtoDAsync)");
+	if (rc == 0)
+		rc = cudrv_check(d, d->StreamSynchronize(0), "gpusha: copying the wide hash's keys to the GPU");
 	if (rc < 0) {
 		gpusha_close(g);
 		return rc;
@@ -147,6 +172,53 @@ int gpusha_hash(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk,
 	void *args[] = { &src, &len, &chunk, &nchunks, &vec, &digests };
 	return launch(g, g->hash, "gpusha: launching the SHA-256 kernel",
 		      (nchunks + HASH_THREADS - 1) / HASH_THREADS, HASH_THREADS, s, args);
+}
+
+int gpusha_wide(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk, CUdeviceptr digests,
+		CUstream s)
+{
+	if (len == 0 || chunk == 0 || chunk % 64 || chunk > GPUSHA_WIDE_MAX)
+		return crest_errx(-EINVAL, "gpusha: the wide hash of %llu bytes in %u-byte chunks: the length must "
+				  "be at least 1 and the chunk size a multiple of 64 up to %u",
+				  (unsigned long long)len, chunk, GPUSHA_WIDE_MAX);
+	if (digests % 16)
+		return crest_errx(-EINVAL, "gpusha: the digest array at 0x%llx is not 16-byte aligned",
+				  (unsigned long long)digests);
+	uint64_t nchunks = gpusha_nchunks(len, chunk);
+	int vec = src % 16 == 0;
+	void *args[] = { &src, &len, &chunk, &nchunks, &vec, &g->dkey, &digests };
+	return launch(g, g->wide, "gpusha: launching the wide hash kernel",
+		      (nchunks * 32 + WIDE_THREADS - 1) / WIDE_THREADS, WIDE_THREADS, s, args);
+}
+
+uint64_t gpusha_key_id(const struct gpusha *g)
+{
+	return g->key_id;
+}
+
+const uint32_t *gpusha_wide_key(const struct gpusha *g)
+{
+	return g->key;
+}
+
+void gpusha_wide_ref(const struct gpusha *g, const void *p, uint32_t n, uint8_t out[GPUSHA_DIGEST])
+{
+	gs_u64 a[GS_WIDE_KEYS] = { 0, 0, 0, 0 };
+	gs_nh_part(p, n, 0, g->key, 0, 1, a);
+	gs_nh_store(a, out);
+}
+
+int gpusha_hash_list(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk, CUdeviceptr list,
+		     uint32_t count, CUdeviceptr digests, CUstream s)
+{
+	if (len == 0 || count == 0 || chunk == 0 || chunk % 64 || chunk > GPUSHA_CHUNK_MAX || digests % 16)
+		return crest_errx(-EINVAL, "gpusha: hashing %u listed chunks of %u bytes into 0x%llx: the count must "
+				  "be at least 1, the chunk size a multiple of 64 up to %u and the digests "
+				  "16-byte aligned", count, chunk, (unsigned long long)digests, GPUSHA_CHUNK_MAX);
+	int vec = src % 16 == 0;
+	void *args[] = { &src, &len, &chunk, &list, &count, &vec, &digests };
+	return launch(g, g->hash_list, "gpusha: launching the listed SHA-256 kernel",
+		      ((uint64_t)count + HASH_THREADS - 1) / HASH_THREADS, HASH_THREADS, s, args);
 }
 
 int gpusha_changed(struct gpusha *g, CUdeviceptr cur, CUdeviceptr prev, uint64_t n, CUdeviceptr flags,

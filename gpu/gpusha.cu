@@ -20,6 +20,14 @@
  * back, so that one device-to-host copy moves them all: tens of thousands
  * of 4 KiB copies would cost more in calls than in bytes.
  *
+ * gpusha_wide: one warp per chunk (the wide hash of gpusha_core.h). Lane l
+ * reads 16-byte pieces l, l + 32, ... of its chunk, so each of the warp's
+ * loads is 512 contiguous bytes and the kernel reads at memory speed; the
+ * 16 KiB of keys stay in L1. The lanes' sums are added by shuffles.
+ *
+ * gpusha_hash_list: gpusha_hash for the chunks a list names, one thread a
+ * chunk, each digest at its chunk's place: SHA-256 of only what changed.
+ *
  * Entry points are extern "C" so gpusha.c finds them by their plain names.
  */
 #include "gpu/gpusha_core.h"
@@ -29,6 +37,7 @@
 #define GS_CMP_THREADS 256
 #define GS_SCAN_THREADS 1024
 #define GS_GATHER_THREADS 256
+#define GS_WIDE_THREADS 256
 
 extern "C" __global__ void __launch_bounds__(GS_HASH_THREADS)
 gpusha_hash_k(const gs_u8 *src, gs_u64 len, gs_u32 chunk, gs_u64 nchunks, int vec, gs_u8 *out)
@@ -36,6 +45,40 @@ gpusha_hash_k(const gs_u8 *src, gs_u64 len, gs_u32 chunk, gs_u64 nchunks, int ve
 	const gs_u64 i = (gs_u64)blockIdx.x * blockDim.x + threadIdx.x;
 	if (i < nchunks)
 		gs_hash_chunk(src, len, chunk, i, vec, out);
+}
+
+/* The wide digest of chunk i = warp w of the grid at out + 32 * i. vec:
+ * src 16-byte aligned (a full chunk then has 16-byte pieces; chunk sizes
+ * are multiples of 64). The whole warp returns together (i is the warp's),
+ * so the shuffles below see every lane. */
+extern "C" __global__ void __launch_bounds__(GS_WIDE_THREADS)
+gpusha_wide_k(const gs_u8 *src, gs_u64 len, gs_u32 chunk, gs_u64 nchunks, int vec, const gs_u32 *key, gs_u8 *out)
+{
+	const gs_u64 i = ((gs_u64)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+	const gs_u32 lane = threadIdx.x & 31;
+	if (i >= nchunks)
+		return;
+	const gs_u64 off = i * chunk;
+	const gs_u32 n = len - off < chunk ? (gs_u32)(len - off) : chunk;
+	gs_u64 a[GS_WIDE_KEYS] = { 0, 0, 0, 0 };
+	gs_nh_part(src + off, n, vec && n % 16 == 0, key, lane, 32, a);
+#pragma unroll
+	for (int o = 16; o; o >>= 1)
+#pragma unroll
+		for (int j = 0; j < GS_WIDE_KEYS; j++)
+			a[j] += __shfl_xor_sync(0xffffffffu, a[j], o);
+	if (lane == 0)
+		gs_nh_store(a, out + 32 * i);
+}
+
+/* SHA-256 of chunk list[j] of src[0..len) at out + 32 * list[j]. */
+extern "C" __global__ void __launch_bounds__(GS_HASH_THREADS)
+gpusha_hash_list_k(const gs_u8 *src, gs_u64 len, gs_u32 chunk, const gs_u32 *list, gs_u32 count, int vec,
+		   gs_u8 *out)
+{
+	const gs_u64 j = (gs_u64)blockIdx.x * blockDim.x + threadIdx.x;
+	if (j < count)
+		gs_hash_chunk(src, len, chunk, list[j], vec, out);
 }
 
 /* blk[b] = how many chunks of block b changed; flags[i] = 0/1 unless NULL. */

@@ -8,6 +8,17 @@
  * bytes, the same ids the CPU computes, so GPU- and CPU-hashed chunks dedup
  * against each other.
  *
+ * Which chunks changed is found by a cheaper, keyed hash first (gpusha_wide:
+ * NH, gpusha_core.h says what it is and what it promises): it reads device
+ * memory at the memory's speed, a few times faster than SHA-256 runs, and
+ * SHA-256 then runs only on the chunks it lists (gpusha_hash_list). Two
+ * chunks of the same length that differ get the same wide digest with
+ * probability at most 2^-128 (the keys are random per handle and drawn
+ * before the bytes are known); a chunk found equal keeps the id it had, so
+ * that is the probability a snapshot names a stale chunk. Wide digests of
+ * different handles (keys) are never compared: gpusha_key_id tells them
+ * apart.
+ *
  * The kernels (gpu/gpusha.cu) are built into PTX when nvcc is found at
  * configure time and embedded in the library; the driver compiles them for
  * the GPU at gpusha_open. A build without nvcc has no kernels: gpusha_open
@@ -61,6 +72,33 @@ static inline uint64_t gpusha_nchunks(uint64_t len, uint32_t chunk)
  * src may have any alignment; 16-byte aligned is the fast path. */
 int gpusha_hash(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk, CUdeviceptr digests,
 		CUstream s);
+
+/* The longest chunk gpusha_wide takes; longer ones are compared by SHA-256. */
+#define GPUSHA_WIDE_MAX 4096u
+
+/* The wide digest (32 bytes) of each chunk of src[0..len), laid out as
+ * gpusha_hash's digests; the same arguments, with chunk at most
+ * GPUSHA_WIDE_MAX (-EINVAL past it). */
+int gpusha_wide(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk, CUdeviceptr digests,
+		CUstream s);
+/* A number that differs between handles (their keys): wide digests made
+ * under one id are comparable only with others made under the same one. */
+uint64_t gpusha_key_id(const struct gpusha *g);
+/* The wide digest of the n bytes at p (n <= GPUSHA_WIDE_MAX), computed on
+ * the host with g's keys: the kernel's reference, for tests. */
+void gpusha_wide_ref(const struct gpusha *g, const void *p, uint32_t n, uint8_t out[GPUSHA_DIGEST]);
+/* g's keys on the host: GPUSHA_WIDE_KEY_WORDS words each of GPUSHA_WIDE_KEYS
+ * keys, key j from word j * GPUSHA_WIDE_KEY_WORDS (for tests). */
+#define GPUSHA_WIDE_KEYS 4
+#define GPUSHA_WIDE_KEY_WORDS (GPUSHA_WIDE_MAX / 4)
+const uint32_t *gpusha_wide_key(const struct gpusha *g);
+
+/* SHA-256 of the chunks list[0..count) (device uint32 chunk numbers) of
+ * src[0..len), each digest at digests + 32 * its chunk number, as
+ * gpusha_hash would put it; the other digests are left as they were.
+ * count >= 1. */
+int gpusha_hash_list(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk, CUdeviceptr list,
+		     uint32_t count, CUdeviceptr digests, CUstream s);
 
 /* Compares n digests at cur with n at prev (both 16-byte aligned). Writes
  * the indices of the chunks whose digests differ, ascending, as uint32 at

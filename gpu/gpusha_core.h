@@ -1,5 +1,6 @@
 /*
- * gpusha_core.h - SHA-256 (FIPS 180-4) of one chunk of a buffer, written once
+ * gpusha_core.h - SHA-256 (FIPS 180-4) of one chunk of a buffer, and the wide
+ * hash that finds changed chunks, written once
  * for the GPU kernel (gpu/gpusha.cu, compiled by nvcc) and for the host (C):
  * the same text runs in both, so tests/gpu/test_gpusha_core.c proves the
  * kernel's logic - block loads, the padding of short tails, the length
@@ -197,8 +198,94 @@ GS_FN void gs_hash_chunk(const gs_u8 *src, gs_u64 len, gs_u32 chunk, gs_u64 i, i
 	gs_store16(out + 32 * i + 16, v);
 }
 
+/*
+ * The wide hash: which chunks changed, at memory speed (issue 36, item 5).
+ *
+ * NH (Black, Halevi, Krawczyk, Krovetz and Rogaway, "UMAC: Fast and Secure
+ * Message Authentication", CRYPTO 1999) with 32-bit words, four times with
+ * four independent random keys. Of a chunk of n bytes (n <= GS_WIDE_MAX),
+ * read as little-endian 32-bit words m[0..W) (zero past byte n, W even):
+ *
+ *   A_j = sum over p < W/2 of (m[2p] + K_j[2p] mod 2^32) * (m[2p+1] + K_j[2p+1] mod 2^32)  mod 2^64
+ *
+ * and the digest is A_0..A_3, each little-endian: 32 bytes, the size of a
+ * SHA-256 digest, so gs_differs compares either. For two chunks of the same
+ * length that differ, and keys drawn uniformly and independently of them,
+ * one A_j is equal with probability at most 2^-32 (NH is 2^-32-almost-
+ * universal; UMAC's Theorem 1), all four with at most 2^-128. Not a
+ * cryptographic hash: it names nothing. It only says a chunk is unchanged,
+ * and then the chunk keeps the SHA-256 id it had. One 32x32->64 multiply and
+ * two adds per 8 bytes per key: below HBM's bandwidth on the GPUs crest
+ * runs on, where SHA-256 needs ~2,500 operations per 64 bytes.
+ *
+ * The sum is over pairs in any order, so a warp splits a chunk among its
+ * lanes (lane l takes pairs l, l + 32, ...) and adds their sums: the GPU
+ * and the host (lanes = 1) compute the same digest.
+ */
+#define GS_WIDE_MAX 4096u                       /* the longest chunk the keys cover, in bytes */
+#define GS_WIDE_KEYS 4                          /* independent keys, 2^-32 each */
+#define GS_WIDE_KEY_WORDS (GS_WIDE_MAX / 4)     /* 32-bit words of one key */
+
+/* Little-endian word w of the n bytes at p, zero past them. */
+GS_FN gs_u32 gs_word_le(const gs_u8 *p, gs_u32 n, gs_u32 w)
+{
+	gs_u32 x = 0;
+	GS_UNROLL
+	for (int b = 3; b >= 0; b--) {
+		const gs_u32 at = 4 * w + (gs_u32)b;
+		x = x << 8 | (at < n ? p[at] : 0u);
+	}
+	return x;
+}
+
+/* Adds one pair of words, m[2p] = w0 and m[2p+1] = w1, to the four sums. */
+GS_FN void gs_nh_pair(gs_u64 a[GS_WIDE_KEYS], gs_u32 w0, gs_u32 w1, const gs_u32 *key, gs_u32 p)
+{
+	GS_UNROLL
+	for (int j = 0; j < GS_WIDE_KEYS; j++) {
+		const gs_u32 *k = key + j * GS_WIDE_KEY_WORDS + 2 * p;
+		a[j] += (gs_u64)(gs_u32)(w0 + k[0]) * (gs_u32)(w1 + k[1]);
+	}
+}
+
+/* The part of the four sums of the n bytes at p that lane of lanes takes.
+ * vec: p 16-byte aligned and n a multiple of 16 (16-byte loads of data and
+ * keys, four words a load); else words one byte at a time. key 16-byte
+ * aligned, GS_WIDE_KEYS * GS_WIDE_KEY_WORDS words. */
+GS_FN void gs_nh_part(const gs_u8 *p, gs_u32 n, int vec, const gs_u32 *key, gs_u32 lane, gs_u32 lanes,
+		      gs_u64 a[GS_WIDE_KEYS])
+{
+	if (vec) {
+		for (gs_u32 q = lane; q < n / 16; q += lanes) {
+			gs_u32 v[4];
+			gs_load16(p + 16 * q, v);
+			GS_UNROLL
+			for (int j = 0; j < GS_WIDE_KEYS; j++) {
+				gs_u32 k[4];
+				gs_load16((const gs_u8 *)(key + j * GS_WIDE_KEY_WORDS + 4 * q), k);
+				a[j] += (gs_u64)(gs_u32)(v[0] + k[0]) * (gs_u32)(v[1] + k[1]) +
+					(gs_u64)(gs_u32)(v[2] + k[2]) * (gs_u32)(v[3] + k[3]);
+			}
+		}
+		return;
+	}
+	for (gs_u32 q = lane; q < (n + 7) / 8; q += lanes)
+		gs_nh_pair(a, gs_word_le(p, n, 2 * q), gs_word_le(p, n, 2 * q + 1), key, q);
+}
+
+/* The four sums as the digest's 32 bytes at out (16-byte aligned). */
+GS_FN void gs_nh_store(const gs_u64 a[GS_WIDE_KEYS], gs_u8 *out)
+{
+	GS_UNROLL
+	for (int h = 0; h < 2; h++) {
+		const gs_u32 v[4] = { (gs_u32)a[2 * h], (gs_u32)(a[2 * h] >> 32), (gs_u32)a[2 * h + 1],
+				      (gs_u32)(a[2 * h + 1] >> 32) };
+		gs_store16(out + 16 * h, v);
+	}
+}
+
 /* Whether digest i differs between cur and prev (the changed kernels'
- * per-chunk test; 32-byte digests, 16-byte aligned arrays). */
+ * per-chunk test; 32-byte digests, SHA-256 or wide, 16-byte aligned arrays). */
 GS_FN int gs_differs(const gs_u8 *cur, const gs_u8 *prev, gs_u64 i)
 {
 	gs_u32 a[4], b[4], x = 0;

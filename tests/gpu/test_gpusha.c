@@ -16,10 +16,15 @@
  * order, with the same flags; none after flipping them back; all against
  * a zeroed digest array. The changed chunks listed are packed with
  * gpusha_gather (from a random list entry on) and compared with the bytes
- * and their digests. Last, the hash kernel's rate on 1 GiB.
+ * and their digests. The wide hash (gpusha_wide) likewise: every digest
+ * against the host's reference with the handle's keys, on every size class
+ * and alignment; the changed list from wide digests against the model; the
+ * listed chunks' SHA-256 (gpusha_hash_list) against EVP, each at its
+ * chunk's place, the others untouched. Last, both kernels' rates on 1 GiB.
  *
  * usage: test_gpusha [SEED]      the test
- *        test_gpusha --bench     GB/s for 4 KiB chunks over 1, 4 and 8 GiB
+ *        test_gpusha --bench     GB/s for 4 KiB chunks over 1, 4 and 8 GiB,
+ *                                SHA-256 and the wide hash
  */
 #include "gpu/cudrv.h"
 #include "gpu/gpusha.h"
@@ -38,7 +43,7 @@
 static const struct cudrv *d;
 static CUstream s;
 static struct gpusha *g;
-static CUdeviceptr ddig, ddig2, dflags, dlist, dcount;
+static CUdeviceptr ddig, ddig2, ddig3, dflags, dlist, dcount;
 static uint8_t *hdig;
 
 static double now(void)
@@ -92,6 +97,66 @@ static void gpu_check(CUdeviceptr dbuf, const uint8_t *hbuf, uint64_t off, uint6
 		failures += bad - 3;
 }
 
+/* The wide digests of dbuf[off, off + len) on the GPU against the host's
+ * reference (gpusha_wide_ref, the same keys) of hbuf's same bytes. */
+static void wide_check(CUdeviceptr dbuf, const uint8_t *hbuf, uint64_t off, uint64_t len, uint32_t chunk,
+		       const char *what)
+{
+	const uint64_t n = gpusha_nchunks(len, chunk);
+	OK(gpusha_wide(g, dbuf + off, len, chunk, ddig, s));
+	CU(d->MemcpyDtoHAsync(hdig, ddig, n * 32, s));
+	CU(d->StreamSynchronize(s));
+	int bad = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		const uint64_t o = i * chunk, m = len - o < chunk ? len - o : chunk;
+		uint8_t want[32];
+		gpusha_wide_ref(g, hbuf + off + o, (uint32_t)m, want);
+		if (memcmp(want, hdig + 32 * i, 32) && bad++ < 3)
+			CHECK(0, "%s: wide hash of %" PRIu64 " bytes at +%" PRIu64 " in %u-byte chunks: chunk %" PRIu64
+				 " differs from the host's", what, len, off, chunk, i);
+	}
+	if (bad > 3)
+		failures += bad - 3;
+}
+
+/* gpusha_hash_list of the count chunks dlist names into ddig3, which holds
+ * a sentinel elsewhere: each listed chunk's digest is EVP's, at its place;
+ * every other digest is the sentinel still. */
+static void hash_list_check(CUdeviceptr dbuf, const uint8_t *hbuf, uint64_t len, uint32_t chunk, uint32_t count,
+			    const char *what)
+{
+	const uint64_t n = gpusha_nchunks(len, chunk);
+	memset_sync(ddig3, 0x5a, n * 32);
+	if (count)
+		OK(gpusha_hash_list(g, dbuf, len, chunk, dlist, count, ddig3, s));
+	uint32_t *list = malloc((size_t)count * 4 + 4);
+	uint8_t *listed = calloc(n, 1), sentinel[32];
+	memset(sentinel, 0x5a, 32);
+	if (count)
+		CU(d->MemcpyDtoHAsync(list, dlist, (size_t)count * 4, s));
+	CU(d->MemcpyDtoHAsync(hdig, ddig3, n * 32, s));
+	CU(d->StreamSynchronize(s));
+	for (uint32_t j = 0; j < count; j++)
+		listed[list[j]] = 1;
+	int bad = 0;
+	for (uint64_t i = 0; i < n && bad < 3; i++) {
+		const uint64_t o = i * chunk, m = len - o < chunk ? len - o : chunk;
+		uint8_t want[32];
+		if (listed[i])
+			evp_sha256(hbuf + o, m, want);
+		else
+			memcpy(want, sentinel, 32);
+		if (memcmp(want, hdig + 32 * i, 32)) {
+			bad++;
+			CHECK(0, "%s: listed SHA-256: digest of chunk %" PRIu64 " (%s) is wrong", what, i,
+			      listed[i] ? "listed" : "not listed, must be untouched");
+		}
+	}
+	printf("%s: %u listed chunks hashed\n", what, count);
+	free(list);
+	free(listed);
+}
+
 /* gpusha_changed(ddig, ddig2) against the model want[0..n). */
 static void changed_check(uint64_t n, const uint8_t *want, const char *what)
 {
@@ -134,7 +199,7 @@ static void changed_check(uint64_t n, const uint8_t *want, const char *what)
  * last changed_check), from a random place in the list on: each packed
  * chunk must equal its bytes in hbuf, each packed digest EVP's of them. */
 static void gather_check(CUdeviceptr dbuf, const uint8_t *hbuf, uint64_t len, uint32_t chunk, uint32_t count,
-			 uint64_t *st, const char *what)
+			 CUdeviceptr digests, uint64_t *st, const char *what)
 {
 	if (!count)
 		return;
@@ -145,7 +210,7 @@ static void gather_check(CUdeviceptr dbuf, const uint8_t *hbuf, uint64_t len, ui
 	CU(d->MemAlloc(&dpack, (size_t)cnt * chunk));
 	CU(d->MemAlloc(&dpdig, (size_t)cnt * 32));
 	CU(d->MemcpyDtoHAsync(list, dlist, (size_t)count * 4, s));
-	OK(gpusha_gather(g, dbuf, len, chunk, dlist + (CUdeviceptr)first * 4, cnt, ddig, dpack, dpdig, s));
+	OK(gpusha_gather(g, dbuf, len, chunk, dlist + (CUdeviceptr)first * 4, cnt, digests, dpack, dpdig, s));
 	CU(d->MemcpyDtoHAsync(packed, dpack, (size_t)cnt * chunk, s));
 	CU(d->MemcpyDtoHAsync(dig, dpdig, (size_t)cnt * 32, s));
 	CU(d->StreamSynchronize(s));
@@ -179,11 +244,21 @@ static void flip(CUdeviceptr dbuf, uint8_t *hbuf, uint64_t len, uint32_t chunk, 
 	(void)len;
 }
 
-static void changed_tests(CUdeviceptr dbuf, uint8_t *hbuf, uint64_t len, uint32_t chunk, uint64_t *st)
+/* The digests that find changed chunks: SHA-256 or the wide hash. */
+static void digests(int wide, CUdeviceptr dbuf, uint64_t len, uint32_t chunk, CUdeviceptr out)
+{
+	if (wide)
+		OK(gpusha_wide(g, dbuf, len, chunk, out, s));
+	else
+		OK(gpusha_hash(g, dbuf, len, chunk, out, s));
+}
+
+static void changed_tests(CUdeviceptr dbuf, uint8_t *hbuf, uint64_t len, uint32_t chunk, int wide, uint64_t *st)
 {
 	const uint64_t n = gpusha_nchunks(len, chunk);
 	char what[128];
-	snprintf(what, sizeof(what), "changed, %" PRIu64 " bytes in %u-byte chunks", len, chunk);
+	snprintf(what, sizeof(what), "changed (%s), %" PRIu64 " bytes in %u-byte chunks", wide ? "wide" : "sha", len,
+		 chunk);
 	uint8_t *want = calloc(n, 1);
 	enum { K = 2000 };
 	uint64_t pos[K];
@@ -197,27 +272,36 @@ static void changed_tests(CUdeviceptr dbuf, uint8_t *hbuf, uint64_t len, uint32_
 	/* Two flips of one byte may cancel: the model is the bytes, not the flips. */
 	uint8_t *before = malloc(len);
 	memcpy(before, hbuf, len);
-	OK(gpusha_hash(g, dbuf, len, chunk, ddig2, s));   /* prev */
+	digests(wide, dbuf, len, chunk, ddig2);   /* prev */
 	flip(dbuf, hbuf, len, chunk, pos, val, k, want);
 	for (uint64_t i = 0; i < n; i++) {
 		const uint64_t o = i * chunk, m = len - o < chunk ? len - o : chunk;
 		want[i] = memcmp(before + o, hbuf + o, m) != 0;
 	}
-	OK(gpusha_hash(g, dbuf, len, chunk, ddig, s));   /* cur */
+	digests(wide, dbuf, len, chunk, ddig);   /* cur */
 	changed_check(n, want, what);
 	uint32_t count = 0;
 	CU(d->MemcpyDtoHAsync(&count, dcount, 4, s));
 	CU(d->StreamSynchronize(s));
-	gather_check(dbuf, hbuf, len, chunk, count, st, what);
+	if (wide) {
+		/* As a sparse checkpoint does: SHA-256 of the listed chunks
+		 * alone, then packed with those ids. */
+		hash_list_check(dbuf, hbuf, len, chunk, count, what);
+		gather_check(dbuf, hbuf, len, chunk, count, ddig3, st, what);
+	} else {
+		gather_check(dbuf, hbuf, len, chunk, count, ddig, st, what);
+	}
 	flip(dbuf, hbuf, len, chunk, pos, val, k, want);
 	CHECK(memcmp(before, hbuf, len) == 0, "test bug: flipping back");
 	memset(want, 0, n);
-	OK(gpusha_hash(g, dbuf, len, chunk, ddig, s));
-	snprintf(what, sizeof(what), "changed back, %" PRIu64 " bytes in %u-byte chunks", len, chunk);
+	digests(wide, dbuf, len, chunk, ddig);
+	snprintf(what, sizeof(what), "changed back (%s), %" PRIu64 " bytes in %u-byte chunks", wide ? "wide" : "sha",
+		 len, chunk);
 	changed_check(n, want, what);
 	memset_sync(ddig2, 0, n * 32);
 	memset(want, 1, n);
-	snprintf(what, sizeof(what), "changed from zeros, %" PRIu64 " bytes in %u-byte chunks", len, chunk);
+	snprintf(what, sizeof(what), "changed from zeros (%s), %" PRIu64 " bytes in %u-byte chunks",
+		 wide ? "wide" : "sha", len, chunk);
 	changed_check(n, want, what);
 	free(before);
 	free(want);
@@ -226,13 +310,13 @@ static void changed_tests(CUdeviceptr dbuf, uint8_t *hbuf, uint64_t len, uint32_
 /* Seconds of the hash kernel on len bytes in chunk-byte chunks: best of
  * reps, after one warm-up (launch to stream sync; the launch itself is
  * microseconds against tens of milliseconds). */
-static double time_hash(CUdeviceptr dbuf, uint64_t len, uint32_t chunk, CUdeviceptr out, int reps)
+static double time_hash(CUdeviceptr dbuf, uint64_t len, uint32_t chunk, CUdeviceptr out, int reps, int wide)
 {
 	double best = 1e30;
 	for (int r = -1; r < reps; r++) {
 		CU(d->StreamSynchronize(s));
 		const double t0 = now();
-		OK(gpusha_hash(g, dbuf, len, chunk, out, s));
+		digests(wide, dbuf, len, chunk, out);
 		CU(d->StreamSynchronize(s));
 		const double t = now() - t0;
 		if (r >= 0 && t < best)
@@ -250,9 +334,12 @@ static void rate(uint64_t len, int verify)
 	CU(d->MemAlloc(&dbuf, len));
 	CU(d->MemAlloc(&out, n * 32));
 	memset_sync(dbuf, 0xa5, len);
-	const double t = time_hash(dbuf, len, GPUSHA_CHUNK, out, 5);
-	printf("hash: %5.1f GiB in 4 KiB chunks: %.2f ms, %.1f GB/s\n", (double)len / GiB, t * 1e3,
-	       (double)len / t / 1e9);
+	const double tw = time_hash(dbuf, len, GPUSHA_CHUNK, out, 5, 1);
+	printf("wide: %5.1f GiB in 4 KiB chunks: %.2f ms, %.1f GB/s\n", (double)len / GiB, tw * 1e3,
+	       (double)len / tw / 1e9);
+	const double t = time_hash(dbuf, len, GPUSHA_CHUNK, out, 5, 0);
+	printf("hash: %5.1f GiB in 4 KiB chunks: %.2f ms, %.1f GB/s (%.1fx the wide hash's time)\n",
+	       (double)len / GiB, t * 1e3, (double)len / t / 1e9, t / tw);
 	if (verify) {
 		uint8_t *all = malloc(n * 32), one[GPUSHA_CHUNK], want[32];
 		memset(one, 0xa5, sizeof(one));
@@ -319,6 +406,7 @@ int main(int argc, char **argv)
 	printf("%s: gpusha_open (PTX compiled by the driver) took %.1f ms\n", name, (now() - t0) * 1e3);
 	CU(d->MemAlloc(&ddig, MAX_DIGESTS * 32));
 	CU(d->MemAlloc(&ddig2, MAX_DIGESTS * 32));
+	CU(d->MemAlloc(&ddig3, MAX_DIGESTS * 32));
 	CU(d->MemAlloc(&dflags, MAX_DIGESTS));
 	CU(d->MemAlloc(&dlist, MAX_DIGESTS * 4));
 	CU(d->MemAlloc(&dcount, 4));
@@ -330,6 +418,18 @@ int main(int argc, char **argv)
 	EXPECT_ERR(gpusha_hash(g, ddig2, 100, 64, ddig + 4, s), -EINVAL, "16-byte aligned");
 	EXPECT_ERR(gpusha_changed(g, ddig, ddig2 + 8, 10, 0, dlist, dcount, s), -EINVAL, "16-byte aligned");
 	EXPECT_ERR(gpusha_changed(g, ddig, ddig2, 0, 0, dlist, dcount, s), -EINVAL, "1 to 2^32-1");
+	EXPECT_ERR(gpusha_wide(g, ddig2, 100, 2 * GPUSHA_WIDE_MAX, ddig, s), -EINVAL, "up to 4096");
+	EXPECT_ERR(gpusha_wide(g, ddig2, 100, 64, ddig + 4, s), -EINVAL, "16-byte aligned");
+	EXPECT_ERR(gpusha_hash_list(g, ddig2, 100, 64, dlist, 0, ddig, s), -EINVAL, "at least 1");
+	{
+		/* Two handles draw their own keys. */
+		struct gpusha *g2 = NULL;
+		OK(gpusha_open(d, &g2));
+		CHECK(gpusha_key_id(g2) != gpusha_key_id(g) &&
+			      memcmp(gpusha_wide_key(g2), gpusha_wide_key(g), GPUSHA_WIDE_KEY_WORDS * 4),
+		      "two gpusha handles have the same keys");
+		gpusha_close(g2);
+	}
 
 	if (bench) {
 		for (int i = 0; i < 3; i++)
@@ -374,11 +474,30 @@ int main(int argc, char **argv)
 	gpu_check(dbuf, hbuf, 0, 32 * MiB + 1, 64, "32 MiB and a byte, 64-byte chunks");
 	cases += 3;
 	printf("hash: %d cases, %d failed checks\n", cases, failures - before);
+	const int wbefore = failures;
+	static const uint32_t wchunks[] = { 4096, 64, 1088, 2112 };
+	cases = 0;
+	for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+		for (size_t c = 0; c < sizeof(wchunks) / sizeof(wchunks[0]); c++)
+			for (int o = 0; o < 3; o++, cases++)
+				wide_check(dbuf, hbuf, offs[o], sizes[i], wchunks[c], "size class");
+	for (int r = 0; r < 30; r++, cases++) {
+		const uint32_t chunk = r % 3 == 0 ? 4096 : 64 * (uint32_t)(1 + check_rnd(&st) % (GPUSHA_WIDE_MAX / 64));
+		const uint64_t len = 1 + check_rnd(&st) % (8 * MiB);
+		const uint64_t off = check_rnd(&st) % 2 ? 16 * (check_rnd(&st) % 4096) : check_rnd(&st) % 64;
+		wide_check(dbuf, hbuf, off, len, chunk, "random");
+	}
+	wide_check(dbuf, hbuf, 0, big, 4096, "256 MiB and a page");
+	cases++;
+	printf("wide: %d cases, %d failed checks\n", cases, failures - wbefore);
 
 	/* 32 MiB in 64-byte chunks: 2048 blocks of counts, two tiles of the scan. */
-	changed_tests(dbuf, hbuf, 32 * MiB, 64, &st);
-	changed_tests(dbuf, hbuf, 64 * MiB + 100, 4096, &st);
-	changed_tests(dbuf, hbuf, 1 + check_rnd(&st) % (8 * MiB), 64 * (uint32_t)(1 + check_rnd(&st) % 64), &st);
+	for (int wide = 0; wide < 2; wide++) {
+		changed_tests(dbuf, hbuf, 32 * MiB, 64, wide, &st);
+		changed_tests(dbuf, hbuf, 64 * MiB + 100, 4096, wide, &st);
+		changed_tests(dbuf, hbuf, 1 + check_rnd(&st) % (8 * MiB), 64 * (uint32_t)(1 + check_rnd(&st) % 64),
+			      wide, &st);
+	}
 
 	rate(GiB, 1);
 	CU(d->MemFree(dbuf));
@@ -387,6 +506,7 @@ out:
 	gpusha_close(g);
 	CU(d->MemFree(ddig));
 	CU(d->MemFree(ddig2));
+	CU(d->MemFree(ddig3));
 	CU(d->MemFree(dflags));
 	CU(d->MemFree(dlist));
 	CU(d->MemFree(dcount));

@@ -11,7 +11,13 @@
  *   - random buffers: lengths from 1 byte to a few MiB, chunk sizes 64,
  *     4096 and random multiples of 64 up to 1 MiB, starts at every
  *     alignment (the 16-byte load path and the byte path);
- *   - gs_differs against memcmp.
+ *   - gs_differs against memcmp;
+ *   - the wide hash (NH): gs_nh_part as a warp runs it (32 lanes, each its
+ *     share, sums added) and as the host runs it (one lane), both load
+ *     paths, against NH computed here from its definition with random
+ *     keys; every length 1..GS_WIDE_MAX; and it tells apart what it must:
+ *     one flipped bit anywhere, two chunks that swap words, zero bytes
+ *     past the end against a short chunk's padding.
  * usage: test_gpusha_core [SEED]
  */
 #include "gpu/gpusha.h"
@@ -31,6 +37,106 @@ static void evp_sha256(const uint8_t *p, size_t n, uint8_t out[32])
 		fprintf(stderr, "FAIL: EVP_Digest\n");
 		exit(1);
 	}
+}
+
+/* NH of the n bytes at p from its definition (gpusha_core.h): words read
+ * one byte at a time, zero past n, pairs in order. */
+static void nh_def(const uint8_t *p, uint32_t n, const uint32_t *key, uint8_t out[32])
+{
+	const uint32_t words = (n + 7) / 8 * 2;
+	for (int j = 0; j < GS_WIDE_KEYS; j++) {
+		uint64_t a = 0;
+		for (uint32_t w = 0; w < words; w += 2) {
+			uint32_t m[2] = { 0, 0 };
+			for (uint32_t b = 0; b < 8; b++)
+				if (4 * w + b < n)
+					m[b / 4] |= (uint32_t)p[4 * w + b] << (8 * (b % 4));
+			const uint32_t *k = key + j * GS_WIDE_KEY_WORDS + w;
+			a += (uint64_t)(uint32_t)(m[0] + k[0]) * (uint32_t)(m[1] + k[1]);
+		}
+		for (int b = 0; b < 8; b++)
+			out[8 * j + b] = (uint8_t)(a >> (8 * b));
+	}
+}
+
+/* The wide digest of the n bytes at p as a warp of lanes computes it. */
+static void nh_lanes(const uint8_t *p, uint32_t n, int vec, const uint32_t *key, uint32_t lanes, uint8_t out[32])
+{
+	gs_u64 sum[GS_WIDE_KEYS] = { 0, 0, 0, 0 };
+	for (uint32_t l = 0; l < lanes; l++) {
+		gs_u64 a[GS_WIDE_KEYS] = { 0, 0, 0, 0 };
+		gs_nh_part(p, n, vec, key, l, lanes, a);
+		for (int j = 0; j < GS_WIDE_KEYS; j++)
+			sum[j] += a[j];
+	}
+	_Alignas(16) uint8_t d[32];
+	gs_nh_store(sum, d);
+	memcpy(out, d, 32);
+}
+
+static void wide_tests(uint64_t *st)
+{
+	uint32_t *key = aligned_alloc(16, GS_WIDE_KEYS * GS_WIDE_KEY_WORDS * 4);
+	uint8_t *buf = aligned_alloc(16, 2 * GS_WIDE_MAX + 64);
+	check_fill64((uint8_t *)key, GS_WIDE_KEYS * GS_WIDE_KEY_WORDS * 4, st);
+	check_fill64(buf, 2 * GS_WIDE_MAX + 64, st);
+	int bad = 0, cases = 0;
+	for (uint32_t n = 1; n <= GS_WIDE_MAX; n++) {
+		uint8_t want[32], one[32], warp[32], vec[32];
+		const uint32_t off = n % 3 == 0 ? 16 * (n % 5) : n % 7;
+		nh_def(buf + off, n, key, want);
+		nh_lanes(buf + off, n, 0, key, 1, one);
+		nh_lanes(buf + off, n, 0, key, 32, warp);
+		int ok = !memcmp(want, one, 32) && !memcmp(want, warp, 32);
+		if (off % 16 == 0 && n % 16 == 0) {
+			nh_lanes(buf + off, n, 1, key, 32, vec);
+			ok = ok && !memcmp(want, vec, 32);
+		}
+		cases++;
+		if (!ok && bad++ < 3)
+			CHECK(0, "wide hash of %u bytes at +%u differs from NH's definition", n, off);
+	}
+	if (bad > 3)
+		failures += bad - 3;
+	/* What it must tell apart, with these random keys: each case's two
+	 * chunks are equal with probability 2^-128 at most. */
+	uint8_t *a = buf, *b = buf + GS_WIDE_MAX + 32;
+	for (int r = 0; r < 200; r++, cases++) {
+		const uint32_t n = r % 4 == 0 ? GS_WIDE_MAX : 1 + (uint32_t)(check_rnd(st) % GS_WIDE_MAX);
+		check_fill64(a, n, st);
+		memcpy(b, a, n);
+		const char *what;
+		switch (r % 3) {
+		case 0:
+			b[check_rnd(st) % n] ^= (uint8_t)(1u << (check_rnd(st) % 8));
+			what = "one flipped bit";
+			break;
+		case 1:
+			if (n < 16) {
+				b[0] ^= 1;
+				what = "one flipped bit";
+				break;
+			}
+			/* words 0 and 2 swapped: the same words, other places */
+			memcpy(b, a + 8, 4);
+			memcpy(b + 8, a, 4);
+			if (!memcmp(a, b, n))
+				b[1] ^= 1;
+			what = "two words swapped";
+			break;
+		default:
+			b[check_rnd(st) % n] += (uint8_t)(1 + check_rnd(st) % 255);
+			what = "one byte changed";
+			break;
+		}
+		uint8_t da[32], db[32];
+		nh_lanes(a, n, 0, key, 32, da);
+		nh_lanes(b, n, 0, key, 32, db);
+		CHECK(memcmp(da, db, 32) != 0, "wide hash: %u bytes with %s hash alike", n, what);
+	}
+	free(key);
+	free(buf);
+	printf("wide hash: %d cases against NH's definition and its promises\n", cases);
 }
 
 static void hex(const uint8_t *d, char *s)
@@ -161,6 +267,7 @@ int main(int argc, char **argv)
 	free(a);
 	free(b);
 	free(buf);
+	wide_tests(&st);
 
 	/* A build without nvcc says so, with -ENOTSUP, before touching the driver. */
 	if (!gpusha_built()) {
@@ -176,12 +283,13 @@ int main(int argc, char **argv)
 		 * gpusha_open looks up (a broken embed step shows here, not only
 		 * on a GPU machine). */
 		const char *nvcc = NULL, *ptx = gpusha_ptx_text(&nvcc);
-		static const char *const entry[4] = { ".entry gpusha_hash_k(", ".entry gpusha_cmp_k(",
-						      ".entry gpusha_scan_k(", ".entry gpusha_emit_k(" };
+		static const char *const entry[6] = { ".entry gpusha_hash_k(", ".entry gpusha_cmp_k(",
+						      ".entry gpusha_scan_k(", ".entry gpusha_emit_k(",
+						      ".entry gpusha_wide_k(", ".entry gpusha_hash_list_k(" };
 		CHECK(ptx && nvcc && strncmp(ptx, "//", 2) == 0 && strstr(ptx, ".version ") &&
 			      strstr(ptx, ".target sm_75"),
 		      "the embedded PTX does not start like nvcc's for compute_75");
-		for (int i = 0; i < 4; i++)
+		for (int i = 0; i < 6; i++)
 			CHECK(ptx && strstr(ptx, entry[i]), "the embedded PTX lacks %s", entry[i]);
 		printf("this build embeds the GPU kernels: %zu bytes of PTX by nvcc %s\n", ptx ? strlen(ptx) : 0,
 		       nvcc ? nvcc : "?");
