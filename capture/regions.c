@@ -80,29 +80,46 @@ struct capture_copier {
 	atomic_uint cache_writes;     /* slices handed to the engine, not yet in the cache */
 	unsigned copy_streams;
 	bool gpu_hash;
+	bool wide;                    /* changed chunks found by the wide hash (gpusha.h) */
 	struct ctxset ctxs[MAX_CTX];
 	unsigned nctx;
 	char sha_why[256];            /* why GPU hashing is off, once it is */
 };
 
-/* See regions.h. dig[prev], when prev_ok, holds the digests of snapshot
- * prev_id; a checkpoint always hashes into the other one, dig[1 - prev]
- * (tagged token), so the parent's digests survive any number of
- * checkpoints that fail or are never committed as parent. Committing the
- * token makes that buffer prev. */
+/* See regions.h. cmp[prev], when prev_ok, holds the digests of snapshot
+ * prev_id that a checkpoint compares its own with; a checkpoint always
+ * hashes into the other one, cmp[1 - prev] (tagged token), so the parent's
+ * digests survive any number of checkpoints that fail or are never
+ * committed as parent. Committing the token makes that buffer prev.
+ *
+ * When wide, cmp holds wide digests (gpusha_wide, under gpusha key id key)
+ * and sha the SHA-256 ids of the checkpoint's chunks, all of them for a
+ * whole copy, only the changed ones for a sparse one; the ids of the others
+ * are the parent's, from its manifest. Otherwise cmp holds SHA-256 ids and
+ * sha is 0: the ids are cmp[1 - prev]. */
 struct capture_digests {
 	CUcontext ctx;
 	const uint8_t *ptr;
 	size_t size;
 	uint32_t chunk;
 	uint64_t n;                   /* chunks */
-	CUdeviceptr dig[2];           /* n * 32 bytes each */
+	bool wide;
+	CUdeviceptr cmp[2];           /* n * 32 bytes each */
+	CUdeviceptr sha;              /* n * 32 bytes when wide; else 0 */
 	CUdeviceptr list;             /* n + 1 uint32: changed chunks, then their count */
-	int prev;                     /* dig[prev]: snapshot prev_id's, when prev_ok */
+	int prev;                     /* cmp[prev]: snapshot prev_id's, when prev_ok */
 	bool prev_ok;
+	uint64_t key;                 /* wide: the key id cmp[prev] was made under */
+	uint64_t key_next;            /* and cmp[1 - prev], once hashed */
 	uint8_t prev_id[32];
-	uint64_t token;               /* 0: dig[1 - prev] belongs to no checkpoint */
+	uint64_t token;               /* 0: cmp[1 - prev] belongs to no checkpoint */
 };
+
+/* Where the SHA-256 ids of the checkpoint that hashes into cmp[nw] go. */
+static CUdeviceptr ids_buf(const struct capture_digests *g, int nw)
+{
+	return g->wide ? g->sha : g->cmp[nw];
+}
 
 /* A region copied as changed chunks only: its appends so far. */
 struct sparse {
@@ -135,7 +152,7 @@ struct fifo {
 	struct copied *q;
 	size_t head, n, cap;
 	uint64_t wait_ns, copied;
-	unsigned rounds, next_stream, hashed, sparse, whole_ids;
+	unsigned rounds, next_stream, hashed, sparse, whole_ids, sparse_wide;
 };
 
 int capture_copier_open(const struct cudrv *d, struct pool *pool, unsigned copy_streams, bool gpu_hash,
@@ -148,6 +165,10 @@ int capture_copier_open(const struct cudrv *d, struct pool *pool, unsigned copy_
 	cp->pool = pool;
 	cp->copy_streams = copy_streams ? copy_streams : 1;
 	cp->gpu_hash = gpu_hash && d;
+	/* CREST_GPU_WIDE=0: changed chunks found by comparing SHA-256 ids, as
+	 * before the wide hash (to measure one beside the other). */
+	const char *e = getenv("CREST_GPU_WIDE");
+	cp->wide = !e || strcmp(e, "0");
 	cp->puts = calloc(pool_nslices(pool), sizeof(*cp->puts));
 	cp->shares = calloc(pool_nslices(pool), sizeof(*cp->shares));
 	if (!cp->puts || !cp->shares) {
@@ -524,11 +545,13 @@ static bool gpu_hashed(struct capture_copier *cp, struct ctxset *cs, const struc
 
 /* r's digest slot, made (or made again, when the region moved or grew)
  * with room for its digests and changed list. */
-static int digests_get(const struct cudrv *d, const struct capture_region *r, uint32_t chunk,
+static int digests_get(const struct capture_copier *cp, const struct capture_region *r, uint32_t chunk,
 		       struct capture_digests **out)
 {
+	const struct cudrv *d = cp->d;
+	const bool wide = cp->wide && chunk <= GPUSHA_WIDE_MAX;
 	struct capture_digests *g = *r->dig;
-	if (g && g->ctx == r->ctx && g->ptr == r->ptr && g->size == r->size && g->chunk == chunk) {
+	if (g && g->ctx == r->ctx && g->ptr == r->ptr && g->size == r->size && g->chunk == chunk && g->wide == wide) {
 		*out = g;
 		return 0;
 	}
@@ -541,10 +564,13 @@ static int digests_get(const struct cudrv *d, const struct capture_region *r, ui
 	g->ptr = r->ptr;
 	g->size = r->size;
 	g->chunk = chunk;
+	g->wide = wide;
 	g->n = gpusha_nchunks(r->size, chunk);
 	int rc = g->n < UINT32_MAX ? 0 : crest_errx(-EFBIG, "region %s has too many chunks to hash", r->name);
 	for (int i = 0; rc == 0 && i < 2; i++)
-		rc = cudrv_check(d, d->MemAlloc(&g->dig[i], g->n * 32), "allocating digests (cuMemAlloc)");
+		rc = cudrv_check(d, d->MemAlloc(&g->cmp[i], g->n * 32), "allocating digests (cuMemAlloc)");
+	if (rc == 0 && wide)
+		rc = cudrv_check(d, d->MemAlloc(&g->sha, g->n * 32), "allocating digests (cuMemAlloc)");
 	if (rc == 0)
 		rc = cudrv_check(d, d->MemAlloc(&g->list, (g->n + 1) * 4), "allocating a chunk list (cuMemAlloc)");
 	if (rc < 0) {
@@ -562,6 +588,7 @@ void capture_digests_commit(struct capture_digests *g, uint64_t token, const uin
 		return;
 	g->prev = 1 - g->prev;
 	g->prev_ok = true;
+	g->key = g->key_next;
 	memcpy(g->prev_id, id, 32);
 	g->token = 0;
 }
@@ -572,8 +599,10 @@ void capture_digests_free(const struct cudrv *d, struct capture_digests *g)
 		return;
 	if (d && d->CtxSetCurrent(g->ctx) == CUDA_SUCCESS) {
 		for (int i = 0; i < 2; i++)
-			if (g->dig[i])
-				d->MemFree(g->dig[i]);
+			if (g->cmp[i])
+				d->MemFree(g->cmp[i]);
+		if (g->sha)
+			d->MemFree(g->sha);
 		if (g->list)
 			d->MemFree(g->list);
 	}
@@ -584,43 +613,59 @@ void capture_digests_free(const struct cudrv *d, struct capture_digests *g)
  * with token. When the slot has the digests of the snapshot's parent, and
  * the engine the parent's chunks of this stream, finds the chunks that
  * changed: *nchanged, and *sparse when copying only those is worth it
- * (less than half the region). The hash runs on cs->hs, into *dig;
- * without *sparse the caller copies the region whole meanwhile, and
- * capture_regions waits for the hash before it returns. */
+ * (less than half the region). The hashes run on cs->hs; *dig gets where
+ * the chunks' SHA-256 ids will be. With *sparse, the ids of the changed
+ * chunks alone are computed (copy_sparse's packing waits for them on the
+ * same stream); without, the caller copies the region whole meanwhile, and
+ * capture_regions waits for the hash before it returns.
+ *
+ * In a wide slot the wide hash finds what changed, and SHA-256 runs after
+ * it on what it lists (or on every chunk, when the region is copied
+ * whole): the stall of a sparse checkpoint is one read of the region at
+ * memory speed, not a SHA-256 of it. */
 static int region_hash(struct fifo *f, struct ctxset *cs, const struct capture_region *r, struct engine_stream *st,
 		       uint32_t chunk, uint64_t token, struct capture_digests **gout, CUdeviceptr *dig, bool *sparse,
 		       uint32_t *nchanged)
 {
 	const struct cudrv *d = f->cp->d;
+	const CUdeviceptr src = (CUdeviceptr)(uintptr_t)r->ptr;
 	struct capture_digests *g = NULL;
 	*sparse = false;
 	*gout = NULL;
-	int rc = digests_get(d, r, chunk, &g);
+	int rc = digests_get(f->cp, r, chunk, &g);
 	if (rc < 0)
 		return rc;
 	const int nw = 1 - g->prev;
 	g->token = 0;
-	rc = gpusha_hash(cs->sha, (CUdeviceptr)(uintptr_t)r->ptr, r->size, chunk, g->dig[nw], cs->hs);
+	rc = g->wide ? gpusha_wide(cs->sha, src, r->size, chunk, g->cmp[nw], cs->hs)
+		     : gpusha_hash(cs->sha, src, r->size, chunk, g->cmp[nw], cs->hs);
 	if (rc < 0)
 		return rc;
 	g->token = token;
+	g->key_next = g->wide ? gpusha_key_id(cs->sha) : 0;
 	*gout = g;
-	*dig = g->dig[nw];
+	*dig = ids_buf(g, nw);
 	uint8_t pid[32];
 	uint64_t psize;
-	if (!g->prev_ok || !engine_stream_parent(st, pid, &psize) || psize != r->size || memcmp(pid, g->prev_id, 32))
+	const bool parent = g->prev_ok && engine_stream_parent(st, pid, &psize) && psize == r->size &&
+			    !memcmp(pid, g->prev_id, 32) && g->key == g->key_next;
+	if (parent) {
+		rc = gpusha_changed(cs->sha, g->cmp[nw], g->cmp[g->prev], g->n, 0, g->list, g->list + g->n * 4, cs->hs);
+		if (rc == 0)
+			rc = cudrv_check(d, d->MemcpyDtoHAsync(cs->hcount, g->list + g->n * 4, 4, cs->hs),
+					 "copying the changed count (cuMemcpyDtoHAsync)");
+		if (rc == 0)
+			rc = cudrv_check(d, d->StreamSynchronize(cs->hs), "hashing on the GPU (cuStreamSynchronize)");
+		if (rc < 0)
+			return rc;
+		*nchanged = *cs->hcount;
+		*sparse = (uint64_t)*nchanged * chunk * 2 < r->size;
+	}
+	if (!g->wide)
 		return 0;
-	rc = gpusha_changed(cs->sha, g->dig[nw], g->dig[g->prev], g->n, 0, g->list, g->list + g->n * 4, cs->hs);
-	if (rc == 0)
-		rc = cudrv_check(d, d->MemcpyDtoHAsync(cs->hcount, g->list + g->n * 4, 4, cs->hs),
-				 "copying the changed count (cuMemcpyDtoHAsync)");
-	if (rc == 0)
-		rc = cudrv_check(d, d->StreamSynchronize(cs->hs), "hashing on the GPU (cuStreamSynchronize)");
-	if (rc < 0)
-		return rc;
-	*nchanged = *cs->hcount;
-	*sparse = (uint64_t)*nchanged * chunk * 2 < r->size;
-	return 0;
+	if (*sparse)
+		return *nchanged ? gpusha_hash_list(cs->sha, src, r->size, chunk, g->list, *nchanged, g->sha, cs->hs) : 0;
+	return gpusha_hash(cs->sha, src, r->size, chunk, g->sha, cs->hs);
 }
 
 /* Copies the changed chunks of r, packed on the GPU a slice at a time:
@@ -650,7 +695,7 @@ static int copy_sparse(struct fifo *f, struct ctxset *cs, const struct capture_r
 		const CUdeviceptr list = g->list + (CUdeviceptr)b0 * 4;
 		uint8_t *p = sl->p;
 		/* One stream: each packing waits for the copies out of the last. */
-		rc = gpusha_gather(cs->sha, (CUdeviceptr)(uintptr_t)r->ptr, r->size, chunk, list, cnt, g->dig[1 - g->prev],
+		rc = gpusha_gather(cs->sha, (CUdeviceptr)(uintptr_t)r->ptr, r->size, chunk, list, cnt, ids_buf(g, 1 - g->prev),
 				   cs->pack, cs->pack_dig, cs->hs);
 		if (rc == 0)
 			rc = cudrv_check(d, d->MemcpyDtoHAsync(p, cs->pack, (size_t)cnt * chunk, cs->hs),
@@ -723,6 +768,7 @@ static int region_start(struct fifo *f, const struct capture_region *r, struct e
 		}
 		if (sparse && g) {
 			f->sparse++;
+			f->sparse_wide += g->wide;
 			*sp = (struct sparse){ .st = st, .size = r->size, .nch = g->n, .chunk = chunk };
 			return copy_sparse(f, cs, r, g, k, sp);
 		}
@@ -973,6 +1019,7 @@ int capture_regions(struct capture_copier *cp, struct engine_snap *snap, const s
 		stats->hashed = f.hashed;
 		stats->sparse = f.sparse;
 		stats->whole_ids = f.whole_ids;
+		stats->sparse_wide = f.sparse_wide;
 	}
 	return rc;
 }
@@ -1031,24 +1078,29 @@ int capture_cache_verify(struct capture_copier *cp, const struct capture_region 
 	if (!gpu_hashed(cp, cs, r, chunk))
 		return -ENOTSUP;
 	struct capture_digests *g;
-	if ((rc = digests_get(d, r, chunk, &g)) < 0)
+	if ((rc = digests_get(cp, r, chunk, &g)) < 0)
 		return rc;
+	const CUdeviceptr src = (CUdeviceptr)(uintptr_t)r->ptr, cur = ids_buf(g, 0);
 	uint8_t *e = malloc(g->n * 32);
 	if (!e)
 		return crest_errf(-ENOMEM, "checking region %s restored from the host cache", r->name);
 	rc = expected_digests(st, chunk, g->n, e);
 	/* From here both buffers are overwritten: the slot no longer holds
-	 * its parent's digests unless the check passes. */
+	 * its parent's digests unless the check passes. The snapshot's ids go
+	 * into cmp[1] and are compared with the region's SHA-256; a wide slot
+	 * also gets the region's wide digests in cmp[0], its next parent's. */
 	if (rc == 0) {
 		g->prev_ok = false;
 		g->token = 0;
-		rc = cudrv_check(d, d->MemcpyHtoDAsync(g->dig[1], e, g->n * 32, cs->hs),
+		rc = cudrv_check(d, d->MemcpyHtoDAsync(g->cmp[1], e, g->n * 32, cs->hs),
 				 "copying the snapshot's ids to the GPU (cuMemcpyHtoDAsync)");
 	}
 	if (rc == 0)
-		rc = gpusha_hash(cs->sha, (CUdeviceptr)(uintptr_t)r->ptr, r->size, chunk, g->dig[0], cs->hs);
+		rc = gpusha_hash(cs->sha, src, r->size, chunk, cur, cs->hs);
 	if (rc == 0)
-		rc = gpusha_changed(cs->sha, g->dig[0], g->dig[1], g->n, 0, g->list, g->list + g->n * 4, cs->hs);
+		rc = gpusha_changed(cs->sha, cur, g->cmp[1], g->n, 0, g->list, g->list + g->n * 4, cs->hs);
+	if (rc == 0 && g->wide)
+		rc = gpusha_wide(cs->sha, src, r->size, chunk, g->cmp[0], cs->hs);
 	if (rc == 0)
 		rc = cudrv_check(d, d->MemcpyDtoHAsync(cs->hcount, g->list + g->n * 4, 4, cs->hs),
 				 "copying the count of chunks that differ (cuMemcpyDtoHAsync)");
@@ -1061,6 +1113,7 @@ int capture_cache_verify(struct capture_copier *cp, const struct capture_region 
 	if (*nbad == 0) {
 		g->prev = 0;
 		g->prev_ok = true;
+		g->key = g->wide ? gpusha_key_id(cs->sha) : 0;
 		memcpy(g->prev_id, id, 32);
 	}
 	return 0;
@@ -1074,7 +1127,7 @@ void capture_prepare(struct capture_copier *cp, const struct capture_region *r, 
 		return;
 	struct capture_digests *g;
 	if (gpu_hashed(cp, cs, r, chunk))
-		(void)digests_get(cp->d, r, chunk, &g);
+		(void)digests_get(cp, r, chunk, &g);
 }
 
 const char *capture_gpu_hash_why(const struct capture_copier *cp)

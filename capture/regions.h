@@ -74,6 +74,8 @@ struct capture_stats {
 				       * copied as changed chunks only */
 	unsigned whole_ids;           /* and copied whole, each slice with the ids
 				       * of its chunks (the engine does not hash them) */
+	unsigned sparse_wide;         /* of the sparse ones, those whose changed
+				       * chunks the wide hash found (gpu/gpusha.h) */
 };
 
 /* One REGION stream per region in snap ("mem=host" or "mem=device"), its

@@ -1377,10 +1377,11 @@ int crest_checkpoint(crest_t *ch, const struct crest_checkpoint_opts *o, crest_c
 	if (getenv("CREST_TRACE") && c->copier) {
 		const char *why = capture_gpu_hash_why(c->copier);
 		fprintf(stderr, "crest trace: crest_checkpoint %llu: %.3f GB copied; %u device regions hashed on the "
-			"GPU, %u of them copied as changed chunks only and %u whole with their ids%s%s; stall: checks "
+			"GPU, %u of them copied as changed chunks only (%u found by the wide hash) and %u whole with "
+			"their ids%s%s; stall: checks "
 			"%.3f s, store and sync %.3f s, snapshot begun %.3f s, regions %.3f s (%.3f s waiting for "
 			"staging), blobs and seal %.3f s\n",
-			(unsigned long long)c->next_ckpt, cs.copied / 1e9, cs.hashed, cs.sparse, cs.whole_ids,
+			(unsigned long long)c->next_ckpt, cs.copied / 1e9, cs.hashed, cs.sparse, cs.sparse_wide, cs.whole_ids,
 			why ? "; no GPU hashing: " : "", why ? why : "", (tp[0] - t0) / 1e9, (tp[1] - tp[0]) / 1e9,
 			(tp[2] - tp[1]) / 1e9, (tp[3] - tp[2]) / 1e9, cs.wait_ns / 1e9, (tp[4] - tp[3]) / 1e9);
 	}

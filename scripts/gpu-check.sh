@@ -23,6 +23,9 @@
 #               process beside a live one; prints what the driver says of both
 #   gpu_multi's checkpoints hash device regions on the GPU and copy only the
 #               chunks that changed (CREST_TRACE must show it did, at least once)
+#   gpu_shacmp  gpu_multi with CREST_GPU_WIDE=0: changed chunks found by
+#               comparing every chunk's SHA-256 on the GPU, not the wide
+#               hash (gpu_multi's trace must show the wide hash found them)
 #   gpu_cpuhash gpu_multi with CREST_GPU_HASH=0: every region copied whole and
 #               hashed by the CPU, as in a build without the kernels
 #   gpu_held    gpu_multi with the store let go after every checkpoint
@@ -149,6 +152,7 @@ if [ "${1:-}" = --bundle ]; then
 	       build/tests/library/gpu_multi build/tests/library/test_uvm build/tests/gpu/test_gpusha
 	       build/tests/gpu/test_settle_gpu build/bench/library/cache_bench build/bench/library/multidev_bench
 	       build/bench/transparent/crest-bare-ckpt build/bench/transparent/crest-dump-sink build/cli/crest-workload
+	       build/bench/library/gpu_bench
 	       build/lib/libcrest.so build/gpu/libcrest-shim.so)
 	for f in "${files[@]}"; do
 		[ -e "$f" ] || { echo "gpu-check: $f is missing: build first (crest-workload-gpu needs nvcc)" >&2; exit 1; }
@@ -349,7 +353,18 @@ hash_extra() {  # hash_extra STORE LOG
 		echo "none of $n checkpoints copied a region whole with its ids${why:+ ($why)}"
 		return 1
 	fi
-	echo "$more; $sparse of $n checkpoints copied changed chunks only, $whole copied regions whole with their ids"
+	# How the changed chunks were found: by the wide hash (the default),
+	# or by SHA-256 ids where CREST_GPU_WIDE=0 says so.
+	wide=$(grep 'crest trace: crest_checkpoint' "$2" | sed -n 's/.*(\([0-9]*\) found by the wide hash).*/\1/p' |
+		awk '$1 > 0' | wc -l)
+	if [ "${CREST_GPU_WIDE:-1}" = 0 ] && [ "$wide" -ne 0 ]; then
+		echo "CREST_GPU_WIDE=0, yet $wide of $n checkpoints found changed chunks by the wide hash"
+		return 1
+	elif [ "${CREST_GPU_WIDE:-1}" != 0 ] && [ "$wide" -eq 0 ]; then
+		echo "none of $n checkpoints found changed chunks by the wide hash"
+		return 1
+	fi
+	echo "$more; $sparse of $n checkpoints copied changed chunks only ($wide by the wide hash), $whole copied regions whole with their ids"
 }
 
 STORES=()
@@ -370,6 +385,11 @@ DETAIL='settled in' lib_check gpu_settle "$WORK/settle" 60 test_settle_gpu
 # Device regions are hashed on the GPU, and only changed chunks copied.
 CREST_TRACE=1 CREST_PIECE_MIN_EXTENTS=4 CREST_PIECE_SPAN=65536 DETAIL='^gpu_multi: ok' EXTRA=hash_extra \
 	lib_check gpu_multi "$WORK/multi" 180 gpu_multi "$WORK/multi" 256
+
+# 2-. The same with the changed chunks found by comparing SHA-256 ids, not
+# by the wide hash (CREST_GPU_WIDE=0; the path chunks over 4 KiB take).
+CREST_GPU_WIDE=0 CREST_TRACE=1 CREST_PIECE_MIN_EXTENTS=4 CREST_PIECE_SPAN=65536 DETAIL='^gpu_multi: ok' \
+	EXTRA=hash_extra lib_check gpu_shacmp "$WORK/shacmp" 180 gpu_multi "$WORK/shacmp" 256
 
 # 2a. The same copied whole and hashed by the CPU.
 CREST_GPU_HASH=0 DETAIL='^gpu_multi: ok' lib_check gpu_cpuhash "$WORK/cpuhash" 180 gpu_multi "$WORK/cpuhash" 256
