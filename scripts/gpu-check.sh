@@ -160,6 +160,13 @@ if [ "${1:-}" = --bundle ]; then
 	[ -x .deps/criu/criu ] || { echo "gpu-check: .deps/criu/criu is missing: run scripts/install-criu.sh" >&2; exit 1; }
 	rm -rf .gpu
 	"$tool" .gpu "${files[@]}"
+	# Without their debug sections (symbols stay, so backtraces still name
+	# functions): the device call carries the tree and .gpu in 64 MiB.
+	for f in "${files[@]}"; do
+		b=.gpu/bin/${f##*/}
+		[ -f "$b" ] || b=.gpu/lib/${f##*/}
+		[ -f "$b" ] && strip --strip-debug "$b"
+	done
 	# The criu prefix without apt's download cache; its links are relative
 	# (lib -> usr/lib) and travel as links.
 	mkdir -p .gpu/criu
