@@ -11,7 +11,8 @@
 #         on the GPU, then only they are copied (crest before issue 36);
 #   wide: the default, changed chunks found by the wide hash (gpu/gpusha.h),
 #         SHA-256 only of those, then only they are copied.
-# The modes alternate, ROUNDS (1) times. Prints the RESULT lines of each run
+# The modes alternate, ROUNDS (1) times, in the order $MODES names them
+# ("cpu sha wide"; run it again reversed to see what the order costs). Prints the RESULT lines of each run
 # and, per mode, the medians and the ratio issue 36 states its target in:
 # the 2% checkpoint's stall over the full-copy (cpu) first stall.
 # The stores are WORK-MODE (WORK: /tmp/crest-incr-bench, on the root disk;
@@ -28,7 +29,7 @@ sum=$work-results
 : >"$sum"
 r=1
 while [ "$r" -le "$rounds" ]; do
-	for mode in cpu sha wide; do
+	for mode in ${MODES:-cpu sha wide}; do
 		rm -rf "$work-$mode"
 		case $mode in
 		cpu) env CREST_GPU_HASH=0 GPU_BENCH_DRIVER=0 GPU_BENCH_CHANGE_PCT=$pct \
