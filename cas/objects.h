@@ -1,0 +1,185 @@
+/*
+ * objects.h - the store's numbered files as an operation table, in the way
+ * restic's Backend and RocksDB's FileSystem put storage behind a table of
+ * operations, so that one commit / recover / verify / gc core can sit on a
+ * directory today and on RADOS next (issue 35). The directory
+ * (objects_dir.c: STORE/packs/NNNNNNNN.pack, STORE/meta/NNNNNNNN.log) is the
+ * first implementation.
+ *
+ * What it owns: the objects of each kind, named by kind and number, each a
+ * byte array that is created once, written at offsets, synced, read, cut,
+ * listed and removed. What it does not know: what the bytes say (headers,
+ * records and their checks stay with pack.c and meta.c, above it).
+ *
+ * What it promises (meta.c's and store.c's commit notes rely on each):
+ *  - create is exclusive: -EEXIST when the object exists, and then nothing
+ *    is changed. A new object's name is durable once sync_names(kind)
+ *    returns 0 after the create; until then a crash may lose the object.
+ *  - Bytes written are durable once sync(obj) returns 0. Of bytes written
+ *    and not synced, a crash may keep any part or none; a read after a
+ *    write (through any handle) sees it.
+ *  - truncate cuts (or extends with zeros) to a size; durable after sync.
+ *  - A removal is durable once sync_names(kind) returns 0 after it; a
+ *    crash before may leave the object as it was.
+ *  - list gives each number of a kind once, in no order, and ignores what
+ *    is not one of its objects.
+ * Errors: 0 or a negative errno; the function that fails says why in one
+ * line (util/err.h), naming the object (its path, for a directory). Two
+ * say nothing: -ENOENT of stat and of remove, which callers expect.
+ * Handles may be used by several threads at once, each open object by
+ * one at a time.
+ */
+#ifndef CREST_CAS_OBJECTS_H
+#define CREST_CAS_OBJECTS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum cas_obj_kind {
+	CAS_OBJ_PACK,         /* chunk records (pack.c) */
+	CAS_OBJ_META,         /* a writer session's meta log (meta.c) */
+	CAS_OBJ_KINDS
+};
+
+struct cas_objects;
+struct cas_obj;
+
+/* list's callback: non-zero stops the listing, which returns it. */
+typedef int (*cas_obj_list_fn)(uint32_t num, void *arg);
+
+struct cas_objects_ops {
+	const char *name;
+	/* The objects of the store at dir (nothing is created until an object
+	 * is); store names the store in messages. */
+	int (*open)(const char *dir, const char *store, struct cas_objects **out);
+	void (*close)(struct cas_objects *o);
+	/* The object's name in messages, as its kind's callers put it after
+	 * "meta log" or "pack": a directory's is its path. */
+	void (*name_of)(const struct cas_objects *o, enum cas_obj_kind k, uint32_t num, char *buf, size_t cap);
+
+	/* A new, empty object, open for reading and writing. */
+	int (*create)(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, struct cas_obj **out);
+	/* An existing object, for reading (write false) or both. */
+	int (*open_obj)(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, bool write,
+			struct cas_obj **out);
+	/* All n bytes at off, or an error (-EIO for bytes past the end). */
+	int (*read)(struct cas_obj *f, void *p, size_t n, uint64_t off);
+	/* All n bytes at off, or an error. */
+	int (*write)(struct cas_obj *f, const void *p, size_t n, uint64_t off);
+	int (*size)(struct cas_obj *f, uint64_t *size);
+	int (*truncate)(struct cas_obj *f, uint64_t size);
+	int (*sync)(struct cas_obj *f);
+	void (*close_obj)(struct cas_obj *f);
+
+	/* The size of an object, or -ENOENT (no message) when there is none. */
+	int (*stat)(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, uint64_t *size);
+	int (*list)(struct cas_objects *o, enum cas_obj_kind k, cas_obj_list_fn cb, void *arg);
+	/* -ENOENT (no message) when there is none. */
+	int (*remove)(struct cas_objects *o, enum cas_obj_kind k, uint32_t num);
+	/* Makes the creates and removals of kind k so far durable. */
+	int (*sync_names)(struct cas_objects *o, enum cas_obj_kind k);
+};
+
+/* The part of a handle every implementation shares (its first member). */
+struct cas_objects {
+	const struct cas_objects_ops *ops;
+};
+
+/* The part of an open object every implementation shares (its first member). */
+struct cas_obj {
+	struct cas_objects *o;
+};
+
+extern const struct cas_objects_ops cas_objects_dir;
+
+static inline void cas_objects_close(struct cas_objects *o)
+{
+	if (o)
+		o->ops->close(o);
+}
+
+static inline void cas_obj_name(const struct cas_objects *o, enum cas_obj_kind k, uint32_t num, char *buf,
+				size_t cap)
+{
+	o->ops->name_of(o, k, num, buf, cap);
+}
+
+static inline int cas_obj_create(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, struct cas_obj **out)
+{
+	return o->ops->create(o, k, num, out);
+}
+
+static inline int cas_obj_open(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, bool write,
+			       struct cas_obj **out)
+{
+	return o->ops->open_obj(o, k, num, write, out);
+}
+
+static inline int cas_obj_read(struct cas_obj *f, void *p, size_t n, uint64_t off)
+{
+	return f->o->ops->read(f, p, n, off);
+}
+
+static inline int cas_obj_write(struct cas_obj *f, const void *p, size_t n, uint64_t off)
+{
+	return f->o->ops->write(f, p, n, off);
+}
+
+static inline int cas_obj_size(struct cas_obj *f, uint64_t *size)
+{
+	return f->o->ops->size(f, size);
+}
+
+static inline int cas_obj_truncate(struct cas_obj *f, uint64_t size)
+{
+	return f->o->ops->truncate(f, size);
+}
+
+static inline int cas_obj_sync(struct cas_obj *f)
+{
+	return f->o->ops->sync(f);
+}
+
+static inline void cas_obj_close(struct cas_obj *f)
+{
+	if (f)
+		f->o->ops->close_obj(f);
+}
+
+static inline int cas_obj_stat(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, uint64_t *size)
+{
+	return o->ops->stat(o, k, num, size);
+}
+
+static inline int cas_obj_list(struct cas_objects *o, enum cas_obj_kind k, cas_obj_list_fn cb, void *arg)
+{
+	return o->ops->list(o, k, cb, arg);
+}
+
+static inline int cas_obj_remove(struct cas_objects *o, enum cas_obj_kind k, uint32_t num)
+{
+	return o->ops->remove(o, k, num);
+}
+
+static inline int cas_obj_sync_names(struct cas_objects *o, enum cas_obj_kind k)
+{
+	return o->ops->sync_names(o, k);
+}
+
+static inline int cas_obj_max_cb(uint32_t num, void *arg)
+{
+	uint32_t *max = (uint32_t *)arg;
+	if (num > *max)
+		*max = num;
+	return 0;
+}
+
+/* The highest number of kind k (0: none). */
+static inline int cas_obj_max(struct cas_objects *o, enum cas_obj_kind k, uint32_t *max)
+{
+	*max = 0;
+	return cas_obj_list(o, k, cas_obj_max_cb, max);
+}
+
+#endif

@@ -1,0 +1,264 @@
+/*
+ * test_objects.c - the objects table (cas/objects.h) against a model: what
+ * every implementation must do, run here on the directory one (and on the
+ * next implementation when it comes, with the same steps).
+ *
+ * With a printed, replayable seed: random creates, writes at random offsets
+ * (holes included), truncates, reads, stats, lists, removes, syncs and
+ * reopens over a few numbers of both kinds; after each step the bytes, the
+ * sizes and the list are compared with an in-memory model. Then what the
+ * table promises outright: create is exclusive (-EEXIST, the object left as
+ * it was), stat and remove of a missing object say -ENOENT and leave no
+ * message, a read past the end fails, and list ignores names that are not
+ * its objects (a stray file, another kind's, a directory).
+ *
+ * usage: test_objects [SEED]
+ */
+#include "cas/objects.h"
+#include "tests/check.h"
+#include "util/err.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define NUMS 6
+#define CAP (256 * 1024)
+
+struct model {
+	bool exists;
+	uint8_t *bytes;   /* CAP bytes */
+	uint64_t size;
+};
+
+static struct model m[CAS_OBJ_KINDS][NUMS + 1];
+static struct cas_obj *open_[CAS_OBJ_KINDS][NUMS + 1];
+
+static int list_cb(uint32_t num, void *arg)
+{
+	unsigned *seen = arg;
+	if (num <= NUMS)
+		seen[num]++;
+	else
+		seen[0] += 100;   /* a number the model never made */
+	return 0;
+}
+
+static void compare(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, uint8_t *buf, const char *when)
+{
+	const struct model *x = &m[k][num];
+	uint64_t size = 0;
+	const int st = cas_obj_stat(o, k, num, &size);
+	if (!x->exists) {
+		CHECK(st == -ENOENT, "%s: kind %d object %u: stat %d, the model has none", when, k, num, st);
+		return;
+	}
+	CHECK(st == 0 && size == x->size, "%s: kind %d object %u: stat %d size %" PRIu64 ", the model %" PRIu64,
+	      when, k, num, st, size, x->size);
+	if (st || size != x->size || !size)
+		return;
+	struct cas_obj *f;
+	OK(cas_obj_open(o, k, num, false, &f));
+	uint64_t fsize = 0;
+	OK(cas_obj_size(f, &fsize));
+	CHECK(fsize == x->size, "%s: kind %d object %u: size %" PRIu64 " through a handle", when, k, num, fsize);
+	OK(cas_obj_read(f, buf, x->size, 0));
+	const size_t d = first_diff(buf, x->bytes, x->size);
+	CHECK(d == x->size, "%s: kind %d object %u differs from the model at byte %zu", when, k, num, d);
+	cas_obj_close(f);
+}
+
+int main(int argc, char **argv)
+{
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	const uint64_t seed = check_seed(argc, argv, 1);
+	uint64_t st = check_state(seed);
+	printf("seed %" PRIu64 " (replay: test_objects %" PRIu64 ")\n", seed, seed);
+	char dir[] = "/tmp/crest-objects-XXXXXX";
+	if (!mkdtemp(dir)) {
+		perror("mkdtemp");
+		return 1;
+	}
+	struct cas_objects *o;
+	OK(cas_objects_dir.open(dir, dir, &o));
+	uint8_t *buf = malloc(CAP), *data = malloc(CAP);
+	for (int k = 0; k < CAS_OBJ_KINDS; k++)
+		for (int n = 0; n <= NUMS; n++)
+			m[k][n].bytes = calloc(1, CAP);
+
+	/* Nothing yet: an empty list, -ENOENT without a message. */
+	unsigned seen[NUMS + 1] = { 0 };
+	OK(cas_obj_list(o, CAS_OBJ_META, list_cb, seen));
+	uint32_t max = 7;
+	OK(cas_obj_max(o, CAS_OBJ_PACK, &max));
+	CHECK(max == 0, "max of no packs: %u", max);
+	crest_errset_str("");
+	uint64_t size;
+	CHECK(cas_obj_stat(o, CAS_OBJ_META, 1, &size) == -ENOENT && !crest_errmsg()[0], "stat of nothing: %s",
+	      crest_errmsg());
+	CHECK(cas_obj_remove(o, CAS_OBJ_PACK, 1) == -ENOENT && !crest_errmsg()[0], "remove of nothing: %s",
+	      crest_errmsg());
+
+	const int steps = 3000;
+	for (int i = 0; i < steps; i++) {
+		const enum cas_obj_kind k = (enum cas_obj_kind)(check_rnd(&st) % CAS_OBJ_KINDS);
+		const uint32_t num = 1 + (uint32_t)(check_rnd(&st) % NUMS);
+		struct model *x = &m[k][num];
+		struct cas_obj **f = &open_[k][num];
+		char when[64];
+		snprintf(when, sizeof(when), "step %d", i);
+		switch (check_rnd(&st) % 9) {
+		case 0: {   /* create: exclusive */
+			struct cas_obj *g = NULL;
+			const int rc = cas_obj_create(o, k, num, &g);
+			if (x->exists) {
+				CHECK(rc == -EEXIST, "%s: create of an existing object: %d (%s)", when, rc, crest_errmsg());
+				if (rc == 0)
+					cas_obj_close(g);
+			} else {
+				CHECK(rc == 0, "%s: create: %d (%s)", when, rc, crest_errmsg());
+				if (rc == 0) {
+					x->exists = true;
+					x->size = 0;
+					cas_obj_close(*f);
+					*f = g;
+				}
+			}
+			break;
+		}
+		case 1:
+		case 2: {   /* a write at a random offset, holes and growth included */
+			if (!x->exists)
+				break;
+			if (!*f)
+				OK(cas_obj_open(o, k, num, true, f));
+			const uint64_t off = check_rnd(&st) % (CAP / 2), n = 1 + check_rnd(&st) % (CAP / 2 - 1);
+			check_fill64(data, n, &st);
+			OK(cas_obj_write(*f, data, n, off));
+			memcpy(x->bytes + off, data, n);
+			if (off + n > x->size)
+				x->size = off + n;
+			break;
+		}
+		case 3: {   /* truncate: shorter, or longer with zeros */
+			if (!x->exists)
+				break;
+			if (!*f)
+				OK(cas_obj_open(o, k, num, true, f));
+			const uint64_t to = check_rnd(&st) % CAP;
+			OK(cas_obj_truncate(*f, to));
+			if (to < x->size)
+				memset(x->bytes + to, 0, x->size - to);
+			x->size = to;
+			break;
+		}
+		case 4:   /* sync, and the names */
+			if (*f)
+				OK(cas_obj_sync(*f));
+			OK(cas_obj_sync_names(o, k));
+			break;
+		case 5: {   /* remove */
+			cas_obj_close(*f);
+			*f = NULL;
+			crest_errset_str("");
+			const int rc = cas_obj_remove(o, k, num);
+			CHECK(x->exists ? rc == 0 : rc == -ENOENT && !crest_errmsg()[0], "%s: remove: %d (%s)", when,
+			      rc, crest_errmsg());
+			x->exists = false;
+			memset(x->bytes, 0, CAP);
+			x->size = 0;
+			break;
+		}
+		case 6: {   /* a read of a random range, and one past the end */
+			if (!x->exists || !x->size)
+				break;
+			struct cas_obj *g;
+			OK(cas_obj_open(o, k, num, false, &g));
+			const uint64_t off = check_rnd(&st) % x->size, n = 1 + check_rnd(&st) % (x->size - off);
+			OK(cas_obj_read(g, buf, n, off));
+			CHECK(first_diff(buf, x->bytes + off, n) == n, "%s: read of %" PRIu64 " at %" PRIu64 " differs",
+			      when, n, off);
+			CHECK(cas_obj_read(g, buf, 2, x->size - 1) < 0, "%s: a read past the end succeeded", when);
+			cas_obj_close(g);
+			break;
+		}
+		case 7:   /* closed, to be opened again */
+			cas_obj_close(*f);
+			*f = NULL;
+			break;
+		default:
+			compare(o, k, num, buf, when);
+		}
+		if (failures)
+			break;
+	}
+	/* Every object, and the list, against the model. */
+	for (int k = 0; k < CAS_OBJ_KINDS; k++) {
+		memset(seen, 0, sizeof(seen));
+		OK(cas_obj_list(o, (enum cas_obj_kind)k, list_cb, seen));
+		uint32_t want = 0;
+		for (uint32_t n = 1; n <= NUMS; n++) {
+			compare(o, (enum cas_obj_kind)k, n, buf, "at the end");
+			CHECK(seen[n] == (m[k][n].exists ? 1u : 0u), "kind %d: list gave object %u %u times, the model has "
+			      "%d", k, n, seen[n], m[k][n].exists);
+			if (m[k][n].exists)
+				want = n;
+		}
+		CHECK(seen[0] == 0, "kind %d: list gave a number the model never made", k);
+		OK(cas_obj_max(o, (enum cas_obj_kind)k, &max));
+		CHECK(max == want, "kind %d: max %u, the model %u", k, max, want);
+	}
+	/* What list ignores: a stray file, a name of the other kind's
+	 * extension, a directory that looks like an object. */
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/meta", dir);
+	mkdir(path, 0700);
+	snprintf(path, sizeof(path), "%s/meta/notes.txt", dir);
+	FILE *fp = fopen(path, "w");
+	if (fp)
+		fclose(fp);
+	snprintf(path, sizeof(path), "%s/meta/%08u.pack", dir, 40u);
+	fp = fopen(path, "w");
+	if (fp)
+		fclose(fp);
+	snprintf(path, sizeof(path), "%s/meta/%08u.log", dir, 41u);
+	mkdir(path, 0700);
+	memset(seen, 0, sizeof(seen));
+	OK(cas_obj_list(o, CAS_OBJ_META, list_cb, seen));
+	CHECK(seen[0] == 0, "list of meta logs took a stray file for one");
+
+	/* create of an existing object changes nothing. */
+	struct cas_obj *g;
+	if (!m[CAS_OBJ_META][1].exists) {
+		OK(cas_obj_create(o, CAS_OBJ_META, 1, &g));
+		cas_obj_close(g);
+		m[CAS_OBJ_META][1].exists = true;
+		m[CAS_OBJ_META][1].size = 0;
+	}
+	CHECK(cas_obj_create(o, CAS_OBJ_META, 1, &g) == -EEXIST, "create of an existing log");
+	compare(o, CAS_OBJ_META, 1, buf, "after a refused create");
+
+	for (int k = 0; k < CAS_OBJ_KINDS; k++)
+		for (int n = 0; n <= NUMS; n++) {
+			cas_obj_close(open_[k][n]);
+			free(m[k][n].bytes);
+		}
+	cas_objects_close(o);
+	free(buf);
+	free(data);
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+	if (system(cmd) != 0)
+		fprintf(stderr, "test_objects: could not remove %s\n", dir);
+	if (failures) {
+		printf("FAIL: %d check(s) failed (seed %" PRIu64 ")\n", failures, seed);
+		return 1;
+	}
+	printf("ok: %d steps over %d objects of %d kinds against the model\n", steps, NUMS, CAS_OBJ_KINDS);
+	return 0;
+}
