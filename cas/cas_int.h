@@ -4,6 +4,7 @@
 
 #include "cas/cas.h"
 #include "cas/index.h"
+#include "cas/objects.h"
 
 #include <liburing.h>
 #include <pthread.h>
@@ -61,6 +62,7 @@ struct cas_store {
 	bool nowait;          /* cas_open_nowait: -EWOULDBLOCK instead of waiting */
 	int readers_fd;       /* readers: STORE/readers, held shared (gc.h) */
 	struct cas_index *ix;  /* the index (index.h): crest's keys above it, in store.c */
+	struct cas_objects *objs;  /* its numbered files (objects.h): meta logs so far */
 
 	/* Read side: one O_RDONLY descriptor per pack, opened on first use. */
 	pthread_mutex_t rfd_lock;
@@ -100,7 +102,7 @@ struct cas_store {
 	size_t nhidden;
 	struct cas_unindexed *unidx;  /* readers: commits lost (cas_hidden_load) */
 	size_t nunidx;
-	int meta_fd;          /* this session's meta log, once created */
+	struct cas_obj *meta; /* this session's meta log, once created */
 	uint32_t meta_num;
 	uint64_t meta_end;
 };

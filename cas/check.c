@@ -233,30 +233,26 @@ static uint64_t end_in(const struct cas_pack_end *v, size_t n, uint32_t num, boo
 	return 0;
 }
 
-static int read_all(const char *path, uint8_t **buf, uint64_t *size)
+/* Meta log num whole, or -ENOENT (no message) when it is gone. */
+static int read_all(struct cas_store *s, uint32_t num, uint8_t **buf, uint64_t *size)
 {
 	*buf = NULL;
 	*size = 0;
-	const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	struct stat st;
-	int rc = fstat(fd, &st) < 0 ? -errno : 0;
+	struct cas_obj *f;
+	uint64_t n;
+	int rc = cas_obj_stat(s->objs, CAS_OBJ_META, num, &n);
+	if (rc == 0)
+		rc = cas_obj_open(s->objs, CAS_OBJ_META, num, false, &f);
+	if (rc < 0)
+		return rc;
+	rc = cas_obj_size(f, size);
 	if (rc == 0) {
-		*size = (uint64_t)st.st_size;
 		*buf = malloc(*size ? *size : 1);
-		rc = *buf ? 0 : -ENOMEM;
+		rc = *buf ? 0 : crest_errf(-ENOMEM, "reading a meta log of %s", s->dir);
 	}
-	for (uint64_t got = 0; rc == 0 && got < *size;) {
-		const ssize_t r = pread(fd, *buf + got, *size - got, (off_t)got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			rc = r < 0 ? -errno : -EIO;
-		else
-			got += (uint64_t)r;
-	}
-	close(fd);
+	if (rc == 0)
+		rc = cas_obj_read(f, *buf, *size, 0);
+	cas_obj_close(f);
 	if (rc < 0) {
 		free(*buf);
 		*buf = NULL;
@@ -271,13 +267,13 @@ static int meta_check(struct chk *c, uint32_t num, const struct cas_pack_end *q,
 	cas_meta_path(c->s, num, path, sizeof(path));
 	uint8_t *buf;
 	uint64_t size;
-	int rc = read_all(path, &buf, &size);
+	int rc = read_all(c->s, num, &buf, &size);
 	if (rc == -ENOENT) {
 		c->changed = true;   /* gc's compaction removed it meanwhile */
 		return 0;
 	}
 	if (rc < 0)
-		return crest_errf(rc, "cannot read meta log %s", path);
+		return rc;
 	bool found;
 	const uint64_t qend = end_in(q, nq, num, &found);
 	uint32_t version = 0, n = 0;
@@ -338,9 +334,8 @@ static int meta_pass(struct chk *c)
 	if (rc == 0)
 		rc = cas_meta_max_on_disk(c->s, &max);
 	for (uint32_t num = 1; rc == 0 && num <= max; num++) {
-		char path[4096];
-		cas_meta_path(c->s, num, path, sizeof(path));
-		if (access(path, F_OK) == 0)
+		uint64_t size;
+		if (cas_obj_stat(c->s->objs, CAS_OBJ_META, num, &size) == 0)
 			rc = meta_check(c, num, q, nq);
 	}
 	if (rc == 0)
@@ -660,21 +655,19 @@ static int index_pass(struct chk *c, struct idset *m, struct idset *orphans)
 /* The payload of the meta record at log, off (a malloc'd copy), or NULL. */
 static uint8_t *rec_payload(const struct chk *c, uint32_t log, uint64_t off, size_t *len)
 {
-	char path[4096];
 	uint8_t h[CAS_REC_HEADER], *p = NULL;
-	cas_meta_path(c->s, log, path, sizeof(path));
-	const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
+	struct cas_obj *f;
+	if (cas_obj_open(c->s->objs, CAS_OBJ_META, log, false, &f) < 0)
 		return NULL;
-	if (pread(fd, h, sizeof(h), (off_t)off) == (ssize_t)sizeof(h)) {
+	if (cas_obj_read(f, h, sizeof(h), off) == 0) {
 		*len = le32_get(h + CAS_REC_RAW);
 		p = malloc(*len ? *len : 1);
-		if (p && pread(fd, p, *len, (off_t)(off + CAS_REC_HEADER)) != (ssize_t)*len) {
+		if (p && cas_obj_read(f, p, *len, off + CAS_REC_HEADER) < 0) {
 			free(p);
 			p = NULL;
 		}
 	}
-	close(fd);
+	cas_obj_close(f);
 	return p;
 }
 

@@ -10,56 +10,57 @@
  * payload length, CRC32C of the payload, the SHA-256 that names it) and the
  * payload. Records are only appended; a failed commit cuts its own records
  * off again (cas_meta_cut) before it reports failure.
+ *
+ * The logs are objects of kind CAS_OBJ_META (objects.h): this file knows
+ * their bytes, the objects table where they lie.
  */
 #include "cas/cas_int.h"
 #include "util/crc32c.h"
 #include "util/err.h"
 #include "util/sha256.h"
 
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 void cas_meta_path(const struct cas_store *s, uint32_t num, char *buf, size_t cap)
 {
-	snprintf(buf, cap, "%s/meta/%08u.log", s->dir, num);
+	cas_obj_name(s->objs, CAS_OBJ_META, num, buf, cap);
 }
 
 int cas_meta_max_on_disk(const struct cas_store *s, uint32_t *max)
 {
-	return cas_max_on_disk(s, "meta", "log", max);
+	return cas_obj_max(s->objs, CAS_OBJ_META, max);
 }
 
 /* Creates this session's log, its header durable and its name too. */
 static int meta_create(struct cas_store *s)
 {
-	char dir[4096], path[4096];
-	snprintf(dir, sizeof(dir), "%s/meta", s->dir);
-	if (mkdir(dir, 0700) < 0 && errno != EEXIST)
-		return crest_errf(-errno, "cannot create %s", dir);
 	uint32_t max;
 	int rc = cas_meta_max_on_disk(s, &max);
 	if (rc < 0)
 		return rc;
 	const uint32_t num = max + 1;
-	cas_meta_path(s, num, path, sizeof(path));
-	int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return crest_errf(-errno, "cannot create meta log %s", path);
+	struct cas_obj *f;
+	if ((rc = cas_obj_create(s->objs, CAS_OBJ_META, num, &f)) < 0)
+		return rc;
 	uint8_t h[CAS_FILE_HEADER];
 	cas_file_header(h, CAS_META_MAGIC, CAS_META_VERSION, num);
-	if (pwrite(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) || fdatasync(fd) < 0 || cas_fsync_path(dir) < 0) {
-		rc = crest_errf(errno ? -errno : -EIO, "cannot write meta log %s", path);
-		close(fd);
-		unlink(path);
+	rc = cas_obj_write(f, h, sizeof(h), 0);
+	if (rc == 0)
+		rc = cas_obj_sync(f);
+	if (rc == 0)
+		rc = cas_obj_sync_names(s->objs, CAS_OBJ_META);
+	if (rc < 0) {
+		char msg[512];
+		crest_errcpy(msg, sizeof(msg));
+		cas_obj_close(f);
+		(void)cas_obj_remove(s->objs, CAS_OBJ_META, num);
+		crest_errset_str(msg);
 		return rc;
 	}
-	s->meta_fd = fd;
+	s->meta = f;
 	s->meta_num = num;
 	s->meta_end = CAS_FILE_HEADER;
 	return 0;
@@ -96,32 +97,24 @@ void cas_meta_rec(struct cas_meta_buf *b, uint8_t kind, const uint8_t sha[32], c
 
 int cas_meta_append(struct cas_store *s, const struct cas_meta_buf *b)
 {
-	char path[4096];
 	if (b->err)
 		return crest_errf(b->err, "building the meta log records of a commit");
-	if (s->meta_fd < 0) {
+	if (!s->meta) {
 		int rc = meta_create(s);
 		if (rc < 0)
 			return rc;
 	}
 	const uint64_t old_end = s->meta_end;
-	cas_meta_path(s, s->meta_num, path, sizeof(path));
-	size_t done = 0;
-	while (done < b->len) {
-		ssize_t r = pwrite(s->meta_fd, b->p + done, b->len - done, (off_t)(s->meta_end + done));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			const int err = r < 0 ? -errno : -EIO;
-			cas_meta_cut(s, old_end);
-			return crest_errf(err, "cannot write meta log %s", path);
-		}
-		done += (size_t)r;
-	}
-	if (fdatasync(s->meta_fd) < 0) {
-		const int err = -errno;
+	int rc = cas_obj_write(s->meta, b->p, b->len, s->meta_end);
+	if (rc == 0)
+		rc = cas_obj_sync(s->meta);
+	if (rc < 0) {
+		/* The write's or the sync's message, not the cut's. */
+		char msg[512];
+		crest_errcpy(msg, sizeof(msg));
 		cas_meta_cut(s, old_end);
-		return crest_errf(err, "cannot sync meta log %s", path);
+		crest_errset_str(msg);
+		return rc;
 	}
 	s->meta_end += b->len;
 	return 0;
@@ -129,19 +122,20 @@ int cas_meta_append(struct cas_store *s, const struct cas_meta_buf *b)
 
 int cas_meta_cut(struct cas_store *s, uint64_t end)
 {
-	if (s->meta_fd < 0)
+	if (!s->meta)
 		return 0;
-	if (ftruncate(s->meta_fd, (off_t)end) < 0 || fdatasync(s->meta_fd) < 0)
-		return -errno;
-	s->meta_end = end;
-	return 0;
+	int rc = cas_obj_truncate(s->meta, end);
+	if (rc == 0)
+		rc = cas_obj_sync(s->meta);
+	if (rc == 0)
+		s->meta_end = end;
+	return rc;
 }
 
 void cas_meta_close(struct cas_store *s)
 {
-	if (s->meta_fd >= 0)
-		close(s->meta_fd);
-	s->meta_fd = -1;
+	cas_obj_close(s->meta);
+	s->meta = NULL;
 }
 
 /* Whether a record that checks out (magic, length, CRC32C) starts at off
@@ -179,35 +173,24 @@ int cas_meta_walk(const struct cas_store *s, uint32_t num, uint64_t from, bool r
 		  int (*cb)(const struct cas_meta_item *it, void *arg), void *arg, uint64_t *end)
 {
 	char path[4096];
+	struct cas_obj *f;
 	cas_meta_path(s, num, path, sizeof(path));
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return crest_errf(-errno, "cannot open meta log %s", path);
-	struct stat st;
+	int rc = cas_obj_open(s->objs, CAS_OBJ_META, num, false, &f);
+	if (rc < 0)
+		return rc;
 	uint8_t *buf = NULL, h[CAS_FILE_HEADER];
-	int rc = fstat(fd, &st) < 0 ? crest_errf(-errno, "cannot stat %s", path) : 0;
-	const uint64_t size = rc == 0 ? (uint64_t)st.st_size : 0;
+	uint64_t size = 0;
+	rc = cas_obj_size(f, &size);
 	uint64_t off = from < CAS_FILE_HEADER ? CAS_FILE_HEADER : from;
 	/* Only what lies past from is read: at a writer's open that is
 	 * usually nothing. buf holds [off, size). */
-	if (rc == 0 && size >= CAS_FILE_HEADER && pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h))
-		rc = crest_errf(-EIO, "cannot read %s", path);
+	if (rc == 0 && size >= CAS_FILE_HEADER)
+		rc = cas_obj_read(f, h, sizeof(h), 0);
 	if (rc == 0 && size > off) {
 		buf = malloc(size - off);
-		if (!buf)
-			rc = crest_errf(-ENOMEM, "reading %s", path);
-		size_t got = 0;
-		while (rc == 0 && got < size - off) {
-			ssize_t r = pread(fd, buf + got, size - off - got, (off_t)(off + got));
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r <= 0)
-				rc = crest_errf(r < 0 ? -errno : -EIO, "cannot read %s", path);
-			else
-				got += (size_t)r;
-		}
+		rc = buf ? cas_obj_read(f, buf, size - off, off) : crest_errf(-ENOMEM, "reading %s", path);
 	}
-	close(fd);
+	cas_obj_close(f);
 	const uint64_t base = off;
 	if (rc == 0 && size >= CAS_FILE_HEADER) {
 		uint32_t version, n;
@@ -344,15 +327,16 @@ static int logs_bytes(const struct cas_store *s, uint32_t num, uint64_t *count, 
 	int rc = cas_meta_max_on_disk(s, &max);
 	*count = *all = *below = 0;
 	for (uint32_t i = 1; rc == 0 && i <= max; i++) {
-		char path[4096];
-		struct stat st;
-		cas_meta_path(s, i, path, sizeof(path));
-		if (stat(path, &st) < 0)
+		uint64_t size;
+		const int st = cas_obj_stat(s->objs, CAS_OBJ_META, i, &size);
+		if (st == -ENOENT)
 			continue;
+		if (st < 0)
+			return st;
 		(*count)++;
-		*all += (uint64_t)st.st_size;
+		*all += size;
 		if (i < num)
-			*below += (uint64_t)st.st_size;
+			*below += size;
 	}
 	return rc;
 }
@@ -369,7 +353,7 @@ int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, uint64_t live, str
 	/* This session's log first (gc made it for its delete records, unless
 	 * nothing expired): the logs below it are the old ones. */
 	const struct cas_meta_buf none = { 0 };
-	int rc = s->meta_fd < 0 ? cas_meta_append(s, &none) : 0;
+	int rc = !s->meta ? cas_meta_append(s, &none) : 0;
 	uint64_t old = 0, count;
 	if (rc == 0)
 		rc = logs_bytes(s, s->meta_num, &count, &r->bytes_before, &old);
@@ -403,22 +387,19 @@ int cas_meta_compact(struct cas_store *s, uint64_t min_bytes, uint64_t live, str
 	if (!b)
 		return rc;
 	for (uint32_t i = 1; i < s->meta_num; i++) {
-		char path[4096];
-		cas_meta_path(s, i, path, sizeof(path));
-		if (unlink(path) == 0) {
+		const int rm = cas_obj_remove(s->objs, CAS_OBJ_META, i);
+		if (rm == 0) {
 			r->logs_removed++;
-		} else if (errno != ENOENT) {   /* ENOENT: an earlier compaction's */
-			rc = crest_errf(-errno, "cannot remove meta log %s", path);
+		} else if (rm != -ENOENT) {   /* ENOENT: an earlier compaction's */
+			rc = rm;
 			break;
 		}
 		char k[5];
 		cas_key_num(k, 'q', i);
 		cas_index_batch_delete(b, k, sizeof(k));
 	}
-	char dir[4096];
-	snprintf(dir, sizeof(dir), "%s/meta", s->dir);
 	if (rc == 0)
-		rc = cas_fsync_path(dir);
+		rc = cas_obj_sync_names(s->objs, CAS_OBJ_META);
 	if (rc == 0)
 		rc = cas_index_batch_commit(b, "dropping the ends of removed meta logs");
 	cas_index_batch_free(b);

@@ -113,10 +113,8 @@ static int meta_tails(struct cas_store *s, const struct cas_pack_end *q, size_t 
 	if (!*qn)
 		return crest_errf(-ENOMEM, "reading the meta logs of %s", s->dir);
 	for (uint32_t num = 1; rc == 0 && num <= max; num++) {
-		char path[4096];
-		cas_meta_path(s, num, path, sizeof(path));
-		struct stat st;
-		if (stat(path, &st) < 0)
+		uint64_t size;
+		if (cas_obj_stat(s->objs, CAS_OBJ_META, num, &size) < 0)
 			continue;
 		bool found;
 		const uint64_t from = end_of(q, nq, num, &found);
@@ -124,7 +122,7 @@ static int meta_tails(struct cas_store *s, const struct cas_pack_end *q, size_t 
 		 * not an open and a read of its header. Every open, a reader's
 		 * included, comes here for every log, and gc leaves them until
 		 * they total 64 MiB (1,327 logs in issue 32's store). */
-		if (found && (uint64_t)st.st_size == from)
+		if (found && size == from)
 			continue;
 		uint64_t end;
 		rc = cas_meta_walk(s, num, found ? from : 0, resync, item_cb, c, &end);
@@ -906,7 +904,7 @@ int cas_upgrade_from_1(struct cas_store *s)
 		if (lstat(path, &st) == 0 && S_ISREG(st.st_mode))
 			cas_batch_end(b, 'p', pack, (uint64_t)st.st_size);
 	}
-	if (rc == 0 && s->meta_fd >= 0)
+	if (rc == 0 && s->meta)
 		cas_batch_end(b, 'q', s->meta_num, s->meta_end);
 	if (rc == 0)
 		rc = cas_index_batch_commit(b, "upgrading the store to format 2");

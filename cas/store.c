@@ -768,7 +768,6 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	s->readers_fd = -1;
 	for (unsigned i = 0; i < CAS_LANES_MAX; i++)
 		s->lanes[i].wfd = -1;
-	s->meta_fd = -1;
 	s->pack_limit = CAS_PACK_LIMIT_DEFAULT;
 	/* CREST_PACK_LIMIT is a test knob: tests/store/model.c sets 64 KiB so a
 	 * few hundred KiB of data roll over many packs and every read and
@@ -780,7 +779,7 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 		s->pack_limit = (uint64_t)atoll(lim);
 	pthread_mutex_init(&s->rfd_lock, NULL);
 	pthread_mutex_init(&s->reserve_lock, NULL);
-	int rc = s->dir ? 0 : -ENOMEM;
+	int rc = s->dir ? cas_objects_dir.open(dir, dir, &s->objs) : crest_errf(-ENOMEM, "opening store %s", dir);
 	bool created;
 	if (rc == 0 && mode == CAS_REPAIR)
 		rc = format_restore(dir);
@@ -902,6 +901,7 @@ void cas_close(struct cas_store *s)
 	}
 	if (s->readers_fd >= 0)
 		close(s->readers_fd);
+	cas_objects_close(s->objs);
 	pthread_mutex_destroy(&s->rfd_lock);
 	pthread_mutex_destroy(&s->reserve_lock);
 	free(s->dir);
