@@ -222,6 +222,15 @@ static int meta_take(struct chk *c, const uint8_t *r, uint32_t log, uint64_t off
 	return 0;
 }
 
+/* Whether a meta log holds a manifest record of snapshot id. */
+static bool logged(const struct chk *c, const uint8_t id[32])
+{
+	for (size_t j = 0; j < c->nman; j++)
+		if (!memcmp(c->man[j].id, id, 32))
+			return true;
+	return false;
+}
+
 static uint64_t end_in(const struct cas_pack_end *v, size_t n, uint32_t num, bool *found)
 {
 	for (size_t i = 0; i < n; i++)
@@ -499,9 +508,8 @@ static int tag_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
 	if (ids_has(t->m, (const uint8_t *)v) || ids_has(t->i, (const uint8_t *)v) ||
 	    cas_hidden(t->c->s, (const uint8_t *)v))
 		return 0;
-	for (size_t j = 0; j < t->c->nman; j++)
-		if (!memcmp(t->c->man[j].id, v, 32))
-			return 0;
+	if (logged(t->c, (const uint8_t *)v))
+		return 0;
 	char hex[65];
 	hex_encode((const uint8_t *)v, 32, hex);
 	return say(t->c, where, NULL, NULL, 0, "the tag names snapshot %s, which neither the index nor a meta "
@@ -539,10 +547,7 @@ static int index_pass(struct chk *c, struct idset *m, struct idset *orphans)
 		if (mrc == -ENOMEM) {
 			rc = mrc;
 		} else if (mrc < 0) {
-			bool logged = false;
-			for (size_t j = 0; j < c->nman && !logged; j++)
-				logged = !memcmp(c->man[j].id, id, 32);
-			rc = say(c, where, &one, NULL, 0, "%s: %s", crest_errmsg(), logged ? "casctl repair puts it "
+			rc = say(c, where, &one, NULL, 0, "%s: %s", crest_errmsg(), logged(c, id) ? "casctl repair puts it "
 				 "back from the meta logs" : "no meta log holds it either: it is lost");
 		} else if (!ids_has(&iset, id)) {
 			where_key(where, sizeof(where), c->s->dir, 'i', id);
@@ -576,11 +581,8 @@ static int index_pass(struct chk *c, struct idset *m, struct idset *orphans)
 			continue;
 		struct idset one = { .v = &iset.v[k], .n = 1 };
 		where_key(where, sizeof(where), c->s->dir, 'm', iset.v[k]);
-		bool logged = false;
-		for (size_t j = 0; j < c->nman && !logged; j++)
-			logged = !memcmp(c->man[j].id, iset.v[k], 32);
 		rc = say(c, where, &one, NULL, 0, "the snapshot's manifest is missing: it is listed, but crest get "
-			 "of it fails (%s)", logged ? "casctl repair puts it back from the meta logs"
+			 "of it fails (%s)", logged(c, iset.v[k]) ? "casctl repair puts it back from the meta logs"
 						    : "and no meta log holds it: it is lost");
 	}
 	/* Pieces: each once, with every snapshot that names it. A delta's base
@@ -641,10 +643,7 @@ static int index_pass(struct chk *c, struct idset *m, struct idset *orphans)
 		const uint8_t *id = k < m->n ? m->v[k] : iset.v[k - m->n];
 		if (cas_hidden(c->s, id) || ids_has(&c->gone, id) || (k >= m->n && ids_has(m, id)))
 			continue;
-		bool logged = false;
-		for (size_t j = 0; j < c->nman && !logged; j++)
-			logged = !memcmp(c->man[j].id, id, 32);
-		if (!logged && !ids_has(orphans, id))
+		if (!logged(c, id) && !ids_has(orphans, id))
 			rc = idset_add(orphans, id);
 	}
 	free(iset.v);
@@ -779,11 +778,8 @@ static int commits_pass(struct chk *c, struct idset *m)
 			later = !strcmp(c->tags[j].name, t->name);
 		if (later || t->past || ids_has(&c->gone, t->id) || cas_hidden(c->s, t->id))
 			continue;
-		bool logged = false;
-		for (size_t j = 0; j < c->nman && !logged; j++)
-			logged = !memcmp(c->man[j].id, t->id, 32);
 		const bool indexed = ids_has(m, t->id);
-		if (!indexed && logged)
+		if (!indexed && logged(c, t->id))
 			continue;   /* the manifest's own fault: the index lacks it */
 		uint8_t id[32];
 		const int trc = cas_tag_get(c->s, t->name, id);
