@@ -15,6 +15,11 @@ status() { local rc=0; "$@" 2>/dev/null || rc=$?; echo "$rc"; }
 # exit status back: each of these once killed crest run itself (138, 131,
 # 140), leaving the job orphaned.
 for sig in USR1 QUIT USR2; do
+	# Gone first: the shell truncates sig.out in the background child, and
+	# the loop below could otherwise see the last round's "ready" before
+	# that and signal the child before it is crest run, in which SIGQUIT
+	# is ignored (an asynchronous list's) and SIGUSR2 kills it.
+	rm -f sig.out
 	"$CREST" --quiet run -- sh -c "trap 'exit 9' $sig; echo ready; while :; do sleep 0.05; done" >sig.out 2>/dev/null &
 	rp=$!
 	# Generous limits: under load (an ASan build beside other tests) the
