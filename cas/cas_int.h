@@ -4,6 +4,7 @@
 
 #include "cas/cas.h"
 #include "cas/index.h"
+#include "cas/locks.h"
 #include "cas/objects.h"
 
 #include <liburing.h>
@@ -56,11 +57,8 @@ struct cas_store {
 	char *dir;
 	enum cas_mode mode;
 	int format;           /* the store's format version, from FORMAT */
-	int lock_fd;
-	bool locked;          /* lock_fd holds the lock (and names this process) */
-	int wants_fd;         /* writers: STORE/lock.wants, for cas_lock_wanted */
+	struct cas_locks *locks;  /* the writer's, waiters' and readers' locks (locks.h) */
 	bool nowait;          /* cas_open_nowait: -EWOULDBLOCK instead of waiting */
-	int readers_fd;       /* readers: STORE/readers, held shared (gc.h) */
 	struct cas_index *ix;  /* the index (index.h): crest's keys above it, in store.c */
 	struct cas_objects *objs;  /* its numbered files (objects.h): meta logs so far */
 
@@ -202,9 +200,10 @@ void cas_key_num(char k[5], char type, uint32_t num);
  * their manifests, summaries and every tag naming one (gc, and a writer's
  * open finishing a killed gc). */
 int cas_batch_forget(struct cas_store *s, struct cas_index_batch *b, const uint8_t (*ids)[32], size_t n);
-/* An fd holding STORE/readers exclusively, when no reader holds it
- * shared; -EBUSY when one does (gc.h). Close it to let readers in. */
+/* 0 and the readers' lock held alone, when no reader holds it shared;
+ * -EBUSY when one does (gc.h). cas_readers_let_in lets them in again. */
 int cas_readers_none(struct cas_store *s);
+void cas_readers_let_in(struct cas_store *s);
 
 /* Index helpers for recover.c (store.c). */
 int cas_ends_load(struct cas_store *s, char type, struct cas_pack_end **out, size_t *n);

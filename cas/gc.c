@@ -1253,8 +1253,7 @@ static int retire(struct cas_store *s, struct cas_gc_result *r)
 		free(v);
 		return rc;
 	}
-	const int lfd = cas_readers_none(s);
-	if (lfd < 0) {
+	if (cas_readers_none(s) < 0) {
 		r->packs_retired = n;
 		free(v);
 		return 0;
@@ -1262,7 +1261,7 @@ static int retire(struct cas_store *s, struct cas_gc_result *r)
 	bool *ok = calloc(n, sizeof(*ok));
 	struct cas_index_batch *b = ok ? cas_batch_new(s, &rc) : NULL;
 	if (!b) {
-		close(lfd);
+		cas_readers_let_in(s);
 		free(ok);
 		free(v);
 		return ok ? rc : crest_errf(-ENOMEM, "gc: unlinking retired packs");
@@ -1284,7 +1283,7 @@ static int retire(struct cas_store *s, struct cas_gc_result *r)
 	cas_fsync_path(dir);
 	rc = cas_index_batch_commit(b, "forgetting unlinked packs");
 	cas_index_batch_free(b);
-	close(lfd);
+	cas_readers_let_in(s);
 	free(ok);
 	free(v);
 	return rc;

@@ -389,62 +389,6 @@ static double lock_timeout(void)
 	return (double)ns / 1e9;
 }
 
-/* Says who holds the lock: the holder writes "PID COMMAND" into the lock
- * file once it has it. The text may belong to an earlier holder (the new
- * one locks, then writes): the pid is shown only while it lives. */
-static void lock_holder(int fd, char *buf, size_t cap)
-{
-	char text[320];
-	ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
-	int pid = 0, used = 0;
-	text[n > 0 ? n : 0] = 0;
-	text[strcspn(text, "\n")] = 0;
-	if (n <= 0 || sscanf(text, "%d %n", &pid, &used) != 1 || pid <= 0 ||
-	    (kill(pid, 0) < 0 && errno == ESRCH)) {
-		snprintf(buf, cap, "another crest (it has not said which)");
-		return;
-	}
-	char path[64], stat[512] = "";
-	const char *state = "";
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	FILE *f = fopen(path, "re");
-	if (f) {
-		size_t got = fread(stat, 1, sizeof(stat) - 1, f);
-		stat[got] = 0;
-		fclose(f);
-		const char *p = strrchr(stat, ')');
-		if (p && (p[2] == 'T' || p[2] == 't'))
-			state = ", which is stopped";
-	}
-	if (pid == (int)getpid())
-		snprintf(buf, cap, "this process (pid %d: a store handle it has not closed)", pid);
-	else
-		snprintf(buf, cap, "pid %d (%s)%s", pid, text + used, state);
-}
-
-/* Writes "PID COMMAND" into the lock file, for writers that wait on it. */
-static void lock_say_holder(int fd)
-{
-	char text[320], cmd[256] = "";
-	int cfd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-	if (cfd >= 0) {
-		ssize_t n = read(cfd, cmd, sizeof(cmd) - 1);
-		close(cfd);
-		for (ssize_t i = 0; i < n; i++)
-			if (cmd[i] == 0 || cmd[i] == '\n')
-				cmd[i] = ' ';
-		cmd[n > 0 ? n : 0] = 0;
-		for (ssize_t i = n - 1; i >= 0 && cmd[i] == ' '; i--)
-			cmd[i] = 0;
-	}
-	int n = snprintf(text, sizeof(text), "%d %s\n", (int)getpid(), cmd);
-	if (n > (int)sizeof(text) - 1)
-		n = (int)sizeof(text) - 1;
-	/* Only a message for others: a failure here costs nothing else. */
-	if (ftruncate(fd, 0) == 0 && pwrite(fd, text, (size_t)n, 0) < 0)
-		return;
-}
-
 static double mono_s(void)
 {
 	struct timespec ts;
@@ -452,61 +396,18 @@ static double mono_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* STORE/lock.wants: held shared by every writer while it waits for the lock,
- * so that a holder that could step aside (a libcrest session between
- * checkpoints) knows someone is waiting (cas_lock_wanted). A writer that
- * cannot open or lock it waits all the same, unannounced. */
-static int want_announce(const char *dir)
-{
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/lock.wants", dir);
-	const int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -1;
-	/* The holder's check takes it exclusively for a moment: retry, never block. */
-	for (int i = 0; i < 100; i++) {
-		if (flock(fd, LOCK_SH | LOCK_NB) == 0)
-			return fd;
-		struct timespec ts = { 0, 1000000L };
-		nanosleep(&ts, NULL);
-	}
-	close(fd);
-	return -1;
-}
-
-/* Whether anyone holds lock.wants (fd) shared: it cannot be had exclusively. */
-static bool wants_probe(int fd)
-{
-	if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-		flock(fd, LOCK_UN);
-		return false;
-	}
-	return errno == EWOULDBLOCK;
-}
-
 bool cas_lock_wanted(struct cas_store *s)
 {
-	if (s->mode == CAS_READ || s->lock_fd < 0)
-		return false;
-	if (s->wants_fd < 0) {
-		char path[4096];
-		snprintf(path, sizeof(path), "%s/lock.wants", s->dir);
-		s->wants_fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-		if (s->wants_fd < 0)
-			return false;
-	}
-	return wants_probe(s->wants_fd);
+	return s->mode != CAS_READ && s->locks && s->locks->ops->wanted(s->locks);
 }
 
 bool cas_lock_wanted_dir(const char *dir)
 {
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/lock.wants", dir);
-	const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
+	struct cas_locks *l;
+	if (cas_locks_flock.open(dir, &l) < 0)
 		return false;
-	const bool wanted = wants_probe(fd);
-	close(fd);
+	const bool wanted = l->ops->wanted(l);
+	cas_locks_close(l);
 	return wanted;
 }
 
@@ -515,51 +416,31 @@ bool cas_lock_wanted_dir(const char *dir)
  * s->nowait it does not wait at all (-EWOULDBLOCK, no message). */
 static int store_lock(struct cas_store *s)
 {
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/lock", s->dir);
-	s->lock_fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (s->lock_fd < 0)
-		return crest_errf(-errno, "cannot open %s", path);
-	struct stat st;
-	if (fstat(s->lock_fd, &st) < 0)
-		return crest_errf(-errno, "cannot stat %s", path);
-	if (!S_ISREG(st.st_mode))
-		return crest_errx(-EPERM, "store %s: %s is not a regular file (remove it)", s->dir, path);
+	const struct cas_locks_ops *op = s->locks->ops;
 	/* Silent for the first second: a libcrest session between checkpoints
 	 * steps aside within a poll (cas_lock_wanted), and saying so every
 	 * time would be noise. */
 	const double limit = lock_timeout(), t0 = mono_s();
 	double next_say = t0 + 1.0;
-	bool said = false;
+	bool said = false, want = false;
 	long sleep_ms = 20;
 	char who[400];
-	int want = -1, rc;
+	int rc;
 	for (;;) {
-		if (flock(s->lock_fd, LOCK_EX | LOCK_NB) == 0) {
-			lock_say_holder(s->lock_fd);
-			s->locked = true;
-			rc = 0;
+		rc = op->writer_try(s->locks);
+		if (rc != -EWOULDBLOCK || s->nowait)
 			break;
-		}
-		if (errno != EWOULDBLOCK && errno != EINTR) {
-			rc = crest_errf(-errno, "cannot lock %s", path);
-			break;
-		}
-		if (s->nowait) {
-			rc = -EWOULDBLOCK;
-			break;
-		}
-		if (want < 0)
-			want = want_announce(s->dir);
+		if (!want)
+			want = op->want(s->locks);
 		const double now = mono_s();
 		if (now - t0 >= limit) {
-			lock_holder(s->lock_fd, who, sizeof(who));
+			op->writer_holder(s->locks, who, sizeof(who));
 			rc = crest_errx(-ETIMEDOUT, "store %s is locked by %s: gave up after %.0f s "
 					"(CREST_LOCK_TIMEOUT sets how long to wait)", s->dir, who, now - t0);
 			break;
 		}
 		if (now >= next_say) {
-			lock_holder(s->lock_fd, who, sizeof(who));
+			op->writer_holder(s->locks, who, sizeof(who));
 			if (!said)
 				fprintf(stderr, "crest: store %s is locked by %s; waiting up to %.0f s "
 					"(CREST_LOCK_TIMEOUT)\n", s->dir, who, limit);
@@ -574,8 +455,8 @@ static int store_lock(struct cas_store *s)
 		if (sleep_ms < 200)
 			sleep_ms *= 2;
 	}
-	if (want >= 0)
-		close(want);
+	if (want)
+		op->unwant(s->locks);
 	return rc;
 }
 
@@ -608,16 +489,7 @@ int cas_db_reopen(struct cas_store *s)
 
 bool cas_writer_live(const struct cas_store *s)
 {
-	char path[4096], text[64];
-	snprintf(path, sizeof(path), "%s/lock", s->dir);
-	const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	const ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
-	close(fd);
-	text[n > 0 ? n : 0] = 0;
-	int pid = 0;
-	return n > 0 && sscanf(text, "%d", &pid) == 1 && pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
+	return s->locks->ops->writer_live(s->locks);
 }
 
 /* For repair: the index moves to index.damaged-TIME (-TIME.N when a repair
@@ -711,32 +583,17 @@ bool cas_store_broken(const struct cas_store *s)
  * the reader had just read still names: a healthy store read as damaged. */
 static void readers_join(struct cas_store *s)
 {
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/readers", s->dir);
-	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	if (flock(fd, LOCK_SH) < 0) {
-		close(fd);
-		return;
-	}
-	s->readers_fd = fd;
+	s->locks->ops->readers_join(s->locks);
 }
 
 int cas_readers_none(struct cas_store *s)
 {
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/readers", s->dir);
-	const int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return -errno;
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
-		close(fd);
-		return -EBUSY;
-	}
-	return fd;   /* held until closed */
+	return s->locks->ops->readers_none(s->locks);
+}
+
+void cas_readers_let_in(struct cas_store *s)
+{
+	s->locks->ops->readers_let_in(s->locks);
 }
 
 static int any_cb(const char *k, size_t kl, const char *v, size_t vl, void *arg)
@@ -763,9 +620,6 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	s->dir = strdup(dir);
 	s->mode = mode;
 	s->nowait = nowait;
-	s->lock_fd = -1;
-	s->wants_fd = -1;
-	s->readers_fd = -1;
 	for (unsigned i = 0; i < CAS_LANES_MAX; i++)
 		s->lanes[i].wfd = -1;
 	s->pack_limit = CAS_PACK_LIMIT_DEFAULT;
@@ -780,6 +634,8 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	pthread_mutex_init(&s->rfd_lock, NULL);
 	pthread_mutex_init(&s->reserve_lock, NULL);
 	int rc = s->dir ? cas_objects_dir.open(dir, dir, &s->objs) : crest_errf(-ENOMEM, "opening store %s", dir);
+	if (rc == 0)
+		rc = cas_locks_flock.open(dir, &s->locks);
 	bool created;
 	if (rc == 0 && mode == CAS_REPAIR)
 		rc = format_restore(dir);
@@ -885,22 +741,7 @@ void cas_close(struct cas_store *s)
 	if (s->ix && s->mode != CAS_READ)
 		cas_index_flush(s->ix, close_flush_min());
 	db_free(s);
-	if (s->wants_fd >= 0)
-		close(s->wants_fd);
-	/* The holder's name goes before the lock does: left behind, it would
-	 * name this process to a writer that waits on a holder that never
-	 * says who it is (flock(1)), and "this process" when that writer is
-	 * this process again (a libcrest session opening its store anew). A
-	 * crash leaves the name of a pid that is gone, which lock_holder
-	 * does not show. */
-	if (s->lock_fd >= 0) {
-		if (s->locked && ftruncate(s->lock_fd, 0) < 0) {
-			/* Only a message for others, as lock_say_holder. */
-		}
-		close(s->lock_fd);
-	}
-	if (s->readers_fd >= 0)
-		close(s->readers_fd);
+	cas_locks_close(s->locks);   /* the writer's lock, its name first (locks_flock.c) */
 	cas_objects_close(s->objs);
 	pthread_mutex_destroy(&s->rfd_lock);
 	pthread_mutex_destroy(&s->reserve_lock);
