@@ -16,6 +16,12 @@
  *                         manifests, summaries, tags) and committed ends
  * cas/FORMAT.md is the specification; cas/format.h declares it.
  *
+ * Underneath, the store reaches its storage through three operation
+ * tables, so that a shared store can replace the directory (issue 35): the
+ * index (index.h; RocksDB, index_rocks.c), the numbered objects (objects.h;
+ * the directory, objects_dir.c: the meta logs go through it, the packs do
+ * not yet) and the locks (locks.h; flock, locks_flock.c).
+ *
  * Promises:
  *  - A chunk record is never rewritten; a pack is only appended to, by one
  *    writer process at a time, which always starts a fresh pack. Bytes left
