@@ -92,6 +92,9 @@ struct cas_obj {
 };
 
 extern const struct cas_objects_ops cas_objects_dir;
+/* Objects in a RADOS pool: open's dir is "POOL[/NAMESPACE]", the cluster
+ * CEPH_CONF's (objects_rados.c); -ENOTSUP in a build without librados. */
+extern const struct cas_objects_ops cas_objects_rados;
 
 static inline void cas_objects_close(struct cas_objects *o)
 {

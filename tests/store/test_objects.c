@@ -1,7 +1,7 @@
 /*
  * test_objects.c - the objects table (cas/objects.h) against a model: what
- * every implementation must do, run here on the directory one (and on the
- * next implementation when it comes, with the same steps).
+ * every implementation must do, the same steps on the directory one and,
+ * given rados:POOL, on RADOS (the suite's own cluster: ceph.objects).
  *
  * With a printed, replayable seed: random creates, writes at random offsets
  * (holes included), truncates, reads, stats, lists, removes, syncs and
@@ -12,7 +12,8 @@
  * message, a read past the end fails, and list ignores names that are not
  * its objects (a stray file, another kind's, a directory).
  *
- * usage: test_objects [SEED]
+ * usage: test_objects [rados:POOL[/NAMESPACE]] [SEED]
+ *        (RADOS: the namespace test-objects-SEED unless one is named, emptied after)
  */
 #include "cas/objects.h"
 #include "tests/check.h"
@@ -26,6 +27,9 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#ifdef CREST_HAVE_RADOS
+#include <rados/librados.h>
+#endif
 
 #define NUMS 6
 #define CAP (256 * 1024)
@@ -47,6 +51,87 @@ static int list_cb(uint32_t num, void *arg)
 	else
 		seen[0] += 100;   /* a number the model never made */
 	return 0;
+}
+
+static int gather_cb(uint32_t num, void *arg)
+{
+	uint32_t *v = arg;
+	if (v[0] < 64)
+		v[++v[0]] = num;
+	return 0;
+}
+
+/* Removes every object of the table (the end of a RADOS run). */
+static void empty(struct cas_objects *o)
+{
+	for (int k = 0; k < CAS_OBJ_KINDS; k++) {
+		uint32_t v[65] = { 0 };
+		OK(cas_obj_list(o, (enum cas_obj_kind)k, gather_cb, v));
+		for (uint32_t i = 1; i <= v[0]; i++)
+			OK(cas_obj_remove(o, (enum cas_obj_kind)k, v[i]));
+	}
+}
+
+/* Puts a stray name beside the objects: a file in the directory (in
+ * SUB/, made if missing; dir_too makes it a directory), or a RADOS
+ * object of the namespace. */
+static void stray(const char *where, bool rados, const char *sub, const char *name, bool dir_too)
+{
+	char path[4200];
+	if (rados) {
+#ifdef CREST_HAVE_RADOS
+		rados_t cl;
+		rados_ioctx_t io;
+		char pool[256];
+		const char *slash = strchr(where, '/');
+		snprintf(pool, sizeof(pool), "%.*s", (int)(slash - where), where);
+		snprintf(path, sizeof(path), "%s.%s", !strcmp(sub, "meta") ? "meta" : "pack", name);
+		if (rados_create2(&cl, "ceph", "client.admin", 0) < 0 || rados_conf_read_file(cl, NULL) < 0 ||
+		    rados_connect(cl) < 0 || rados_ioctx_create(cl, pool, &io) < 0) {
+			fprintf(stderr, "FAIL: cannot reach the cluster to put a stray object\n");
+			exit(1);
+		}
+		rados_ioctx_set_namespace(io, slash + 1);
+		CHECK(rados_write_full(io, path, "x", 1) == 0, "putting stray object %s", path);
+		rados_ioctx_destroy(io);
+		rados_shutdown(cl);
+#endif
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/%s", where, sub);
+	mkdir(path, 0700);
+	snprintf(path, sizeof(path), "%s/%s/%s", where, sub, name);
+	if (dir_too) {
+		mkdir(path, 0700);
+		return;
+	}
+	FILE *fp = fopen(path, "w");
+	if (fp)
+		fclose(fp);
+}
+
+/* Removes what stray put in RADOS (the directory goes whole). */
+static void stray_gone(const char *where, const char *const *names, size_t n)
+{
+#ifdef CREST_HAVE_RADOS
+	rados_t cl;
+	rados_ioctx_t io;
+	char pool[256];
+	const char *slash = strchr(where, '/');
+	snprintf(pool, sizeof(pool), "%.*s", (int)(slash - where), where);
+	if (rados_create2(&cl, "ceph", "client.admin", 0) < 0 || rados_conf_read_file(cl, NULL) < 0 ||
+	    rados_connect(cl) < 0 || rados_ioctx_create(cl, pool, &io) < 0)
+		return;
+	rados_ioctx_set_namespace(io, slash + 1);
+	for (size_t i = 0; i < n; i++)
+		rados_remove(io, names[i]);
+	rados_ioctx_destroy(io);
+	rados_shutdown(cl);
+#else
+	(void)where;
+	(void)names;
+	(void)n;
+#endif
 }
 
 static void compare(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, uint8_t *buf, const char *when)
@@ -76,16 +161,29 @@ static void compare(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, ui
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
-	const uint64_t seed = check_seed(argc, argv, 1);
+	const bool rados = argc > 1 && !strncmp(argv[1], "rados:", 6);
+	const uint64_t seed = check_seed(argc, argv, rados ? 2 : 1);
 	uint64_t st = check_state(seed);
-	printf("seed %" PRIu64 " (replay: test_objects %" PRIu64 ")\n", seed, seed);
-	char dir[] = "/tmp/crest-objects-XXXXXX";
-	if (!mkdtemp(dir)) {
-		perror("mkdtemp");
-		return 1;
-	}
+	printf("seed %" PRIu64 " (replay: test_objects %s%s%" PRIu64 ")\n", seed, rados ? argv[1] : "",
+	       rados ? " " : "", seed);
+	char dir[512] = "/tmp/crest-objects-XXXXXX";
 	struct cas_objects *o;
-	OK(cas_objects_dir.open(dir, dir, &o));
+	if (rados) {
+		/* A namespace of this run's own: the pool may hold others. */
+		if (!strchr(argv[1] + 6, '/'))
+			snprintf(dir, sizeof(dir), "%s/test-objects-%" PRIu64, argv[1] + 6, seed);
+		else
+			snprintf(dir, sizeof(dir), "%s", argv[1] + 6);
+		printf("on RADOS: rados:%s\n", dir);
+		OK(cas_objects_rados.open(dir, dir, &o));
+		empty(o);
+	} else {
+		if (!mkdtemp(dir)) {
+			perror("mkdtemp");
+			return 1;
+		}
+		OK(cas_objects_dir.open(dir, dir, &o));
+	}
 	uint8_t *buf = malloc(CAP), *data = malloc(CAP);
 	for (int k = 0; k < CAS_OBJ_KINDS; k++)
 		for (int n = 0; n <= NUMS; n++)
@@ -215,19 +313,16 @@ int main(int argc, char **argv)
 	}
 	/* What list ignores: a stray file, a name of the other kind's
 	 * extension, a directory that looks like an object. */
-	char path[4200];
-	snprintf(path, sizeof(path), "%s/meta", dir);
-	mkdir(path, 0700);
-	snprintf(path, sizeof(path), "%s/meta/notes.txt", dir);
-	FILE *fp = fopen(path, "w");
-	if (fp)
-		fclose(fp);
-	snprintf(path, sizeof(path), "%s/meta/%08u.pack", dir, 40u);
-	fp = fopen(path, "w");
-	if (fp)
-		fclose(fp);
-	snprintf(path, sizeof(path), "%s/meta/%08u.log", dir, 41u);
-	mkdir(path, 0700);
+	if (rados) {
+		stray(dir, true, "meta", "notes", false);
+		stray(dir, true, "meta", "0000004", false);
+		stray(dir, true, "meta", "000000411", false);
+		stray(dir, true, "meta", "00000042.log", false);
+	} else {
+		stray(dir, false, "meta", "notes.txt", false);
+		stray(dir, false, "meta", "00000040.pack", false);
+		stray(dir, false, "meta", "00000041.log", true);
+	}
 	memset(seen, 0, sizeof(seen));
 	OK(cas_obj_list(o, CAS_OBJ_META, list_cb, seen));
 	CHECK(seen[0] == 0, "list of meta logs took a stray file for one");
@@ -248,17 +343,26 @@ int main(int argc, char **argv)
 			cas_obj_close(open_[k][n]);
 			free(m[k][n].bytes);
 		}
+	if (rados) {
+		static const char *const strays[] = { "meta.notes", "meta.0000004", "meta.000000411",
+						      "meta.00000042.log" };
+		empty(o);
+		stray_gone(dir, strays, sizeof(strays) / sizeof(strays[0]));
+	}
 	cas_objects_close(o);
 	free(buf);
 	free(data);
-	char cmd[4200];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
-	if (system(cmd) != 0)
-		fprintf(stderr, "test_objects: could not remove %s\n", dir);
+	if (!rados) {
+		char cmd[4200];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+		if (system(cmd) != 0)
+			fprintf(stderr, "test_objects: could not remove %s\n", dir);
+	}
 	if (failures) {
 		printf("FAIL: %d check(s) failed (seed %" PRIu64 ")\n", failures, seed);
 		return 1;
 	}
-	printf("ok: %d steps over %d objects of %d kinds against the model\n", steps, NUMS, CAS_OBJ_KINDS);
+	printf("ok: %d steps over %d objects of %d kinds against the model (%s)\n", steps, NUMS, CAS_OBJ_KINDS,
+	       rados ? "rados" : "directory");
 	return 0;
 }
