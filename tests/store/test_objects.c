@@ -72,6 +72,25 @@ static void empty(struct cas_objects *o)
 	}
 }
 
+#ifdef CREST_HAVE_RADOS
+/* A client of the cluster, in the pool and namespace of where
+ * ("POOL/NAMESPACE"); false when it cannot be reached. */
+static bool test_rados(const char *where, rados_t *cl, rados_ioctx_t *io)
+{
+	char pool[256];
+	const char *slash = strchr(where, '/');
+	snprintf(pool, sizeof(pool), "%.*s", (int)(slash - where), where);
+	if (rados_create2(cl, "ceph", "client.admin", 0) < 0)
+		return false;
+	if (rados_conf_read_file(*cl, NULL) < 0 || rados_connect(*cl) < 0 || rados_ioctx_create(*cl, pool, io) < 0) {
+		rados_shutdown(*cl);
+		return false;
+	}
+	rados_ioctx_set_namespace(*io, slash + 1);
+	return true;
+}
+#endif
+
 /* Puts a stray name beside the objects: a file in the directory (in
  * SUB/, made if missing; dir_too makes it a directory), or a RADOS
  * object of the namespace. */
@@ -82,16 +101,11 @@ static void stray(const char *where, bool rados, const char *sub, const char *na
 #ifdef CREST_HAVE_RADOS
 		rados_t cl;
 		rados_ioctx_t io;
-		char pool[256];
-		const char *slash = strchr(where, '/');
-		snprintf(pool, sizeof(pool), "%.*s", (int)(slash - where), where);
 		snprintf(path, sizeof(path), "%s.%s", !strcmp(sub, "meta") ? "meta" : "pack", name);
-		if (rados_create2(&cl, "ceph", "client.admin", 0) < 0 || rados_conf_read_file(cl, NULL) < 0 ||
-		    rados_connect(cl) < 0 || rados_ioctx_create(cl, pool, &io) < 0) {
+		if (!test_rados(where, &cl, &io)) {
 			fprintf(stderr, "FAIL: cannot reach the cluster to put a stray object\n");
 			exit(1);
 		}
-		rados_ioctx_set_namespace(io, slash + 1);
 		CHECK(rados_write_full(io, path, "x", 1) == 0, "putting stray object %s", path);
 		rados_ioctx_destroy(io);
 		rados_shutdown(cl);
@@ -116,13 +130,8 @@ static void stray_gone(const char *where, const char *const *names, size_t n)
 #ifdef CREST_HAVE_RADOS
 	rados_t cl;
 	rados_ioctx_t io;
-	char pool[256];
-	const char *slash = strchr(where, '/');
-	snprintf(pool, sizeof(pool), "%.*s", (int)(slash - where), where);
-	if (rados_create2(&cl, "ceph", "client.admin", 0) < 0 || rados_conf_read_file(cl, NULL) < 0 ||
-	    rados_connect(cl) < 0 || rados_ioctx_create(cl, pool, &io) < 0)
+	if (!test_rados(where, &cl, &io))
 		return;
-	rados_ioctx_set_namespace(io, slash + 1);
 	for (size_t i = 0; i < n; i++)
 		rados_remove(io, names[i]);
 	rados_ioctx_destroy(io);
