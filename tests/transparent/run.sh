@@ -8,6 +8,7 @@ source "$(dirname "$0")/lib.sh"
 need_root
 cd "$T"
 status() { local rc=0; "$@" 2>/dev/null || rc=$?; echo "$rc"; }
+kill_tree() { local c; for c in $(pgrep -P "$1"); do kill_tree "$c"; done; kill -9 "$1" 2>/dev/null || true; }
 [ "$(status "$CREST" --quiet run -- sh -c 'exit 7')" = 7 ] || fail "crest run did not pass exit 7 on"
 [ "$(status "$CREST" --quiet run -- sh -c 'kill -TERM $$')" = 143 ] || fail "a job killed by SIGTERM is not 143"
 [ "$(status "$CREST" --quiet run -- /nonexistent/x)" = 127 ] || fail "a missing command is not 127"
@@ -27,13 +28,17 @@ for sig in USR1 QUIT USR2; do
 	# named, rather than hanging the test until ctest's timeout.
 	deadline=$((SECONDS + 60))
 	until grep -q ready sig.out 2>/dev/null; do
-		[ $SECONDS -lt $deadline ] || fail "the job under crest run did not start within 60 s"
+		[ $SECONDS -lt $deadline ] || { kill_tree "$rp"; fail "the job under crest run did not start within 60 s"; }
 		sleep 0.05
 	done
 	kill -"$sig" "$rp"
 	deadline=$((SECONDS + 60))
 	while kill -0 "$rp" 2>/dev/null && [ "$(awk '{print $3}' /proc/"$rp"/stat 2>/dev/null)" != Z ]; do
-		[ $SECONDS -lt $deadline ] || fail "SIG$sig to crest run (pid $rp): neither it nor its job ended within 60 s: the signal was lost ($(ps -o pid=,stat=,args= --ppid "$rp" | head -3 | paste -sd';'))"
+		if [ $SECONDS -ge $deadline ]; then
+			why="SIG$sig to crest run (pid $rp): neither it nor its job ended within 60 s: the signal was lost ($(ps -o pid=,stat=,args= --ppid "$rp" | head -3 | paste -sd';'))"
+			kill_tree "$rp"   # crest run, its helper, the init and the job: none left running
+			fail "$why"
+		fi
 		sleep 0.05
 	done
 	rc=0
