@@ -248,10 +248,9 @@ static int read_all(struct cas_store *s, uint32_t num, uint8_t **buf, uint64_t *
 	*buf = NULL;
 	*size = 0;
 	struct cas_obj *f;
-	uint64_t n;
-	int rc = cas_obj_stat(s->objs, CAS_OBJ_META, num, &n);
-	if (rc == 0)
-		rc = cas_obj_open(s->objs, CAS_OBJ_META, num, false, &f);
+	int rc = cas_obj_open(s->objs, CAS_OBJ_META, num, false, &f);
+	if (rc == -ENOENT)
+		crest_errset_str("");   /* gone meanwhile: the caller's case, not a fault */
 	if (rc < 0)
 		return rc;
 	rc = cas_obj_size(f, size);
