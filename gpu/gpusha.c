@@ -157,16 +157,27 @@ static int launch(struct gpusha *g, CUfunction f, const char *what, uint64_t blo
 			   what);
 }
 
-int gpusha_hash(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk, CUdeviceptr digests,
-		CUstream s)
+/* The arguments gpusha_hash and gpusha_wide share: len bytes in chunks of
+ * chunk, a multiple of 64 up to max, into a 16-byte aligned digest array;
+ * what names the work in the message ("hashing"). */
+static int chunks_check(const char *what, uint64_t len, uint32_t chunk, uint32_t max, CUdeviceptr digests)
 {
-	if (len == 0 || chunk == 0 || chunk % 64 || chunk > GPUSHA_CHUNK_MAX)
-		return crest_errx(-EINVAL, "gpusha: hashing %llu bytes in %u-byte chunks: the length must be "
-				  "at least 1 and the chunk size a multiple of 64 up to %u",
-				  (unsigned long long)len, chunk, GPUSHA_CHUNK_MAX);
+	if (len == 0 || chunk == 0 || chunk % 64 || chunk > max)
+		return crest_errx(-EINVAL, "gpusha: %s %llu bytes in %u-byte chunks: the length must be at least 1 "
+				  "and the chunk size a multiple of 64 up to %u", what, (unsigned long long)len, chunk,
+				  max);
 	if (digests % 16)
 		return crest_errx(-EINVAL, "gpusha: the digest array at 0x%llx is not 16-byte aligned",
 				  (unsigned long long)digests);
+	return 0;
+}
+
+int gpusha_hash(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk, CUdeviceptr digests,
+		CUstream s)
+{
+	const int rc = chunks_check("hashing", len, chunk, GPUSHA_CHUNK_MAX, digests);
+	if (rc < 0)
+		return rc;
 	uint64_t nchunks = gpusha_nchunks(len, chunk);
 	int vec = src % 16 == 0;
 	void *args[] = { &src, &len, &chunk, &nchunks, &vec, &digests };
@@ -177,13 +188,9 @@ int gpusha_hash(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk,
 int gpusha_wide(struct gpusha *g, CUdeviceptr src, uint64_t len, uint32_t chunk, CUdeviceptr digests,
 		CUstream s)
 {
-	if (len == 0 || chunk == 0 || chunk % 64 || chunk > GPUSHA_WIDE_MAX)
-		return crest_errx(-EINVAL, "gpusha: the wide hash of %llu bytes in %u-byte chunks: the length must "
-				  "be at least 1 and the chunk size a multiple of 64 up to %u",
-				  (unsigned long long)len, chunk, GPUSHA_WIDE_MAX);
-	if (digests % 16)
-		return crest_errx(-EINVAL, "gpusha: the digest array at 0x%llx is not 16-byte aligned",
-				  (unsigned long long)digests);
+	const int rc = chunks_check("the wide hash of", len, chunk, GPUSHA_WIDE_MAX, digests);
+	if (rc < 0)
+		return rc;
 	uint64_t nchunks = gpusha_nchunks(len, chunk);
 	int vec = src % 16 == 0;
 	void *args[] = { &src, &len, &chunk, &nchunks, &vec, &g->dkey, &digests };
