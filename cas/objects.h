@@ -23,11 +23,20 @@
  *    crash before may leave the object as it was.
  *  - list gives each number of a kind once, in no order, and ignores what
  *    is not one of its objects.
+ *  - A write queue (queue_open) starts many writes and syncs at once and
+ *    gives each one's result back by its tag, in any order: the pack
+ *    writer's lanes keep the disk (or the OSDs) busy with it. A write
+ *    completes whole or fails; a sync covers the writes to its object whose
+ *    completions were taken (queue_wait) before it was queued, and not
+ *    those still in flight. A queue has room for depth requests: queued,
+ *    in flight, or completed and not yet taken; past that a request is
+ *    refused with -EAGAIN (no message) and nothing is queued.
  * Errors: 0 or a negative errno; the function that fails says why in one
- * line (util/err.h), naming the object (its path, for a directory). Two
- * say nothing: -ENOENT of stat and of remove, which callers expect.
- * Handles may be used by several threads at once, each open object by
- * one at a time.
+ * line (util/err.h), naming the object (its path, for a directory). Three
+ * say nothing: -ENOENT of stat and of remove, which callers expect, and a
+ * full queue's -EAGAIN.
+ * Handles may be used by several threads at once, each open object by one
+ * at a time (reads of one object by several), each queue by one.
  */
 #ifndef CREST_CAS_OBJECTS_H
 #define CREST_CAS_OBJECTS_H
@@ -35,6 +44,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 enum cas_obj_kind {
 	CAS_OBJ_PACK,         /* chunk records (pack.c) */
@@ -44,6 +54,13 @@ enum cas_obj_kind {
 
 struct cas_objects;
 struct cas_obj;
+struct cas_obj_queue;
+
+/* advise's hints. */
+enum cas_obj_advice {
+	CAS_OBJ_WILLNEED,     /* the bytes will be read soon: start reading them */
+	CAS_OBJ_DONTNEED      /* they will not be read again soon: drop cached copies */
+};
 
 /* list's callback: non-zero stops the listing, which returns it. */
 typedef int (*cas_obj_list_fn)(uint32_t num, void *arg);
@@ -65,6 +82,12 @@ struct cas_objects_ops {
 			struct cas_obj **out);
 	/* All n bytes at off, or an error (-EIO for bytes past the end). */
 	int (*read)(struct cas_obj *f, void *p, size_t n, uint64_t off);
+	/* All bytes of the n iovecs (1..IOV_MAX), in order from off, or an
+	 * error (-EIO for bytes past the end). */
+	int (*readv)(struct cas_obj *f, const struct iovec *iov, int n, uint64_t off);
+	/* A hint about bytes [off, off + len), len 0 meaning to the end: it
+	 * may do nothing, and says nothing. */
+	void (*advise)(struct cas_obj *f, uint64_t off, uint64_t len, enum cas_obj_advice a);
 	/* All n bytes at off, or an error. */
 	int (*write)(struct cas_obj *f, const void *p, size_t n, uint64_t off);
 	int (*size)(struct cas_obj *f, uint64_t *size);
@@ -79,6 +102,28 @@ struct cas_objects_ops {
 	int (*remove)(struct cas_objects *o, enum cas_obj_kind k, uint32_t num);
 	/* Makes the creates and removals of kind k so far durable. */
 	int (*sync_names)(struct cas_objects *o, enum cas_obj_kind k);
+
+	/* A write queue with room for depth requests (see the promises). */
+	int (*queue_open)(struct cas_objects *o, unsigned depth, struct cas_obj_queue **out);
+	/* Waits for what is in flight, then frees the queue; results not
+	 * taken are dropped. */
+	void (*queue_close)(struct cas_obj_queue *q);
+	/* Queue n bytes at off to f (p stays valid until its completion is
+	 * taken); a data sync of f; a hint to start writing back bytes
+	 * [off, off + len) of f, which may complete at once with 0. Nothing
+	 * starts before queue_submit. 0, or -EAGAIN when the queue is full. */
+	int (*queue_write)(struct cas_obj_queue *q, struct cas_obj *f, const void *p, size_t n, uint64_t off,
+			   uint64_t tag);
+	int (*queue_sync)(struct cas_obj_queue *q, struct cas_obj *f, uint64_t tag);
+	int (*queue_writeback)(struct cas_obj_queue *q, struct cas_obj *f, uint64_t off, uint64_t len,
+			       uint64_t tag);
+	/* Starts what is queued; then waits until at least wait requests
+	 * have completed and not been taken (fewer when fewer are out). */
+	int (*queue_submit)(struct cas_obj_queue *q, unsigned wait);
+	/* Takes the next completion, waiting for one if none is there: its
+	 * tag and result (0, or a negative errno, without a message: the
+	 * caller knows what it asked for). -ENOENT when nothing is out. */
+	int (*queue_wait)(struct cas_obj_queue *q, uint64_t *tag, int *res);
 };
 
 /* The part of a handle every implementation shares (its first member). */
@@ -88,6 +133,11 @@ struct cas_objects {
 
 /* The part of an open object every implementation shares (its first member). */
 struct cas_obj {
+	struct cas_objects *o;
+};
+
+/* The part of a queue every implementation shares (its first member). */
+struct cas_obj_queue {
 	struct cas_objects *o;
 };
 
@@ -122,6 +172,16 @@ static inline int cas_obj_open(struct cas_objects *o, enum cas_obj_kind k, uint3
 static inline int cas_obj_read(struct cas_obj *f, void *p, size_t n, uint64_t off)
 {
 	return f->o->ops->read(f, p, n, off);
+}
+
+static inline int cas_obj_readv(struct cas_obj *f, const struct iovec *iov, int n, uint64_t off)
+{
+	return f->o->ops->readv(f, iov, n, off);
+}
+
+static inline void cas_obj_advise(struct cas_obj *f, uint64_t off, uint64_t len, enum cas_obj_advice a)
+{
+	f->o->ops->advise(f, off, len, a);
 }
 
 static inline int cas_obj_write(struct cas_obj *f, const void *p, size_t n, uint64_t off)
@@ -168,6 +228,44 @@ static inline int cas_obj_remove(struct cas_objects *o, enum cas_obj_kind k, uin
 static inline int cas_obj_sync_names(struct cas_objects *o, enum cas_obj_kind k)
 {
 	return o->ops->sync_names(o, k);
+}
+
+static inline int cas_queue_open(struct cas_objects *o, unsigned depth, struct cas_obj_queue **out)
+{
+	return o->ops->queue_open(o, depth, out);
+}
+
+static inline void cas_queue_close(struct cas_obj_queue *q)
+{
+	if (q)
+		q->o->ops->queue_close(q);
+}
+
+static inline int cas_queue_write(struct cas_obj_queue *q, struct cas_obj *f, const void *p, size_t n,
+				  uint64_t off, uint64_t tag)
+{
+	return q->o->ops->queue_write(q, f, p, n, off, tag);
+}
+
+static inline int cas_queue_sync(struct cas_obj_queue *q, struct cas_obj *f, uint64_t tag)
+{
+	return q->o->ops->queue_sync(q, f, tag);
+}
+
+static inline int cas_queue_writeback(struct cas_obj_queue *q, struct cas_obj *f, uint64_t off, uint64_t len,
+				      uint64_t tag)
+{
+	return q->o->ops->queue_writeback(q, f, off, len, tag);
+}
+
+static inline int cas_queue_submit(struct cas_obj_queue *q, unsigned wait)
+{
+	return q->o->ops->queue_submit(q, wait);
+}
+
+static inline int cas_queue_wait(struct cas_obj_queue *q, uint64_t *tag, int *res)
+{
+	return q->o->ops->queue_wait(q, tag, res);
 }
 
 static inline int cas_obj_max_cb(uint32_t num, void *arg)

@@ -3,12 +3,17 @@
  * directory: kind k's object N is STORE/SUB/NNNNNNNN.EXT (packs/ .pack,
  * meta/ .log), made with O_EXCL, never followed through a symbolic link.
  * A name is made durable by an fsync of its directory, bytes by
- * fdatasync of the file.
+ * fdatasync of the file. A write queue is an io_uring: its writes,
+ * fdatasyncs and sync_file_range writeback starts run in the kernel's
+ * async workers, so its caller never blocks on the disk to start one.
  */
 #include "cas/objects.h"
 #include "util/err.h"
 
+#include <assert.h>
 #include <dirent.h>
+#include <limits.h>
+#include <liburing.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -124,19 +129,62 @@ static int dir_read(struct cas_obj *o, void *p, size_t n, uint64_t off)
 	return 0;
 }
 
-static int dir_write(struct cas_obj *o, const void *p, size_t n, uint64_t off)
+static int dir_readv(struct cas_obj *o, const struct iovec *iov0, int n, uint64_t off)
 {
 	const struct dir_obj *f = (const struct dir_obj *)o;
-	size_t done = 0;
-	while (done < n) {
-		const ssize_t r = pwrite(f->fd, (const char *)p + done, n - done, (off_t)(off + done));
+	if (n < 1 || n > IOV_MAX)
+		return crest_errx(-EINVAL, "reading %d pieces at once", n);
+	struct iovec iov[n];
+	memcpy(iov, iov0, (size_t)n * sizeof(*iov));
+	int i = 0;
+	while (i < n) {
+		const ssize_t r = preadv(f->fd, iov + i, n - i, (off_t)off);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
-			return obj_err(f, r < 0 ? -errno : -EIO, "write");
+			return obj_err(f, r < 0 ? -errno : -EIO, "read");
+		off += (uint64_t)r;
+		/* Step past what was read: whole pieces, then into one. */
+		for (size_t adv = (size_t)r; i < n && adv;) {
+			const size_t take = adv < iov[i].iov_len ? adv : iov[i].iov_len;
+			iov[i].iov_base = (char *)iov[i].iov_base + take;
+			iov[i].iov_len -= take;
+			adv -= take;
+			if (!iov[i].iov_len)
+				i++;
+		}
+		while (i < n && !iov[i].iov_len)
+			i++;
+	}
+	return 0;
+}
+
+static void dir_advise(struct cas_obj *o, uint64_t off, uint64_t len, enum cas_obj_advice a)
+{
+	const struct dir_obj *f = (const struct dir_obj *)o;
+	posix_fadvise(f->fd, (off_t)off, (off_t)len, a == CAS_OBJ_WILLNEED ? POSIX_FADV_WILLNEED
+									     : POSIX_FADV_DONTNEED);
+}
+
+/* All of p[done..n) at off + done: what a short write left. */
+static int write_all(int fd, const void *p, size_t n, size_t done, uint64_t off)
+{
+	while (done < n) {
+		const ssize_t r = pwrite(fd, (const char *)p + done, n - done, (off_t)(off + done));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return r < 0 ? -errno : -EIO;
 		done += (size_t)r;
 	}
 	return 0;
+}
+
+static int dir_write(struct cas_obj *o, const void *p, size_t n, uint64_t off)
+{
+	const struct dir_obj *f = (const struct dir_obj *)o;
+	const int rc = write_all(f->fd, p, n, 0, off);
+	return rc < 0 ? obj_err(f, rc, "write") : 0;
 }
 
 static int dir_size(struct cas_obj *o, uint64_t *size)
@@ -227,6 +275,167 @@ static int dir_sync_names(struct cas_objects *o, enum cas_obj_kind k)
 	return rc;
 }
 
+/* A request in the ring: the slot's index is its io_uring user data, and
+ * a write's slot keeps what a short write needs to be finished. */
+struct qslot {
+	uint64_t tag;
+	const void *p;
+	size_t n;
+	uint64_t off;
+	int fd;
+	bool write;
+	uint32_t next_free;
+};
+
+struct dir_queue {
+	struct cas_obj_queue base;
+	struct io_uring ring;
+	unsigned depth, out;      /* out: requests queued or in flight, not yet taken */
+	uint32_t free;            /* first free slot; depth: none */
+	struct qslot *slot;
+};
+
+static int dir_queue_open(struct cas_objects *o, unsigned depth, struct cas_obj_queue **out)
+{
+	struct dir_queue *q = calloc(1, sizeof(*q));
+	if (q)
+		q->slot = calloc(depth, sizeof(*q->slot));
+	if (!q || !q->slot || !depth) {
+		free(q ? q->slot : NULL);
+		free(q);
+		return crest_errf(-ENOMEM, "setting up writes to store %s", dirs(o)->dir);
+	}
+	/* Every request has a place in the submission queue, so a queued one
+	 * is never left unsent, and twice that in the completion queue. */
+	const int rc = io_uring_queue_init(depth, &q->ring, 0);
+	if (rc < 0) {
+		free(q->slot);
+		free(q);
+		return crest_errf(rc, "cannot set up io_uring for %s", dirs(o)->dir);
+	}
+	for (unsigned i = 0; i < depth; i++)
+		q->slot[i].next_free = i + 1;
+	q->base.o = o;
+	q->depth = depth;
+	*out = &q->base;
+	return 0;
+}
+
+static struct io_uring_sqe *slot_take(struct dir_queue *q, const struct dir_obj *f, uint64_t tag, uint32_t *i)
+{
+	if (q->free >= q->depth)
+		return NULL;
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&q->ring);
+	assert(sqe);   /* depth slots, depth entries: a free slot has one */
+	if (!sqe)
+		return NULL;
+	*i = q->free;
+	struct qslot *s = &q->slot[*i];
+	q->free = s->next_free;
+	*s = (struct qslot){ .tag = tag, .fd = f->fd };
+	io_uring_sqe_set_data64(sqe, *i);
+	q->out++;
+	return sqe;
+}
+
+static int dir_queue_write(struct cas_obj_queue *qb, struct cas_obj *fb, const void *p, size_t n, uint64_t off,
+			   uint64_t tag)
+{
+	struct dir_queue *q = (struct dir_queue *)qb;
+	const struct dir_obj *f = (const struct dir_obj *)fb;
+	uint32_t i;
+	struct io_uring_sqe *sqe = slot_take(q, f, tag, &i);
+	if (!sqe)
+		return -EAGAIN;
+	/* One request writes at most UINT_MAX bytes; write_all does the rest. */
+	io_uring_prep_write(sqe, f->fd, p, n < UINT_MAX ? (unsigned)n : UINT_MAX, off);
+	q->slot[i].p = p;
+	q->slot[i].n = n;
+	q->slot[i].off = off;
+	q->slot[i].write = true;
+	return 0;
+}
+
+static int dir_queue_sync(struct cas_obj_queue *qb, struct cas_obj *fb, uint64_t tag)
+{
+	struct dir_queue *q = (struct dir_queue *)qb;
+	uint32_t i;
+	struct io_uring_sqe *sqe = slot_take(q, (const struct dir_obj *)fb, tag, &i);
+	if (!sqe)
+		return -EAGAIN;
+	io_uring_prep_fsync(sqe, q->slot[i].fd, IORING_FSYNC_DATASYNC);
+	return 0;
+}
+
+static int dir_queue_writeback(struct cas_obj_queue *qb, struct cas_obj *fb, uint64_t off, uint64_t len,
+			       uint64_t tag)
+{
+	struct dir_queue *q = (struct dir_queue *)qb;
+	uint32_t i;
+	struct io_uring_sqe *sqe = slot_take(q, (const struct dir_obj *)fb, tag, &i);
+	if (!sqe)
+		return -EAGAIN;
+	io_uring_prep_sync_file_range(sqe, q->slot[i].fd, len < UINT_MAX ? (unsigned)len : UINT_MAX, off,
+				      SYNC_FILE_RANGE_WRITE);
+	return 0;
+}
+
+static int dir_queue_submit(struct cas_obj_queue *qb, unsigned wait)
+{
+	struct dir_queue *q = (struct dir_queue *)qb;
+	if (wait > q->out)
+		wait = q->out;
+	const int rc = io_uring_submit_and_wait(&q->ring, wait);
+	return rc < 0 ? crest_errf(rc, "submitting writes to store %s", dirs(q->base.o)->dir) : 0;
+}
+
+static int dir_queue_wait(struct cas_obj_queue *qb, uint64_t *tag, int *res)
+{
+	struct dir_queue *q = (struct dir_queue *)qb;
+	if (!q->out)
+		return -ENOENT;
+	struct io_uring_cqe *cqe;
+	int rc;
+	do
+		rc = io_uring_wait_cqe(&q->ring, &cqe);
+	while (rc == -EINTR);
+	if (rc < 0)
+		return crest_errf(rc, "waiting for writes to store %s", dirs(q->base.o)->dir);
+	const uint32_t i = (uint32_t)io_uring_cqe_get_data64(cqe);
+	int r = cqe->res;
+	io_uring_cqe_seen(&q->ring, cqe);
+	assert(i < q->depth);
+	struct qslot *s = &q->slot[i];
+	/* A short write (a signal, a full disk) is finished here, in the
+	 * caller's thread: rare, so the simple path is fine. */
+	if (s->write && r >= 0)
+		r = write_all(s->fd, s->p, s->n, (size_t)r, s->off);
+	else if (r > 0)
+		r = 0;
+	*tag = s->tag;
+	*res = r;
+	s->next_free = q->free;
+	q->free = i;
+	q->out--;
+	return 0;
+}
+
+static void dir_queue_close(struct cas_obj_queue *qb)
+{
+	struct dir_queue *q = (struct dir_queue *)qb;
+	if (!q)
+		return;
+	/* Nothing may be in flight once the buffers it points at are freed. */
+	io_uring_submit(&q->ring);
+	uint64_t tag;
+	int res;
+	while (q->out && dir_queue_wait(qb, &tag, &res) == 0)
+		;
+	io_uring_queue_exit(&q->ring);
+	free(q->slot);
+	free(q);
+}
+
 const struct cas_objects_ops cas_objects_dir = {
 	.name = "directory",
 	.open = dir_open,
@@ -235,6 +444,8 @@ const struct cas_objects_ops cas_objects_dir = {
 	.create = dir_create,
 	.open_obj = dir_open_obj,
 	.read = dir_read,
+	.readv = dir_readv,
+	.advise = dir_advise,
 	.write = dir_write,
 	.size = dir_size,
 	.truncate = dir_truncate,
@@ -244,4 +455,11 @@ const struct cas_objects_ops cas_objects_dir = {
 	.list = dir_list,
 	.remove = dir_remove,
 	.sync_names = dir_sync_names,
+	.queue_open = dir_queue_open,
+	.queue_close = dir_queue_close,
+	.queue_write = dir_queue_write,
+	.queue_sync = dir_queue_sync,
+	.queue_writeback = dir_queue_writeback,
+	.queue_submit = dir_queue_submit,
+	.queue_wait = dir_queue_wait,
 };

@@ -19,6 +19,10 @@
  *    (128 MiB by default; -EFBIG past it). A meta log that would is not
  *    rolled over yet: the store's use of this table does not depend on it
  *    until its packs and logs are sized for RADOS (issue 35).
+ *  - a write queue sends its writes with rados_aio_write, all at once, and
+ *    hands their results back in the order they were queued (a valid
+ *    "any order"); its syncs and writeback hints complete at once with 0,
+ *    RADOS having nothing left to do for them;
  *  - list walks the namespace's objects (one pass over the pool's listing
  *    of that namespace): fine for the tests and a first store, not for a
  *    thousand nodes' packs (docs/SCALE.md).
@@ -41,6 +45,161 @@ static int rados_open(const char *dir, const char *store, struct cas_objects **o
 	return crest_errx(-ENOTSUP, "store %s: this crest was built without librados (librados-dev)", dir);
 }
 
+/* A queued request. A write of more than WRITE_MAX bytes goes as several
+ * aio writes, all of which must complete for it to. */
+struct rq {
+	uint64_t tag;
+	char oid[32];
+	const char *p;
+	size_t n;
+	uint64_t off;
+	bool write, started;
+	int res;                  /* the first failure among its pieces */
+	unsigned npieces;
+	rados_completion_t *c;
+};
+
+struct rados_queue {
+	struct cas_obj_queue base;
+	unsigned depth, head, count;  /* a ring of depth requests, count of them out */
+	struct rq *q;
+};
+
+static int r_queue_open(struct cas_objects *o, unsigned depth, struct cas_obj_queue **out)
+{
+	struct rados_queue *q = calloc(1, sizeof(*q));
+	if (q)
+		q->q = calloc(depth, sizeof(*q->q));
+	if (!q || !q->q || !depth) {
+		free(q ? q->q : NULL);
+		free(q);
+		return crest_errf(-ENOMEM, "setting up writes to store rados:%s", ro(o)->spec);
+	}
+	q->base.o = o;
+	q->depth = depth;
+	*out = &q->base;
+	return 0;
+}
+
+static struct rq *rq_add(struct rados_queue *q, struct cas_obj *of, uint64_t tag)
+{
+	if (q->count == q->depth)
+		return NULL;
+	struct rq *r = &q->q[(q->head + q->count++) % q->depth];
+	*r = (struct rq){ .tag = tag, .started = true };
+	snprintf(r->oid, sizeof(r->oid), "%s", ((const struct rados_obj *)of)->oid);
+	return r;
+}
+
+static int r_queue_write(struct cas_obj_queue *qb, struct cas_obj *of, const void *p, size_t n, uint64_t off,
+			 uint64_t tag)
+{
+	struct rq *r = rq_add((struct rados_queue *)qb, of, tag);
+	if (!r)
+		return -EAGAIN;
+	r->p = p;
+	r->n = n;
+	r->off = off;
+	r->write = true;
+	r->started = false;
+	return 0;
+}
+
+static int r_queue_none(struct cas_obj_queue *qb, struct cas_obj *of, uint64_t tag)
+{
+	return rq_add((struct rados_queue *)qb, of, tag) ? 0 : -EAGAIN;
+}
+
+static int r_queue_writeback(struct cas_obj_queue *qb, struct cas_obj *of, uint64_t off, uint64_t len,
+			     uint64_t tag)
+{
+	(void)off, (void)len;
+	return r_queue_none(qb, of, tag);
+}
+
+/* Sends r's pieces; one that cannot be sent fails r, and the rest of it is
+ * not sent. */
+static void rq_start(struct rados_queue *q, struct rq *r)
+{
+	r->started = true;
+	const unsigned want = r->n ? (unsigned)((r->n + WRITE_MAX - 1) / WRITE_MAX) : 1;
+	if (!(r->c = calloc(want, sizeof(*r->c)))) {
+		r->res = -ENOMEM;
+		return;
+	}
+	for (size_t done = 0; r->npieces < want; done += WRITE_MAX) {
+		const size_t len = r->n - done < WRITE_MAX ? r->n - done : WRITE_MAX;
+		rados_completion_t c;
+		int rc = R.rados_aio_create_completion2(NULL, NULL, &c);
+		if (rc == 0) {
+			rc = R.rados_aio_write(ro(q->base.o)->io, r->oid, c, r->p + done, len, r->off + done);
+			if (rc < 0)
+				R.rados_aio_release(c);
+		}
+		if (rc < 0) {
+			r->res = rc;
+			return;
+		}
+		r->c[r->npieces++] = c;
+	}
+}
+
+/* Waits for r's pieces: its result is then final. */
+static void rq_finish(struct rq *r)
+{
+	for (unsigned i = 0; i < r->npieces; i++) {
+		R.rados_aio_wait_for_complete(r->c[i]);
+		const int rc = R.rados_aio_get_return_value(r->c[i]);
+		if (rc < 0 && r->res == 0)
+			r->res = rc;
+		R.rados_aio_release(r->c[i]);
+	}
+	free(r->c);
+	r->c = NULL;
+	r->npieces = 0;
+}
+
+static int r_queue_submit(struct cas_obj_queue *qb, unsigned wait)
+{
+	struct rados_queue *q = (struct rados_queue *)qb;
+	for (unsigned i = 0; i < q->count; i++) {
+		struct rq *r = &q->q[(q->head + i) % q->depth];
+		if (!r->started)
+			rq_start(q, r);
+	}
+	for (unsigned i = 0; i < wait && i < q->count; i++)
+		rq_finish(&q->q[(q->head + i) % q->depth]);
+	return 0;
+}
+
+static int r_queue_wait(struct cas_obj_queue *qb, uint64_t *tag, int *res)
+{
+	struct rados_queue *q = (struct rados_queue *)qb;
+	if (!q->count)
+		return -ENOENT;
+	struct rq *r = &q->q[q->head];
+	if (!r->started)
+		rq_start(q, r);
+	rq_finish(r);
+	*tag = r->tag;
+	*res = r->res;
+	q->head = (q->head + 1) % q->depth;
+	q->count--;
+	return 0;
+}
+
+static void r_queue_close(struct cas_obj_queue *qb)
+{
+	struct rados_queue *q = (struct rados_queue *)qb;
+	if (!q)
+		return;
+	/* What was never sent is not sent now; what was is waited for. */
+	for (unsigned i = 0; i < q->count; i++)
+		rq_finish(&q->q[(q->head + i) % q->depth]);
+	free(q->q);
+	free(q);
+}
+
 const struct cas_objects_ops cas_objects_rados = { .name = "rados", .open = rados_open };
 
 #else
@@ -55,7 +214,8 @@ const struct cas_objects_ops cas_objects_rados = { .name = "rados", .open = rado
 	X(rados_ioctx_destroy) X(rados_ioctx_set_namespace) X(rados_create_write_op)                       \
 	X(rados_release_write_op) X(rados_write_op_create) X(rados_write_op_operate) X(rados_stat)         \
 	X(rados_read) X(rados_write) X(rados_trunc) X(rados_remove) X(rados_nobjects_list_open)            \
-	X(rados_nobjects_list_next) X(rados_nobjects_list_close)
+	X(rados_nobjects_list_next) X(rados_nobjects_list_close) X(rados_aio_create_completion2)          \
+	X(rados_aio_write) X(rados_aio_wait_for_complete) X(rados_aio_get_return_value) X(rados_aio_release)
 static struct {
 #define FIELD(f) __typeof__(f) *f;
 	RADOS_FNS(FIELD)
@@ -239,6 +399,22 @@ static int r_read(struct cas_obj *of, void *p, size_t n, uint64_t off)
 	return 0;
 }
 
+static int r_readv(struct cas_obj *of, const struct iovec *iov, int n, uint64_t off)
+{
+	for (int i = 0; i < n; i++) {
+		const int rc = r_read(of, iov[i].iov_base, iov[i].iov_len, off);
+		if (rc < 0)
+			return rc;
+		off += iov[i].iov_len;
+	}
+	return 0;
+}
+
+static void r_advise(struct cas_obj *of, uint64_t off, uint64_t len, enum cas_obj_advice a)
+{
+	(void)of, (void)off, (void)len, (void)a;   /* the OSDs cache as they see fit */
+}
+
 static int r_write(struct cas_obj *of, const void *p, size_t n, uint64_t off)
 {
 	const struct rados_obj *f = (const struct rados_obj *)of;
@@ -318,6 +494,161 @@ static int r_sync_names(struct cas_objects *o, enum cas_obj_kind k)
 	return 0;
 }
 
+/* A queued request. A write of more than WRITE_MAX bytes goes as several
+ * aio writes, all of which must complete for it to. */
+struct rq {
+	uint64_t tag;
+	char oid[32];
+	const char *p;
+	size_t n;
+	uint64_t off;
+	bool write, started;
+	int res;                  /* the first failure among its pieces */
+	unsigned npieces;
+	rados_completion_t *c;
+};
+
+struct rados_queue {
+	struct cas_obj_queue base;
+	unsigned depth, head, count;  /* a ring of depth requests, count of them out */
+	struct rq *q;
+};
+
+static int r_queue_open(struct cas_objects *o, unsigned depth, struct cas_obj_queue **out)
+{
+	struct rados_queue *q = calloc(1, sizeof(*q));
+	if (q)
+		q->q = calloc(depth, sizeof(*q->q));
+	if (!q || !q->q || !depth) {
+		free(q ? q->q : NULL);
+		free(q);
+		return crest_errf(-ENOMEM, "setting up writes to store rados:%s", ro(o)->spec);
+	}
+	q->base.o = o;
+	q->depth = depth;
+	*out = &q->base;
+	return 0;
+}
+
+static struct rq *rq_add(struct rados_queue *q, struct cas_obj *of, uint64_t tag)
+{
+	if (q->count == q->depth)
+		return NULL;
+	struct rq *r = &q->q[(q->head + q->count++) % q->depth];
+	*r = (struct rq){ .tag = tag, .started = true };
+	snprintf(r->oid, sizeof(r->oid), "%s", ((const struct rados_obj *)of)->oid);
+	return r;
+}
+
+static int r_queue_write(struct cas_obj_queue *qb, struct cas_obj *of, const void *p, size_t n, uint64_t off,
+			 uint64_t tag)
+{
+	struct rq *r = rq_add((struct rados_queue *)qb, of, tag);
+	if (!r)
+		return -EAGAIN;
+	r->p = p;
+	r->n = n;
+	r->off = off;
+	r->write = true;
+	r->started = false;
+	return 0;
+}
+
+static int r_queue_none(struct cas_obj_queue *qb, struct cas_obj *of, uint64_t tag)
+{
+	return rq_add((struct rados_queue *)qb, of, tag) ? 0 : -EAGAIN;
+}
+
+static int r_queue_writeback(struct cas_obj_queue *qb, struct cas_obj *of, uint64_t off, uint64_t len,
+			     uint64_t tag)
+{
+	(void)off, (void)len;
+	return r_queue_none(qb, of, tag);
+}
+
+/* Sends r's pieces; one that cannot be sent fails r, and the rest of it is
+ * not sent. */
+static void rq_start(struct rados_queue *q, struct rq *r)
+{
+	r->started = true;
+	const unsigned want = r->n ? (unsigned)((r->n + WRITE_MAX - 1) / WRITE_MAX) : 1;
+	if (!(r->c = calloc(want, sizeof(*r->c)))) {
+		r->res = -ENOMEM;
+		return;
+	}
+	for (size_t done = 0; r->npieces < want; done += WRITE_MAX) {
+		const size_t len = r->n - done < WRITE_MAX ? r->n - done : WRITE_MAX;
+		rados_completion_t c;
+		int rc = R.rados_aio_create_completion2(NULL, NULL, &c);
+		if (rc == 0) {
+			rc = R.rados_aio_write(ro(q->base.o)->io, r->oid, c, r->p + done, len, r->off + done);
+			if (rc < 0)
+				R.rados_aio_release(c);
+		}
+		if (rc < 0) {
+			r->res = rc;
+			return;
+		}
+		r->c[r->npieces++] = c;
+	}
+}
+
+/* Waits for r's pieces: its result is then final. */
+static void rq_finish(struct rq *r)
+{
+	for (unsigned i = 0; i < r->npieces; i++) {
+		R.rados_aio_wait_for_complete(r->c[i]);
+		const int rc = R.rados_aio_get_return_value(r->c[i]);
+		if (rc < 0 && r->res == 0)
+			r->res = rc;
+		R.rados_aio_release(r->c[i]);
+	}
+	free(r->c);
+	r->c = NULL;
+	r->npieces = 0;
+}
+
+static int r_queue_submit(struct cas_obj_queue *qb, unsigned wait)
+{
+	struct rados_queue *q = (struct rados_queue *)qb;
+	for (unsigned i = 0; i < q->count; i++) {
+		struct rq *r = &q->q[(q->head + i) % q->depth];
+		if (!r->started)
+			rq_start(q, r);
+	}
+	for (unsigned i = 0; i < wait && i < q->count; i++)
+		rq_finish(&q->q[(q->head + i) % q->depth]);
+	return 0;
+}
+
+static int r_queue_wait(struct cas_obj_queue *qb, uint64_t *tag, int *res)
+{
+	struct rados_queue *q = (struct rados_queue *)qb;
+	if (!q->count)
+		return -ENOENT;
+	struct rq *r = &q->q[q->head];
+	if (!r->started)
+		rq_start(q, r);
+	rq_finish(r);
+	*tag = r->tag;
+	*res = r->res;
+	q->head = (q->head + 1) % q->depth;
+	q->count--;
+	return 0;
+}
+
+static void r_queue_close(struct cas_obj_queue *qb)
+{
+	struct rados_queue *q = (struct rados_queue *)qb;
+	if (!q)
+		return;
+	/* What was never sent is not sent now; what was is waited for. */
+	for (unsigned i = 0; i < q->count; i++)
+		rq_finish(&q->q[(q->head + i) % q->depth]);
+	free(q->q);
+	free(q);
+}
+
 const struct cas_objects_ops cas_objects_rados = {
 	.name = "rados",
 	.open = rados_open,
@@ -326,6 +657,8 @@ const struct cas_objects_ops cas_objects_rados = {
 	.create = r_create,
 	.open_obj = r_open_obj,
 	.read = r_read,
+	.readv = r_readv,
+	.advise = r_advise,
 	.write = r_write,
 	.size = r_size,
 	.truncate = r_truncate,
@@ -335,6 +668,13 @@ const struct cas_objects_ops cas_objects_rados = {
 	.list = r_list,
 	.remove = r_remove,
 	.sync_names = r_sync_names,
+	.queue_open = r_queue_open,
+	.queue_close = r_queue_close,
+	.queue_write = r_queue_write,
+	.queue_sync = r_queue_none,
+	.queue_writeback = r_queue_writeback,
+	.queue_submit = r_queue_submit,
+	.queue_wait = r_queue_wait,
 };
 
 #endif

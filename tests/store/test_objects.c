@@ -6,11 +6,15 @@
  * With a printed, replayable seed: random creates, writes at random offsets
  * (holes included), truncates, reads, stats, lists, removes, syncs and
  * reopens over a few numbers of both kinds; after each step the bytes, the
- * sizes and the list are compared with an in-memory model. Then what the
+ * sizes and the list are compared with an in-memory model. Reads are also
+ * made as vectors of random pieces, and writes also go through a write
+ * queue, in batches of non-overlapping writes with syncs and writeback
+ * hints among them, each completion taken once by its tag. Then what the
  * table promises outright: create is exclusive (-EEXIST, the object left as
  * it was), stat and remove of a missing object say -ENOENT and leave no
- * message, a read past the end fails, and list ignores names that are not
- * its objects (a stray file, another kind's, a directory).
+ * message, a read past the end fails, a full queue refuses (-EAGAIN) and
+ * queues nothing, and list ignores names that are not its objects (a stray
+ * file, another kind's, a directory).
  *
  * usage: test_objects [rados:POOL[/NAMESPACE]] [SEED]
  *        (RADOS: the namespace test-objects-SEED unless one is named, emptied after)
@@ -33,6 +37,7 @@
 
 #define NUMS 6
 #define CAP (256 * 1024)
+#define QDEPTH 8
 
 struct model {
 	bool exists;
@@ -167,6 +172,83 @@ static void compare(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, ui
 	cas_obj_close(f);
 }
 
+/* A batch of 1..QDEPTH requests through q: writes that overlap none
+ * before them in the batch (their order in flight is not defined), syncs
+ * and writeback hints; every completion is taken once, by its tag. */
+static void queue_batch(struct cas_objects *o, struct cas_obj_queue *q, uint8_t *const bufs[QDEPTH], uint64_t *st,
+			const char *when)
+{
+	struct req {
+		enum cas_obj_kind k;
+		uint32_t num;
+		uint64_t off, n;
+		int what;   /* 0 write, 1 sync, 2 writeback */
+		bool done;
+	} r[QDEPTH];
+	const unsigned want = 1 + (unsigned)(check_rnd(st) % QDEPTH);
+	unsigned nr = 0;
+	for (unsigned t = 0; t < 4 * QDEPTH && nr < want; t++) {
+		const enum cas_obj_kind k = (enum cas_obj_kind)(check_rnd(st) % CAS_OBJ_KINDS);
+		const uint32_t num = 1 + (uint32_t)(check_rnd(st) % NUMS);
+		if (!m[k][num].exists)
+			continue;
+		struct cas_obj **f = &open_[k][num];
+		if (!*f)
+			OK(cas_obj_open(o, k, num, true, f));
+		struct req x = { .k = k, .num = num, .what = (int)(check_rnd(st) % 4) };
+		if (x.what == 3)
+			x.what = 0;
+		x.off = check_rnd(st) % (CAP / 2);
+		x.n = 1 + check_rnd(st) % (CAP / 4);
+		bool clash = false;
+		for (unsigned i = 0; x.what == 0 && i < nr; i++)
+			clash |= r[i].what == 0 && r[i].k == k && r[i].num == num && x.off < r[i].off + r[i].n &&
+				 r[i].off < x.off + x.n;
+		if (clash)
+			continue;
+		int rc;
+		if (x.what == 0) {
+			check_fill64(bufs[nr], x.n, st);
+			rc = cas_queue_write(q, *f, bufs[nr], x.n, x.off, 100 + nr);
+		} else if (x.what == 1) {
+			rc = cas_queue_sync(q, *f, 100 + nr);
+		} else {
+			rc = cas_queue_writeback(q, *f, x.off, x.n, 100 + nr);
+		}
+		CHECK(rc == 0, "%s: queueing request %u: %d (%s)", when, nr, rc, crest_errmsg());
+		if (rc)
+			return;
+		r[nr++] = x;
+	}
+	if (nr == QDEPTH) {   /* full: refused, nothing queued */
+		crest_errset_str("");
+		const int rc = cas_queue_sync(q, open_[r[0].k][r[0].num], 999);
+		CHECK(rc == -EAGAIN && !crest_errmsg()[0], "%s: a full queue took a request: %d (%s)", when, rc,
+		      crest_errmsg());
+	}
+	OK(cas_queue_submit(q, (unsigned)(check_rnd(st) % (nr + 2))));
+	for (unsigned got = 0; got < nr; got++) {
+		uint64_t tag = 0;
+		int res = -1;
+		OK(cas_queue_wait(q, &tag, &res));
+		const unsigned i = (unsigned)(tag - 100);
+		CHECK(tag >= 100 && i < nr && !r[i].done, "%s: completion of tag %" PRIu64 " (asked %u)", when, tag, nr);
+		if (tag < 100 || i >= nr || r[i].done)
+			return;
+		CHECK(res == 0, "%s: request %u (%d) failed: %d", when, i, r[i].what, res);
+		r[i].done = true;
+		if (r[i].what == 0) {
+			struct model *x = &m[r[i].k][r[i].num];
+			memcpy(x->bytes + r[i].off, bufs[i], r[i].n);
+			if (r[i].off + r[i].n > x->size)
+				x->size = r[i].off + r[i].n;
+		}
+	}
+	uint64_t tag;
+	int res;
+	CHECK(cas_queue_wait(q, &tag, &res) == -ENOENT, "%s: a completion past those asked for", when);
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -193,7 +275,11 @@ int main(int argc, char **argv)
 		}
 		OK(cas_objects_dir.open(dir, dir, &o));
 	}
-	uint8_t *buf = malloc(CAP), *data = malloc(CAP);
+	uint8_t *buf = malloc(CAP), *data = malloc(CAP), *qbufs[QDEPTH];
+	for (int i = 0; i < QDEPTH; i++)
+		qbufs[i] = malloc(CAP / 4);
+	struct cas_obj_queue *q;
+	OK(cas_queue_open(o, QDEPTH, &q));
 	for (int k = 0; k < CAS_OBJ_KINDS; k++)
 		for (int n = 0; n <= NUMS; n++)
 			m[k][n].bytes = calloc(1, CAP);
@@ -219,7 +305,7 @@ int main(int argc, char **argv)
 		struct cas_obj **f = &open_[k][num];
 		char when[64];
 		snprintf(when, sizeof(when), "step %d", i);
-		switch (check_rnd(&st) % 9) {
+		switch (check_rnd(&st) % 10) {
 		case 0: {   /* create: exclusive */
 			struct cas_obj *g = NULL;
 			const int rc = cas_obj_create(o, k, num, &g);
@@ -291,9 +377,28 @@ int main(int argc, char **argv)
 			CHECK(first_diff(buf, x->bytes + off, n) == n, "%s: read of %" PRIu64 " at %" PRIu64 " differs",
 			      when, n, off);
 			CHECK(cas_obj_read(g, buf, 2, x->size - 1) < 0, "%s: a read past the end succeeded", when);
+			/* The same range as a vector of 1 to 4 random pieces. */
+			struct iovec iov[4];
+			const int ni = 1 + (int)(check_rnd(&st) % 4);
+			memset(buf, 0xa5, n);
+			uint64_t at = 0;
+			for (int j = 0; j < ni; j++) {
+				const uint64_t left = n - at;
+				const uint64_t len = j == ni - 1 ? left : check_rnd(&st) % (left + 1);
+				iov[j] = (struct iovec){ buf + at, len };
+				at += len;
+			}
+			OK(cas_obj_readv(g, iov, ni, off));
+			CHECK(first_diff(buf, x->bytes + off, n) == n, "%s: readv of %" PRIu64 " at %" PRIu64
+			      " in %d pieces differs", when, n, off, ni);
+			iov[0] = (struct iovec){ buf, 2 };
+			CHECK(cas_obj_readv(g, iov, 1, x->size - 1) < 0, "%s: a readv past the end succeeded", when);
 			cas_obj_close(g);
 			break;
 		}
+		case 8:
+			queue_batch(o, q, qbufs, &st, when);
+			break;
 		case 7:   /* closed, to be opened again */
 			cas_obj_close(*f);
 			*f = NULL;
@@ -347,6 +452,9 @@ int main(int argc, char **argv)
 	CHECK(cas_obj_create(o, CAS_OBJ_META, 1, &g) == -EEXIST, "create of an existing log");
 	compare(o, CAS_OBJ_META, 1, buf, "after a refused create");
 
+	cas_queue_close(q);
+	for (int i = 0; i < QDEPTH; i++)
+		free(qbufs[i]);
 	for (int k = 0; k < CAS_OBJ_KINDS; k++)
 		for (int n = 0; n <= NUMS; n++) {
 			cas_obj_close(open_[k][n]);
