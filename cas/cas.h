@@ -208,7 +208,7 @@ int cas_pack_discard(struct cas_store *s);
  *
  * Why it is fast: the engine writes the new chunks of each segment of a
  * stream back to back, in order, so a batch of consecutive chunks lies in a
- * few stretches of a pack. A span walks a stretch: one pread fills its
+ * few stretches of a pack. A span walks a stretch: one read fills its
  * buffer with many records, cas_reader_next steps from record to record and
  * the caller takes the ones it wants (cas_reader_take). Headers are read
  * only where a record is known to start (a looked-up record, or the end of
@@ -230,7 +230,7 @@ struct cas_span {
 	uint32_t pack;     /* what buf holds: len bytes of pack from base */
 	uint64_t base;
 	size_t len;
-	uint64_t nreads, read_bytes;   /* statistics: preads made, bytes they read */
+	uint64_t nreads, read_bytes;   /* statistics: reads made, bytes they read */
 };
 struct cas_rec {
 	const uint8_t *sha, *hdr;   /* in the span's buffer: valid until the next call */
@@ -262,11 +262,11 @@ int cas_reader_take(struct cas_reader *r, const struct cas_rec *rec, void *dst, 
 int cas_reader_get(struct cas_reader *r, const uint8_t sha[32], void *dst, uint32_t len, void *bounce);
 /* Direct reads, for stretches whose layout the caller expects (a run of
  * raw records back to back, between two located ones): the records go
- * straight to their destinations with one preadv of n iovecs at off, no
- * span buffer and no copy. Returns the bytes read (short where the pack
- * ends sooner), or -ENOENT where the pack cannot be opened or the stretch
- * reaches past what is known committed, or another negative errno from the
- * read; no message. The caller checks the records in order with
+ * straight to their destinations with one vectored read of n iovecs at
+ * off, no span buffer and no copy. Returns the bytes read (all of them),
+ * or -ENOENT where the pack cannot be opened or the stretch reaches past
+ * what is known committed, or another negative errno from the read, whose
+ * message is not the one to report: the walk's is. The caller checks the records in order with
  * cas_reader_check_raw: a header where a record is only expected is to be
  * believed once the record before it checked out (which makes that place a
  * record's start), and what does not check out is left to the walk and

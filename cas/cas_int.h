@@ -60,12 +60,12 @@ struct cas_store {
 	struct cas_locks *locks;  /* the writer's, waiters' and readers' locks (locks.h) */
 	bool nowait;          /* cas_open_nowait: -EWOULDBLOCK instead of waiting */
 	struct cas_index *ix;  /* the index (index.h): crest's keys above it, in store.c */
-	struct cas_objects *objs;  /* its numbered files (objects.h): meta logs so far */
+	struct cas_objects *objs;  /* its numbered files (objects.h): packs and meta logs */
 
-	/* Read side: one O_RDONLY descriptor per pack, opened on first use. */
+	/* Read side: one read handle per pack, opened on first use. */
 	pthread_mutex_t rfd_lock;
-	int *rfds;
-	uint32_t nrfds;
+	struct cas_obj **rpacks;
+	uint32_t nrpacks;
 
 	/* Write side, in lanes (cas.h): each lane has a current pack of its own
 	 * and is written by one thread at a time, so that several packs are
@@ -118,10 +118,10 @@ int cas_pack_open_writer(struct cas_store *s, uint32_t floor);
 void cas_pack_close_writer(struct cas_store *s);
 void cas_pack_mark(struct cas_store *s, const struct cas_index_entry *e, size_t n);
 void cas_pack_close_readers(struct cas_store *s);
-void cas_pack_path(const struct cas_store *s, uint32_t pack, char *buf, size_t cap);
+/* The pack's name in messages (a directory store's: its path). */
+void cas_pack_name(const struct cas_store *s, uint32_t pack, char *buf, size_t cap);
+/* The highest pack number in the store (0: none). */
 int cas_pack_max_on_disk(struct cas_store *s, uint32_t *max);
-/* The highest N of the files "N.suffix" in STORE/sub (0: none, or no sub). */
-int cas_max_on_disk(const struct cas_store *s, const char *sub, const char *suffix, uint32_t *max);
 /* fsync of a file or directory by path: 0 or a negative errno. */
 int cas_fsync_path(const char *path);
 /* An index value of type and key (free it), or NULL with *rc
@@ -135,9 +135,9 @@ int cas_manifest_check(const struct cas_store *s, const uint8_t id[32], const vo
  * checks both against their ids and decodes it into place; hex names the
  * snapshot in messages. Threads may load different pieces at once. */
 int cas_piece_load(struct cas_store *s, struct cas_manifest *m, size_t i, const char *hex);
-/* Opens pack read-only and checks its header (magic, version, number):
- * the descriptor, or a negative code with a message. */
-int cas_pack_open_read(const struct cas_store *s, uint32_t pack);
+/* Opens pack for reading and checks its header (magic, version, number):
+ * 0 and the handle (cas_obj_close it), or a negative code with a message. */
+int cas_pack_open_read(const struct cas_store *s, uint32_t pack, struct cas_obj **out);
 /* The records of pack from off on, until one does not check out (magic,
  * sizes, CRC32C): cb gets each with its place; *end is where the walk
  * stopped. For recovery and repair, which trust nothing else. With resync

@@ -374,14 +374,14 @@ static int pscan_none(const struct cas_scan_rec *r, void *arg)
 
 /* The first offset at or past from, below lim, where a chunk record's
  * magic is (lim when none): where a resync tries a record. */
-static uint64_t magic_find(int fd, uint64_t from, uint64_t lim)
+static uint64_t magic_find(struct cas_obj *f, uint64_t from, uint64_t lim)
 {
 	static const size_t blk = 1 << 16;
 	uint8_t *b = malloc(blk + 3);
 	while (b && from < lim) {
-		const size_t want = lim - from < blk + 3 ? (size_t)(lim - from) : blk + 3;
-		const ssize_t got = pread(fd, b, want, (off_t)from);
-		if (got < 4)
+		/* lim is at most the pack's size: every byte below it is there. */
+		const size_t got = lim - from < blk + 3 ? (size_t)(lim - from) : blk + 3;
+		if (got < 4 || cas_obj_read(f, b, got, from) < 0)
 			break;
 		const uint8_t *hit = memmem(b, (size_t)got, CAS_REC_MAGIC, 4);
 		if (hit) {
@@ -402,31 +402,28 @@ static int pack_pass(struct chk *c)
 	size_t np = 0;
 	int rc = cas_ends_load(c->s, 'p', &p, &np);
 	for (size_t i = 0; rc == 0 && i < np; i++) {
-		char path[4096];
-		struct stat st;
-		cas_pack_path(c->s, p[i].pack, path, sizeof(path));
+		uint64_t size;
 		if (p[i].end <= CAS_FILE_HEADER)
 			continue;
-		if (stat(path, &st) < 0) {
-			rc = errno == ENOENT ? span_add(c, true, p[i].pack, 0, p[i].end, "the pack is missing")
-					     : crest_errf(-errno, "cannot check %s", path);
+		rc = cas_obj_stat(c->s->objs, CAS_OBJ_PACK, p[i].pack, &size);
+		if (rc < 0) {
+			if (rc == -ENOENT)
+				rc = span_add(c, true, p[i].pack, 0, p[i].end, "the pack is missing");
 			continue;
 		}
-		if ((uint64_t)st.st_size < p[i].end) {
-			rc = span_add(c, true, p[i].pack, (uint64_t)st.st_size, p[i].end,
-				      "the pack is shorter than its committed end");
+		if (size < p[i].end) {
+			rc = span_add(c, true, p[i].pack, size, p[i].end, "the pack is shorter than its committed end");
 			if (rc < 0)
 				break;
 		}
-		const uint64_t lim = (uint64_t)st.st_size < p[i].end ? (uint64_t)st.st_size : p[i].end;
+		const uint64_t lim = size < p[i].end ? size : p[i].end;
 		uint64_t off = CAS_FILE_HEADER;
 		crest_errset_str("");
-		int fd = cas_pack_open_read(c->s, p[i].pack);
-		if (fd < 0) {
+		struct cas_obj *f;
+		if (cas_pack_open_read(c->s, p[i].pack, &f) < 0) {
 			rc = span_add(c, true, p[i].pack, 0, p[i].end, crest_errmsg());
 			continue;
 		}
-		close(fd);
 		while (rc == 0 && off < lim) {
 			uint64_t end;
 			rc = cas_pack_scan(c->s, p[i].pack, off, false, pscan_none, NULL, &end);
@@ -435,20 +432,18 @@ static int pack_pass(struct chk *c)
 			/* A record that does not check out below the committed end:
 			 * resync at the next one that does. */
 			uint64_t next = end + 1;
-			fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-			while (fd >= 0 && (next = magic_find(fd, next, lim)) < lim) {
+			while ((next = magic_find(f, next, lim)) < lim) {
 				struct pscan ps = { 0 };
 				uint64_t e2;
 				if (cas_pack_scan(c->s, p[i].pack, next, false, pscan_one, &ps, &e2) == 1)
 					break;
 				next++;
 			}
-			if (fd >= 0)
-				close(fd);
 			rc = span_add(c, true, p[i].pack, end, next < lim ? next : lim,
 				      "bytes that are no chunk record that checks out");
 			off = next;
 		}
+		cas_obj_close(f);
 	}
 	free(p);
 	return rc;
@@ -909,7 +904,7 @@ int cas_check(struct cas_store *s, int (*cb)(const struct cas_fault *f, void *ar
 			continue;
 		struct cspan x = { .c = &c, .sp = sp };
 		rc = cas_index_foreach(s, cspan_cb, &x);
-		cas_pack_path(s, sp->num, path, sizeof(path));
+		cas_pack_name(s, sp->num, path, sizeof(path));
 		snprintf(where, sizeof(where), "pack %s at %llu", path, (unsigned long long)sp->off);
 		char names[128] = "", hex[65];
 		for (size_t k = 0; k < x.n && k < 4; k++) {

@@ -975,15 +975,15 @@ static int group_commit(struct cas_store *s, struct cas_index_entry *e, size_t n
 	return 0;
 }
 
-/* The record at e->loc in fd, whole and checked (magic, sizes, the id,
+/* The record at e->loc in f, whole and checked (magic, sizes, the id,
  * the CRC32C of its stored bytes), into buf (CAS_REC_HEADER +
  * CAS_CHUNK_MAX bytes). */
-static int record_read(int fd, const struct cas_index_entry *e, uint8_t *buf)
+static int record_read(struct cas_obj *f, const struct cas_index_entry *e, uint8_t *buf)
 {
 	if (e->loc.stored > CAS_CHUNK_MAX)
 		return -EBADMSG;
 	const size_t len = CAS_REC_HEADER + (size_t)e->loc.stored;
-	if (pread(fd, buf, len, (off_t)e->loc.off) != (ssize_t)len)
+	if (cas_obj_read(f, buf, len, e->loc.off) < 0)
 		return -EIO;
 	if (memcmp(buf, CAS_REC_MAGIC, 4) || buf[CAS_REC_CODEC] != e->loc.codec ||
 	    le32_get(buf + CAS_REC_RAW) != e->loc.raw || le32_get(buf + CAS_REC_STORED) != e->loc.stored ||
@@ -1057,14 +1057,14 @@ static int loc_cmp(const void *a, const void *b)
 static int copy_pack(struct cas_store *s, uint32_t p, struct cas_index_entry *v, size_t n, struct writer *w,
 		     uint8_t *rec, struct cas_gc_result *r, struct progress *prog)
 {
-	const int fd = n ? cas_pack_open_read(s, p) : -1;
-	if (n && fd < 0)
+	struct cas_obj *f = NULL;
+	if (n && cas_pack_open_read(s, p, &f) < 0)
 		return -EBADMSG;
 	int rc = 0;
 	for (size_t j = 0; rc == 0 && j < n; j++) {
 		struct cas_index_entry *e = &v[j];
 		const size_t len = CAS_REC_HEADER + (size_t)e->loc.stored;
-		if (record_read(fd, e, rec) < 0) {
+		if (record_read(f, e, rec) < 0) {
 			rc = -EBADMSG;
 			break;
 		}
@@ -1088,8 +1088,7 @@ static int copy_pack(struct cas_store *s, uint32_t p, struct cas_index_entry *v,
 				progress_update(prog, r->bytes_moved);
 		}
 	}
-	if (fd >= 0)
-		close(fd);
+	cas_obj_close(f);
 	return rc;
 }
 
@@ -1108,32 +1107,29 @@ static uint64_t rec_end(const struct cas_index_entry *e)
 /* Advises v[from, to), sorted by pack and offset. */
 static void prefetch(struct cas_store *s, const struct cas_index_entry *v, size_t from, size_t to)
 {
-	int fd = -1;
+	struct cas_obj *f = NULL;
 	uint32_t pack = 0;
 	uint64_t a = 0, b = 0;
 	for (size_t i = from; i <= to; i++) {
-		if (i < to && fd >= 0 && v[i].loc.pack == pack && v[i].loc.off <= b + PREFETCH_GAP) {
+		if (i < to && f && v[i].loc.pack == pack && v[i].loc.off <= b + PREFETCH_GAP) {
 			if (rec_end(&v[i]) > b)
 				b = rec_end(&v[i]);
 			continue;
 		}
-		if (fd >= 0 && b > a)
-			posix_fadvise(fd, (off_t)a, (off_t)(b - a), POSIX_FADV_WILLNEED);
+		if (f && b > a)
+			cas_obj_advise(f, a, b - a, CAS_OBJ_WILLNEED);
 		if (i == to)
 			break;
-		if (fd < 0 || v[i].loc.pack != pack) {
-			char path[4096];
-			if (fd >= 0)
-				close(fd);
+		if (!f || v[i].loc.pack != pack) {
+			cas_obj_close(f);
 			pack = v[i].loc.pack;
-			cas_pack_path(s, pack, path, sizeof(path));
-			fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+			if (cas_obj_open(s->objs, CAS_OBJ_PACK, pack, false, &f) < 0)
+				f = NULL;
 		}
 		a = v[i].loc.off;
 		b = rec_end(&v[i]);
 	}
-	if (fd >= 0)
-		close(fd);
+	cas_obj_close(f);
 }
 
 /* want[p]: rewrite pack p; ps[p]: its live bytes and records. */
@@ -1237,9 +1233,8 @@ static int unlink_one(struct par *p, void *tls, size_t i)
 {
 	(void)tls;
 	const struct unlink_job *j = p->arg;
-	char path[4096];
-	cas_pack_path(j->s, j->v[i].pack, path, sizeof(path));
-	j->ok[i] = unlink(path) == 0 || errno == ENOENT;
+	const int rc = cas_obj_remove(j->s->objs, CAS_OBJ_PACK, j->v[i].pack);
+	j->ok[i] = rc == 0 || rc == -ENOENT;
 	return 0;
 }
 
@@ -1278,9 +1273,9 @@ static int retire(struct cas_store *s, struct cas_gc_result *r)
 		cas_key_num(k, 'r', v[i].pack);
 		cas_index_batch_delete(b, k, 5);
 	}
-	char dir[4096];
-	snprintf(dir, sizeof(dir), "%s/packs", cas_dir(s));
-	cas_fsync_path(dir);
+	/* Best effort, as before the index forgets them: a crash that brings
+	 * a removed pack back leaves it to the next gc, as unreferenced. */
+	cas_obj_sync_names(s->objs, CAS_OBJ_PACK);
 	rc = cas_index_batch_commit(b, "forgetting unlinked packs");
 	cas_index_batch_free(b);
 	cas_readers_let_in(s);
@@ -1297,11 +1292,9 @@ static uint64_t packs_bytes(struct cas_store *s)
 	if (cas_pack_max_on_disk(s, &max) < 0)
 		return 0;
 	for (uint32_t p = 1; p <= max; p++) {
-		char path[4096];
-		struct stat st;
-		cas_pack_path(s, p, path, sizeof(path));
-		if (stat(path, &st) == 0 && !(p >= s->first_pack && (uint64_t)st.st_size <= CAS_PACK_HEADER))
-			sum += (uint64_t)st.st_size;
+		uint64_t size;
+		if (cas_obj_stat(s->objs, CAS_OBJ_PACK, p, &size) == 0 && !(p >= s->first_pack && size <= CAS_PACK_HEADER))
+			sum += size;
 	}
 	return sum;
 }

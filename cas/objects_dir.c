@@ -59,6 +59,15 @@ static int obj_err(const struct dir_obj *f, int err, const char *what)
 	return crest_errf(err, "cannot %s %s %s", what, kinds[f->k].what, path);
 }
 
+/* A read that met the object's end at off. */
+static int obj_short(const struct dir_obj *f, uint64_t off)
+{
+	char path[4096];
+	obj_path(f->base.o, f->k, f->num, path, sizeof(path));
+	return crest_errx(-EIO, "cannot read %s %s: it ends at byte %llu", kinds[f->k].what, path,
+			  (unsigned long long)off);
+}
+
 static int dir_open(const char *dir, const char *store, struct cas_objects **out)
 {
 	(void)store;   /* the directory is the store's: paths name it */
@@ -123,7 +132,7 @@ static int dir_read(struct cas_obj *o, void *p, size_t n, uint64_t off)
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
-			return obj_err(f, r < 0 ? -errno : -EIO, "read");
+			return r < 0 ? obj_err(f, -errno, "read") : obj_short(f, off + got);
 		got += (size_t)r;
 	}
 	return 0;
@@ -142,7 +151,7 @@ static int dir_readv(struct cas_obj *o, const struct iovec *iov0, int n, uint64_
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r <= 0)
-			return obj_err(f, r < 0 ? -errno : -EIO, "read");
+			return r < 0 ? obj_err(f, -errno, "read") : obj_short(f, off);
 		off += (uint64_t)r;
 		/* Step past what was read: whole pieces, then into one. */
 		for (size_t adv = (size_t)r; i < n && adv;) {
@@ -221,8 +230,10 @@ static int dir_stat(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, ui
 	char path[4096];
 	struct stat st;
 	obj_path(o, k, num, path, sizeof(path));
-	if (stat(path, &st) < 0)
+	if (lstat(path, &st) < 0)
 		return errno == ENOENT ? -ENOENT : crest_errf(-errno, "cannot stat %s %s", kinds[k].what, path);
+	if (!S_ISREG(st.st_mode))
+		return -ENOENT;   /* as list: only files are objects */
 	*size = (uint64_t)st.st_size;
 	return 0;
 }

@@ -46,40 +46,21 @@
  * the next one clean although the data is lost, so it is never retried. */
 enum { PFD_DIRTY, PFD_SYNCING, PFD_SYNCED, PFD_FAILED };
 
-void cas_pack_path(const struct cas_store *s, uint32_t pack, char *buf, size_t cap)
+void cas_pack_name(const struct cas_store *s, uint32_t pack, char *buf, size_t cap)
 {
-	snprintf(buf, cap, "%s/packs/%08u.pack", s->dir, pack);
-}
-
-int cas_max_on_disk(const struct cas_store *s, const char *sub, const char *suffix, uint32_t *max)
-{
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/%s", s->dir, sub);
-	*max = 0;
-	DIR *d = opendir(path);
-	if (!d)
-		return errno == ENOENT ? 0 : crest_errf(-errno, "cannot read %s", path);
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		unsigned n;
-		char tail[8];
-		if (sscanf(e->d_name, "%8u.%7s", &n, tail) == 2 && !strcmp(tail, suffix) && n > *max)
-			*max = n;
-	}
-	closedir(d);
-	return 0;
+	cas_obj_name(s->objs, CAS_OBJ_PACK, pack, buf, cap);
 }
 
 int cas_pack_max_on_disk(struct cas_store *s, uint32_t *max)
 {
-	return cas_max_on_disk(s, "packs", "pack", max);
+	return cas_obj_max(s->objs, CAS_OBJ_PACK, max);
 }
 
 /* Opens (creating with its header when new) the pack for writing. */
 static int pack_open_w(struct cas_store *s, uint32_t pack, int *fd_out)
 {
 	char path[4096];
-	cas_pack_path(s, pack, path, sizeof(path));
+	cas_pack_name(s, pack, path, sizeof(path));
 	int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return crest_errf(-errno, "cannot open pack %s", path);
@@ -227,7 +208,7 @@ static void pack_rollback(struct cas_store *s)
 		if (lane < 0)
 			continue;
 		const struct cas_lane *l = &s->lanes[lane];
-		cas_pack_path(s, p, path, sizeof(path));
+		cas_pack_name(s, p, path, sizeof(path));
 		if (p > l->mark_pack)
 			unlink(path);
 		else if (p == l->mark_pack)
@@ -272,12 +253,11 @@ void cas_pack_close_writer(struct cas_store *s)
 
 void cas_pack_close_readers(struct cas_store *s)
 {
-	for (uint32_t i = 0; i < s->nrfds; i++)
-		if (s->rfds[i] > 0)
-			close(s->rfds[i]);
-	free(s->rfds);
-	s->rfds = NULL;
-	s->nrfds = 0;
+	for (uint32_t i = 0; i < s->nrpacks; i++)
+		cas_obj_close(s->rpacks[i]);
+	free(s->rpacks);
+	s->rpacks = NULL;
+	s->nrpacks = 0;
 }
 
 int cas_pack_reserve(struct cas_store *s, unsigned lane, uint32_t stored, uint32_t raw, uint8_t codec,
@@ -518,7 +498,7 @@ int cas_pack_write(struct cas_store *s, unsigned lane, const struct cas_write *w
 				res = write_rest(fds[i], r->data, r->len, (size_t)res, r->off);
 			if (res < 0 && !first_err) {
 				char path[4096];
-				cas_pack_path(s, r->pack, path, sizeof(path));
+				cas_pack_name(s, r->pack, path, sizeof(path));
 				first_err = crest_errf(res, "writing chunks to pack %s", path);
 			}
 			if (fds[i] == l->wfd && r->off + r->len > l->wb_end)
@@ -562,14 +542,14 @@ int cas_pack_sync(struct cas_store *s, unsigned lane)
 		const int err = p->state == PFD_FAILED ? p->err
 				: p->state == PFD_DIRTY && fdatasync(p->fd) < 0 ? -errno : 0;
 		if (err < 0) {
-			cas_pack_path(s, p->pack, path, sizeof(path));
+			cas_pack_name(s, p->pack, path, sizeof(path));
 			return crest_errf(err, "cannot sync pack %s", path);
 		}
 		close(p->fd);
 		l->nunsynced--;
 	}
 	if (l->dirty && l->wfd >= 0 && fdatasync(l->wfd) < 0) {
-		cas_pack_path(s, l->wfd_pack, path, sizeof(path));
+		cas_pack_name(s, l->wfd_pack, path, sizeof(path));
 		return crest_errf(-errno, "cannot sync pack %s", path);
 	}
 	l->dirty = false;
@@ -585,35 +565,30 @@ int cas_pack_sync(struct cas_store *s, unsigned lane)
 	return 0;
 }
 
-int cas_pack_open_read(const struct cas_store *s, uint32_t pack)
+int cas_pack_open_read(const struct cas_store *s, uint32_t pack, struct cas_obj **out)
 {
-	char path[4096];
-	cas_pack_path(s, pack, path, sizeof(path));
+	char name[4096];
+	cas_pack_name(s, pack, name, sizeof(name));
 	if (pack >= CAS_FILE_NUM_MAX)
 		return crest_errx(-EBADMSG, "pack number %u is out of range (damaged index entry)", pack);
-	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return crest_errf(-errno, "cannot open pack %s", path);
+	struct cas_obj *f;
+	int rc = cas_obj_open(s->objs, CAS_OBJ_PACK, pack, false, &f);
+	if (rc < 0)
+		return rc;
 	uint8_t h[CAS_PACK_HEADER];
 	uint32_t version, num;
-	int rc = 0;
-	if (pread(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
-	    cas_file_header_check(h, CAS_PACK_MAGIC, &version, &num) < 0 || num != pack)
-		rc = crest_errx(-EBADMSG, "%s is not a crest pack (bad header)", path);
+	if (cas_obj_read(f, h, sizeof(h), 0) < 0 || cas_file_header_check(h, CAS_PACK_MAGIC, &version, &num) < 0 ||
+	    num != pack)
+		rc = crest_errx(-EBADMSG, "%s is not a crest pack (bad header)", name);
 	else if (version > CAS_PACK_VERSION)
 		rc = crest_errx(-EPROTONOSUPPORT, "pack %s has version %u; this crest reads up to %u",
-				path, version, CAS_PACK_VERSION);
+				name, version, CAS_PACK_VERSION);
 	if (rc < 0) {
-		close(fd);
+		cas_obj_close(f);
 		return rc;
 	}
-	if (fd == 0) {   /* 0 means "not opened" in the descriptor tables */
-		fd = fcntl(0, F_DUPFD_CLOEXEC, 1);
-		close(0);
-		if (fd < 0)
-			return crest_errf(-errno, "cannot open pack %s", path);
-	}
-	return fd;
+	*out = f;
+	return 0;
 }
 
 int cas_pack_discard(struct cas_store *s)
@@ -645,30 +620,29 @@ int cas_pack_discard(struct cas_store *s)
 	return 0;
 }
 
-static int pack_rfd(struct cas_store *s, uint32_t pack)
+/* The store's read handle of pack, opened on first use and kept. */
+static int pack_rfd(struct cas_store *s, uint32_t pack, struct cas_obj **out)
 {
 	if (pack >= CAS_FILE_NUM_MAX)
-		return cas_pack_open_read(s, pack);   /* says why */
+		return cas_pack_open_read(s, pack, out);   /* says why */
 	pthread_mutex_lock(&s->rfd_lock);
-	if (pack >= s->nrfds) {
+	if (pack >= s->nrpacks) {
 		uint32_t n = pack + 16;
-		int *nv = realloc(s->rfds, n * sizeof(*nv));
+		struct cas_obj **nv = realloc(s->rpacks, n * sizeof(*nv));
 		if (!nv) {
 			pthread_mutex_unlock(&s->rfd_lock);
 			return crest_errf(-ENOMEM, "opening pack %u", pack);
 		}
-		memset(nv + s->nrfds, 0, (n - s->nrfds) * sizeof(*nv));
-		s->rfds = nv;
-		s->nrfds = n;
+		memset(nv + s->nrpacks, 0, (n - s->nrpacks) * sizeof(*nv));
+		s->rpacks = nv;
+		s->nrpacks = n;
 	}
-	int fd = s->rfds[pack];
-	if (fd <= 0) {
-		fd = cas_pack_open_read(s, pack);
-		if (fd > 0)
-			s->rfds[pack] = fd;
-	}
+	int rc = 0;
+	if (!s->rpacks[pack])
+		rc = cas_pack_open_read(s, pack, &s->rpacks[pack]);
+	*out = s->rpacks[pack];
 	pthread_mutex_unlock(&s->rfd_lock);
-	return fd;
+	return rc;
 }
 
 int cas_chunk_read(struct cas_store *s, const uint8_t sha[32], const struct cas_loc *loc,
@@ -682,38 +656,22 @@ int cas_chunk_read_timed(struct cas_store *s, const uint8_t sha[32], const struc
 {
 	char hex[65], path[4096];
 	uint64_t t0 = t ? time_now_ns() : 0;
+	struct cas_obj *f;
 	if (loc->raw > cap || loc->raw > CAS_CHUNK_MAX || loc->stored > CAS_CHUNK_MAX ||
 	    (loc->codec == CAS_CODEC_RAW && loc->stored != loc->raw) || loc->codec > CAS_CODEC_LZ4) {
 		hex_encode(sha, 32, hex);
 		return crest_errx(-EBADMSG, "index entry of chunk %.16s in %s is damaged", hex, s->dir);
 	}
-	int fd = pack_rfd(s, loc->pack);
-	if (fd < 0)
-		return fd;
+	int rc = pack_rfd(s, loc->pack, &f);
+	if (rc < 0)
+		return rc;
 	uint8_t h[CAS_REC_HEADER];
 	void *dst = loc->codec == CAS_CODEC_RAW ? raw : scratch;
-	struct iovec iov[2] = { { h, sizeof(h) }, { dst, loc->stored } };
-	size_t want = sizeof(h) + loc->stored, got = 0;
-	while (got < want) {
-		ssize_t r = preadv(fd, iov, 2, (off_t)(loc->off + got));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0) {
-			int err = r < 0 ? -errno : -EIO;
-			cas_pack_path(s, loc->pack, path, sizeof(path));
-			hex_encode(sha, 32, hex);
-			return r < 0 ? crest_errf(err, "reading chunk %.16s from %s", hex, path)
-				     : crest_errx(err, "chunk %.16s lies past the end of %s", hex, path);
-		}
-		got += (size_t)r;
-		/* Advance the iovecs past what was read. */
-		size_t adv = (size_t)r;
-		for (int i = 0; i < 2 && adv; i++) {
-			size_t take = adv < iov[i].iov_len ? adv : iov[i].iov_len;
-			iov[i].iov_base = (uint8_t *)iov[i].iov_base + take;
-			iov[i].iov_len -= take;
-			adv -= take;
-		}
+	const struct iovec iov[2] = { { h, sizeof(h) }, { dst, loc->stored } };
+	rc = cas_obj_readv(f, iov, 2, loc->off);
+	if (rc < 0) {
+		hex_encode(sha, 32, hex);
+		return crest_errctx(rc, "reading chunk %.16s", hex);
 	}
 	uint64_t t1 = t ? time_now_ns() : 0;
 	if (t)
@@ -722,13 +680,13 @@ int cas_chunk_read_timed(struct cas_store *s, const uint8_t sha[32], const struc
 	const uint32_t hcrc = le32_get(h + CAS_REC_CRC);
 	if (memcmp(h, CAS_REC_MAGIC, 4) || h[4] != loc->codec || hraw != loc->raw || hstored != loc->stored ||
 	    memcmp(h + CAS_REC_SHA, sha, 32)) {
-		cas_pack_path(s, loc->pack, path, sizeof(path));
+		cas_pack_name(s, loc->pack, path, sizeof(path));
 		hex_encode(sha, 32, hex);
 		return crest_errx(-EBADMSG, "chunk %.16s: record header at %s offset %llu does not match "
 				  "the index (damaged pack)", hex, path, (unsigned long long)loc->off);
 	}
 	if (crc32c(dst, loc->stored) != hcrc) {
-		cas_pack_path(s, loc->pack, path, sizeof(path));
+		cas_pack_name(s, loc->pack, path, sizeof(path));
 		hex_encode(sha, 32, hex);
 		return crest_errx(-EBADMSG, "chunk %.16s at %s offset %llu fails its CRC32C check "
 				  "(damaged pack)", hex, path, (unsigned long long)loc->off);
@@ -740,7 +698,7 @@ int cas_chunk_read_timed(struct cas_store *s, const uint8_t sha[32], const struc
 	if (loc->codec == CAS_CODEC_LZ4) {
 		int n = LZ4_decompress_safe(scratch, raw, (int)loc->stored, (int)cap);
 		if (n < 0 || (uint32_t)n != loc->raw) {
-			cas_pack_path(s, loc->pack, path, sizeof(path));
+			cas_pack_name(s, loc->pack, path, sizeof(path));
 			hex_encode(sha, 32, hex);
 			return crest_errx(-EBADMSG, "chunk %.16s at %s offset %llu does not decompress "
 					  "(damaged pack)", hex, path, (unsigned long long)loc->off);
@@ -760,46 +718,50 @@ int cas_pack_drop_cache(struct cas_store *s)
 	/* Gaps (packs gc removed) are skipped; nothing is written or synced:
 	 * packs are clean once committed, so DONTNEED drops all their pages. */
 	for (uint32_t i = 0; i <= max; i++) {
-		const int fd = cas_pack_open_read(s, i);
-		if (fd < 0)
+		struct cas_obj *f;
+		if (cas_pack_open_read(s, i, &f) < 0)
 			continue;
-		if (posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED) == 0)
-			n++;
-		close(fd);
+		cas_obj_advise(f, 0, 0, CAS_OBJ_DONTNEED);
+		cas_obj_close(f);
+		n++;
 	}
 	crest_errset_str("");
 	return n;
 }
 
+struct stats_ctx {
+	struct cas_store *s;
+	struct cas_pack_stats *st;
+};
+
+static int stats_cb(uint32_t num, void *arg)
+{
+	const struct stats_ctx *c = arg;
+	uint64_t size;
+	const int rc = cas_obj_stat(c->s->objs, CAS_OBJ_PACK, num, &size);
+	if (rc == -ENOENT)
+		return 0;   /* gone since the listing */
+	if (rc < 0)
+		return rc;
+	c->st->packs++;
+	c->st->pack_bytes += size;
+	return 0;
+}
+
 int cas_pack_stats(struct cas_store *s, struct cas_pack_stats *st)
 {
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/packs", s->dir);
 	memset(st, 0, sizeof(*st));
-	DIR *d = opendir(path);
-	if (!d)
-		return errno == ENOENT ? 0 : crest_errf(-errno, "cannot read %s", path);
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (!strstr(e->d_name, ".pack"))
-			continue;
-		struct stat sb;
-		if (fstatat(dirfd(d), e->d_name, &sb, 0) == 0) {
-			st->packs++;
-			st->pack_bytes += (uint64_t)sb.st_size;
-		}
-	}
-	closedir(d);
-	return 0;
+	struct stats_ctx c = { .s = s, .st = st };
+	return cas_obj_list(s->objs, CAS_OBJ_PACK, stats_cb, &c);
 }
 
 /* Whether a record that checks out (magic, sizes, CRC32C; with hash, its
  * SHA-256 too) starts at off: 1 and its header and stored bytes in h and
  * *data, 0 if not, or -ENOMEM. */
-static int scan_rec_at(int fd, uint64_t size, uint64_t off, bool hash, uint8_t h[CAS_REC_HEADER],
+static int scan_rec_at(struct cas_obj *f, uint64_t size, uint64_t off, bool hash, uint8_t h[CAS_REC_HEADER],
 		       uint8_t **data, size_t *cap)
 {
-	if (off + CAS_REC_HEADER > size || pread(fd, h, CAS_REC_HEADER, (off_t)off) != CAS_REC_HEADER)
+	if (off + CAS_REC_HEADER > size || cas_obj_read(f, h, CAS_REC_HEADER, off) < 0)
 		return 0;
 	const uint32_t raw = le32_get(h + CAS_REC_RAW), stored = le32_get(h + CAS_REC_STORED);
 	if (memcmp(h, CAS_REC_MAGIC, 4) || h[4] > CAS_CODEC_LZ4 || raw > CAS_CHUNK_MAX ||
@@ -813,7 +775,7 @@ static int scan_rec_at(int fd, uint64_t size, uint64_t off, bool hash, uint8_t h
 		*data = nd;
 		*cap = stored;
 	}
-	if (stored && pread(fd, *data, stored, (off_t)(off + CAS_REC_HEADER)) != (ssize_t)stored)
+	if (stored && cas_obj_read(f, *data, stored, off + CAS_REC_HEADER) < 0)
 		return 0;
 	if (crc32c(*data, stored) != le32_get(h + CAS_REC_CRC))
 		return 0;
@@ -840,15 +802,15 @@ static int scan_rec_at(int fd, uint64_t size, uint64_t off, bool hash, uint8_t h
  * hashed), or size when none does: where a scan goes on past damage.
  * First where the record at off says it ends (damage inside its stored
  * bytes leaves its length right), then every place "CRCK" appears. */
-static int scan_resync(int fd, uint64_t size, uint64_t off, uint8_t h[CAS_REC_HEADER], uint8_t **data,
+static int scan_resync(struct cas_obj *f, uint64_t size, uint64_t off, uint8_t h[CAS_REC_HEADER], uint8_t **data,
 		       size_t *cap, uint64_t *next)
 {
 	uint8_t hb[CAS_REC_HEADER];
 	int rc = 0;
-	if (pread(fd, hb, sizeof(hb), (off_t)off) == (ssize_t)sizeof(hb) && !memcmp(hb, CAS_REC_MAGIC, 4) &&
+	if (off + sizeof(hb) <= size && cas_obj_read(f, hb, sizeof(hb), off) == 0 && !memcmp(hb, CAS_REC_MAGIC, 4) &&
 	    le32_get(hb + CAS_REC_STORED) <= CAS_CHUNK_MAX) {
 		*next = off + CAS_REC_HEADER + le32_get(hb + CAS_REC_STORED);
-		rc = scan_rec_at(fd, size, *next, true, h, data, cap);
+		rc = scan_rec_at(f, size, *next, true, h, data, cap);
 		if (rc != 0)
 			return rc;
 	}
@@ -859,12 +821,12 @@ static int scan_resync(int fd, uint64_t size, uint64_t off, uint8_t h[CAS_REC_HE
 	uint64_t at = off + 1;
 	*next = size;
 	while (rc == 0 && at + CAS_REC_HEADER <= size) {
-		const ssize_t got = pread(fd, w, WIN, (off_t)at);
-		if (got < 4)
+		const size_t got = size - at < WIN ? (size_t)(size - at) : WIN;
+		if (cas_obj_read(f, w, got, at) < 0)
 			break;
 		const uint8_t *p = w, *end = w + got;
 		while (rc == 0 && (p = memmem(p, (size_t)(end - p), CAS_REC_MAGIC, 4))) {
-			rc = scan_rec_at(fd, size, at + (uint64_t)(p - w), true, h, data, cap);
+			rc = scan_rec_at(f, size, at + (uint64_t)(p - w), true, h, data, cap);
 			if (rc == 1) {
 				*next = at + (uint64_t)(p - w);
 				break;
@@ -880,12 +842,12 @@ static int scan_resync(int fd, uint64_t size, uint64_t off, uint8_t h[CAS_REC_HE
 int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off, bool resync,
 		  int (*cb)(const struct cas_scan_rec *r, void *arg), void *arg, uint64_t *end)
 {
-	int fd = cas_pack_open_read(s, pack);
-	if (fd < 0)
-		return fd;
-	struct stat st;
-	int rc = fstat(fd, &st) < 0 ? -errno : 0;
-	const uint64_t size = rc == 0 ? (uint64_t)st.st_size : 0;
+	struct cas_obj *f;
+	int rc = cas_pack_open_read(s, pack, &f);
+	if (rc < 0)
+		return rc;
+	uint64_t size = 0;
+	rc = cas_obj_size(f, &size);
 	uint8_t *data = NULL;
 	size_t cap = 0;
 	bool hash = false;   /* past a resync: every record is hashed */
@@ -900,13 +862,13 @@ int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off, bool r
 	 * makes it the chunk it names wherever it lies. */
 	while (rc == 0 && off + CAS_REC_HEADER <= size) {
 		uint8_t h[CAS_REC_HEADER];
-		int ok = scan_rec_at(fd, size, off, hash, h, &data, &cap);
+		int ok = scan_rec_at(f, size, off, hash, h, &data, &cap);
 		if (ok == 0 && resync) {
 			uint64_t next;
-			ok = scan_resync(fd, size, off, h, &data, &cap, &next);
+			ok = scan_resync(f, size, off, h, &data, &cap, &next);
 			if (ok >= 0) {
 				char path[4096];
-				cas_pack_path(s, pack, path, sizeof(path));
+				cas_pack_name(s, pack, path, sizeof(path));
 				fprintf(stderr, "crest: %s: bytes %llu to %llu hold no record that checks out "
 					"(damage, or what a killed writer left): skipped\n", path,
 					(unsigned long long)off, (unsigned long long)next);
@@ -928,7 +890,7 @@ int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off, bool r
 		off += CAS_REC_HEADER + stored;
 	}
 	free(data);
-	close(fd);
+	cas_obj_close(f);
 	/* With resync, bytes skipped at the end stay below it: a writer cuts
 	 * what lies past a pack's end, and damage is kept for whoever looks. */
 	if (end)

@@ -19,12 +19,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* What rpack.f holds for a pack that cannot be opened. */
+static struct cas_obj no_pack;
+
 struct rpack {
-	atomic_int fd;                  /* 0: not opened yet, < 0: cannot be */
+	struct cas_obj *_Atomic f;      /* NULL: not opened yet, &no_pack: cannot be */
 	atomic_uint_fast64_t safe;      /* end of the furthest record known committed */
 };
 
-/* Packs are read with pread into the caller's span buffer, not mapped: on
+/* Packs are read into the caller's span buffer, not mapped: on
  * the 16-core machine, 16 threads faulting in and unmapping gigabytes of
  * shared mappings scaled worse than copies out of the page cache, and a
  * short read is an answer where a cut-off mapping is a SIGBUS. */
@@ -60,36 +63,35 @@ void cas_reader_close(struct cas_reader *r)
 	if (!r)
 		return;
 	for (uint32_t i = 0; i < r->npacks; i++) {
-		int fd = atomic_load(&r->p[i].fd);
-		if (fd > 0)
-			close(fd);
+		struct cas_obj *f = atomic_load(&r->p[i].f);
+		if (f && f != &no_pack)
+			cas_obj_close(f);
 	}
 	pthread_mutex_destroy(&r->lock);
 	free(r->p);
 	free(r);
 }
 
-/* The pack's descriptor, opened once per reader: no lock once open. < 0
+/* The pack's handle, opened once per reader: no lock once open. NULL
  * when it cannot be opened (the caller falls back to cas_chunk_read, which
  * says why). */
-static int pack_fd(struct cas_reader *r, uint32_t pack)
+static struct cas_obj *pack_obj(struct cas_reader *r, uint32_t pack)
 {
 	if (pack >= r->npacks)
-		return -ENOENT;
+		return NULL;
 	struct rpack *p = &r->p[pack];
-	int fd = atomic_load_explicit(&p->fd, memory_order_acquire);
-	if (fd)
-		return fd;
+	struct cas_obj *f = atomic_load_explicit(&p->f, memory_order_acquire);
+	if (f)
+		return f == &no_pack ? NULL : f;
 	pthread_mutex_lock(&r->lock);
-	fd = atomic_load(&p->fd);
-	if (!fd) {
-		fd = cas_pack_open_read(r->s, pack);
-		if (fd < 0)
-			fd = -ENOENT;   /* cas_chunk_read says why, where it matters */
-		atomic_store_explicit(&p->fd, fd, memory_order_release);
+	f = atomic_load(&p->f);
+	if (!f) {
+		if (cas_pack_open_read(r->s, pack, &f) < 0)
+			f = &no_pack;   /* cas_chunk_read says why, where it matters */
+		atomic_store_explicit(&p->f, f, memory_order_release);
 	}
 	pthread_mutex_unlock(&r->lock);
-	return fd;
+	return f == &no_pack ? NULL : f;
 }
 
 static void safe_raise(struct cas_reader *r, uint32_t pack, uint64_t end)
@@ -185,19 +187,12 @@ int cas_reader_locate(struct cas_reader *r, const uint8_t sha[32], struct cas_cu
  * walk bound. */
 static int span_fill(struct cas_reader *r, struct cas_span *sp, uint32_t pack, uint64_t off, uint64_t bound)
 {
-	int fd = pack_fd(r, pack);
-	if (fd < 0)
+	struct cas_obj *f = pack_obj(r, pack);
+	if (!f)
 		return -ENOENT;
-	size_t want = bound - off < sp->cap ? (size_t)(bound - off) : sp->cap;
-	size_t got = 0;
-	while (got < want) {
-		ssize_t n = pread(fd, sp->buf + got, want - got, (off_t)(off + got));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;   /* the index path reports read errors */
-		got += (size_t)n;
-	}
+	/* Below the bound every byte is committed: all of them are there. */
+	const size_t want = bound - off < sp->cap ? (size_t)(bound - off) : sp->cap;
+	const size_t got = cas_obj_read(f, sp->buf, want, off) == 0 ? want : 0;  /* the index path says why */
 	sp->pack = pack;
 	sp->base = off;
 	sp->len = got;
@@ -260,14 +255,11 @@ ssize_t cas_reader_readv(struct cas_reader *r, uint32_t pack, uint64_t off, cons
 	/* Past the bound a writer may still be cutting or rewriting. */
 	if (off + len > atomic_load_explicit(&r->p[pack].safe, memory_order_relaxed))
 		return -ENOENT;
-	int fd = pack_fd(r, pack);
-	if (fd < 0)
+	struct cas_obj *f = pack_obj(r, pack);
+	if (!f)
 		return -ENOENT;
-	ssize_t got;
-	do
-		got = preadv(fd, iov, n, (off_t)off);
-	while (got < 0 && errno == EINTR);
-	return got < 0 ? -errno : got;
+	const int rc = cas_obj_readv(f, iov, n, off);
+	return rc < 0 ? rc : (ssize_t)len;
 }
 
 int cas_reader_check_raw(const uint8_t *hdr, const uint8_t sha[32], const void *data, uint32_t len)

@@ -271,9 +271,8 @@ static int packs_index(struct cas_store *s, const struct cas_pack_end *p, size_t
 	int rc = cas_pack_max_on_disk(s, &max);
 	struct scan_ctx c = { .s = s, .b = rc == 0 ? cas_batch_new(s, &rc) : NULL };
 	for (uint32_t pack = 1; rc == 0 && pack <= max; pack++) {
-		char path[4096];
-		cas_pack_path(s, pack, path, sizeof(path));
-		if (access(path, F_OK) < 0)
+		uint64_t size;
+		if (cas_obj_stat(s->objs, CAS_OBJ_PACK, pack, &size) < 0)
 			continue;
 		bool found;
 		uint64_t from = end_of(p, np, pack, &found);
@@ -536,10 +535,10 @@ static int packs_check(struct cas_store *s, const struct cas_pack_end *p, size_t
 	char first[4096] = "";
 	for (size_t i = 0; i < np; i++) {
 		char path[4096];
-		struct stat st;
-		cas_pack_path(s, p[i].pack, path, sizeof(path));
-		if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size >= p[i].end)
+		uint64_t size;
+		if (cas_obj_stat(s->objs, CAS_OBJ_PACK, p[i].pack, &size) == 0 && size >= p[i].end)
 			continue;
+		cas_pack_name(s, p[i].pack, path, sizeof(path));
 		if (lost_add(s, p[i].pack) < 0)
 			return crest_errf(-ENOMEM, "checking the packs of %s", s->dir);
 		if (!n++)
@@ -573,22 +572,23 @@ static void packs_reclaim(struct cas_store *s, const struct cas_pack_end *p, siz
 	size_t nr = 0;
 	if (cas_ends_load(s, 'r', &r, &nr) < 0)
 		return;
-	char path[4096];
 	for (uint32_t pack = last + 1; pack <= max; pack++) {
 		bool retired = false;
 		for (size_t i = 0; i < nr && !retired; i++)
 			retired = r[i].pack == pack;
 		if (retired)
 			continue;
-		cas_pack_path(s, pack, path, sizeof(path));
-		unlink(path);
+		cas_obj_remove(s->objs, CAS_OBJ_PACK, pack);
 	}
 	free(r);
 	for (size_t i = 0; i < np; i++) {
-		struct stat st;
-		cas_pack_path(s, p[i].pack, path, sizeof(path));
-		if (lstat(path, &st) == 0 && S_ISREG(st.st_mode) && (uint64_t)st.st_size > p[i].end)
-			truncate(path, (off_t)p[i].end);
+		uint64_t size;
+		struct cas_obj *f;
+		if (cas_obj_stat(s->objs, CAS_OBJ_PACK, p[i].pack, &size) < 0 || size <= p[i].end ||
+		    cas_obj_open(s->objs, CAS_OBJ_PACK, p[i].pack, true, &f) < 0)
+			continue;
+		cas_obj_truncate(f, p[i].end);
+		cas_obj_close(f);
 	}
 }
 
@@ -898,11 +898,9 @@ int cas_upgrade_from_1(struct cas_store *s)
 		rc = cas_pack_max_on_disk(s, &max);
 	struct cas_index_batch *b = rc == 0 ? cas_batch_new(s, &rc) : NULL;
 	for (uint32_t pack = 1; rc == 0 && pack <= max; pack++) {
-		char path[4096];
-		struct stat st;
-		cas_pack_path(s, pack, path, sizeof(path));
-		if (lstat(path, &st) == 0 && S_ISREG(st.st_mode))
-			cas_batch_end(b, 'p', pack, (uint64_t)st.st_size);
+		uint64_t size;
+		if (cas_obj_stat(s->objs, CAS_OBJ_PACK, pack, &size) == 0)
+			cas_batch_end(b, 'p', pack, size);
 	}
 	if (rc == 0 && s->meta)
 		cas_batch_end(b, 'q', s->meta_num, s->meta_end);

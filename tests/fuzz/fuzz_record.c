@@ -77,7 +77,7 @@ static void setup(void)
 	cas_close(w);
 	CHECK(cas_open(dir, CAS_READ, &st) == 0);
 	char path[4096];
-	cas_pack_path(st, FUZZ_PACK, path, sizeof(path));
+	cas_pack_name(st, FUZZ_PACK, path, sizeof(path));
 	pack_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	CHECK(pack_fd >= 0);
 	CHECK(cas_reader_open(st, &rd) == 0);
