@@ -171,7 +171,8 @@ int cas_pack_drop_cache(struct cas_store *s);
  * in a lane lie back to back unless it rolls. The caller must commit the
  * records of each lane in the order it reserved them (cas_pack_discard and
  * a writer's close rely on it). cas_pack_write writes runs of one lane's
- * records to their places with io_uring; one thread at a time calls it for
+ * records to their places through the lane's write queue (objects.h: io_uring
+ * for a directory store); one thread at a time calls it for
  * a lane, and cas_pack_sync, which makes that lane's records durable. */
 #define CAS_LANES_MAX 8
 void cas_rec_build(uint8_t *rec, const uint8_t sha[32], uint8_t codec, uint32_t raw, uint32_t stored);

@@ -7,7 +7,6 @@
 #include "cas/locks.h"
 #include "cas/objects.h"
 
-#include <liburing.h>
 #include <pthread.h>
 
 #define CAS_PACK_HEADER CAS_FILE_HEADER
@@ -33,18 +32,17 @@ struct cas_lane {
 	uint64_t cur_off;
 	uint32_t mark_pack;
 	uint64_t mark_off;
-	struct io_uring ring;
-	bool ring_ready;
-	int wfd;              /* descriptor of wfd_pack, the pack being written */
-	uint32_t wfd_pack;
-	struct cas_pack_fd *unsynced; /* other packs written since the last sync */
+	struct cas_obj_queue *q;      /* its writes and syncs (objects.h), once used */
+	struct cas_obj *wobj;         /* the handle of wpack, the pack being written */
+	uint32_t wpack;
+	struct cas_pack_unsynced *unsynced; /* other packs written since the last sync */
 	unsigned nunsynced;
-	unsigned ring_inflight;       /* requests in the ring besides writes */
-	bool dirty;           /* wfd written since the last sync */
+	unsigned q_inflight;          /* requests in the queue besides writes */
+	bool dirty;           /* wobj written since the last sync */
 	bool dir_dirty;       /* a pack created since the last sync */
-	uint64_t wb_from;     /* wfd's writeback is started up to here */
+	uint64_t wb_from;     /* wobj's writeback is started up to here */
 	uint64_t wb_end;      /* and written up to here */
-	bool wb_inflight;     /* a writeback request for wfd is in the ring */
+	bool wb_inflight;     /* a writeback request for wobj is in the queue */
 };
 
 /* A pack's committed end, as the index records it ('p' keys). */
@@ -106,8 +104,8 @@ struct cas_store {
 };
 
 /* A pack written since the last cas_pack_sync, other than the current one. */
-struct cas_pack_fd {
-	int fd;
+struct cas_pack_unsynced {
+	struct cas_obj *obj;
 	uint32_t pack;
 	uint8_t state;        /* PFD_* in pack.c */
 	int err;              /* PFD_FAILED: what the early sync returned */

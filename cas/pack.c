@@ -1,6 +1,8 @@
 /*
- * pack.c - pack files: reserving places, writing records through io_uring,
- * syncing, and reading records back; see cas.h.
+ * pack.c - packs: reserving places, writing records through each lane's
+ * write queue (objects.h: an io_uring for a directory), syncing, and
+ * reading records back; see cas.h. Packs are objects of the objects
+ * table: nothing here knows a file.
  *
  * A pack starts with 16 bytes ("CRESTPAK", u32 version, u32 pack number).
  * Each record is a 56-byte header and then the stored bytes. The header:
@@ -24,24 +26,20 @@
 #include "util/sha256.h"
 
 #include <assert.h>
-#include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <lz4.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#define RING_DEPTH 64
+#define RING_DEPTH 64   /* writes a batch */
 /* Writeback of a pack is started every this many bytes (see pack_kick). */
 #define WB_BYTES (32u << 20)
 /* Completions that are not writes (whose tags are batch indexes). */
 #define KICK_TAG UINT64_MAX
 #define SYNC_TAG (1ull << 62)   /* | index in unsynced */
 
-/* A finished pack: to be synced, being synced in the ring, synced, or its
+/* A finished pack: to be synced, being synced in the queue, synced, or its
  * sync failed. A failure is final: after a failed fsync Linux may report
  * the next one clean although the data is lost, so it is never retried. */
 enum { PFD_DIRTY, PFD_SYNCING, PFD_SYNCED, PFD_FAILED };
@@ -56,30 +54,29 @@ int cas_pack_max_on_disk(struct cas_store *s, uint32_t *max)
 	return cas_obj_max(s->objs, CAS_OBJ_PACK, max);
 }
 
-/* Opens (creating with its header when new) the pack for writing. */
-static int pack_open_w(struct cas_store *s, uint32_t pack, int *fd_out)
+/* Opens the pack for writing: created with its header when new. */
+static int pack_open_w(struct cas_store *s, uint32_t pack, struct cas_obj **out)
 {
-	char path[4096];
-	cas_pack_name(s, pack, path, sizeof(path));
-	int fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
-	if (fd < 0)
-		return crest_errf(-errno, "cannot open pack %s", path);
-	struct stat st;
-	if (fstat(fd, &st) < 0) {
-		int err = -errno;
-		close(fd);
-		return crest_errf(err, "cannot stat pack %s", path);
+	struct cas_obj *f;
+	int rc = cas_obj_create(s->objs, CAS_OBJ_PACK, pack, &f);
+	uint64_t size = 0;
+	if (rc == -EEXIST) {   /* a straggler's, or a pack made empty: written on */
+		rc = cas_obj_open(s->objs, CAS_OBJ_PACK, pack, true, &f);
+		if (rc == 0 && (rc = cas_obj_size(f, &size)) < 0)
+			cas_obj_close(f);
 	}
-	if (st.st_size == 0) {
+	if (rc < 0)
+		return rc;
+	if (size == 0) {
 		uint8_t h[CAS_PACK_HEADER];
 		cas_file_header(h, CAS_PACK_MAGIC, CAS_PACK_VERSION, pack);
-		if (pwrite(fd, h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
-			int err = errno ? -errno : -EIO;
-			close(fd);
-			return crest_errf(err, "cannot write pack header of %s", path);
+		rc = cas_obj_write(f, h, sizeof(h), 0);
+		if (rc < 0) {
+			cas_obj_close(f);
+			return crest_errctx(rc, "writing the header of a new pack");
 		}
 	}
-	*fd_out = fd;
+	*out = f;
 	return 0;
 }
 
@@ -114,23 +111,15 @@ static int lane_of(const struct cas_store *s, uint32_t pack)
 	return pack >= s->first_pack && i < s->npack_lane && s->pack_lane[i] < CAS_LANES_MAX ? s->pack_lane[i] : -1;
 }
 
-static int lane_ring(struct cas_store *s, struct cas_lane *l)
+static int lane_queue(struct cas_store *s, struct cas_lane *l)
 {
-	if (l->ring_ready)
-		return 0;
-	const int rc = io_uring_queue_init(2 * RING_DEPTH, &l->ring, 0);  /* a batch and a kick */
-	if (rc < 0)
-		return crest_errf(rc, "cannot set up io_uring for %s", s->dir);
-	l->ring_ready = true;
-	return 0;
+	/* Room for a batch of writes, the early syncs (at most RING_DEPTH / 2)
+	 * and a kick: queueing never meets a full queue. */
+	return l->q ? 0 : cas_queue_open(s->objs, 2 * RING_DEPTH, &l->q);
 }
 
 int cas_pack_open_writer(struct cas_store *s, uint32_t floor)
 {
-	char path[4096];
-	snprintf(path, sizeof(path), "%s/packs", s->dir);
-	if (mkdir(path, 0700) < 0 && errno != EEXIST)
-		return crest_errf(-errno, "cannot create %s", path);
 	uint32_t max = 0;
 	int rc = cas_pack_max_on_disk(s, &max);
 	if (rc < 0)
@@ -141,7 +130,7 @@ int cas_pack_open_writer(struct cas_store *s, uint32_t floor)
 	s->first_pack = s->next_pack = max + 1;
 	s->nlanes = 1;
 	struct cas_lane *l = &s->lanes[0];
-	rc = lane_ring(s, l);
+	rc = lane_queue(s, l);
 	if (rc < 0)
 		return rc;
 	s->writer_ready = true;
@@ -154,10 +143,10 @@ int cas_pack_open_writer(struct cas_store *s, uint32_t floor)
 	if (rc < 0)
 		return rc;
 	l->cur_off = CAS_PACK_HEADER;
-	rc = pack_open_w(s, l->cur_pack, &l->wfd);
+	rc = pack_open_w(s, l->cur_pack, &l->wobj);
 	if (rc < 0)
 		return rc;
-	l->wfd_pack = l->cur_pack;
+	l->wpack = l->cur_pack;
 	l->wb_from = l->wb_end = CAS_PACK_HEADER;
 	l->dir_dirty = true;  /* its directory entry is not durable yet */
 	return 0;
@@ -202,37 +191,36 @@ void cas_pack_mark(struct cas_store *s, const struct cas_index_entry *e, size_t 
  * with each try. */
 static void pack_rollback(struct cas_store *s)
 {
-	char path[4096];
 	for (uint32_t p = s->first_pack; p < s->next_pack; p++) {
 		const int lane = lane_of(s, p);
 		if (lane < 0)
 			continue;
 		const struct cas_lane *l = &s->lanes[lane];
-		cas_pack_name(s, p, path, sizeof(path));
-		if (p > l->mark_pack)
-			unlink(path);
-		else if (p == l->mark_pack)
-			truncate(path, (off_t)l->mark_off);
+		struct cas_obj *f;
+		if (p > l->mark_pack) {
+			cas_obj_remove(s->objs, CAS_OBJ_PACK, p);
+		} else if (p == l->mark_pack && cas_obj_open(s->objs, CAS_OBJ_PACK, p, true, &f) == 0) {
+			cas_obj_truncate(f, l->mark_off);
+			cas_obj_close(f);
+		}
 	}
 }
 
-/* Closes a lane's descriptors; with ring, its ring too. */
-static void lane_close(struct cas_lane *l, bool ring)
+/* Closes a lane's packs; with queue, its queue too. */
+static void lane_close(struct cas_lane *l, bool queue)
 {
 	for (unsigned i = 0; i < l->nunsynced; i++)
-		close(l->unsynced[i].fd);
+		cas_obj_close(l->unsynced[i].obj);
 	l->nunsynced = 0;
-	if (l->wfd >= 0)
-		close(l->wfd);
-	l->wfd = -1;
-	l->wfd_pack = 0;
+	cas_obj_close(l->wobj);
+	l->wobj = NULL;
+	l->wpack = 0;
 	l->dirty = false;
-	if (ring) {
+	if (queue) {
 		free(l->unsynced);
 		l->unsynced = NULL;
-		if (l->ring_ready)
-			io_uring_queue_exit(&l->ring);
-		l->ring_ready = false;
+		cas_queue_close(l->q);
+		l->q = NULL;
 	}
 }
 
@@ -292,14 +280,14 @@ int cas_pack_reserve(struct cas_store *s, unsigned lane, uint32_t stored, uint32
 	return 0;
 }
 
-/* Adds fd (of pack) to the packs the lane's next sync must cover. */
-static int pack_defer(struct cas_lane *l, int fd, uint32_t pack)
+/* Adds f (of pack) to the packs the lane's next sync must cover. */
+static int pack_defer(struct cas_lane *l, struct cas_obj *f, uint32_t pack)
 {
-	struct cas_pack_fd *nu = realloc(l->unsynced, (l->nunsynced + 1) * sizeof(*nu));
+	struct cas_pack_unsynced *nu = realloc(l->unsynced, (l->nunsynced + 1) * sizeof(*nu));
 	if (!nu)
 		return crest_errf(-ENOMEM, "switching packs");
 	l->unsynced = nu;
-	l->unsynced[l->nunsynced++] = (struct cas_pack_fd){ .fd = fd, .pack = pack, .state = PFD_DIRTY };
+	l->unsynced[l->nunsynced++] = (struct cas_pack_unsynced){ .obj = f, .pack = pack, .state = PFD_DIRTY };
 	return 0;
 }
 
@@ -307,21 +295,21 @@ static int pack_defer(struct cas_lane *l, int fd, uint32_t pack)
  * waits for a sync. */
 static int pack_switch(struct cas_store *s, struct cas_lane *l, uint32_t pack)
 {
-	int fd;
-	int rc = pack_open_w(s, pack, &fd);
+	struct cas_obj *f;
+	int rc = pack_open_w(s, pack, &f);
 	if (rc < 0)
 		return rc;
-	if (l->wfd >= 0) {
-		rc = pack_defer(l, l->wfd, l->wfd_pack);
+	if (l->wobj) {
+		rc = pack_defer(l, l->wobj, l->wpack);
 		if (rc < 0) {
-			close(fd);
+			cas_obj_close(f);
 			return rc;
 		}
 	}
-	l->wfd = fd;
-	l->wfd_pack = pack;
+	l->wobj = f;
+	l->wpack = pack;
 	l->wb_from = l->wb_end = CAS_PACK_HEADER;
-	l->dir_dirty = true;   /* its directory entry */
+	l->dir_dirty = true;   /* its name */
 	return 0;
 }
 
@@ -330,43 +318,36 @@ static int pack_switch(struct cas_store *s, struct cas_lane *l, uint32_t pack)
  * kernel holds a whole snapshot's packs dirty (under its dirty limits,
  * gigabytes) and the commit's fdatasync writes them all while the job
  * waits: measured, 3.5 s of a 13 s ingest of 4 GiB. The request runs in the
- * ring's async workers, so the writer does not block on the disk here; at
- * most one is in flight, so the rings never overflow. Its completion
- * carries KICK_TAG. */
+ * queue's async workers, so the writer does not block on the disk here; at
+ * most one is in flight, so the queue never fills. Its completion carries
+ * KICK_TAG. */
 static void pack_kick(struct cas_lane *l)
 {
 	if (l->wb_inflight || l->wb_end - l->wb_from < WB_BYTES)
 		return;
-	struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
-	if (!sqe)
+	if (cas_queue_writeback(l->q, l->wobj, l->wb_from, l->wb_end - l->wb_from, KICK_TAG) < 0)
 		return;   /* only a hint: the commit's sync does the work anyway */
-	io_uring_prep_sync_file_range(sqe, l->wfd, (unsigned)(l->wb_end - l->wb_from),
-				      l->wb_from, SYNC_FILE_RANGE_WRITE);
-	io_uring_sqe_set_data64(sqe, KICK_TAG);
 	l->wb_inflight = true;
-	l->ring_inflight++;
+	l->q_inflight++;
 	l->wb_from = l->wb_end;
 }
 
 /* Starts the data sync of the lane's packs finished before the last batch:
- * no write to them can still be in the ring (every batch is reaped before
+ * no write to them can still be in the queue (every batch is reaped before
  * the next), and a straggler for one reopens it (pack_defer again). Syncing
  * a pack as soon as it is done spreads over the ingest what the commit
  * would otherwise do while the job waits: the journal commit and the tail
  * of each pack. */
 static void pack_sync_finished(struct cas_lane *l)
 {
-	for (unsigned i = 0; i < l->nunsynced && l->ring_inflight < RING_DEPTH / 2; i++) {
-		struct cas_pack_fd *p = &l->unsynced[i];
+	for (unsigned i = 0; i < l->nunsynced && l->q_inflight < RING_DEPTH / 2; i++) {
+		struct cas_pack_unsynced *p = &l->unsynced[i];
 		if (p->state != PFD_DIRTY)
 			continue;
-		struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
-		if (!sqe)
+		if (cas_queue_sync(l->q, p->obj, SYNC_TAG | i) < 0)
 			return;
-		io_uring_prep_fsync(sqe, p->fd, IORING_FSYNC_DATASYNC);
-		io_uring_sqe_set_data64(sqe, SYNC_TAG | i);
 		p->state = PFD_SYNCING;
-		l->ring_inflight++;
+		l->q_inflight++;
 	}
 }
 
@@ -375,13 +356,13 @@ static void pack_sync_finished(struct cas_lane *l)
  * sync is kept for cas_pack_sync to report. */
 static void pack_note(struct cas_lane *l, uint64_t tag, int res)
 {
-	assert(l->ring_inflight > 0);
-	l->ring_inflight--;
+	assert(l->q_inflight > 0);
+	l->q_inflight--;
 	if (tag == KICK_TAG) {
 		l->wb_inflight = false;
 		return;
 	}
-	struct cas_pack_fd *p = &l->unsynced[tag & ~SYNC_TAG];
+	struct cas_pack_unsynced *p = &l->unsynced[tag & ~SYNC_TAG];
 	res = crest_fault_res("pack.sync", res);   /* tests only: util/fault.h */
 	p->state = res == 0 ? PFD_SYNCED : PFD_FAILED;
 	p->err = res;
@@ -398,28 +379,13 @@ void cas_rec_build(uint8_t *rec, const uint8_t sha[32], uint8_t codec, uint32_t 
 	memcpy(rec + CAS_REC_SHA, sha, 32);
 }
 
-/* Finishes a short write synchronously: rare (signals, full disks), so the
- * simple path is fine there. */
-static int write_rest(int fd, const uint8_t *p, size_t len, size_t done, uint64_t off)
-{
-	while (done < len) {
-		ssize_t r = pwrite(fd, p + done, len - done, (off_t)(off + done));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? -errno : -EIO;
-		done += (size_t)r;
-	}
-	return 0;
-}
-
-/* The descriptor to write pack with: the lane's current one, a new current
+/* The handle to write pack with: the lane's current one, a new current
  * one, or, for records that arrive after their pack was left (a run
  * reserved just before a roll), the old pack reopened. */
-static int pack_wfd(struct cas_store *s, struct cas_lane *l, uint32_t pack, int *fd)
+static int pack_wobj(struct cas_store *s, struct cas_lane *l, uint32_t pack, struct cas_obj **f)
 {
-	if (pack == l->wfd_pack && l->wfd >= 0) {
-		*fd = l->wfd;
+	if (pack == l->wpack && l->wobj) {
+		*f = l->wobj;
 		return 0;
 	}
 #ifndef NDEBUG
@@ -427,17 +393,17 @@ static int pack_wfd(struct cas_store *s, struct cas_lane *l, uint32_t pack, int 
 	assert(lane_of(s, pack) == (int)(l - s->lanes));   /* a lane writes only its own packs */
 	pthread_mutex_unlock(&s->reserve_lock);
 #endif
-	if (pack > l->wfd_pack) {
+	if (pack > l->wpack) {
 		int rc = pack_switch(s, l, pack);
-		*fd = l->wfd;
+		*f = l->wobj;
 		return rc;
 	}
-	int rc = pack_open_w(s, pack, fd);
+	int rc = pack_open_w(s, pack, f);
 	if (rc < 0)
 		return rc;
-	rc = pack_defer(l, *fd, pack);
+	rc = pack_defer(l, *f, pack);
 	if (rc < 0)
-		close(*fd);
+		cas_obj_close(*f);
 	return rc;
 }
 
@@ -445,47 +411,47 @@ int cas_pack_write(struct cas_store *s, unsigned lane, const struct cas_write *w
 {
 	assert(lane < CAS_LANES_MAX);
 	struct cas_lane *l = &s->lanes[lane];
-	int fds[RING_DEPTH];
+	struct cas_obj *objs[RING_DEPTH];
 	unsigned done = 0;
-	int rc = lane_ring(s, l);
+	int rc = lane_queue(s, l);
 	if (rc < 0)
 		return rc;
 	pack_sync_finished(l);
 	while (done < n) {
 		unsigned batch = n - done < RING_DEPTH ? n - done : RING_DEPTH;
-		/* Every descriptor first (one may roll to a new pack, whose
-		 * header write can fail): a failure must leave no write queued
-		 * in the ring, where the next submit would run it, and must
-		 * submit the syncs already queued, which pack_reap waits for. */
+		/* Every handle first (one may roll to a new pack, whose header
+		 * write can fail): a failure must leave no write queued, where
+		 * the next submit would run it, and must submit the syncs
+		 * already queued, which pack_reap waits for. */
 		for (unsigned i = 0; i < batch; i++) {
-			rc = pack_wfd(s, l, w[done + i].pack, &fds[i]);
+			rc = pack_wobj(s, l, w[done + i].pack, &objs[i]);
 			if (rc < 0) {
-				io_uring_submit(&l->ring);
+				cas_queue_submit(l->q, 0);
 				return rc;
 			}
 		}
 		for (unsigned i = 0; i < batch; i++) {
 			const struct cas_write *r = &w[done + i];
 			/* batch <= RING_DEPTH and every batch is reaped before the
-			 * next: the submission queue always has room. */
-			struct io_uring_sqe *sqe = io_uring_get_sqe(&l->ring);
-			assert(sqe);
-			io_uring_prep_write(sqe, fds[i], r->data, (unsigned)r->len, r->off);
-			io_uring_sqe_set_data64(sqe, i);
+			 * next: the queue always has room (lane_queue). */
+			rc = cas_queue_write(l->q, objs[i], r->data, r->len, r->off, i);
+			assert(rc == 0);
+			if (rc < 0) {
+				cas_queue_submit(l->q, 0);
+				return crest_errx(rc, "store %s: a lane's write queue is full", s->dir);
+			}
 		}
 		pack_kick(l);
-		rc = io_uring_submit_and_wait(&l->ring, batch);
+		rc = cas_queue_submit(l->q, batch);
 		if (rc < 0)
-			return crest_errf(rc, "submitting pack writes in %s", s->dir);
+			return rc;
 		int first_err = 0;
 		for (unsigned got = 0; got < batch;) {
-			struct io_uring_cqe *cqe;
-			rc = io_uring_wait_cqe(&l->ring, &cqe);
+			uint64_t tag;
+			int res;
+			rc = cas_queue_wait(l->q, &tag, &res);
 			if (rc < 0)
-				return crest_errf(rc, "waiting for pack writes in %s", s->dir);
-			const uint64_t tag = io_uring_cqe_get_data64(cqe);
-			int res = cqe->res;
-			io_uring_cqe_seen(&l->ring, cqe);
+				return rc;
 			if (tag == KICK_TAG || (tag & SYNC_TAG)) {
 				pack_note(l, tag, res);
 				continue;
@@ -494,14 +460,12 @@ int cas_pack_write(struct cas_store *s, unsigned lane, const struct cas_write *w
 			got++;
 			res = crest_fault_res("pack.write", res);   /* tests only: util/fault.h */
 			const struct cas_write *r = &w[done + i];
-			if (res >= 0 && (size_t)res < r->len)
-				res = write_rest(fds[i], r->data, r->len, (size_t)res, r->off);
 			if (res < 0 && !first_err) {
-				char path[4096];
-				cas_pack_name(s, r->pack, path, sizeof(path));
-				first_err = crest_errf(res, "writing chunks to pack %s", path);
+				char name[4096];
+				cas_pack_name(s, r->pack, name, sizeof(name));
+				first_err = crest_errf(res, "writing chunks to pack %s", name);
 			}
-			if (fds[i] == l->wfd && r->off + r->len > l->wb_end)
+			if (objs[i] == l->wobj && r->off + r->len > l->wb_end)
 				l->wb_end = r->off + r->len;
 		}
 		if (first_err)
@@ -512,18 +476,16 @@ int cas_pack_write(struct cas_store *s, unsigned lane, const struct cas_write *w
 	return 0;
 }
 
-/* Waits for every kick and early sync in the lane's ring: an entry's state
- * is final only then, and unsynced may not shrink under them. */
-static int pack_reap(struct cas_store *s, struct cas_lane *l)
+/* Waits for every kick and early sync in the lane's queue: an entry's
+ * state is final only then, and unsynced may not shrink under them. */
+static int pack_reap(struct cas_lane *l)
 {
-	while (l->ring_inflight > 0) {
-		struct io_uring_cqe *cqe;
-		int rc = io_uring_wait_cqe(&l->ring, &cqe);
+	while (l->q_inflight > 0) {
+		uint64_t tag;
+		int res;
+		const int rc = cas_queue_wait(l->q, &tag, &res);
 		if (rc < 0)
-			return crest_errf(rc, "waiting for pack syncs in %s", s->dir);
-		const uint64_t tag = io_uring_cqe_get_data64(cqe);
-		const int res = cqe->res;
-		io_uring_cqe_seen(&l->ring, cqe);
+			return rc;
 		pack_note(l, tag, res);
 	}
 	return 0;
@@ -533,33 +495,30 @@ int cas_pack_sync(struct cas_store *s, unsigned lane)
 {
 	assert(lane < CAS_LANES_MAX);
 	struct cas_lane *l = &s->lanes[lane];
-	char path[4096];
-	int rc = pack_reap(s, l);
+	char name[4096];
+	int rc = pack_reap(l);
 	if (rc < 0)
 		return rc;
 	while (l->nunsynced > 0) {
-		const struct cas_pack_fd *p = &l->unsynced[l->nunsynced - 1];
-		const int err = p->state == PFD_FAILED ? p->err
-				: p->state == PFD_DIRTY && fdatasync(p->fd) < 0 ? -errno : 0;
-		if (err < 0) {
-			cas_pack_name(s, p->pack, path, sizeof(path));
-			return crest_errf(err, "cannot sync pack %s", path);
+		const struct cas_pack_unsynced *p = &l->unsynced[l->nunsynced - 1];
+		if (p->state == PFD_FAILED) {
+			cas_pack_name(s, p->pack, name, sizeof(name));
+			return crest_errf(p->err, "cannot sync pack %s", name);
 		}
-		close(p->fd);
+		if (p->state == PFD_DIRTY && (rc = cas_obj_sync(p->obj)) < 0)
+			return rc;
+		cas_obj_close(p->obj);
 		l->nunsynced--;
 	}
-	if (l->dirty && l->wfd >= 0 && fdatasync(l->wfd) < 0) {
-		cas_pack_name(s, l->wfd_pack, path, sizeof(path));
-		return crest_errf(-errno, "cannot sync pack %s", path);
-	}
+	if (l->dirty && l->wobj && (rc = cas_obj_sync(l->wobj)) < 0)
+		return rc;
 	l->dirty = false;
 	if (l->dir_dirty) {
-		/* New packs' directory entries must be durable before the index
-		 * points into them. */
-		snprintf(path, sizeof(path), "%s/packs", s->dir);
-		rc = cas_fsync_path(path);
+		/* New packs' names must be durable before the index points
+		 * into them. */
+		rc = cas_obj_sync_names(s->objs, CAS_OBJ_PACK);
 		if (rc < 0)
-			return crest_errf(rc, "cannot sync %s", path);
+			return rc;
 		l->dir_dirty = false;
 	}
 	return 0;
@@ -600,8 +559,8 @@ int cas_pack_discard(struct cas_store *s)
 				  s->dir);
 	for (unsigned i = 0; i < CAS_LANES_MAX; i++) {
 		struct cas_lane *l = &s->lanes[i];
-		if (l->ring_ready) {
-			const int rc = pack_reap(s, l);
+		if (l->q) {
+			const int rc = pack_reap(l);
 			if (rc < 0)
 				return rc;
 		}

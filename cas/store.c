@@ -620,8 +620,6 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	s->dir = strdup(dir);
 	s->mode = mode;
 	s->nowait = nowait;
-	for (unsigned i = 0; i < CAS_LANES_MAX; i++)
-		s->lanes[i].wfd = -1;
 	s->pack_limit = CAS_PACK_LIMIT_DEFAULT;
 	/* CREST_PACK_LIMIT is a test knob: tests/store/model.c sets 64 KiB so a
 	 * few hundred KiB of data roll over many packs and every read and
