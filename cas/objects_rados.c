@@ -2,11 +2,9 @@
  * objects_rados.c - the objects of objects.h in a Ceph RADOS pool (issue
  * 35), through librados: kind k's object N is the RADOS object "SUB.NNNNNNNN"
  * (pack., meta.) in the store's pool and namespace, the store named
- * "POOL[/NAMESPACE]" and the cluster by CEPH_CONF. Built where librados'
- * headers are found (CREST_HAVE_RADOS); elsewhere open says -ENOTSUP.
- * librados.so.2 itself is loaded with dlopen at the first open, as the
- * CUDA driver is: crest, libcrest and the GPU machine's bundle link none
- * of Ceph, and a machine without it says so when a rados: store is named.
+ * "POOL[/NAMESPACE]" and the cluster by CEPH_CONF (rados.h: librados is
+ * loaded at run time). Built where librados' headers are found
+ * (CREST_HAVE_RADOS); elsewhere open says -ENOTSUP.
  *
  * How it keeps objects.h's promises:
  *  - create is one write op with an exclusive create: -EEXIST, and the
@@ -204,39 +202,9 @@ const struct cas_objects_ops cas_objects_rados = { .name = "rados", .open = rado
 
 #else
 
-#include <dlfcn.h>
-#include <pthread.h>
-#include <rados/librados.h>
+#include "cas/rados.h"
 
-/* The librados calls used here, from librados.so.2 (R, loaded once). */
-#define RADOS_FNS(X)                                                                                       \
-	X(rados_create2) X(rados_conf_read_file) X(rados_connect) X(rados_shutdown) X(rados_ioctx_create)  \
-	X(rados_ioctx_destroy) X(rados_ioctx_set_namespace) X(rados_create_write_op)                       \
-	X(rados_release_write_op) X(rados_write_op_create) X(rados_write_op_operate) X(rados_stat)         \
-	X(rados_read) X(rados_write) X(rados_trunc) X(rados_remove) X(rados_nobjects_list_open)            \
-	X(rados_nobjects_list_next) X(rados_nobjects_list_close) X(rados_aio_create_completion2)          \
-	X(rados_aio_write) X(rados_aio_wait_for_complete) X(rados_aio_get_return_value) X(rados_aio_release)
-static struct {
-#define FIELD(f) __typeof__(f) *f;
-	RADOS_FNS(FIELD)
-#undef FIELD
-} R;
-static pthread_once_t r_once = PTHREAD_ONCE_INIT;
-static char r_why[512];   /* why librados could not be loaded; empty: loaded */
-
-static void r_load(void)
-{
-	void *h = dlopen("librados.so.2", RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		snprintf(r_why, sizeof(r_why), "%s", dlerror());
-		return;
-	}
-#define LOAD(f)                                                               \
-	if (!r_why[0] && !(*(void **)&R.f = dlsym(h, #f)))                    \
-		snprintf(r_why, sizeof(r_why), "librados.so.2 lacks %s", #f);
-	RADOS_FNS(LOAD)
-#undef LOAD
-}
+#define R cas_R
 
 #define WRITE_MAX ((size_t)64 << 20)   /* bytes a write op, under osd_max_write_size */
 #define READ_MAX ((size_t)64 << 20)
@@ -291,40 +259,12 @@ static int rados_open(const char *spec, const char *store, struct cas_objects **
 		return crest_errf(-ENOMEM, "opening store rados:%s", spec);
 	}
 	r->base.ops = &cas_objects_rados;
-	pthread_once(&r_once, r_load);
-	if (r_why[0]) {
-		free(r->spec);
-		free(r);
-		return crest_errx(-ENOTSUP, "store rados:%s: cannot load librados (%s): install librados2", spec,
-				  r_why);
-	}
-	char pool[256];
-	const char *slash = strchr(spec, '/');
-	const size_t pl = slash ? (size_t)(slash - spec) : strlen(spec);
-	int rc = pl == 0 || pl >= sizeof(pool) || (slash && !slash[1])
-			 ? crest_errx(-EINVAL, "store rados:%s: name a pool, and a namespace after a / if any", spec)
-			 : 0;
-	if (rc == 0) {
-		memcpy(pool, spec, pl);
-		pool[pl] = 0;
-		if ((rc = R.rados_create2(&r->cluster, "ceph", "client.admin", 0)) < 0)
-			rc = crest_errf(rc, "store rados:%s: cannot set up a Ceph client (rados_create2)", spec);
-	}
-	if (rc == 0 && (rc = R.rados_conf_read_file(r->cluster, NULL)) < 0)
-		rc = crest_errf(rc, "store rados:%s: cannot read the Ceph configuration ($CEPH_CONF, else "
-				"/etc/ceph/ceph.conf)", spec);
-	if (rc == 0 && (rc = R.rados_connect(r->cluster)) < 0)
-		rc = crest_errf(rc, "store rados:%s: cannot connect to the Ceph cluster", spec);
-	if (rc == 0 && (rc = R.rados_ioctx_create(r->cluster, pool, &r->io)) < 0)
-		rc = crest_errf(rc, "store rados:%s: cannot open pool %s", spec, pool);
+	const int rc = cas_rados_connect(spec, &r->cluster, &r->io);
 	if (rc < 0) {
-		if (r->cluster)
-			R.rados_shutdown(r->cluster);
 		free(r->spec);
 		free(r);
 		return rc;
 	}
-	R.rados_ioctx_set_namespace(r->io, slash ? slash + 1 : "");
 	*out = &r->base;
 	return 0;
 }
@@ -332,8 +272,7 @@ static int rados_open(const char *spec, const char *store, struct cas_objects **
 static void rados_close(struct cas_objects *o)
 {
 	struct rados_objects *r = ro(o);
-	R.rados_ioctx_destroy(r->io);
-	R.rados_shutdown(r->cluster);
+	cas_rados_disconnect(r->cluster, r->io);
 	free(r->spec);
 	free(r);
 }
