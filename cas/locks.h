@@ -67,6 +67,9 @@ struct cas_locks {
 };
 
 extern const struct cas_locks_ops cas_locks_flock;
+/* RADOS object locks with leases (locks_rados.c): open's dir is
+ * "POOL[/NAMESPACE]"; -ENOTSUP in a build without librados. */
+extern const struct cas_locks_ops cas_locks_rados;
 
 static inline void cas_locks_close(struct cas_locks *l)
 {
