@@ -1,5 +1,8 @@
 #!/bin/bash
 # check-layers.sh [ROOT] - fails on an #include that points up or sideways, or closes a circle inside a module.
+# check-layers.sh --graph MOD [ROOT] - prints MOD's picture instead: each of its
+#   files with the headers of MOD it includes, then each header of MOD with the
+#   files of other modules that include it (who calls MOD), one line each.
 #
 # crest's modules are layered; a module may include its own headers and
 # those of layers below it, never one beside or above it:
@@ -16,6 +19,26 @@
 # circle. Prints one line per wrong include and exits 1 if there is any;
 # exit 0 and a summary otherwise.
 set -u
+if [ "${1:-}" = --graph ]; then
+	mod=${2:?usage: check-layers.sh --graph MOD [ROOT]}
+	root=${3:-$(cd "$(dirname "$0")/.." && pwd)}
+	[ -d "$root/$mod" ] || { echo "check-layers: no module $mod/ in $root" >&2; exit 2; }
+	cd "$root" || exit 2
+	incs() { awk 'match($0, /^[ \t]*#[ \t]*include[ \t]*"[^"]*"/) {
+		s = substr($0, RSTART, RLENGTH); sub(/^[^"]*"/, "", s); sub(/"$/, "", s); print s }' "$1"; }
+	echo "# $mod/: its files and the $mod/ headers each includes"
+	for f in $(find "$mod" -name '*.[ch]' -type f | sort); do
+		echo "$f: $(incs "$f" | grep "^$mod/" | sort | tr '\n' ' ' | sed 's/ $//')"
+	done
+	echo "# $mod/'s headers and the files of other modules that include them"
+	users=$(for f in $(find util cas dedup engine gpu os capture restore lib cli -name '*.[ch]' -type f 2>/dev/null | grep -v "^$mod/"); do
+		for i in $(incs "$f" | grep "^$mod/"); do echo "$i $f"; done
+	done)
+	for h in $(find "$mod" -name '*.h' -type f | sort); do
+		echo "$h <- $(echo "$users" | awk -v h="$h" '$1 == h { print $2 }' | sort | tr '\n' ' ' | sed 's/ $//')"
+	done
+	exit 0
+fi
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 declare -A rank=([util]=0 [cas]=1 [dedup]=1 [engine]=2 [gpu]=2 [os]=2
 		 [capture]=3 [restore]=3 [lib]=4 [cli]=4)
