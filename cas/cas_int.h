@@ -11,6 +11,9 @@
 
 #define CAS_PACK_HEADER CAS_FILE_HEADER
 #define CAS_PACK_LIMIT_DEFAULT (1ull << 30)
+/* A writer rolls over to a new meta log once its log would pass this: well
+ * under RADOS's largest object (128 MiB), and one 'q' key a log. */
+#define CAS_META_LIMIT_DEFAULT (64ull << 20)
 
 /* A manifest past its log's committed end that the index lacks. */
 struct cas_unindexed {
@@ -98,9 +101,10 @@ struct cas_store {
 	size_t nhidden;
 	struct cas_unindexed *unidx;  /* readers: commits lost (cas_hidden_load) */
 	size_t nunidx;
-	struct cas_obj *meta; /* this session's meta log, once created */
+	struct cas_obj *meta; /* this session's current meta log, once created */
 	uint32_t meta_num;
 	uint64_t meta_end;
+	uint64_t meta_limit;  /* the size past which an append rolls over (meta.c) */
 };
 
 /* A pack written since the last cas_pack_sync, other than the current one. */

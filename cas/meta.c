@@ -3,8 +3,14 @@
  * makes, written and synced before the index batch that makes it visible.
  * See cas/FORMAT.md for the layout and store.c's design notes for why.
  *
- * One writer session appends to one log, STORE/meta/NNNNNNNN.log, created
- * at its first commit one past the highest on disk (as packs are). A log
+ * A writer session appends to its log, STORE/meta/NNNNNNNN.log, created at
+ * its first commit one past the highest on disk (as packs are); when an
+ * append would take the log past meta_limit (64 MiB: under RADOS's largest
+ * object), the session leaves that log as it is, committed up to its 'q'
+ * end, and goes on in a new one, numbered the same way. A commit's records
+ * are never split: one larger than the limit goes whole into a new log of
+ * its own (on RADOS such a commit fails past 128 MiB). Logs are numbered
+ * in commit order, within a session and across sessions. A log
  * starts with 16 bytes ("CRESTMET", u32 version, u32 number) and holds
  * records laid out like pack records: a 56-byte header (magic "CRMR", kind,
  * payload length, CRC32C of the payload, the SHA-256 that names it) and the
@@ -99,6 +105,10 @@ int cas_meta_append(struct cas_store *s, const struct cas_meta_buf *b)
 {
 	if (b->err)
 		return crest_errf(b->err, "building the meta log records of a commit");
+	/* Roll over: the log stays, every record of it committed (a failed
+	 * append cuts itself off before it returns), its end in the index. */
+	if (s->meta && s->meta_end > CAS_FILE_HEADER && s->meta_end + b->len > s->meta_limit)
+		cas_meta_close(s);
 	if (!s->meta) {
 		int rc = meta_create(s);
 		if (rc < 0)

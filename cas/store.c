@@ -629,6 +629,12 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	const char *lim = getenv("CREST_PACK_LIMIT");
 	if (lim && atoll(lim) >= (64 << 10))
 		s->pack_limit = (uint64_t)atoll(lim);
+	/* CREST_META_LIMIT, the same for meta logs (meta.c's rollover):
+	 * tests/store/model.c and store.crash make logs roll over often. */
+	s->meta_limit = CAS_META_LIMIT_DEFAULT;
+	lim = getenv("CREST_META_LIMIT");
+	if (lim && atoll(lim) >= (64 << 10))
+		s->meta_limit = (uint64_t)atoll(lim);
 	pthread_mutex_init(&s->rfd_lock, NULL);
 	pthread_mutex_init(&s->reserve_lock, NULL);
 	int rc = s->dir ? cas_objects_dir.open(dir, dir, &s->objs) : crest_errf(-ENOMEM, "opening store %s", dir);

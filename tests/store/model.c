@@ -836,8 +836,13 @@ static struct {
 	uint64_t put_bytes, ckpt_bytes;
 } st;
 
+/* Writer sessions this run opened (cas_open, crest_open, crest put): with
+ * more meta logs than that, some session rolled over to a new log. */
+static unsigned long g_sessions;
+
 static void store_open(void)
 {
+	g_sessions++;
 	int rc = cas_init(store_dir);
 	if (rc == -EEXIST)
 		rc = 0;
@@ -1005,6 +1010,7 @@ static void op_put(void)
 		snprintf(sn->hex, sizeof(sn->hex), "%.64s", k + 13);
 		hex_to_id(sn->hex, sn->id);
 		st.bin_puts++;
+		g_sessions++;
 	} else {
 		struct engine_opts o;
 		engine_opts_default(&o);
@@ -1297,6 +1303,7 @@ static void lib_open(void)
 	o.workers = 1 + (unsigned)below(2);
 	o.restore_threads = 1 + (unsigned)below(3);
 	o.flags = CREST_OPEN_NO_GPU;
+	g_sessions++;
 	if (crest_open(store_dir, &o, &C) < 0)
 		fail("crest_open: %s", crest_errmsg());
 	for (size_t i = 0; i < nlives; i++)
@@ -1620,6 +1627,7 @@ int main(int argc, char **argv)
 	setenv("CREST_PIECE_MIN_EXTENTS", "4", 0);
 	setenv("CREST_PIECE_SPAN", "65536", 0);
 	setenv("CREST_PACK_LIMIT", "65536", 0);
+	setenv("CREST_META_LIMIT", "65536", 0);   /* meta logs roll over too */
 	/* The binaries change which operations run (puts and gets by crest),
 	 * so the replay names them: the seed alone replays another run. */
 	snprintf(g_replay, sizeof(g_replay), "CREST_TEST_SEED=%llu%s%s%s%s",
@@ -1746,6 +1754,20 @@ int main(int argc, char **argv)
 		cas_pack_stats(S, &ps);
 		store_close();
 	}
+	/* Meta logs on disk, against the sessions: more logs than sessions
+	 * means rollovers happened, and every check above ran across them. */
+	unsigned long logs = 0;
+	char mdir[PATH_MAX + 32];
+	snprintf(mdir, sizeof(mdir), "%s/meta", store_dir);
+	DIR *md = opendir(mdir);
+	for (struct dirent *e; md && (e = readdir(md));)
+		logs += strstr(e->d_name, ".log") != NULL;
+	if (md)
+		closedir(md);
+	printf("model: %lu meta logs from %lu writer sessions (rollovers at %s bytes)\n", logs, g_sessions,
+	       getenv("CREST_META_LIMIT"));
+	if (g_op >= 2000 && logs <= g_sessions)
+		fail("no meta log rolled over: %lu logs from %lu sessions", logs, g_sessions);
 	printf("model: ok: %lu operations in %.1f s (%.0f/s), seed %llu\n", g_op, secs, g_op / secs,
 	       (unsigned long long)g_seed);
 	printf("model: %lu tree changes, %lu puts (%lu by crest put, %.1f MiB), %lu checkpoints (%.1f MiB), "
