@@ -15,8 +15,8 @@
  *  - the readers': every reader holds it shared while it is open; gc
  *    unlinks the packs it rewrote only while it holds it alone (gc.h).
  * What it promises: a lock is held until released, closed, or its holder
- * dies (for flock, the process's descriptors go; a leased lock would go
- * when its lease runs out). The waiting, its messages and its timeout are
+ * dies (for flock, the process's descriptors go; a leased lock goes when
+ * its lease runs out, and its holder then learns it from writer_check). The waiting, its messages and its timeout are
  * the caller's: every call here returns at once.
  * Errors: 0 or a negative errno, with a one-line message where it says so.
  */
@@ -44,6 +44,11 @@ struct cas_locks_ops {
 	void (*writer_holder)(struct cas_locks *l, char *buf, size_t cap);
 	/* Whether a live writer holds it now (not a dead one's name). */
 	bool (*writer_live)(const struct cas_locks *l);
+	/* 0 while this handle still holds the writer's lock it took; -ENOLCK,
+	 * with a message, once it has lost it (a lease that ran out): asked
+	 * before each durable change (meta.c), so that nothing is committed
+	 * under a lock another may hold. A flock is never lost. */
+	int (*writer_check)(struct cas_locks *l);
 
 	/* A waiting writer's flag, held until unwant; false when it cannot
 	 * be raised (the writer then waits unannounced). */
@@ -70,6 +75,11 @@ extern const struct cas_locks_ops cas_locks_flock;
 /* RADOS object locks with leases (locks_rados.c): open's dir is
  * "POOL[/NAMESPACE]"; -ENOTSUP in a build without librados. */
 extern const struct cas_locks_ops cas_locks_rados;
+
+static inline int cas_locks_writer_check(struct cas_locks *l)
+{
+	return l->ops->writer_check(l);
+}
 
 static inline void cas_locks_close(struct cas_locks *l)
 {

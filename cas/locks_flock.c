@@ -185,6 +185,12 @@ static bool fl_writer_live(const struct cas_locks *l)
 	return n > 0 && sscanf(text, "%d", &pid) == 1 && pid > 0 && (kill(pid, 0) == 0 || errno == EPERM);
 }
 
+static int fl_writer_check(struct cas_locks *l)
+{
+	(void)l;   /* held as long as the descriptor is open */
+	return 0;
+}
+
 /* STORE/lock.wants held shared. The holder's check takes it exclusively for
  * a moment: retried, never blocked on. */
 static bool fl_want(struct cas_locks *l)
@@ -278,6 +284,7 @@ const struct cas_locks_ops cas_locks_flock = {
 	.writer_try = fl_writer_try,
 	.writer_holder = fl_writer_holder,
 	.writer_live = fl_writer_live,
+	.writer_check = fl_writer_check,
 	.want = fl_want,
 	.unwant = fl_unwant,
 	.wanted = fl_wanted,

@@ -12,11 +12,10 @@
  * renewing, and its locks go when the lease runs out: the next writer (or
  * gc) takes over then, never sooner. A renewal that fails (the lease ran
  * out before it: a holder stopped for longer than the lease) loses the
- * lock for good: the handle says so on stderr at once, and writer_try,
- * writer_live and readers_none answer from then on as if it had never
- * been held, so that nothing goes on under a lock another may hold. (The
- * store does not yet check its lock before each commit: it will, once a
- * rados: store can be named, issue 35.)
+ * lock for good: the handle says so on stderr at once, writer_check
+ * refuses from then on (the store asks it before every meta-log append, so
+ * nothing is committed under a lock another may hold), and writer_try,
+ * writer_live and readers_none answer as if it had never been held.
  * Without librados' headers (CREST_HAVE_RADOS), open says -ENOTSUP.
  */
 #include "cas/locks.h"
@@ -294,6 +293,18 @@ static bool rl_writer_live(const struct cas_locks *l)
 	return holders((const struct rados_locks *)l, L_WRITER, NULL) > 0;
 }
 
+static int rl_writer_check(struct cas_locks *l)
+{
+	struct rados_locks *r = (struct rados_locks *)l;
+	pthread_mutex_lock(&r->mu);
+	const bool lost = r->lost[L_WRITER] && !r->held[L_WRITER];
+	pthread_mutex_unlock(&r->mu);
+	return lost ? crest_errx(-ENOLCK, "store rados:%s: this writer lost its lock (its lease of %u s ran out "
+				 "before a renewal): nothing more is committed through it; open the store again",
+				 r->spec, r->lease_s)
+		    : 0;
+}
+
 static bool rl_want(struct cas_locks *l)
 {
 	return hold((struct rados_locks *)l, L_WANT) == 0;
@@ -341,6 +352,7 @@ const struct cas_locks_ops cas_locks_rados = {
 	.writer_try = rl_writer_try,
 	.writer_holder = rl_writer_holder,
 	.writer_live = rl_writer_live,
+	.writer_check = rl_writer_check,
 	.want = rl_want,
 	.unwant = rl_unwant,
 	.wanted = rl_wanted,

@@ -105,17 +105,19 @@ int cas_meta_append(struct cas_store *s, const struct cas_meta_buf *b)
 {
 	if (b->err)
 		return crest_errf(b->err, "building the meta log records of a commit");
+	/* Every durable change of the store's history passes here: none is
+	 * made by a writer that lost its lock (a leased one, locks.h). */
+	int rc = cas_locks_writer_check(s->locks);
+	if (rc < 0)
+		return rc;
 	/* Roll over: the log stays, every record of it committed (a failed
 	 * append cuts itself off before it returns), its end in the index. */
 	if (s->meta && s->meta_end > CAS_FILE_HEADER && s->meta_end + b->len > s->meta_limit)
 		cas_meta_close(s);
-	if (!s->meta) {
-		int rc = meta_create(s);
-		if (rc < 0)
-			return rc;
-	}
+	if (!s->meta && (rc = meta_create(s)) < 0)
+		return rc;
 	const uint64_t old_end = s->meta_end;
-	int rc = cas_obj_write(s->meta, b->p, b->len, s->meta_end);
+	rc = cas_obj_write(s->meta, b->p, b->len, s->meta_end);
 	if (rc == 0)
 		rc = cas_obj_sync(s->meta);
 	if (rc < 0) {

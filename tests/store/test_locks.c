@@ -16,6 +16,9 @@
  *    sooner than two thirds of it after the kill, not later than the lease
  *    and a margin), and not while the holder lived: it held them for two
  *    leases before the kill, renewing.
+ *  - writer_check is 0 while the lock is held. On RADOS, a holder stopped
+ *    (SIGSTOP) for longer than its lease loses the lock to another, and
+ *    once it runs again its writer_check says -ENOLCK.
  *
  * usage: test_locks [rados:POOL[/NAMESPACE]]
  *        (RADOS: the namespace test-locks-PID unless one is named)
@@ -84,6 +87,7 @@ int main(int argc, char **argv)
 	/* One writer at a time; the other is told who. */
 	struct cas_locks *a = open_locks(), *b = open_locks();
 	OK(a->ops->writer_try(a));
+	OK(a->ops->writer_check(a));
 	crest_errset_str("");
 	int rc = b->ops->writer_try(b);
 	CHECK(rc == -EWOULDBLOCK && !crest_errmsg()[0], "a second writer's try: %d (%s)", rc, crest_errmsg());
@@ -189,6 +193,58 @@ int main(int argc, char **argv)
 	n->ops->writer_holder(n, who, sizeof(who));
 	CHECK(strstr(who, "this process") != NULL, "the new holder: %s", who);
 	n->ops->readers_let_in(n);
+	OK(n->ops->writer_check(n));
+
+	if (rados) {
+		/* A holder stopped past its lease: another takes the lock, and the
+		 * holder, running again, learns that it lost it. */
+		cas_locks_close(n);
+		if (pipe(up) < 0) {
+			perror("pipe");
+			return 1;
+		}
+		const pid_t st = fork();
+		if (st == 0) {
+			close(up[0]);
+			struct cas_locks *c = NULL;
+			if (ops->open(spec, &c) < 0 || c->ops->writer_try(c) < 0 || c->ops->writer_check(c) < 0)
+				_exit(3);
+			if (write(up[1], "h", 1) != 1)
+				_exit(4);
+			for (int i = 0; i < 600; i++) {   /* a minute at most */
+				sleep_s(0.1);
+				crest_errset_str("");
+				if (c->ops->writer_check(c) == -ENOLCK && crest_errmsg()[0]) {
+					printf("the stopped holder, running again: %s\n", crest_errmsg());
+					_exit(write(up[1], "l", 1) == 1 ? 0 : 4);
+				}
+			}
+			_exit(5);
+		}
+		close(up[1]);
+		CHECK(read(up[0], &h, 1) == 1 && h == 'h', "the second child did not take the lock");
+		kill(st, SIGSTOP);
+		n = open_locks();
+		const double t_stop = now_s();
+		double t_take = -1;
+		while (now_s() - t_stop < lease + 10.0 && t_take < 0) {
+			if (n->ops->writer_try(n) == 0)
+				t_take = now_s() - t_stop;
+			else
+				sleep_s(0.05);
+		}
+		printf("a holder stopped: its lock taken over after %.2f s\n", t_take);
+		CHECK(t_take >= lease * 2.0 / 3 - 0.5, "a stopped holder's lock went after %.2f s, before its lease", t_take);
+		kill(st, SIGCONT);
+		h = 0;
+		CHECK(read(up[0], &h, 1) == 1 && h == 'l', "the stopped holder, running again, was not told it lost "
+		      "the lock");
+		close(up[0]);
+		int status = 0;
+		waitpid(st, &status, 0);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the stopped holder exited with %d", status);
+		OK(n->ops->writer_check(n));
+	}
 	cas_locks_close(n);
 
 	if (!rados) {
