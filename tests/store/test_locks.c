@@ -21,10 +21,13 @@
  *    once it runs again its writer_check says -ENOLCK.
  *
  * usage: test_locks [rados:POOL[/NAMESPACE]]
- *        (RADOS: the namespace test-locks-PID unless one is named)
+ *        (RADOS: the namespace test-locks-PID unless one is named; its lock
+ *        objects are removed after, so that the pool's counts are the
+ *        other tests')
  */
 #include "cas/locks.h"
 #include "tests/check.h"
+#include "tests/store/rados_test.h"
 #include "util/err.h"
 
 #include <errno.h>
@@ -247,6 +250,21 @@ int main(int argc, char **argv)
 	}
 	cas_locks_close(n);
 
+#ifdef CREST_HAVE_RADOS
+	rados_t cl;
+	rados_ioctx_t io;
+	if (rados && test_rados(spec, &cl, &io)) {
+		static const char *const objs[] = { "lock", "lock.wants", "readers" };
+		for (size_t i = 0; i < sizeof(objs) / sizeof(objs[0]); i++) {
+			const int rc2 = rados_remove(io, objs[i]);
+			CHECK(rc2 == 0 || rc2 == -ENOENT, "removing %s after the test: %d", objs[i], rc2);
+		}
+		rados_ioctx_destroy(io);
+		rados_shutdown(cl);
+	} else if (rados) {
+		CHECK(0, "cannot reach the cluster to remove the test's lock objects");
+	}
+#endif
 	if (!rados) {
 		char cmd[400];
 		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);

@@ -31,9 +31,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#ifdef CREST_HAVE_RADOS
-#include <rados/librados.h>
-#endif
+#include "tests/store/rados_test.h"
 
 #define NUMS 6
 #define CAP (256 * 1024)
@@ -77,24 +75,6 @@ static void empty(struct cas_objects *o)
 	}
 }
 
-#ifdef CREST_HAVE_RADOS
-/* A client of the cluster, in the pool and namespace of where
- * ("POOL/NAMESPACE"); false when it cannot be reached. */
-static bool test_rados(const char *where, rados_t *cl, rados_ioctx_t *io)
-{
-	char pool[256];
-	const char *slash = strchr(where, '/');
-	snprintf(pool, sizeof(pool), "%.*s", (int)(slash - where), where);
-	if (rados_create2(cl, "ceph", "client.admin", 0) < 0)
-		return false;
-	if (rados_conf_read_file(*cl, NULL) < 0 || rados_connect(*cl) < 0 || rados_ioctx_create(*cl, pool, io) < 0) {
-		rados_shutdown(*cl);
-		return false;
-	}
-	rados_ioctx_set_namespace(*io, slash + 1);
-	return true;
-}
-#endif
 
 /* Puts a stray name beside the objects: a file in the directory (in
  * SUB/, made if missing; dir_too makes it a directory), or a RADOS
