@@ -76,6 +76,10 @@ extern const struct cas_locks_ops cas_locks_flock;
  * "POOL[/NAMESPACE]"; -ENOTSUP in a build without librados. */
 extern const struct cas_locks_ops cas_locks_rados;
 
+/* This process's command line, its words joined by spaces (cut at cap):
+ * what a writer's lock names its holder by, in every implementation. */
+void cas_locks_command(char *buf, size_t cap);
+
 static inline int cas_locks_writer_check(struct cas_locks *l)
 {
 	return l->ops->writer_check(l);

@@ -79,21 +79,30 @@ static void fl_close(struct cas_locks *l)
 	free(f);
 }
 
+void cas_locks_command(char *buf, size_t cap)
+{
+	buf[0] = 0;
+	const int cfd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
+	if (cfd < 0 || cap < 2) {
+		if (cfd >= 0)
+			close(cfd);
+		return;
+	}
+	const ssize_t n = read(cfd, buf, cap - 1);
+	close(cfd);
+	for (ssize_t i = 0; i < n; i++)
+		if (buf[i] == 0 || buf[i] == '\n')
+			buf[i] = ' ';
+	buf[n > 0 ? n : 0] = 0;
+	for (ssize_t i = n - 1; i >= 0 && buf[i] == ' '; i--)
+		buf[i] = 0;
+}
+
 /* Writes "PID COMMAND" into the lock file, for writers that wait on it. */
 static void say_holder(int fd)
 {
-	char text[320], cmd[256] = "";
-	int cfd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-	if (cfd >= 0) {
-		ssize_t n = read(cfd, cmd, sizeof(cmd) - 1);
-		close(cfd);
-		for (ssize_t i = 0; i < n; i++)
-			if (cmd[i] == 0 || cmd[i] == '\n')
-				cmd[i] = ' ';
-		cmd[n > 0 ? n : 0] = 0;
-		for (ssize_t i = n - 1; i >= 0 && cmd[i] == ' '; i--)
-			cmd[i] = 0;
-	}
+	char text[320], cmd[256];
+	cas_locks_command(cmd, sizeof(cmd));
 	int n = snprintf(text, sizeof(text), "%d %s\n", (int)getpid(), cmd);
 	if (n > (int)sizeof(text) - 1)
 		n = (int)sizeof(text) - 1;

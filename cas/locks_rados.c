@@ -210,19 +210,9 @@ static int rl_open(const char *spec, struct cas_locks **out)
 /* The holder's "PID HOST COMMAND" (cmdline's words joined by spaces). */
 static void name_text(char *text, size_t cap)
 {
-	char cmd[256] = "", host[64] = "";
+	char cmd[256], host[64] = "";
 	gethostname(host, sizeof(host) - 1);
-	const int cfd = open("/proc/self/cmdline", O_RDONLY | O_CLOEXEC);
-	if (cfd >= 0) {
-		const ssize_t n = read(cfd, cmd, sizeof(cmd) - 1);
-		close(cfd);
-		for (ssize_t i = 0; i < n; i++)
-			if (cmd[i] == 0 || cmd[i] == '\n')
-				cmd[i] = ' ';
-		cmd[n > 0 ? n : 0] = 0;
-		for (ssize_t i = n - 1; i >= 0 && cmd[i] == ' '; i--)
-			cmd[i] = 0;
-	}
+	cas_locks_command(cmd, sizeof(cmd));
 	snprintf(text, cap, "%d %s %s\n", (int)getpid(), host[0] ? host : "-", cmd);
 }
 
