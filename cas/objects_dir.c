@@ -123,21 +123,6 @@ static int dir_open_obj(struct cas_objects *o, enum cas_obj_kind k, uint32_t num
 	return obj_new(o, k, num, fd, out);
 }
 
-static int dir_read(struct cas_obj *o, void *p, size_t n, uint64_t off)
-{
-	const struct dir_obj *f = (const struct dir_obj *)o;
-	size_t got = 0;
-	while (got < n) {
-		const ssize_t r = pread(f->fd, (char *)p + got, n - got, (off_t)(off + got));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return r < 0 ? obj_err(f, -errno, "read") : obj_short(f, off + got);
-		got += (size_t)r;
-	}
-	return 0;
-}
-
 static int dir_readv(struct cas_obj *o, const struct iovec *iov0, int n, uint64_t off)
 {
 	const struct dir_obj *f = (const struct dir_obj *)o;
@@ -146,7 +131,11 @@ static int dir_readv(struct cas_obj *o, const struct iovec *iov0, int n, uint64_
 	struct iovec iov[n];
 	memcpy(iov, iov0, (size_t)n * sizeof(*iov));
 	int i = 0;
-	while (i < n) {
+	for (;;) {
+		while (i < n && !iov[i].iov_len)
+			i++;   /* empty pieces, and those read whole */
+		if (i == n)
+			return 0;
 		const ssize_t r = preadv(f->fd, iov + i, n - i, (off_t)off);
 		if (r < 0 && errno == EINTR)
 			continue;
@@ -162,10 +151,13 @@ static int dir_readv(struct cas_obj *o, const struct iovec *iov0, int n, uint64_
 			if (!iov[i].iov_len)
 				i++;
 		}
-		while (i < n && !iov[i].iov_len)
-			i++;
 	}
-	return 0;
+}
+
+static int dir_read(struct cas_obj *o, void *p, size_t n, uint64_t off)
+{
+	const struct iovec one = { p, n };
+	return dir_readv(o, &one, 1, off);
 }
 
 static void dir_advise(struct cas_obj *o, uint64_t off, uint64_t len, enum cas_obj_advice a)
