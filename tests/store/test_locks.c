@@ -62,6 +62,44 @@ static void sleep_s(double s)
 	nanosleep(&ts, NULL);
 }
 
+/* A holder in a child process: it takes the writer's lock and, with
+ * watch, waits until writer_check says the lock is lost (then writes 'l'
+ * and exits 0), or else takes gc's hold too and waits to be killed. It
+ * writes 'h' into *rd's pipe once it holds what it took. */
+static pid_t spawn_holder(bool watch, int *rd)
+{
+	int up[2];
+	if (pipe(up) < 0) {
+		perror("pipe");
+		exit(1);
+	}
+	const pid_t pid = fork();
+	if (pid == 0) {
+		close(up[0]);
+		struct cas_locks *c = NULL;
+		if (ops->open(spec, &c) < 0 || c->ops->writer_try(c) < 0 ||
+		    (watch ? c->ops->writer_check(c) : c->ops->readers_none(c)) < 0)
+			_exit(3);
+		if (write(up[1], "h", 1) != 1)
+			_exit(4);
+		if (!watch)
+			for (;;)
+				pause();
+		for (int i = 0; i < 600; i++) {   /* a minute at most */
+			sleep_s(0.1);
+			crest_errset_str("");
+			if (c->ops->writer_check(c) == -ENOLCK && crest_errmsg()[0]) {
+				printf("the stopped holder, running again: %s\n", crest_errmsg());
+				_exit(write(up[1], "l", 1) == 1 ? 0 : 4);
+			}
+		}
+		_exit(5);
+	}
+	close(up[1]);
+	*rd = up[0];
+	return pid;
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -131,26 +169,11 @@ int main(int argc, char **argv)
 	cas_locks_close(g);
 
 	/* A holder killed: the writer's lock and gc's hold go with it. */
-	int up[2];
-	if (pipe(up) < 0) {
-		perror("pipe");
-		return 1;
-	}
-	const pid_t child = fork();
-	if (child == 0) {
-		close(up[0]);
-		struct cas_locks *c = NULL;
-		if (ops->open(spec, &c) < 0 || c->ops->writer_try(c) < 0 || c->ops->readers_none(c) < 0)
-			_exit(3);
-		if (write(up[1], "h", 1) != 1)
-			_exit(4);
-		for (;;)
-			pause();
-	}
-	close(up[1]);
+	int rd;
+	const pid_t child = spawn_holder(false, &rd);
 	char h = 0;
-	CHECK(read(up[0], &h, 1) == 1 && h == 'h', "the child did not take the locks");
-	close(up[0]);
+	CHECK(read(rd, &h, 1) == 1 && h == 'h', "the child did not take the locks");
+	close(rd);
 	struct cas_locks *n = open_locks();
 	crest_errset_str("");
 	rc = n->ops->writer_try(n);
@@ -202,30 +225,8 @@ int main(int argc, char **argv)
 		/* A holder stopped past its lease: another takes the lock, and the
 		 * holder, running again, learns that it lost it. */
 		cas_locks_close(n);
-		if (pipe(up) < 0) {
-			perror("pipe");
-			return 1;
-		}
-		const pid_t st = fork();
-		if (st == 0) {
-			close(up[0]);
-			struct cas_locks *c = NULL;
-			if (ops->open(spec, &c) < 0 || c->ops->writer_try(c) < 0 || c->ops->writer_check(c) < 0)
-				_exit(3);
-			if (write(up[1], "h", 1) != 1)
-				_exit(4);
-			for (int i = 0; i < 600; i++) {   /* a minute at most */
-				sleep_s(0.1);
-				crest_errset_str("");
-				if (c->ops->writer_check(c) == -ENOLCK && crest_errmsg()[0]) {
-					printf("the stopped holder, running again: %s\n", crest_errmsg());
-					_exit(write(up[1], "l", 1) == 1 ? 0 : 4);
-				}
-			}
-			_exit(5);
-		}
-		close(up[1]);
-		CHECK(read(up[0], &h, 1) == 1 && h == 'h', "the second child did not take the lock");
+		const pid_t st = spawn_holder(true, &rd);
+		CHECK(read(rd, &h, 1) == 1 && h == 'h', "the second child did not take the lock");
 		kill(st, SIGSTOP);
 		n = open_locks();
 		const double t_stop = now_s();
@@ -240,9 +241,9 @@ int main(int argc, char **argv)
 		CHECK(t_take >= lease * 2.0 / 3 - 0.5, "a stopped holder's lock went after %.2f s, before its lease", t_take);
 		kill(st, SIGCONT);
 		h = 0;
-		CHECK(read(up[0], &h, 1) == 1 && h == 'l', "the stopped holder, running again, was not told it lost "
+		CHECK(read(rd, &h, 1) == 1 && h == 'l', "the stopped holder, running again, was not told it lost "
 		      "the lock");
-		close(up[0]);
+		close(rd);
 		int status = 0;
 		waitpid(st, &status, 0);
 		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the stopped holder exited with %d", status);
