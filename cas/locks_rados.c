@@ -156,23 +156,18 @@ static void let_go(struct rados_locks *r, int k)
 	pthread_mutex_unlock(&r->mu);
 }
 
-/* How many hold lock k now (expired leases do not count), and, with
- * cookie, whether this handle is one of them. */
-static int holders(const struct rados_locks *r, int k, bool *mine)
+/* How many hold lock k now (expired leases do not count); 0 as well when
+ * RADOS cannot say. */
+static int holders(const struct rados_locks *r, int k)
 {
 	int excl = 0;
 	char tag[256], clients[4096], cookies[4096], addrs[4096];
 	size_t tl = sizeof(tag), cl = sizeof(clients), kl = sizeof(cookies), al = sizeof(addrs);
 	const ssize_t n = R.rados_list_lockers(r->io, kinds[k].oid, LOCK_NAME, &excl, tag, &tl, clients, &cl,
 					       cookies, &kl, addrs, &al);
-	if (mine) {
-		*mine = false;
-		for (size_t at = 0; n > 0 && at < kl && at < sizeof(cookies); at += strlen(cookies + at) + 1)
-			*mine |= !strcmp(cookies + at, r->cookie);
-	}
 	if (n == -ERANGE)
 		return 1;   /* too many to list: held */
-	return n < 0 ? (n == -ENOENT ? 0 : (int)n) : (int)n;
+	return n > 0 ? (int)n : 0;
 }
 
 static int rl_open(const char *spec, struct cas_locks **out)
@@ -257,9 +252,8 @@ static int rl_writer_try(struct cas_locks *l)
 static void rl_writer_holder(struct cas_locks *l, char *buf, size_t cap)
 {
 	struct rados_locks *r = (struct rados_locks *)l;
-	bool mine = false;
 	char text[400];
-	const int n = holders(r, L_WRITER, &mine) > 0
+	const int n = holders(r, L_WRITER) > 0
 			      ? R.rados_read(r->io, kinds[L_WRITER].oid, text, sizeof(text) - 1, 0)
 			      : -1;
 	int pid = 0, used = 0;
@@ -280,7 +274,7 @@ static void rl_writer_holder(struct cas_locks *l, char *buf, size_t cap)
 
 static bool rl_writer_live(const struct cas_locks *l)
 {
-	return holders((const struct rados_locks *)l, L_WRITER, NULL) > 0;
+	return holders((const struct rados_locks *)l, L_WRITER) > 0;
 }
 
 static int rl_writer_check(struct cas_locks *l)
@@ -307,7 +301,7 @@ static void rl_unwant(struct cas_locks *l)
 
 static bool rl_wanted(struct cas_locks *l)
 {
-	return holders((struct rados_locks *)l, L_WANT, NULL) > 0;
+	return holders((struct rados_locks *)l, L_WANT) > 0;
 }
 
 /* Retried while gc holds the readers' lock alone (a moment, while it
