@@ -630,7 +630,7 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	if (lim && atoll(lim) >= (64 << 10))
 		s->pack_limit = (uint64_t)atoll(lim);
 	/* CREST_META_LIMIT, the same for meta logs (meta.c's rollover):
-	 * tests/store/model.c and store.crash make logs roll over often. */
+	 * tests/store/model.c makes logs roll over often. */
 	s->meta_limit = CAS_META_LIMIT_DEFAULT;
 	lim = getenv("CREST_META_LIMIT");
 	if (lim && atoll(lim) >= (64 << 10))
