@@ -31,6 +31,13 @@
  *    those still in flight. A queue has room for depth requests: queued,
  *    in flight, or completed and not yet taken; past that a request is
  *    refused with -EAGAIN (no message) and nothing is queued.
+ *  - A blob (a small named object: a store's FORMAT, its head) is
+ *    written whole: blob_put replaces it atomically (a read sees the old
+ *    bytes or the new, never a mix) and durably before it returns; with
+ *    excl it refuses with -EEXIST (no message), changing nothing, when
+ *    the blob exists. Puts of one name are kept apart by the caller (the
+ *    store's locks). A blob's name is 1-64 of [A-Za-z0-9_.-], not
+ *    beginning with '.'.
  * Errors: 0 or a negative errno; the function that fails says why in one
  * line (util/err.h), naming the object (its path, for a directory). Three
  * say nothing: -ENOENT of stat and of remove, which callers expect, and a
@@ -102,6 +109,12 @@ struct cas_objects_ops {
 	int (*remove)(struct cas_objects *o, enum cas_obj_kind k, uint32_t num);
 	/* Makes the creates and removals of kind k so far durable. */
 	int (*sync_names)(struct cas_objects *o, enum cas_obj_kind k);
+
+	/* Blobs (see the promises): n bytes put whole; up to cap bytes read
+	 * into p, *n their length (-ENOENT without a message when there is
+	 * none, -EFBIG when it holds more than cap). */
+	int (*blob_put)(struct cas_objects *o, const char *name, const void *p, size_t n, bool excl);
+	int (*blob_get)(struct cas_objects *o, const char *name, void *p, size_t cap, size_t *n);
 
 	/* A write queue with room for depth requests (see the promises). */
 	int (*queue_open)(struct cas_objects *o, unsigned depth, struct cas_obj_queue **out);
@@ -223,6 +236,16 @@ static inline int cas_obj_list(struct cas_objects *o, enum cas_obj_kind k, cas_o
 static inline int cas_obj_remove(struct cas_objects *o, enum cas_obj_kind k, uint32_t num)
 {
 	return o->ops->remove(o, k, num);
+}
+
+static inline int cas_blob_put(struct cas_objects *o, const char *name, const void *p, size_t n, bool excl)
+{
+	return o->ops->blob_put(o, name, p, n, excl);
+}
+
+static inline int cas_blob_get(struct cas_objects *o, const char *name, void *p, size_t cap, size_t *n)
+{
+	return o->ops->blob_get(o, name, p, cap, n);
 }
 
 static inline int cas_obj_sync_names(struct cas_objects *o, enum cas_obj_kind k)

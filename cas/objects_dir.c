@@ -439,6 +439,78 @@ static void dir_queue_close(struct cas_obj_queue *qb)
 	free(q);
 }
 
+/* A blob is the file STORE/NAME, written to STORE/.NAME.tmp and renamed
+ * (linked, for excl) over it: a store's FORMAT has been written so from
+ * the first format on, and store.c knows the temporary's name. */
+static int dir_blob_put(struct cas_objects *o, const char *name, const void *p, size_t n, bool excl)
+{
+	char tmp[4096], dst[4096];
+	snprintf(tmp, sizeof(tmp), "%s/.%s.tmp", dirs(o)->dir, name);
+	snprintf(dst, sizeof(dst), "%s/%s", dirs(o)->dir, name);
+	const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return crest_errf(-errno, "cannot create %s", tmp);
+	int rc = write_all(fd, p, n, 0, 0);
+	if (rc == 0 && fsync(fd) < 0)
+		rc = -errno;
+	close(fd);
+	if (rc < 0) {
+		unlink(tmp);
+		return crest_errf(rc, "cannot write %s", tmp);
+	}
+	if (excl) {
+		rc = link(tmp, dst) < 0 ? -errno : 0;
+		unlink(tmp);
+		if (rc == -EEXIST)
+			return rc;
+		if (rc < 0)
+			return crest_errf(rc, "cannot link %s to %s", tmp, dst);
+	} else if (rename(tmp, dst) < 0) {
+		rc = crest_errf(-errno, "cannot rename %s to %s", tmp, dst);
+		unlink(tmp);
+		return rc;
+	}
+	const int dfd = open(dirs(o)->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0 || fsync(dfd) < 0)
+		rc = crest_errf(-errno, "cannot sync the directory %s", dirs(o)->dir);
+	if (dfd >= 0)
+		close(dfd);
+	return rc;
+}
+
+static int dir_blob_get(struct cas_objects *o, const char *name, void *p, size_t cap, size_t *n)
+{
+	char path[4096];
+	snprintf(path, sizeof(path), "%s/%s", dirs(o)->dir, name);
+	const int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? -ENOENT : crest_errf(-errno, "cannot open %s", path);
+	size_t got = 0;
+	char extra;
+	int rc = 0;
+	for (;;) {
+		/* One byte past cap tells a blob that is too large. */
+		const bool over = got == cap;
+		const ssize_t r = over ? read(fd, &extra, 1) : read(fd, (char *)p + got, cap - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			rc = crest_errf(-errno, "cannot read %s", path);
+			break;
+		}
+		if (r == 0)
+			break;
+		if (over) {
+			rc = crest_errx(-EFBIG, "%s holds more than %zu bytes", path, cap);
+			break;
+		}
+		got += (size_t)r;
+	}
+	close(fd);
+	*n = got;
+	return rc;
+}
+
 const struct cas_objects_ops cas_objects_dir = {
 	.name = "directory",
 	.open = dir_open,
@@ -458,6 +530,8 @@ const struct cas_objects_ops cas_objects_dir = {
 	.list = dir_list,
 	.remove = dir_remove,
 	.sync_names = dir_sync_names,
+	.blob_put = dir_blob_put,
+	.blob_get = dir_blob_get,
 	.queue_open = dir_queue_open,
 	.queue_close = dir_queue_close,
 	.queue_write = dir_queue_write,

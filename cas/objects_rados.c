@@ -278,6 +278,51 @@ static int r_sync_names(struct cas_objects *o, enum cas_obj_kind k)
 	return 0;
 }
 
+/* A blob is the RADOS object NAME, written whole by one write op: RADOS
+ * applies an op atomically and acknowledges it durable. */
+static int r_blob_put(struct cas_objects *o, const char *name, const void *p, size_t n, bool excl)
+{
+	if (n > WRITE_MAX)
+		return crest_errx(-EFBIG, "cannot write rados:%s/%s: %zu bytes is more than one write", ro(o)->spec,
+				  name, n);
+	rados_write_op_t op = R.rados_create_write_op();
+	if (!op)
+		return crest_errf(-ENOMEM, "writing rados:%s/%s", ro(o)->spec, name);
+	if (excl)
+		R.rados_write_op_create(op, LIBRADOS_CREATE_EXCLUSIVE, NULL);
+	R.rados_write_op_write_full(op, p, n);
+	const int rc = R.rados_write_op_operate(op, ro(o)->io, name, NULL, 0);
+	R.rados_release_write_op(op);
+	if (rc == -EEXIST && excl)
+		return rc;
+	return rc < 0 ? crest_errf(rc, "cannot write rados:%s/%s", ro(o)->spec, name) : 0;
+}
+
+static int r_blob_get(struct cas_objects *o, const char *name, void *p, size_t cap, size_t *n)
+{
+	/* One read of one byte more than cap: RADOS replaces a blob whole,
+	 * so what comes is one version of it, and a longer one says so. */
+	char *buf = malloc(cap + 1);
+	if (!buf)
+		return crest_errf(-ENOMEM, "reading rados:%s/%s", ro(o)->spec, name);
+	int rc = R.rados_read(ro(o)->io, name, buf, cap + 1, 0);
+	if (rc == -ENOENT) {
+		free(buf);
+		return rc;
+	}
+	if (rc < 0)
+		rc = crest_errf(rc, "cannot read rados:%s/%s", ro(o)->spec, name);
+	else if ((size_t)rc > cap)
+		rc = crest_errx(-EFBIG, "rados:%s/%s holds more than %zu bytes", ro(o)->spec, name, cap);
+	else {
+		memcpy(p, buf, (size_t)rc);
+		*n = (size_t)rc;
+		rc = 0;
+	}
+	free(buf);
+	return rc;
+}
+
 /* A queued request. A write of more than WRITE_MAX bytes goes as several
  * aio writes, all of which must complete for it to. */
 struct rq {
@@ -452,6 +497,8 @@ const struct cas_objects_ops cas_objects_rados = {
 	.list = r_list,
 	.remove = r_remove,
 	.sync_names = r_sync_names,
+	.blob_put = r_blob_put,
+	.blob_get = r_blob_get,
 	.queue_open = r_queue_open,
 	.queue_close = r_queue_close,
 	.queue_write = r_queue_write,

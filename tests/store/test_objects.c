@@ -14,7 +14,9 @@
  * it was), stat and remove of a missing object say -ENOENT and leave no
  * message, a read past the end fails, a full queue refuses (-EAGAIN) and
  * queues nothing, and list ignores names that are not its objects (a stray
- * file, another kind's, a directory).
+ * file, another kind's, a directory). Last, blobs against a model: whole
+ * puts, exclusive ones refused over an existing blob, gets of missing
+ * blobs (-ENOENT, no message) and of blobs larger than the room (-EFBIG).
  *
  * usage: test_objects [rados:POOL[/NAMESPACE]] [SEED]
  *        (RADOS: the namespace test-objects-SEED unless one is named, emptied after)
@@ -229,6 +231,62 @@ static void queue_batch(struct cas_objects *o, struct cas_obj_queue *q, uint8_t 
 	CHECK(cas_queue_wait(q, &tag, &res) == -ENOENT, "%s: a completion past those asked for", when);
 }
 
+#define BLOBS 3
+#define BLOB_CAP 512
+
+/* Blobs against a model: random puts (whole replacements, exclusive or
+ * not) and gets of a few names; then what get promises outright. */
+static void blobs(struct cas_objects *o, uint64_t *st)
+{
+	static const char *const names[BLOBS] = { "FORMAT", "head", "x-1.b" };
+	uint8_t have[BLOBS][BLOB_CAP], in[BLOB_CAP], out[BLOB_CAP + 8];
+	size_t len[BLOBS];
+	bool exists[BLOBS] = { false };
+	for (int b = 0; b < BLOBS; b++) {
+		crest_errset_str("");
+		size_t n = 99;
+		const int rc = cas_blob_get(o, names[b], out, BLOB_CAP, &n);
+		CHECK(rc == -ENOENT && !crest_errmsg()[0], "get of no blob %s: %d (%s)", names[b], rc, crest_errmsg());
+	}
+	for (int i = 0; i < 300 && !failures; i++) {
+		const int b = (int)(check_rnd(st) % BLOBS);
+		if (check_rnd(st) % 2) {
+			const bool excl = check_rnd(st) % 3 == 0;
+			const size_t n = check_rnd(st) % (BLOB_CAP + 1);   /* 0 bytes included */
+			check_fill64(in, n, st);
+			crest_errset_str("");
+			const int rc = cas_blob_put(o, names[b], in, n, excl);
+			if (excl && exists[b]) {
+				CHECK(rc == -EEXIST && !crest_errmsg()[0], "blob step %d: exclusive put over %s: %d (%s)", i,
+				      names[b], rc, crest_errmsg());
+				continue;
+			}
+			CHECK(rc == 0, "blob step %d: put of %zu bytes to %s: %d (%s)", i, n, names[b], rc,
+			      crest_errmsg());
+			memcpy(have[b], in, n);
+			len[b] = n;
+			exists[b] = true;
+		} else {
+			size_t n = 0;
+			const int rc = cas_blob_get(o, names[b], out, BLOB_CAP, &n);
+			if (!exists[b]) {
+				CHECK(rc == -ENOENT, "blob step %d: get of no blob %s: %d", i, names[b], rc);
+				continue;
+			}
+			CHECK(rc == 0 && n == len[b] && !memcmp(out, have[b], n), "blob step %d: get of %s: %d, %zu "
+			      "bytes, the model %zu", i, names[b], rc, n, len[b]);
+		}
+	}
+	/* A blob larger than the room given: -EFBIG, however close. */
+	uint8_t big[BLOB_CAP];
+	check_fill64(big, sizeof(big), st);
+	OK(cas_blob_put(o, "head", big, sizeof(big), false));
+	size_t n;
+	CHECK(cas_blob_get(o, "head", out, sizeof(big) - 1, &n) == -EFBIG, "get of a blob one byte too large");
+	CHECK(cas_blob_get(o, "head", out, sizeof(big), &n) == 0 && n == sizeof(big) && !memcmp(out, big, n),
+	      "get of a blob exactly the room given");
+}
+
 int main(int argc, char **argv)
 {
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -432,6 +490,15 @@ int main(int argc, char **argv)
 	CHECK(cas_obj_create(o, CAS_OBJ_META, 1, &g) == -EEXIST, "create of an existing log");
 	compare(o, CAS_OBJ_META, 1, buf, "after a refused create");
 
+	blobs(o, &st);
+	if (!rados) {
+		/* The temporary a put writes first is gone, even after a refused
+		 * exclusive put. */
+		char tmp[600];
+		snprintf(tmp, sizeof(tmp), "%s/.head.tmp", dir);
+		CHECK(cas_blob_put(o, "head", "x", 1, true) == -EEXIST && access(tmp, F_OK) < 0,
+		      "a refused exclusive put left %s", tmp);
+	}
 	cas_queue_close(q);
 	for (int i = 0; i < QDEPTH; i++)
 		free(qbufs[i]);
@@ -442,7 +509,7 @@ int main(int argc, char **argv)
 		}
 	if (rados) {
 		static const char *const strays[] = { "meta.notes", "meta.0000004", "meta.000000411",
-						      "meta.00000042.log" };
+						      "meta.00000042.log", "FORMAT", "head", "x-1.b" };
 		empty(o);
 		stray_gone(dir, strays, sizeof(strays) / sizeof(strays[0]));
 	}
