@@ -717,10 +717,45 @@ int cas_pack_stats(struct cas_store *s, struct cas_pack_stats *st)
 /* Whether a record that checks out (magic, sizes, CRC32C; with hash, its
  * SHA-256 too) starts at off: 1 and its header and stored bytes in h and
  * *data, 0 if not, or -ENOMEM. */
-static int scan_rec_at(struct cas_obj *f, uint64_t size, uint64_t off, bool hash, uint8_t h[CAS_REC_HEADER],
-		       uint8_t **data, size_t *cap)
+/* A walk's read-ahead. A pack is walked record by record, a header and a
+ * payload each: two reads, which on RADOS are two round trips to an OSD.
+ * So the walk reads SCAN_WIN bytes at a time and takes its records from
+ * there. Only bytes below size, fixed when the walk starts, are read:
+ * those a writer appends meanwhile are not the walk's. */
+#define SCAN_WIN ((size_t)4 << 20)
+struct scan_win {
+	struct cas_obj *f;
+	uint64_t size;
+	uint8_t *buf;         /* cap bytes, or NULL: every read direct */
+	size_t cap;           /* SCAN_WIN, or the pack's size when smaller */
+	uint64_t at;          /* the offset of buf[0] */
+	size_t len;           /* bytes in buf */
+};
+
+static int win_read(struct scan_win *w, void *p, size_t n, uint64_t off)
 {
-	if (off + CAS_REC_HEADER > size || cas_obj_read(f, h, CAS_REC_HEADER, off) < 0)
+	if (!w->buf || n > w->cap / 2)
+		return cas_obj_read(w->f, p, n, off);
+	if (off < w->at || off + n > w->at + w->len) {
+		const size_t len = w->size - off < w->cap ? (size_t)(w->size - off) : w->cap;
+		w->len = 0;
+		if (len < n)
+			return -EIO;   /* past the walk's end: the caller checked it is not */
+		const int rc = cas_obj_read(w->f, w->buf, len, off);
+		if (rc < 0)
+			return rc;
+		w->at = off;
+		w->len = len;
+	}
+	memcpy(p, w->buf + (off - w->at), n);
+	return 0;
+}
+
+static int scan_rec_at(struct scan_win *w, uint64_t off, bool hash, uint8_t h[CAS_REC_HEADER], uint8_t **data,
+		       size_t *cap)
+{
+	const uint64_t size = w->size;
+	if (off + CAS_REC_HEADER > size || win_read(w, h, CAS_REC_HEADER, off) < 0)
 		return 0;
 	const uint32_t raw = le32_get(h + CAS_REC_RAW), stored = le32_get(h + CAS_REC_STORED);
 	if (memcmp(h, CAS_REC_MAGIC, 4) || h[4] > CAS_CODEC_LZ4 || raw > CAS_CHUNK_MAX ||
@@ -734,7 +769,7 @@ static int scan_rec_at(struct cas_obj *f, uint64_t size, uint64_t off, bool hash
 		*data = nd;
 		*cap = stored;
 	}
-	if (stored && cas_obj_read(f, *data, stored, off + CAS_REC_HEADER) < 0)
+	if (stored && win_read(w, *data, stored, off + CAS_REC_HEADER) < 0)
 		return 0;
 	if (crc32c(*data, stored) != le32_get(h + CAS_REC_CRC))
 		return 0;
@@ -761,15 +796,17 @@ static int scan_rec_at(struct cas_obj *f, uint64_t size, uint64_t off, bool hash
  * hashed), or size when none does: where a scan goes on past damage.
  * First where the record at off says it ends (damage inside its stored
  * bytes leaves its length right), then every place "CRCK" appears. */
-static int scan_resync(struct cas_obj *f, uint64_t size, uint64_t off, uint8_t h[CAS_REC_HEADER], uint8_t **data,
-		       size_t *cap, uint64_t *next)
+static int scan_resync(struct scan_win *sw, uint64_t off, uint8_t h[CAS_REC_HEADER], uint8_t **data, size_t *cap,
+		       uint64_t *next)
 {
+	struct cas_obj *const f = sw->f;
+	const uint64_t size = sw->size;
 	uint8_t hb[CAS_REC_HEADER];
 	int rc = 0;
 	if (off + sizeof(hb) <= size && cas_obj_read(f, hb, sizeof(hb), off) == 0 && !memcmp(hb, CAS_REC_MAGIC, 4) &&
 	    le32_get(hb + CAS_REC_STORED) <= CAS_CHUNK_MAX) {
 		*next = off + CAS_REC_HEADER + le32_get(hb + CAS_REC_STORED);
-		rc = scan_rec_at(f, size, *next, true, h, data, cap);
+		rc = scan_rec_at(sw, *next, true, h, data, cap);
 		if (rc != 0)
 			return rc;
 	}
@@ -785,7 +822,7 @@ static int scan_resync(struct cas_obj *f, uint64_t size, uint64_t off, uint8_t h
 			break;
 		const uint8_t *p = w, *end = w + got;
 		while (rc == 0 && (p = memmem(p, (size_t)(end - p), CAS_REC_MAGIC, 4))) {
-			rc = scan_rec_at(f, size, at + (uint64_t)(p - w), true, h, data, cap);
+			rc = scan_rec_at(sw, at + (uint64_t)(p - w), true, h, data, cap);
 			if (rc == 1) {
 				*next = at + (uint64_t)(p - w);
 				break;
@@ -807,6 +844,9 @@ int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off, bool r
 		return rc;
 	uint64_t size = 0;
 	rc = cas_obj_size(f, &size);
+	/* Without the memory for a window the walk reads directly. */
+	struct scan_win w = { .f = f, .size = size, .cap = size < SCAN_WIN ? (size_t)size : SCAN_WIN };
+	w.buf = w.cap ? malloc(w.cap) : NULL;
 	uint8_t *data = NULL;
 	size_t cap = 0;
 	bool hash = false;   /* past a resync: every record is hashed */
@@ -821,10 +861,10 @@ int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off, bool r
 	 * makes it the chunk it names wherever it lies. */
 	while (rc == 0 && off + CAS_REC_HEADER <= size) {
 		uint8_t h[CAS_REC_HEADER];
-		int ok = scan_rec_at(f, size, off, hash, h, &data, &cap);
+		int ok = scan_rec_at(&w, off, hash, h, &data, &cap);
 		if (ok == 0 && resync) {
 			uint64_t next;
-			ok = scan_resync(f, size, off, h, &data, &cap, &next);
+			ok = scan_resync(&w, off, h, &data, &cap, &next);
 			if (ok >= 0) {
 				char path[4096];
 				cas_pack_name(s, pack, path, sizeof(path));
@@ -849,6 +889,7 @@ int cas_pack_scan(const struct cas_store *s, uint32_t pack, uint64_t off, bool r
 		off += CAS_REC_HEADER + stored;
 	}
 	free(data);
+	free(w.buf);
 	cas_obj_close(f);
 	/* With resync, bytes skipped at the end stay below it: a writer cuts
 	 * what lies past a pack's end, and damage is kept for whoever looks. */
