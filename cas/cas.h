@@ -133,6 +133,9 @@ struct cas_recovery {
 };
 void cas_recovery_get(const struct cas_store *s, struct cas_recovery *r);
 const char *cas_dir(const struct cas_store *s);
+/* Where s keeps its index, job registry and scratch files: its directory,
+ * or for a store on RADOS this node's cache of it (cache.c). */
+const char *cas_local_dir(const struct cas_store *s);
 
 /* 0 and *loc when the index has sha, -ENOENT when not, other negatives on I/O. */
 int cas_chunk_lookup(struct cas_store *s, const uint8_t sha[32], struct cas_loc *loc);

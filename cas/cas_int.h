@@ -11,6 +11,9 @@
 
 #define CAS_PACK_HEADER CAS_FILE_HEADER
 #define CAS_PACK_LIMIT_DEFAULT (1ull << 30)
+/* A pack of a store on RADOS rolls over here: well under its largest
+ * object (128 MiB, osd_max_object_size), a record past it included. */
+#define CAS_PACK_LIMIT_RADOS (64ull << 20)
 /* A writer rolls over to a new meta log once its log would pass this: well
  * under RADOS's largest object (128 MiB), and one 'q' key a log. */
 #define CAS_META_LIMIT_DEFAULT (64ull << 20)
@@ -55,7 +58,11 @@ struct cas_pack_end {
 };
 
 struct cas_store {
-	char *dir;
+	char *dir;            /* its name: a directory, or "rados:POOL[/NS]" */
+	char *local;          /* where its index and scratch live: dir itself, or
+			       * for a shared store this node's cache (cache.c) */
+	bool shared;          /* on RADOS: FORMAT and head are blobs, the index a cache */
+	int cache_fd;         /* shared: CACHE/cache.lock, held while open; else -1 */
 	enum cas_mode mode;
 	int format;           /* the store's format version, from FORMAT */
 	struct cas_locks *locks;  /* the writer's, waiters' and readers' locks (locks.h) */
@@ -206,6 +213,28 @@ int cas_batch_forget(struct cas_store *s, struct cas_index_batch *b, const uint8
  * -EBUSY when one does (gc.h). cas_readers_let_in lets them in again. */
 int cas_readers_none(struct cas_store *s);
 void cas_readers_let_in(struct cas_store *s);
+
+/* A shared store's node-local index cache (cache.c says what is trusted
+ * when, and what a crash may leave). */
+#define CAS_GEN_LEN 16
+/* The cache directory of store rados:spec, made if missing (0700). */
+int cas_cache_path(const char *spec, char **out);
+/* CACHE/cache.lock taken shared or exclusive (a held lock is converted);
+ * cas_cache_unlock lets go of it. */
+int cas_cache_lock(struct cas_store *s, bool excl);
+void cas_cache_unlock(struct cas_store *s);
+/* The store's head: 0, -ENOENT (no message) when no writer has opened it
+ * yet, or another error. */
+int cas_head_get(struct cas_store *s, uint8_t gen[CAS_GEN_LEN]);
+/* 1 when the open index records head as its generation, 0 when not. */
+int cas_cache_trusted(struct cas_store *s, const uint8_t head[CAS_GEN_LEN]);
+/* Removes CACHE/index (closed, under the exclusive cache lock). */
+int cas_cache_wipe(struct cas_store *s);
+/* Records gen as the open index's generation (a synced batch). */
+int cas_cache_mark(struct cas_store *s, const uint8_t gen[CAS_GEN_LEN]);
+/* A writer: a new generation, recorded in the index and then put as the
+ * head, before anything else in RADOS changes. */
+int cas_head_bump(struct cas_store *s);
 
 /* Index helpers for recover.c (store.c). */
 int cas_ends_load(struct cas_store *s, char type, struct cas_pack_end **out, size_t *n);

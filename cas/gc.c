@@ -214,7 +214,7 @@ static void runs_dir(struct cas_store *s, bool dry, char *buf, size_t cap)
 	if (dry)
 		snprintf(buf, cap, "%s/crest-gc-dry.%d", tmp && *tmp ? tmp : "/tmp", (int)getpid());
 	else
-		snprintf(buf, cap, "%s/gc", cas_dir(s));
+		snprintf(buf, cap, "%s/gc", cas_local_dir(s));
 }
 
 /* Removes the runs' folder and what a killed run left in it. */

@@ -217,7 +217,7 @@ int cas_entries_ingest(struct cas_store *s, const struct cas_index_entry *e, siz
 			parts[k++] = parts[b];
 	const size_t nf = k + (npv ? 2 : 1);
 	for (size_t b = 0; b < nf; b++)
-		snprintf(parts[b].path, sizeof(parts[b].path), "%s/index/" PREFIX "%zu.tmp", s->dir, b);
+		snprintf(parts[b].path, sizeof(parts[b].path), "%s/index/" PREFIX "%zu.tmp", s->local, b);
 	for (size_t b = 0; b < nf; b++)
 		unlink(parts[b].path);
 	struct job j = { .s = s, .t = t, .parts = parts, .nparts = k, .pv = pv, .npv = npv,

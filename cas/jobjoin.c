@@ -29,7 +29,7 @@ static int step_dir(struct cas_store *s, const char *name, const char *attempt, 
 	char last[CAS_JOBJOIN_ATTEMPT_MAX + 32];
 	snprintf(last, sizeof(last), "%s.%" PRIu64, attempt, step);
 	parts[3] = last;
-	int n = snprintf(path, cap, "%s", cas_dir(s));
+	int n = snprintf(path, cap, "%s", cas_local_dir(s));
 	for (int i = 0; i < 4; i++) {
 		n += snprintf(path + n, cap - (size_t)n, "/%s", parts[i]);
 		if ((size_t)n >= cap)

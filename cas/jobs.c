@@ -33,7 +33,7 @@ static int key_ok(const char *key)
 
 static int jobs_dir(struct cas_store *s, bool create)
 {
-	const int dfd = open(cas_dir(s), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+	const int dfd = open(cas_local_dir(s), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
 	if (dfd < 0)
 		return -errno;
 	if (create && mkdirat(dfd, "jobs", 0700) < 0 && errno != EEXIST) {

@@ -47,6 +47,17 @@ const char *cas_dir(const struct cas_store *s)
 	return s->dir;
 }
 
+const char *cas_local_dir(const struct cas_store *s)
+{
+	return s->local;
+}
+
+/* Whether dir names a store on RADOS, and then its "POOL[/NS]". */
+static const char *rados_spec(const char *dir)
+{
+	return !strncmp(dir, "rados:", 6) ? dir + 6 : NULL;
+}
+
 static int dir_is_empty(const char *dir)
 {
 	DIR *d = opendir(dir);
@@ -96,6 +107,22 @@ static int format_write(const char *dir)
 	return 0;
 }
 
+/* The version FORMAT's text (store's, whichever kind) says, checked. */
+static int format_parse(const char *store, const char *text, int *out)
+{
+	int version = 0;
+	if (sscanf(text, "crest-store %d", &version) != 1)
+		return crest_errx(-EINVAL, "%s is not a crest store: its FORMAT is not crest's", store);
+	if (version > CAS_FORMAT_VERSION)
+		return crest_errx(-EPROTONOSUPPORT,
+				  "store %s has format %d, newer than this crest (it reads formats %d to %d): "
+				  "use a newer crest", store, version, CAS_FORMAT_OLDEST, CAS_FORMAT_VERSION);
+	if (version < CAS_FORMAT_OLDEST)
+		return crest_errx(-EPROTONOSUPPORT, "store %s has format %d, which no crest reads", store, version);
+	*out = version;
+	return 0;
+}
+
 static int format_check(const char *dir, int *out)
 {
 	char path[4096], text[64] = "";
@@ -106,17 +133,7 @@ static int format_check(const char *dir, int *out)
 	size_t n = fread(text, 1, sizeof(text) - 1, f);
 	fclose(f);
 	text[n] = 0;
-	int version = 0;
-	if (sscanf(text, "crest-store %d", &version) != 1)
-		return crest_errx(-EINVAL, "%s is not a crest store: its FORMAT file is not crest's", dir);
-	if (version > CAS_FORMAT_VERSION)
-		return crest_errx(-EPROTONOSUPPORT,
-				  "store %s has format %d, newer than this crest (it reads formats %d to %d): "
-				  "use a newer crest", dir, version, CAS_FORMAT_OLDEST, CAS_FORMAT_VERSION);
-	if (version < CAS_FORMAT_OLDEST)
-		return crest_errx(-EPROTONOSUPPORT, "store %s has format %d, which no crest reads", dir, version);
-	*out = version;
-	return 0;
+	return format_parse(dir, text, out);
 }
 
 /* Whether dir holds nothing but, maybe, the temporary file of a FORMAT
@@ -404,7 +421,8 @@ bool cas_lock_wanted(struct cas_store *s)
 bool cas_lock_wanted_dir(const char *dir)
 {
 	struct cas_locks *l;
-	if (cas_locks_flock.open(dir, &l) < 0)
+	const char *spec = rados_spec(dir);
+	if ((spec ? cas_locks_rados.open(spec, &l) : cas_locks_flock.open(dir, &l)) < 0)
 		return false;
 	const bool wanted = l->ops->wanted(l);
 	cas_locks_close(l);
@@ -470,15 +488,19 @@ static void db_free(struct cas_store *s)
 /* Opens the index (index.h; RocksDB's options and its read-only open
  * beside a writer are index_rocks.c's). A writer removes the table files
  * a killed ingest left (ingest.c). */
-static int db_open(struct cas_store *s)
+static int db_open_as(struct cas_store *s, bool write)
 {
 	char path[4096];
-	snprintf(path, sizeof(path), "%s/index", s->dir);
-	const int rc = cas_index_rocks.open(path, s->mode == CAS_READ ? CAS_INDEX_READ : CAS_INDEX_WRITE, s->dir,
-					    &s->ix);
-	if (rc == 0 && s->mode != CAS_READ)
+	snprintf(path, sizeof(path), "%s/index", s->local);
+	const int rc = cas_index_rocks.open(path, write ? CAS_INDEX_WRITE : CAS_INDEX_READ, s->dir, &s->ix);
+	if (rc == 0 && write)
 		cas_ingest_clean(path);
 	return rc;
+}
+
+static int db_open(struct cas_store *s)
+{
+	return db_open_as(s, s->mode != CAS_READ);
 }
 
 int cas_db_reopen(struct cas_store *s)
@@ -498,13 +520,13 @@ bool cas_writer_live(const struct cas_store *s)
 static int index_set_aside(struct cas_store *s)
 {
 	char from[4096], to[4096 + 64];
-	snprintf(from, sizeof(from), "%s/index", s->dir);
+	snprintf(from, sizeof(from), "%s/index", s->local);
 	const long long t = (long long)time(NULL);
 	for (unsigned k = 0; k < 1000; k++) {
 		if (k)
-			snprintf(to, sizeof(to), "%s/index.damaged-%lld.%u", s->dir, t, k);
+			snprintf(to, sizeof(to), "%s/index.damaged-%lld.%u", s->local, t, k);
 		else
-			snprintf(to, sizeof(to), "%s/index.damaged-%lld", s->dir, t);
+			snprintf(to, sizeof(to), "%s/index.damaged-%lld", s->local, t);
 		if (rename(from, to) == 0) {
 			fprintf(stderr, "crest: repair: the old index of %s is kept as %s\n", s->dir, to);
 			return 0;
@@ -611,33 +633,13 @@ bool cas_db_any(struct cas_store *s, char type)
 	return cas_index_scan(s->ix, &type, 1, 1, any_cb, NULL) == 1;
 }
 
-static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct cas_store **out)
+/* A store in a directory: its FORMAT checked (and written again by
+ * repair), the writer's lock, the index opened and put right. */
+static int dir_open(struct cas_store *s, uint32_t *floor)
 {
-	crest_errset_str("");
-	struct cas_store *s = calloc(1, sizeof(*s));
-	if (!s)
-		return crest_errf(-ENOMEM, "opening store %s", dir);
-	s->dir = strdup(dir);
-	s->mode = mode;
-	s->nowait = nowait;
-	s->pack_limit = CAS_PACK_LIMIT_DEFAULT;
-	/* CREST_PACK_LIMIT is a test knob: tests/store/model.c sets 64 KiB so a
-	 * few hundred KiB of data roll over many packs and every read and
-	 * commit crosses pack boundaries. The floor only keeps typos (a limit
-	 * of a few bytes, one record per pack) from flooding a store with files;
-	 * a record larger than the limit still goes into a pack of its own. */
-	const char *lim = getenv("CREST_PACK_LIMIT");
-	if (lim && atoll(lim) >= (64 << 10))
-		s->pack_limit = (uint64_t)atoll(lim);
-	/* CREST_META_LIMIT, the same for meta logs (meta.c's rollover):
-	 * tests/store/model.c makes logs roll over often. */
-	s->meta_limit = CAS_META_LIMIT_DEFAULT;
-	lim = getenv("CREST_META_LIMIT");
-	if (lim && atoll(lim) >= (64 << 10))
-		s->meta_limit = (uint64_t)atoll(lim);
-	pthread_mutex_init(&s->rfd_lock, NULL);
-	pthread_mutex_init(&s->reserve_lock, NULL);
-	int rc = s->dir ? cas_objects_dir.open(dir, dir, &s->objs) : crest_errf(-ENOMEM, "opening store %s", dir);
+	const char *dir = s->dir;
+	const enum cas_mode mode = s->mode;
+	int rc = cas_objects_dir.open(dir, dir, &s->objs);
 	if (rc == 0)
 		rc = cas_locks_flock.open(dir, &s->locks);
 	bool created;
@@ -665,15 +667,14 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	 * commit. Only then: any other failure to open stays the user's to
 	 * look at. */
 	bool rebuild = false;
-	if (rc < 0 && mode == CAS_WRITE && s->format >= 2 && cas_ingest_left(s->dir)) {
+	if (rc < 0 && mode == CAS_WRITE && s->format >= 2 && cas_ingest_left(s->local)) {
 		rc = index_rebuild_open(s);
 		rebuild = rc == 0;
 	}
 	/* A writer puts the index right before it writes anything (recover.c;
 	 * the notes at cas_commit). */
-	uint32_t floor = 1;
 	if (rc == 0 && mode != CAS_READ)
-		rc = cas_recover(s, mode == CAS_REPAIR || rebuild, &floor);
+		rc = cas_recover(s, mode == CAS_REPAIR || rebuild, floor);
 	if (rc == 0 && mode != CAS_READ && s->format < CAS_FORMAT_VERSION) {
 		if (s->format < 2)
 			rc = cas_upgrade_from_1(s);
@@ -681,6 +682,212 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 			rc = format_write(dir);
 		s->format = CAS_FORMAT_VERSION;
 	}
+	return rc;
+}
+
+/* ---- a store on RADOS ----
+ *
+ * Its FORMAT is a blob, and its index this node's cache of what its packs
+ * and meta logs hold, trusted only at the store's head (cache.c says the
+ * rules and what a crash may leave). The order of a writer's open:
+ *   1. the store's writer lock (leased: locks_rados.c);
+ *   2. the cache shared; trusted when its generation is the head's;
+ *   3. otherwise, with the cache exclusive, thrown away and rebuilt from
+ *      the packs and meta logs (cas_recover, full, which changes nothing
+ *      in RADOS);
+ *   4. a new generation into the cache, then as the head (cas_head_bump):
+ *      from here on every other node's cache is behind;
+ *   5. only then the tails put right (cas_recover), which may cut packs.
+ * A reader takes no writer lock while its cache is trusted: the readers'
+ * lock first (the invariant at readers_join), then the head, then the
+ * cache. One that finds its cache behind rebuilds it as a writer would,
+ * without changing anything in RADOS (but a head, when there is none),
+ * lets go of the writer's lock and starts again: a head still the same
+ * after the readers' lock is taken again means nothing was written since
+ * the rebuild, so the index it opens names no pack that gc removed. */
+
+/* Reading FORMAT, for shared_open. */
+static int shared_format(struct cas_store *s)
+{
+	char text[64];
+	size_t n;
+	int rc = cas_blob_get(s->objs, FORMAT_NAME, text, sizeof(text) - 1, &n);
+	if (rc == -ENOENT)
+		return crest_errx(-ENOENT, "no crest store at %s (crest init --store %s makes one)", s->dir, s->dir);
+	if (rc == -EFBIG)
+		return crest_errx(-EINVAL, "%s is not a crest store: its FORMAT is not crest's", s->dir);
+	if (rc < 0)
+		return rc;
+	text[n] = 0;
+	return format_parse(s->dir, text, &s->format);
+}
+
+/* Whether this node has an index of the store: RocksDB's CURRENT, there
+ * once one was made. (A read-only open of none would try for a while.) */
+static bool cache_has_index(const struct cas_store *s)
+{
+	struct stat st;
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/index/CURRENT", s->local);
+	return stat(path, &st) == 0;
+}
+
+/* Steps 2 and 3: the cache opened (for writing when write), trusted or
+ * rebuilt. *rebuilt says which. The cache lock is left shared. */
+static int shared_index(struct cas_store *s, bool write, bool *rebuilt, bool *have_head,
+			uint8_t head[CAS_GEN_LEN])
+{
+	*rebuilt = false;
+	const bool had = cache_has_index(s);   /* before the open below makes one */
+	char path[4200];
+	snprintf(path, sizeof(path), "%s/index", s->local);
+	int rc = cas_cache_lock(s, false);
+	if (rc == 0)
+		rc = cas_head_get(s, head);
+	*have_head = rc == 0;
+	if (rc == -ENOENT)
+		rc = 0;
+	if (rc < 0)
+		return rc;
+	int trusted = 0;
+	if (*have_head && s->mode != CAS_REPAIR && db_open_as(s, write) == 0)
+		trusted = cas_cache_trusted(s, head);
+	crest_errset_str("");
+	if (trusted < 0)
+		return trusted;
+	if (trusted)
+		return 0;
+	db_free(s);
+	rc = cas_cache_lock(s, true);
+	/* Said, as a rebuild of a big store takes a while; not for a store
+	 * no writer has opened yet (nothing to build from). */
+	if (rc == 0 && *have_head)
+		fprintf(stderr, "crest: store %s: %s (%s); %s it from its packs and meta logs\n", s->dir,
+			s->mode == CAS_REPAIR ? "repair of this node's index of it"
+			: had ? "this node's index of it is behind the store (another node wrote to it, or a writer "
+				"here stopped short)"
+			      : "this node has no index of it yet",
+			path, had ? "rebuilding" : "building");
+	if (rc == 0)
+		rc = cas_cache_wipe(s);
+	if (rc == 0)
+		rc = db_open_as(s, true);
+	uint32_t floor;
+	if (rc == 0)
+		rc = cas_recover(s, true, &floor);
+	*rebuilt = rc == 0;
+	return rc;
+}
+
+static int shared_writer(struct cas_store *s, uint32_t *floor)
+{
+	bool rebuilt, have_head;
+	uint8_t head[CAS_GEN_LEN];
+	int rc = store_lock(s);
+	if (rc == 0)
+		rc = shared_index(s, true, &rebuilt, &have_head, head);
+	if (rc == 0)
+		rc = cas_head_bump(s);
+	if (rc == 0)
+		rc = cas_cache_lock(s, false);
+	if (rc == 0 && !rebuilt)
+		rc = cas_recover(s, false, floor);
+	return rc;
+}
+
+static int shared_reader(struct cas_store *s)
+{
+	for (int attempt = 0;; attempt++) {
+		readers_join(s);
+		bool rebuilt, have_head;
+		uint8_t head[CAS_GEN_LEN];
+		int rc = cas_cache_lock(s, false);
+		if (rc == 0)
+			rc = cas_head_get(s, head);
+		have_head = rc == 0;
+		if (rc == -ENOENT)
+			rc = 0;
+		int trusted = 0;
+		if (rc == 0 && have_head && cache_has_index(s) && db_open(s) == 0)
+			trusted = cas_cache_trusted(s, head);
+		crest_errset_str("");
+		if (rc < 0 || trusted < 0)
+			return rc < 0 ? rc : trusted;
+		if (trusted)
+			return 0;
+		db_free(s);
+		if (attempt == 3)
+			return crest_errx(-EAGAIN, "store %s: writers on other nodes changed it during each of %d "
+					  "rebuilds of this node's index; try again", s->dir, attempt);
+		/* Rebuilt under the writer's lock, then all let go of (a new
+		 * locks handle: the old one's readers' hold goes with it). */
+		rc = store_lock(s);
+		if (rc == 0)
+			rc = shared_index(s, true, &rebuilt, &have_head, head);
+		if (rc == 0 && !have_head)
+			rc = cas_head_bump(s);
+		else if (rc == 0 && rebuilt)
+			rc = cas_cache_mark(s, head);
+		db_free(s);
+		cas_cache_unlock(s);
+		cas_locks_close(s->locks);
+		s->locks = NULL;
+		const int rc2 = rc < 0 ? rc : cas_locks_rados.open(s->dir + 6, &s->locks);
+		if (rc2 < 0)
+			return rc2;
+	}
+}
+
+static int shared_open(struct cas_store *s, const char *spec, uint32_t *floor)
+{
+	s->local = NULL;
+	int rc = cas_objects_rados.open(spec, s->dir, &s->objs);
+	if (rc == 0)
+		rc = cas_locks_rados.open(spec, &s->locks);
+	if (rc == 0)
+		rc = shared_format(s);
+	if (rc == 0)
+		rc = cas_cache_path(spec, &s->local);
+	if (rc == 0)
+		rc = s->mode == CAS_READ ? shared_reader(s) : shared_writer(s, floor);
+	if (rc == 0 && s->mode == CAS_READ)
+		crest_fault_pause("store.read_open");   /* tests only: util/fault.h */
+	return rc;
+}
+
+static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct cas_store **out)
+{
+	crest_errset_str("");
+	struct cas_store *s = calloc(1, sizeof(*s));
+	if (!s)
+		return crest_errf(-ENOMEM, "opening store %s", dir);
+	s->dir = strdup(dir);
+	s->local = s->dir;
+	s->cache_fd = -1;
+	s->mode = mode;
+	s->nowait = nowait;
+	const char *spec = s->dir ? rados_spec(dir) : NULL;
+	s->pack_limit = spec ? CAS_PACK_LIMIT_RADOS : CAS_PACK_LIMIT_DEFAULT;
+	/* CREST_PACK_LIMIT is a test knob: tests/store/model.c sets 64 KiB so a
+	 * few hundred KiB of data roll over many packs and every read and
+	 * commit crosses pack boundaries. The floor only keeps typos (a limit
+	 * of a few bytes, one record per pack) from flooding a store with files;
+	 * a record larger than the limit still goes into a pack of its own. On
+	 * RADOS the knob only lowers the limit: a larger object is refused. */
+	const char *lim = getenv("CREST_PACK_LIMIT");
+	if (lim && atoll(lim) >= (64 << 10) && (!spec || (uint64_t)atoll(lim) <= CAS_PACK_LIMIT_RADOS))
+		s->pack_limit = (uint64_t)atoll(lim);
+	/* CREST_META_LIMIT, the same for meta logs (meta.c's rollover):
+	 * tests/store/model.c makes logs roll over often. */
+	s->meta_limit = CAS_META_LIMIT_DEFAULT;
+	lim = getenv("CREST_META_LIMIT");
+	if (lim && atoll(lim) >= (64 << 10))
+		s->meta_limit = (uint64_t)atoll(lim);
+	pthread_mutex_init(&s->rfd_lock, NULL);
+	pthread_mutex_init(&s->reserve_lock, NULL);
+	uint32_t floor = 1;
+	int rc = !s->dir ? crest_errf(-ENOMEM, "opening store %s", dir) : spec ? shared_open(s, spec, &floor)
+									       : dir_open(s, &floor);
 	if (rc == 0 && mode != CAS_READ)
 		rc = cas_pack_open_writer(s, floor);
 	if (rc == 0 && mode == CAS_WRITE)
@@ -697,11 +904,37 @@ static int store_open(const char *dir, enum cas_mode mode, bool nowait, struct c
 	return 0;
 }
 
+/* A store on RADOS is made by its FORMAT, put exclusively: of two inits
+ * at once, one makes it and the other is told it exists. */
+static int shared_init(const char *dir, const char *spec)
+{
+	/* A name the store's cache could not take is refused before the
+	 * store is made. */
+	char *local;
+	int rc = cas_cache_path(spec, &local);
+	if (rc < 0)
+		return rc;
+	free(local);
+	struct cas_objects *o;
+	rc = cas_objects_rados.open(spec, dir, &o);
+	if (rc < 0)
+		return rc;
+	char text[64];
+	const int n = snprintf(text, sizeof(text), FORMAT_TEXT, CAS_FORMAT_VERSION);
+	rc = cas_blob_put(o, FORMAT_NAME, text, (size_t)n, true);
+	if (rc == -EEXIST)
+		rc = crest_errx(-EEXIST, "%s is a crest store already", dir);
+	cas_objects_close(o);
+	return rc;
+}
+
 int cas_init(const char *dir)
 {
 	int format;
 	bool created;
 	crest_errset_str("");
+	if (rados_spec(dir))
+		return shared_init(dir, rados_spec(dir));
 	int rc = store_prepare(dir, true, &format, &created);
 	if (rc == 0 && !created)
 		rc = crest_errx(-EEXIST, "%s is a crest store already", dir);
@@ -731,7 +964,7 @@ void cas_close(struct cas_store *s)
 	if (!s)
 		return;
 	cas_pack_close_writer(s);
-	if (s->mode == CAS_WRITE && s->broken && cas_ingest_left(s->dir))
+	if (s->mode == CAS_WRITE && s->broken && cas_ingest_left(s->local))
 		index_after_failed_ingest(s);
 	cas_pack_close_readers(s);
 	cas_meta_close(s);
@@ -747,8 +980,11 @@ void cas_close(struct cas_store *s)
 	db_free(s);
 	cas_locks_close(s->locks);   /* the writer's lock, its name first (locks_flock.c) */
 	cas_objects_close(s->objs);
+	cas_cache_unlock(s);
 	pthread_mutex_destroy(&s->rfd_lock);
 	pthread_mutex_destroy(&s->reserve_lock);
+	if (s->local != s->dir)
+		free(s->local);
 	free(s->dir);
 	free(s);
 }

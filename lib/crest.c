@@ -753,7 +753,9 @@ static int cache_open(crest_t *c, const char *dir)
 	if (!c->d)
 		return hostcache_dir_check(dir);
 	CUuuid uuid;
-	char *real = realpath(c->store_dir, NULL), name[64];
+	/* A store on RADOS is named by its name: it has no path. */
+	char *real = strncmp(c->store_dir, "rados:", 6) ? realpath(c->store_dir, NULL) : strdup(c->store_dir),
+	     name[64];
 	int rc = real ? 0 : crest_errf(-errno, "resolving the store's path %s", c->store_dir);
 	if (rc == 0)
 		rc = cudrv_check(c->d, c->d->DeviceGetUuid(&uuid, c->dev), "the GPU's UUID (cuDeviceGetUuid)");

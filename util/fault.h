@@ -24,7 +24,10 @@
  * the processes their GPU state back), "capture.stranded" (a checkpoint
  * whose driver restore failed after the dump, before it stores the
  * images; capture/transparent.h), "restore.workdir" (a process
- * restore in place, its --workdir swapped in, before CRIU runs).
+ * restore in place, its --workdir swapped in, before CRIU runs),
+ * "store.head_bump" (a writer's open of a store on RADOS, its new
+ * generation recorded in this node's index, not yet put as the head:
+ * cas/cache.c).
  *
  * crest_fault_pause(site) holds the calling thread at a step when
  * CREST_FAULT_PAUSE="SITE:FILE" names the site: it creates FILE, then

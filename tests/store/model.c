@@ -836,8 +836,49 @@ static struct {
 	uint64_t put_bytes, ckpt_bytes;
 } st;
 
+/* On RADOS (--rados POOL), two "nodes": two index caches (CREST_CACHE_DIR)
+ * that each writer's open picks between at random, so that the caches
+ * are behind the store again and again and rebuilt (cas/cache.c). Not
+ * between a writer's open and its close: a reader of the other node would
+ * wait for this process's own writer. */
+static bool g_rados;
+static char g_node[2][PATH_MAX + 16];
+static unsigned long g_node_switches;
+
+static void check_list(void);
+
+static void node_pick(void)
+{
+	static int cur = -1;
+	if (!g_rados)
+		return;
+	const int n = cur < 0 ? 0 : chance(30) ? !cur : cur;
+	if (n != cur && cur >= 0)
+		g_node_switches++;
+	cur = n;
+	setenv("CREST_CACHE_DIR", g_node[n], 1);
+}
+
+/* A reader on a node picked at random, between two writer sessions (a
+ * phase switch: nothing open, the model whole): its listing is the
+ * model's. A cache that the other node's writes left behind must be seen
+ * to be behind: no writer here puts it right first. */
+static void node_check(void)
+{
+	if (!g_rados || S || C)
+		return;
+	node_pick();
+	if (cas_open(store_dir, CAS_READ, &S) < 0)
+		fail("a reader's open: %s", crest_errmsg());
+	oplog("list on node %s", getenv("CREST_CACHE_DIR"));
+	check_list();
+	cas_close(S);
+	S = NULL;
+}
+
 static void store_open(void)
 {
+	node_pick();
 	int rc = cas_init(store_dir);
 	if (rc == -EEXIST)
 		rc = 0;
@@ -1297,6 +1338,7 @@ static void lib_open(void)
 	o.workers = 1 + (unsigned)below(2);
 	o.restore_threads = 1 + (unsigned)below(3);
 	o.flags = CREST_OPEN_NO_GPU;
+	node_pick();
 	if (crest_open(store_dir, &o, &C) < 0)
 		fail("crest_open: %s", crest_errmsg());
 	for (size_t i = 0; i < nlives; i++)
@@ -1571,7 +1613,7 @@ static void lib_blob(void)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: model [--ops N] [--seconds S] [--seed N] [--dir DIR]\n");
+	fprintf(stderr, "usage: model [--ops N] [--seconds S] [--seed N] [--dir DIR] [--rados POOL]\n");
 	exit(2);
 }
 
@@ -1581,7 +1623,7 @@ int main(int argc, char **argv)
 {
 	unsigned long ops = 6000;
 	double seconds = 0;
-	const char *v, *dir = NULL;
+	const char *v, *dir = NULL, *pool = NULL;
 	bool have_seed = false;
 	if ((v = getenv("CREST_MODEL_OPS")) && *v)
 		ops = strtoul(v, NULL, 10);
@@ -1603,6 +1645,8 @@ int main(int argc, char **argv)
 			have_seed = true;
 		} else if (!strcmp(argv[i], "--dir"))
 			dir = argv[++i];
+		else if (!strcmp(argv[i], "--rados"))
+			pool = argv[++i];
 		else
 			usage();
 	}
@@ -1623,9 +1667,10 @@ int main(int argc, char **argv)
 	setenv("CREST_META_LIMIT", "65536", 0);   /* meta logs roll over too */
 	/* The binaries change which operations run (puts and gets by crest),
 	 * so the replay names them: the seed alone replays another run. */
-	snprintf(g_replay, sizeof(g_replay), "CREST_TEST_SEED=%llu%s%s%s%s",
+	snprintf(g_replay, sizeof(g_replay), "CREST_TEST_SEED=%llu%s%s%s%s%s%s",
 		 (unsigned long long)g_seed, crest_bin ? " CREST=" : "", crest_bin ? crest_bin : "",
-		 casctl_bin ? " CASCTL=" : "", casctl_bin ? casctl_bin : "");
+		 casctl_bin ? " CASCTL=" : "", casctl_bin ? casctl_bin : "", pool ? " with --rados " : "",
+		 pool ? pool : "");
 	printf("model: seed %llu (%s replays it), %lu operations%s\n", (unsigned long long)g_seed, g_replay, ops,
 	       seconds > 0 ? " at most" : "");
 	fflush(stdout);
@@ -1643,6 +1688,16 @@ int main(int argc, char **argv)
 	if (dir ? mkdir(g_root, 0700) < 0 && errno != EEXIST : !mkdtemp(g_root))
 		fail("cannot create %s: %s", g_root, strerror(errno));
 	snprintf(store_dir, sizeof(store_dir), "%s/store", g_root);
+	if (pool) {
+		/* A namespace of this run's own; the cluster goes with the
+		 * suite's fixture (tests/ceph), the objects with it. */
+		g_rados = true;
+		snprintf(store_dir, sizeof(store_dir), "rados:%s/model-%llu-%d", pool, (unsigned long long)g_seed,
+			 (int)getpid());
+		for (int n = 0; n < 2; n++)
+			snprintf(g_node[n], sizeof(g_node[n]), "%s/node-%c", g_root, 'a' + n);
+		printf("model: store %s, nodes %s and %s\n", store_dir, g_node[0], g_node[1]);
+	}
 	snprintf(work_dir, sizeof(work_dir), "%s/work", g_root);
 	snprintf(out_dir, sizeof(out_dir), "%s/out", g_root);
 	if (mkdir(work_dir, 0700) < 0 || mkdir(out_dir, 0700) < 0)
@@ -1683,10 +1738,12 @@ int main(int argc, char **argv)
 			oplog("switch to %s", library ? "files" : "library");
 			if (library) {
 				lib_close();
+				node_check();
 				store_open();
 				check_list();
 			} else {
 				store_close();
+				node_check();
 				lib_open();
 			}
 			library = !library;
@@ -1779,8 +1836,11 @@ int main(int argc, char **argv)
 	}
 	if (md)
 		closedir(md);
-	printf("model: %lu meta logs, %lu of them past the limit of %lu bytes with one commit each\n", logs, past,
-	       limit);
+	if (!g_rados)   /* RADOS: the logs are objects, which this check does not read */
+		printf("model: %lu meta logs, %lu of them past the limit of %lu bytes with one commit each\n", logs,
+		       past, limit);
+	else
+		printf("model: %lu switches between the two nodes' index caches\n", g_node_switches);
 	printf("model: ok: %lu operations in %.1f s (%.0f/s), seed %llu\n", g_op, secs, g_op / secs,
 	       (unsigned long long)g_seed);
 	printf("model: %lu tree changes, %lu puts (%lu by crest put, %.1f MiB), %lu checkpoints (%.1f MiB), "
