@@ -14,9 +14,17 @@
  *    nothing left to do;
  *  - a write is sent in pieces of at most WRITE_MAX, under Ceph's
  *    osd_max_write_size (90 MiB); an object cannot pass osd_max_object_size
- *    (128 MiB by default; -EFBIG past it). A meta log that would is not
- *    rolled over yet: the store's use of this table does not depend on it
- *    until its packs and logs are sized for RADOS (issue 35).
+ *    (128 MiB by default; -EFBIG past it): the store rolls its packs and
+ *    logs over at 64 MiB (cas_int.h);
+ *  - a vectored read is one read op, one round trip for all its pieces;
+ *  - small reads of packs opened for reading (a restore's chunk reads,
+ *    a header and a payload each) come from a cache of RA_WINDOWS windows
+ *    of RA_BYTES, one round trip a window instead of one a read. A
+ *    window is dropped when this handle writes, cuts or removes its pack.
+ *    What another process writes it does not see, and need not: a pack's
+ *    bytes below its committed end never change, a reader reads none past
+ *    the ends its index view had at its open, and a writer, which writes
+ *    past them, holds the store's lock: no other process writes meanwhile.
  *  - a write queue sends its writes with rados_aio_write, all at once, and
  *    hands their results back in the order they were queued (a valid
  *    "any order"); its syncs and writeback hints complete at once with 0,
@@ -29,6 +37,7 @@
 #include "util/err.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -57,17 +66,38 @@ const struct cas_objects_ops cas_objects_rados = { .name = "rados", .open = rado
 static const char *const prefix[CAS_OBJ_KINDS] = { [CAS_OBJ_PACK] = "pack", [CAS_OBJ_META] = "meta" };
 static const char *const what[CAS_OBJ_KINDS] = { [CAS_OBJ_PACK] = "pack", [CAS_OBJ_META] = "meta log" };
 
+#define RA_WINDOWS 16
+#define RA_BYTES ((size_t)4 << 20)
+#define RA_ALIGN ((uint64_t)64 << 10)
+
+/* A window of the read cache: bytes [off, off + len) of pack num. */
+struct ra_win {
+	uint8_t *buf;          /* RA_BYTES, allocated at first use */
+	uint32_t num;          /* 0: empty (packs are numbered from 1) */
+	uint64_t off;
+	size_t len;
+	uint64_t used;         /* the clock at its last hit, for LRU */
+};
+
 struct rados_objects {
 	struct cas_objects base;
 	rados_t cluster;
 	rados_ioctx_t io;
 	char *spec;            /* "POOL[/NAMESPACE]", for messages */
+	/* The read cache. ra_mu is held across a window's fetch: misses go one
+	 * at a time, each bringing RA_BYTES (the OSD's rate, not its latency,
+	 * is then the bound). */
+	pthread_mutex_t ra_mu;
+	struct ra_win ra[RA_WINDOWS];
+	uint64_t ra_clock;
 };
 
 struct rados_obj {
 	struct cas_obj base;
 	enum cas_obj_kind k;
 	uint32_t num;
+	bool write;            /* opened for writing (or created): no read cache */
+	uint64_t last_end;     /* where the last small read ended (under ra_mu) */
 	char oid[32];
 };
 
@@ -110,6 +140,7 @@ static int rados_open(const char *spec, const char *store, struct cas_objects **
 		free(r);
 		return rc;
 	}
+	pthread_mutex_init(&r->ra_mu, NULL);
 	*out = &r->base;
 	return 0;
 }
@@ -117,12 +148,28 @@ static int rados_open(const char *spec, const char *store, struct cas_objects **
 static void rados_close(struct cas_objects *o)
 {
 	struct rados_objects *r = ro(o);
+	for (int i = 0; i < RA_WINDOWS; i++)
+		free(r->ra[i].buf);
+	pthread_mutex_destroy(&r->ra_mu);
 	cas_rados_disconnect(r->cluster, r->io);
 	free(r->spec);
 	free(r);
 }
 
-static int obj_new(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, struct cas_obj **out)
+/* Drops the cached windows of pack num (this handle changes it). */
+static void ra_drop(struct cas_objects *o, enum cas_obj_kind k, uint32_t num)
+{
+	if (k != CAS_OBJ_PACK)
+		return;
+	struct rados_objects *r = ro(o);
+	pthread_mutex_lock(&r->ra_mu);
+	for (int i = 0; i < RA_WINDOWS; i++)
+		if (r->ra[i].num == num)
+			r->ra[i].num = 0;
+	pthread_mutex_unlock(&r->ra_mu);
+}
+
+static int obj_new(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, bool write, struct cas_obj **out)
 {
 	struct rados_obj *f = calloc(1, sizeof(*f));
 	if (!f)
@@ -130,6 +177,7 @@ static int obj_new(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, str
 	f->base.o = o;
 	f->k = k;
 	f->num = num;
+	f->write = write;
 	oid_of(k, num, f->oid, sizeof(f->oid));
 	*out = &f->base;
 	return 0;
@@ -147,7 +195,8 @@ static int r_create(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, st
 	R.rados_release_write_op(op);
 	if (rc < 0)
 		return r_err(o, k, num, rc, "create");
-	return obj_new(o, k, num, out);
+	ra_drop(o, k, num);   /* a pack removed and made again */
+	return obj_new(o, k, num, true, out);
 }
 
 static int r_stat(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, uint64_t *size)
@@ -161,15 +210,15 @@ static int r_stat(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, uint
 
 static int r_open_obj(struct cas_objects *o, enum cas_obj_kind k, uint32_t num, bool write, struct cas_obj **out)
 {
-	(void)write;   /* RADOS has no open: whether it is there is all */
+	/* RADOS has no open: whether it is there is all */
 	uint64_t size;
 	const int rc = r_stat(o, k, num, &size);
 	if (rc == -ENOENT)
 		return r_err(o, k, num, rc, "open");
-	return rc < 0 ? rc : obj_new(o, k, num, out);
+	return rc < 0 ? rc : obj_new(o, k, num, write, out);
 }
 
-static int r_read(struct cas_obj *of, void *p, size_t n, uint64_t off)
+static int r_read_direct(struct cas_obj *of, void *p, size_t n, uint64_t off)
 {
 	const struct rados_obj *f = (const struct rados_obj *)of;
 	size_t got = 0;
@@ -183,13 +232,103 @@ static int r_read(struct cas_obj *of, void *p, size_t n, uint64_t off)
 	return 0;
 }
 
+/* 1 and the bytes copied when the cache has [off, off + n) of the
+ * object's pack, fetching a window when it does not; 0 when the read is
+ * not the cache's (the caller reads directly), or a negative errno. */
+static int ra_read(struct cas_obj *of, void *p, size_t n, uint64_t off)
+{
+	const struct rados_obj *f = (const struct rados_obj *)of;
+	if (f->k != CAS_OBJ_PACK || f->write || n > RA_BYTES / 4)
+		return 0;
+	struct rados_objects *r = ro(of->o);
+	struct rados_obj *fm = (struct rados_obj *)of;
+	pthread_mutex_lock(&r->ra_mu);
+	/* A window only for a read that follows the last one (a walk in
+	 * pack order, as a restore's is): reads in random order (verify's
+	 * threads, lookups) would fetch RA_BYTES for each. */
+	const bool along = off >= fm->last_end && off - fm->last_end <= RA_ALIGN;
+	fm->last_end = off + n;
+	struct ra_win *w = NULL, *lru = &r->ra[0];
+	for (int i = 0; i < RA_WINDOWS && !w; i++) {
+		struct ra_win *x = &r->ra[i];
+		if (x->num == f->num && off >= x->off && off + n <= x->off + x->len)
+			w = x;
+		else if (x->used < lru->used)
+			lru = x;
+	}
+	int rc = 1;
+	if (!w && !along) {
+		rc = 0;
+	} else if (!w) {
+		w = lru;
+		w->num = 0;
+		if (!w->buf && !(w->buf = malloc(RA_BYTES)))
+			rc = 0;   /* no memory for it: a direct read */
+		const uint64_t at = off & ~(RA_ALIGN - 1);
+		const int got = rc ? R.rados_read(r->io, f->oid, (char *)w->buf, RA_BYTES, at) : 0;
+		if (got < 0)
+			rc = got;   /* the direct read says what failed */
+		else if (rc && off + n <= at + (uint64_t)got)
+			*w = (struct ra_win){ .buf = w->buf, .num = f->num, .off = at, .len = (size_t)got };
+		else
+			rc = 0;   /* past the end: the direct read says so */
+	}
+	if (rc == 1) {
+		memcpy(p, w->buf + (off - w->off), n);
+		w->used = ++r->ra_clock;
+	}
+	pthread_mutex_unlock(&r->ra_mu);
+	return rc < 0 ? 0 : rc;
+}
+
+static int r_read(struct cas_obj *of, void *p, size_t n, uint64_t off)
+{
+	return ra_read(of, p, n, off) == 1 ? 0 : r_read_direct(of, p, n, off);
+}
+
+/* One read op for the pieces (as many ops as READ_MAX makes it), or the
+ * cache when all of it fits one of its windows. */
 static int r_readv(struct cas_obj *of, const struct iovec *iov, int n, uint64_t off)
 {
-	for (int i = 0; i < n; i++) {
-		const int rc = r_read(of, iov[i].iov_base, iov[i].iov_len, off);
+	const struct rados_obj *f = (const struct rados_obj *)of;
+	size_t total = 0;
+	for (int i = 0; i < n; i++)
+		total += iov[i].iov_len;
+	if (total <= RA_BYTES / 4 && !f->write && f->k == CAS_OBJ_PACK) {
+		uint8_t *tmp = malloc(total ? total : 1);
+		const int hit = tmp ? ra_read(of, tmp, total, off) : 0;
+		for (size_t i = 0, at = 0; hit == 1 && i < (size_t)n; at += iov[i].iov_len, i++)
+			memcpy(iov[i].iov_base, tmp + at, iov[i].iov_len);
+		free(tmp);
+		if (hit == 1)
+			return 0;
+	}
+	for (int i = 0; i < n;) {
+		rados_read_op_t op = R.rados_create_read_op();
+		if (!op)
+			return crest_errf(-ENOMEM, "reading rados:%s/%s", ro(of->o)->spec, f->oid);
+		enum { PIECES = 64 };
+		size_t got[PIECES];
+		int prv[PIECES], k = 0;
+		size_t bytes = 0;
+		int idx[PIECES];
+		for (; i < n && k < PIECES && (k == 0 || bytes + iov[i].iov_len <= READ_MAX); i++) {
+			if (!iov[i].iov_len)
+				continue;   /* an empty extent is refused by the OSD (-ERANGE) */
+			R.rados_read_op_read(op, off, iov[i].iov_len, iov[i].iov_base, &got[k], &prv[k]);
+			idx[k++] = i;
+			bytes += iov[i].iov_len;
+			off += iov[i].iov_len;
+		}
+		int rc = k ? R.rados_read_op_operate(op, ro(of->o)->io, f->oid, 0) : 0;
+		R.rados_release_read_op(op);
+		for (int j = 0; rc == 0 && j < k; j++)
+			if (prv[j] < 0)
+				rc = prv[j];
+			else if (got[j] != iov[idx[j]].iov_len)
+				rc = -EIO;   /* past the object's end */
 		if (rc < 0)
-			return rc;
-		off += iov[i].iov_len;
+			return r_err(of->o, f->k, f->num, rc, "read");
 	}
 	return 0;
 }
@@ -202,6 +341,7 @@ static void r_advise(struct cas_obj *of, uint64_t off, uint64_t len, enum cas_ob
 static int r_write(struct cas_obj *of, const void *p, size_t n, uint64_t off)
 {
 	const struct rados_obj *f = (const struct rados_obj *)of;
+	ra_drop(of->o, f->k, f->num);
 	for (size_t done = 0; done < n;) {
 		const size_t len = n - done < WRITE_MAX ? n - done : WRITE_MAX;
 		const int r = R.rados_write(ro(of->o)->io, f->oid, (const char *)p + done, len, off + done);
@@ -222,6 +362,7 @@ static int r_size(struct cas_obj *of, uint64_t *size)
 static int r_truncate(struct cas_obj *of, uint64_t size)
 {
 	const struct rados_obj *f = (const struct rados_obj *)of;
+	ra_drop(of->o, f->k, f->num);
 	const int r = R.rados_trunc(ro(of->o)->io, f->oid, size);
 	return r < 0 ? r_err(of->o, f->k, f->num, r, "cut") : 0;
 }
@@ -267,6 +408,7 @@ static int r_remove(struct cas_objects *o, enum cas_obj_kind k, uint32_t num)
 {
 	char oid[32];
 	oid_of(k, num, oid, sizeof(oid));
+	ra_drop(o, k, num);
 	const int rc = R.rados_remove(ro(o)->io, oid);
 	return rc == -ENOENT ? -ENOENT : rc < 0 ? r_err(o, k, num, rc, "remove") : 0;
 }
@@ -327,6 +469,9 @@ static int r_blob_get(struct cas_objects *o, const char *name, void *p, size_t c
  * aio writes, all of which must complete for it to. */
 struct rq {
 	uint64_t tag;
+	struct cas_objects *o;    /* its object, for the read cache */
+	enum cas_obj_kind k;
+	uint32_t num;
 	char oid[32];
 	const char *p;
 	size_t n;
@@ -364,8 +509,9 @@ static struct rq *rq_add(struct rados_queue *q, struct cas_obj *of, uint64_t tag
 	if (q->count == q->depth)
 		return NULL;
 	struct rq *r = &q->q[(q->head + q->count++) % q->depth];
-	*r = (struct rq){ .tag = tag, .started = true };
-	snprintf(r->oid, sizeof(r->oid), "%s", ((const struct rados_obj *)of)->oid);
+	const struct rados_obj *f = (const struct rados_obj *)of;
+	*r = (struct rq){ .tag = tag, .started = true, .o = of->o, .k = f->k, .num = f->num };
+	snprintf(r->oid, sizeof(r->oid), "%s", f->oid);
 	return r;
 }
 
@@ -375,6 +521,7 @@ static int r_queue_write(struct cas_obj_queue *qb, struct cas_obj *of, const voi
 	struct rq *r = rq_add((struct rados_queue *)qb, of, tag);
 	if (!r)
 		return -EAGAIN;
+	ra_drop(of->o, r->k, r->num);
 	r->p = p;
 	r->n = n;
 	r->off = off;
@@ -435,6 +582,10 @@ static void rq_finish(struct rq *r)
 	free(r->c);
 	r->c = NULL;
 	r->npieces = 0;
+	/* Again at its end: a window read while it was in flight may hold
+	 * the bytes from before it. */
+	if (r->write)
+		ra_drop(r->o, r->k, r->num);
 }
 
 static int r_queue_submit(struct cas_obj_queue *qb, unsigned wait)

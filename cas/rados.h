@@ -22,7 +22,8 @@
 	X(rados_nobjects_list_open) X(rados_nobjects_list_next) X(rados_nobjects_list_close)               \
 	X(rados_aio_create_completion2) X(rados_aio_write) X(rados_aio_wait_for_complete)                 \
 	X(rados_aio_get_return_value) X(rados_aio_release) X(rados_lock_exclusive) X(rados_lock_shared)   \
-	X(rados_unlock) X(rados_list_lockers) X(rados_write_op_write_full)
+	X(rados_unlock) X(rados_list_lockers) X(rados_write_op_write_full)                      \
+	X(rados_create_read_op) X(rados_release_read_op) X(rados_read_op_read) X(rados_read_op_operate)
 
 struct cas_rados_fns {
 #define CAS_RADOS_FIELD(f) __typeof__(f) *f;

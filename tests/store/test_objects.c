@@ -7,8 +7,10 @@
  * (holes included), truncates, reads, stats, lists, removes, syncs and
  * reopens over a few numbers of both kinds; after each step the bytes, the
  * sizes and the list are compared with an in-memory model. Reads are also
- * made as vectors of random pieces, and writes also go through a write
- * queue, in batches of non-overlapping writes with syncs and writeback
+ * made as vectors of random pieces (empty ones among them), and whole
+ * objects are read back after every kind of change (on RADOS through its
+ * read cache of packs, which a missed invalidation fails), and writes also
+ * go through a write queue, in batches of non-overlapping writes with syncs and writeback
  * hints among them, each completion taken once by its tag. Then what the
  * table promises outright: create is exclusive (-EEXIST, the object left as
  * it was), stat and remove of a missing object say -ENOENT and leave no
