@@ -15,7 +15,7 @@
 #endif
 
 const struct cli_opt_doc cli_global_opts[] = {
-	{ "--store", NULL, "DIR", "the store (else $CREST_STORE, else ./crest-store)" },
+	{ "--store", NULL, "DIR", "the store: a directory or rados:POOL[/NS] (else $CREST_STORE, else ./crest-store)" },
 	{ "--init", NULL, NULL, "make the store first if it is not one yet, as crest init would" },
 	{ "--json", NULL, NULL, "print JSON on stdout, and no progress or notes on stderr" },
 	{ "--quiet", "-q", NULL, "no progress line and no notes on stderr; errors still" },
