@@ -15,6 +15,9 @@
 #     the other node writes to, and both verify; its lease runs out
 #     (CREST_RADOS_LEASE=3) for the next writer;
 #   - casctl gc on one node: the other lists and restores what was kept;
+#   - two tiers: a local store's snapshot pushed to the RADOS store (the
+#     second push only what changed) and pulled by the other node into a
+#     local store of its own, restored equal;
 #   - bad store names: one line, a non-zero exit, nothing made.
 # Random trees, the seed printed (CREST_TEST_SEED replays it).
 # usage: nodes.sh CREST CASCTL
@@ -123,6 +126,26 @@ rm -rf "$T/r3"
 on a "$CREST" get --store "$S" latest "$T/r3" >/dev/null 2>&1 || fail "get of the kept snapshot on node a"
 same "$T/v3/" "$T/r3/v3/" "node a's restore after gc"
 on a "$CASCTL" verify --store "$S" >"$T/v" 2>&1 || fail "verify on node a after gc: $(tail -3 "$T/v")"
+
+# Two tiers: node a's local store pushes to the RADOS store, only what
+# it lacks; node b pulls into a local store of its own and restores.
+L=$T/local-a
+on a "$CREST" init --store "$L" >/dev/null || fail "init of a local store"
+tree "$T/v4"
+on a "$CREST" put --tag v4 --store "$L" "$T/v4" >/dev/null || fail "put into the local store"
+on a "$CREST" --json push --store "$L" v4 "$S" >"$T/push" 2>"$T/err" || fail "push to $S: $(cat "$T/err")"
+[ "$(json 'd["present"]' <"$T/push")" = 0 ] || fail "push: v4 was in $S already"
+head -c 3000 /dev/urandom >>"$T/v4/f0"
+on a "$CREST" put --tag v5 --store "$L" "$T/v4" >/dev/null || fail "second put into the local store"
+on a "$CREST" --json push --store "$L" v5 "$S" >"$T/push" 2>"$T/err" || fail "push of v5: $(cat "$T/err")"
+sent=$(json 'd["chunks_sent"]' <"$T/push")
+chunks=$(json 'd["chunks"]' <"$T/push")
+echo "second push: $sent of $chunks chunks sent"
+(( sent >= 1 && sent * 4 < chunks )) || fail "the second push sent $sent of $chunks chunks: not only what changed"
+on b "$CREST" init --store "$T/local-b" >/dev/null || fail "init of node b's local store"
+on b "$CREST" pull --store "$T/local-b" v5 "$S" >/dev/null 2>"$T/err" || fail "pull on node b: $(cat "$T/err")"
+on b "$CREST" get --store "$T/local-b" v5 "$T/r5" >/dev/null 2>&1 || fail "get of the pulled v5"
+same "$T/v4/" "$T/r5/v4/" "node b's restore of v5, pushed by node a and pulled"
 
 # Bad names: one line each, a non-zero exit.
 for bad in "rados:" "rados:/ns" "rados:$pool/" "rados:no-such-pool-$$" "rados:$pool/a/b" "rados:$pool/none-$$"; do
