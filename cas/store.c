@@ -10,6 +10,8 @@
  *                   manifests; sha = SHA-256 of it
  *   'i' id[32]   -> the manifest's summary (its header), for listings
  *   't' name     -> id[32] of the tagged snapshot
+ *   'h'          -> a store on RADOS: the generation this node's index was
+ *                   last brought up to date at (cache.c)
  */
 #include "cas/cas_int.h"
 #include "cas/format.h"
