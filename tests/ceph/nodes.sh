@@ -104,7 +104,9 @@ done
 
 # A writer killed -9 in the middle of a put on B; A then writes.
 head -c $((96 << 20)) /dev/urandom >"$T/big/blob"
-on b "$CREST" put --store "$S" "$T/big" >/dev/null 2>&1 &
+# In a subshell that execs crest, so that $! is crest's pid: "on b ... &"
+# forks a shell whose kill left crest running to the end of its put.
+(CREST_CACHE_DIR=$T/node-b exec "$CREST" put --store "$S" "$T/big" >/dev/null 2>&1) &
 pid=$!
 sleep 0.$(( 3 + RANDOM % 5 ))
 kill -9 $pid 2>/dev/null
