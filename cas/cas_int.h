@@ -51,6 +51,16 @@ struct cas_lane {
 	bool wb_inflight;     /* a writeback request for wobj is in the queue */
 };
 
+#define CAS_GEN_LEN 16
+/* A store's head (cache.c): its generation, its base (drawn anew by gc and
+ * repair, which remove or cut what commits made) and whether it is sealed
+ * (its last writer closed cleanly: every byte in RADOS is committed). */
+struct cas_head {
+	uint8_t gen[CAS_GEN_LEN];
+	uint8_t base[CAS_GEN_LEN];
+	bool sealed;
+};
+
 /* A pack's committed end, as the index records it ('p' keys). */
 struct cas_pack_end {
 	uint32_t pack;
@@ -62,6 +72,10 @@ struct cas_store {
 	char *local;          /* where its index and scratch live: dir itself, or
 			       * for a shared store this node's cache (cache.c) */
 	bool shared;          /* on RADOS: FORMAT and head are blobs, the index a cache */
+	struct cas_head head; /* shared: the head last read or put (cache.c) */
+	bool head_known;      /* head holds one */
+	bool head_bumped;     /* this writer put an open head: it seals at a clean close */
+	bool uncut;           /* bytes past a lane's mark were left (pack.c's rollback) */
 	int cache_fd;         /* shared: CACHE/cache.lock, held while open; else -1 */
 	enum cas_mode mode;
 	int format;           /* the store's format version, from FORMAT */
@@ -216,7 +230,6 @@ void cas_readers_let_in(struct cas_store *s);
 
 /* A shared store's node-local index cache (cache.c says what is trusted
  * when, and what a crash may leave). */
-#define CAS_GEN_LEN 16
 /* The cache directory of store rados:spec, made if missing (0700). */
 int cas_cache_path(const char *spec, char **out);
 /* CACHE/cache.lock taken shared or exclusive (a held lock is converted);
@@ -225,16 +238,23 @@ int cas_cache_lock(struct cas_store *s, bool excl);
 void cas_cache_unlock(struct cas_store *s);
 /* The store's head: 0, -ENOENT (no message) when no writer has opened it
  * yet, or another error. */
-int cas_head_get(struct cas_store *s, uint8_t gen[CAS_GEN_LEN]);
-/* 1 when the open index records head as its generation, 0 when not. */
-int cas_cache_trusted(struct cas_store *s, const uint8_t head[CAS_GEN_LEN]);
+int cas_head_get(struct cas_store *s, struct cas_head *h);
+/* 1 when the open index records head's generation as its own, 0 when not. */
+int cas_cache_trusted(struct cas_store *s, const struct cas_head *head);
+/* 1 when the open index may catch up to head (cas_recover_catch_up): both
+ * sealed, the same base. 0 when it must be rebuilt. */
+int cas_cache_can_catch_up(struct cas_store *s, const struct cas_head *head);
 /* Removes CACHE/index (closed, under the exclusive cache lock). */
 int cas_cache_wipe(struct cas_store *s);
-/* Records gen as the open index's generation (a synced batch). */
-int cas_cache_mark(struct cas_store *s, const uint8_t gen[CAS_GEN_LEN]);
-/* A writer: a new generation, recorded in the index and then put as the
- * head, before anything else in RADOS changes. */
-int cas_head_bump(struct cas_store *s);
+/* Records head as the open index's generation (a synced batch). */
+int cas_cache_mark(struct cas_store *s, const struct cas_head *head);
+/* A writer: a new generation, open (and a new base when rebase, or when
+ * the store had no head), recorded in the index and then put as the head,
+ * before anything else in RADOS changes. */
+int cas_head_bump(struct cas_store *s, bool rebase);
+/* A writer closing cleanly, once nothing past its commits is left: a new
+ * generation, sealed, the same way. Nothing when it never bumped. */
+int cas_head_seal(struct cas_store *s);
 
 /* Index helpers for recover.c (store.c). */
 int cas_ends_load(struct cas_store *s, char type, struct cas_pack_end **out, size_t *n);
@@ -248,6 +268,12 @@ struct cas_index_batch *cas_batch_new(struct cas_store *s, int *rc);
  * notes in store.c). full: as if the index recorded nothing (repair, into
  * an empty index). *floor: pack numbers below it are taken. */
 int cas_recover(struct cas_store *s, bool full, uint32_t *floor);
+/* A shared store's cache brought up to a sealed head (cache.c): the commits
+ * past its ends indexed, and nothing in RADOS changed. -ESTALE (with a
+ * message) when what it finds is not what a sealed head promises (a pack
+ * it records gone or shorter, a commit it cannot recover): the caller
+ * rebuilds instead. */
+int cas_recover_catch_up(struct cas_store *s);
 /* Copies a format 1 store's manifests, pieces and tags into a meta log and
  * records its packs' ends (recover.c). */
 int cas_upgrade_from_1(struct cas_store *s);

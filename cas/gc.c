@@ -1324,6 +1324,11 @@ int cas_gc(struct cas_store *s, const struct cas_gc_policy *pol, struct cas_gc_r
 		return rc;
 	if (s->mode != CAS_WRITE && !pol->dry_run)
 		return crest_errx(-EROFS, "gc needs store %s open for writing", s->dir);
+	/* On RADOS, a new base before anything is removed or rewritten: no
+	 * node's cache may catch up across a gc, since what it indexed may be
+	 * gone (cache.c). */
+	if (!pol->dry_run && s->shared && (rc = cas_head_bump(s, true)) < 0)
+		return rc;
 	const double below = pol->rewrite_below > 0 ? pol->rewrite_below : 0.5;
 	/* What a killed run left: its runs, and packs it retired but could not
 	 * unlink. */

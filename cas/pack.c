@@ -197,12 +197,16 @@ static void pack_rollback(struct cas_store *s)
 			continue;
 		const struct cas_lane *l = &s->lanes[lane];
 		struct cas_obj *f;
+		int rc = 0;
 		if (p > l->mark_pack) {
-			cas_obj_remove(s->objs, CAS_OBJ_PACK, p);
-		} else if (p == l->mark_pack && cas_obj_open(s->objs, CAS_OBJ_PACK, p, true, &f) == 0) {
-			cas_obj_truncate(f, l->mark_off);
+			rc = cas_obj_remove(s->objs, CAS_OBJ_PACK, p);
+		} else if (p == l->mark_pack && (rc = cas_obj_open(s->objs, CAS_OBJ_PACK, p, true, &f)) == 0) {
+			rc = cas_obj_truncate(f, l->mark_off);
 			cas_obj_close(f);
 		}
+		/* Left in place: the next writer's open cuts it, but this one
+		 * must not seal a shared store's head (cache.c). */
+		s->uncut |= rc < 0 && rc != -ENOENT;
 	}
 }
 
@@ -229,8 +233,12 @@ void cas_pack_close_writer(struct cas_store *s)
 	/* A broken store (a failed commit that could not be undone) may have
 	 * index entries past the marks in its WAL: leave its packs whole for
 	 * the next writer, which reconciles them with what the index holds. */
-	if (s->writer_ready && !s->broken)
+	/* Nor may a writer that lost a shared store's lock (its lease ran
+	 * out) cut anything: another writer may have indexed it since. */
+	if (s->writer_ready && !s->broken && cas_locks_writer_check(s->locks) == 0)
 		pack_rollback(s);
+	else if (s->writer_ready)
+		s->uncut = true;
 	s->writer_ready = false;
 	for (unsigned i = 0; i < CAS_LANES_MAX; i++)
 		lane_close(&s->lanes[i], true);

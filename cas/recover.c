@@ -278,6 +278,8 @@ static int packs_index(struct cas_store *s, const struct cas_pack_end *p, size_t
 		uint64_t from = end_of(p, np, pack, &found);
 		if (!found && !full && pack < maxp)
 			continue;   /* older than the index's records (format 1): as it was */
+		if (found && size == from)
+			continue;   /* no tail: nothing to read */
 		uint64_t end;
 		rc = cas_pack_scan(s, pack, found ? from : 0, full, scan_cb, &c, &end);
 		if ((rc == -EBADMSG || rc == -EPROTONOSUPPORT) && full) {
@@ -528,8 +530,9 @@ bool cas_pack_lost(const struct cas_store *s, uint32_t pack)
 	return lo < s->nlost && s->lost[lo] == pack;
 }
 
-/* Packs the index records that are gone or shorter than recorded. */
-static int packs_check(struct cas_store *s, const struct cas_pack_end *p, size_t np)
+/* Packs the index records that are gone or shorter than recorded. A
+ * catch-up finds none, or is refused (-ESTALE). */
+static int packs_check(struct cas_store *s, const struct cas_pack_end *p, size_t np, bool catch_up)
 {
 	unsigned n = 0;
 	char first[4096] = "";
@@ -539,6 +542,8 @@ static int packs_check(struct cas_store *s, const struct cas_pack_end *p, size_t
 		if (cas_obj_stat(s->objs, CAS_OBJ_PACK, p[i].pack, &size) == 0 && size >= p[i].end)
 			continue;
 		cas_pack_name(s, p[i].pack, path, sizeof(path));
+		if (catch_up)
+			return crest_errx(-ESTALE, "pack %s is gone or shorter than this node's index records", path);
 		if (lost_add(s, p[i].pack) < 0)
 			return crest_errf(-ENOMEM, "checking the packs of %s", s->dir);
 		if (!n++)
@@ -592,8 +597,14 @@ static void packs_reclaim(struct cas_store *s, const struct cas_pack_end *p, siz
 	}
 }
 
-int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
+/* How recover runs: a writer's open (the tails put right, what no commit
+ * names cut), a full rebuild (repair, a cache rebuilt), or a cache's
+ * catch-up (the tails indexed, nothing cut or said). */
+enum how { OPEN, FULL, CATCH_UP };
+
+static int recover(struct cas_store *s, enum how how, uint32_t *floor)
 {
+	const bool full = how == FULL, catch_up = how == CATCH_UP;
 	struct cas_pack_end *p = NULL, *q = NULL, *qn = NULL;
 	size_t np = 0, nq = 0, nqn = 0;
 	struct rec_ctx c = { .s = s };
@@ -606,7 +617,7 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 		if (rc == 0)
 			rc = cas_ends_load(s, 'q', &q, &nq);
 		if (rc == 0)
-			rc = packs_check(s, p, np);
+			rc = packs_check(s, p, np, catch_up);
 	}
 	if (rc == 0)
 		rc = meta_tails(s, q, nq, full, &c, &qn, &nqn);
@@ -624,7 +635,10 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 			rc = apply_revoke(s, &c.v[i], b, &undone);
 		else if (c.v[i].kind == CAS_META_DELETE)
 			rc = apply_delete(s, &c.v[i], b, &undone);
-	bool want = false;
+	/* A catch-up indexes every record past its ends, named or not: all of
+	 * it is committed at a sealed head, and its ends then reach the
+	 * packs' sizes, which no later cut goes below (cache.c). */
+	bool want = catch_up;
 	for (size_t i = 0; rc == 0 && i < c.n; i++) {
 		size_t vl;
 		if (c.v[i].kind != CAS_META_MANIFEST || revoked(&c, c.v[i].sha))
@@ -660,7 +674,9 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 				    (const char *)c.v[j].p);
 		if (tags[0])
 			say(tags, sizeof(tags), ")");
-		if (rc == 0 && missing && !nlost) {
+		if (rc == 0 && missing && catch_up) {
+			rc = crest_errx(-ESTALE, "snapshot %.12s, committed past this node's index, lacks %s", hex, what);
+		} else if (rc == 0 && missing && !nlost) {
 			dropped++;
 			fprintf(stderr, "crest: snapshot %.12s%s cannot be recovered: it lacks %s\n", hex, tags, what);
 		} else if (rc == 0) {
@@ -676,7 +692,7 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 			}
 			ids = nv;
 			memcpy(ids[recovered++], x->sha, 32);
-			if (!full && !nlost)
+			if (how == OPEN && !nlost)
 				fprintf(stderr, "crest: recovered snapshot %.12s into the index of %s: its "
 					"commit reached the meta log but not the index\n", hex, s->dir);
 		}
@@ -704,14 +720,14 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 	if (rc == 0 && cas_index_batch_count(b))
 		rc = cas_index_batch_commit(b, "reconciling the index with the packs");
 	cas_index_batch_free(b);
-	if (rc == 0 && !full) {
+	if (rc == 0 && how != FULL) {
 		free(p);
 		p = NULL;
 		rc = cas_ends_load(s, 'p', &p, &np);
 		/* With no end recorded, only a store with no chunk entry at all
 		 * (new, or every commit failed) can lose its packs: a format 1
 		 * store records none and keeps them. */
-		if (rc == 0 && (np || !cas_db_any(s, 'c')))
+		if (rc == 0 && how == OPEN && (np || !cas_db_any(s, 'c')))
 			packs_reclaim(s, p, np);
 	}
 	*floor = 1;
@@ -726,6 +742,17 @@ int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
 	free(ids);
 	items_free(&c);
 	return rc;
+}
+
+int cas_recover(struct cas_store *s, bool full, uint32_t *floor)
+{
+	return recover(s, full ? FULL : OPEN, floor);
+}
+
+int cas_recover_catch_up(struct cas_store *s)
+{
+	uint32_t floor;
+	return recover(s, CATCH_UP, &floor);
 }
 
 /* The commits past the committed ends of this reader's index view: the

@@ -10,8 +10,8 @@
  *                   manifests; sha = SHA-256 of it
  *   'i' id[32]   -> the manifest's summary (its header), for listings
  *   't' name     -> id[32] of the tagged snapshot
- *   'h'          -> a store on RADOS: the generation this node's index was
- *                   last brought up to date at (cache.c)
+ *   'h'          -> a store on RADOS: the head (generation, base, sealed)
+ *                   this node's index was last brought up to date at (cache.c)
  */
 #include "cas/cas_int.h"
 #include "cas/format.h"
@@ -694,19 +694,24 @@ static int dir_open(struct cas_store *s, uint32_t *floor)
  * rules and what a crash may leave). The order of a writer's open:
  *   1. the store's writer lock (leased: locks_rados.c);
  *   2. the cache shared; trusted when its generation is the head's;
- *   3. otherwise, with the cache exclusive, thrown away and rebuilt from
- *      the packs and meta logs (cas_recover, full, which changes nothing
- *      in RADOS);
- *   4. a new generation into the cache, then as the head (cas_head_bump):
- *      from here on every other node's cache is behind;
+ *   3. otherwise, with the cache exclusive, caught up when it was marked
+ *      at a sealed head of the same base and the head is sealed
+ *      (cas_recover_catch_up), else thrown away and rebuilt from the packs
+ *      and meta logs (cas_recover, full); neither changes anything in
+ *      RADOS;
+ *   4. a new generation into the cache, then as the head, open
+ *      (cas_head_bump): from here on every other node's cache is behind;
  *   5. only then the tails put right (cas_recover), which may cut packs.
+ * Its clean close, once pack.c's rollback has cut what it wrote past its
+ * commits, seals the head (cas_close). gc draws a new base before it
+ * removes anything (gc.c), repair at step 4.
  * A reader takes no writer lock while its cache is trusted: the readers'
  * lock first (the invariant at readers_join), then the head, then the
- * cache. One that finds its cache behind rebuilds it as a writer would,
- * without changing anything in RADOS (but a head, when there is none),
- * lets go of the writer's lock and starts again: a head still the same
- * after the readers' lock is taken again means nothing was written since
- * the rebuild, so the index it opens names no pack that gc removed. */
+ * cache. One that finds its cache behind catches it up or rebuilds it as
+ * a writer would, without changing anything in RADOS (but a head, when
+ * there is none), lets go of the writer's lock and starts again: a head
+ * still the same after the readers' lock is taken again means nothing was
+ * written since, so the index it opens names no pack that gc removed. */
 
 /* Reading FORMAT, for shared_open. */
 static int shared_format(struct cas_store *s)
@@ -734,12 +739,49 @@ static bool cache_has_index(const struct cas_store *s)
 	return stat(path, &st) == 0;
 }
 
-/* Steps 2 and 3: the cache opened (for writing when write), trusted or
- * rebuilt. *rebuilt says which. The cache lock is left shared. */
-static int shared_index(struct cas_store *s, bool write, bool *rebuilt, bool *have_head,
-			uint8_t head[CAS_GEN_LEN])
+/* What shared_index found of this node's cache. */
+enum cache_state { CACHE_TRUSTED, CACHE_CAUGHT_UP, CACHE_REBUILT };
+
+/* Step 3's catch-up, under the exclusive cache lock: the cache marked at
+ * nothing first, so that one cut short is rebuilt next time, then what lies
+ * past its ends indexed. 1: caught up (or found trusted: another process of
+ * this node caught it up meanwhile); 0: it must be rebuilt, said why. */
+static int shared_catch_up(struct cas_store *s, const struct cas_head *head)
 {
-	*rebuilt = false;
+	int rc = db_open_as(s, true);
+	int now = rc == 0 ? cas_cache_trusted(s, head) : rc;
+	if (now == 0)
+		now = cas_cache_can_catch_up(s, head) > 0 ? 2 : 0;
+	const struct cas_head none = { .sealed = false };
+	if (now == 2)
+		rc = cas_cache_mark(s, &none);
+	const uint64_t t0 = time_now_ns();
+	if (now == 2 && rc == 0)
+		rc = cas_recover_catch_up(s);
+	if (now == 2 && rc == 0) {
+		/* Said, as a rebuild is: a catch-up reads what other nodes wrote. */
+		fprintf(stderr, "crest: store %s: this node's index caught up with what other nodes committed "
+			"(%llu records, %u snapshots, %.2f s)\n", s->dir, (unsigned long long)s->rec.records,
+			s->rec.recovered, (double)(time_now_ns() - t0) / 1e9);
+		return 1;
+	}
+	if (now == 1)
+		return 1;
+	if (now == 2 || now < 0)
+		fprintf(stderr, "crest: store %s: this node's index could not catch up (%s)\n", s->dir,
+			crest_errmsg());
+	crest_errset_str("");
+	db_free(s);
+	return 0;
+}
+
+/* Steps 2 and 3: the cache opened (for writing when write), trusted,
+ * caught up or rebuilt; *st says which. The cache lock is left shared
+ * when trusted, exclusive otherwise (the caller converts it). */
+static int shared_index(struct cas_store *s, bool write, enum cache_state *st, bool *have_head,
+			struct cas_head *head)
+{
+	*st = CACHE_TRUSTED;
 	const bool had = cache_has_index(s);   /* before the open below makes one */
 	char path[4200];
 	snprintf(path, sizeof(path), "%s/index", s->local);
@@ -751,9 +793,16 @@ static int shared_index(struct cas_store *s, bool write, bool *rebuilt, bool *ha
 		rc = 0;
 	if (rc < 0)
 		return rc;
-	int trusted = 0;
-	if (*have_head && s->mode != CAS_REPAIR && db_open_as(s, write) == 0)
+	if (*have_head) {
+		s->head = *head;
+		s->head_known = true;
+	}
+	int trusted = 0, catch_up = 0;
+	if (*have_head && s->mode != CAS_REPAIR && db_open_as(s, write) == 0) {
 		trusted = cas_cache_trusted(s, head);
+		if (trusted == 0)
+			catch_up = cas_cache_can_catch_up(s, head);
+	}
 	crest_errset_str("");
 	if (trusted < 0)
 		return trusted;
@@ -761,13 +810,20 @@ static int shared_index(struct cas_store *s, bool write, bool *rebuilt, bool *ha
 		return 0;
 	db_free(s);
 	rc = cas_cache_lock(s, true);
+	if (rc == 0 && catch_up > 0) {
+		const int got = shared_catch_up(s, head);
+		if (got == 1) {
+			*st = CACHE_CAUGHT_UP;
+			return 0;
+		}
+	}
 	/* Said, as a rebuild of a big store takes a while; not for a store
 	 * no writer has opened yet (nothing to build from). */
 	if (rc == 0 && *have_head)
 		fprintf(stderr, "crest: store %s: %s (%s); %s it from its packs and meta logs\n", s->dir,
 			s->mode == CAS_REPAIR ? "repair of this node's index of it"
 			: had ? "this node's index of it is behind the store (another node wrote to it, or a writer "
-				"here stopped short)"
+				"stopped short)"
 			      : "this node has no index of it yet",
 			path, had ? "rebuilding" : "building");
 	if (rc == 0)
@@ -777,22 +833,25 @@ static int shared_index(struct cas_store *s, bool write, bool *rebuilt, bool *ha
 	uint32_t floor;
 	if (rc == 0)
 		rc = cas_recover(s, true, &floor);
-	*rebuilt = rc == 0;
+	*st = CACHE_REBUILT;
 	return rc;
 }
 
 static int shared_writer(struct cas_store *s, uint32_t *floor)
 {
-	bool rebuilt, have_head;
-	uint8_t head[CAS_GEN_LEN];
+	enum cache_state st;
+	bool have_head;
+	struct cas_head head;
 	int rc = store_lock(s);
 	if (rc == 0)
-		rc = shared_index(s, true, &rebuilt, &have_head, head);
+		rc = shared_index(s, true, &st, &have_head, &head);
+	/* Repair draws a new base: it may drop what commits made, so no
+	 * cache catches up across it (cache.c). */
 	if (rc == 0)
-		rc = cas_head_bump(s);
+		rc = cas_head_bump(s, s->mode == CAS_REPAIR);
 	if (rc == 0)
 		rc = cas_cache_lock(s, false);
-	if (rc == 0 && !rebuilt)
+	if (rc == 0 && st != CACHE_REBUILT)
 		rc = cas_recover(s, false, floor);
 	return rc;
 }
@@ -801,17 +860,18 @@ static int shared_reader(struct cas_store *s)
 {
 	for (int attempt = 0;; attempt++) {
 		readers_join(s);
-		bool rebuilt, have_head;
-		uint8_t head[CAS_GEN_LEN];
+		enum cache_state st;
+		bool have_head;
+		struct cas_head head;
 		int rc = cas_cache_lock(s, false);
 		if (rc == 0)
-			rc = cas_head_get(s, head);
+			rc = cas_head_get(s, &head);
 		have_head = rc == 0;
 		if (rc == -ENOENT)
 			rc = 0;
 		int trusted = 0;
 		if (rc == 0 && have_head && cache_has_index(s) && db_open(s) == 0)
-			trusted = cas_cache_trusted(s, head);
+			trusted = cas_cache_trusted(s, &head);
 		crest_errset_str("");
 		if (rc < 0 || trusted < 0)
 			return rc < 0 ? rc : trusted;
@@ -825,11 +885,11 @@ static int shared_reader(struct cas_store *s)
 		 * locks handle: the old one's readers' hold goes with it). */
 		rc = store_lock(s);
 		if (rc == 0)
-			rc = shared_index(s, true, &rebuilt, &have_head, head);
+			rc = shared_index(s, true, &st, &have_head, &head);
 		if (rc == 0 && !have_head)
-			rc = cas_head_bump(s);
-		else if (rc == 0 && rebuilt)
-			rc = cas_cache_mark(s, head);
+			rc = cas_head_bump(s, false);
+		else if (rc == 0 && st != CACHE_TRUSTED)
+			rc = cas_cache_mark(s, &head);
 		db_free(s);
 		cas_cache_unlock(s);
 		cas_locks_close(s->locks);
@@ -843,6 +903,7 @@ static int shared_reader(struct cas_store *s)
 static int shared_open(struct cas_store *s, const char *spec, uint32_t *floor)
 {
 	s->local = NULL;
+	s->shared = true;
 	int rc = cas_objects_rados.open(spec, s->dir, &s->objs);
 	if (rc == 0)
 		rc = cas_locks_rados.open(spec, &s->locks);
@@ -970,6 +1031,13 @@ void cas_close(struct cas_store *s)
 		index_after_failed_ingest(s);
 	cas_pack_close_readers(s);
 	cas_meta_close(s);
+	/* A shared store's writer that leaves nothing past its commits seals
+	 * the head, so that other nodes' caches catch up instead of being
+	 * rebuilt (cache.c). Not sealed, they are rebuilt: slower, never wrong. */
+	if (s->shared && s->mode != CAS_READ && s->head_bumped && !s->broken && !s->uncut && s->ix &&
+	    cas_head_seal(s) < 0)
+		fprintf(stderr, "crest: store %s: could not seal its head (%s); other nodes rebuild their index "
+			"of it at their next open\n", s->dir, crest_errmsg());
 	free(s->ends);
 	free(s->lost);
 	free(s->hidden);

@@ -27,7 +27,7 @@
  * restore in place, its --workdir swapped in, before CRIU runs),
  * "store.head_bump" (a writer's open of a store on RADOS, its new
  * generation recorded in this node's index, not yet put as the head:
- * cas/cache.c).
+ * cas/cache.c), "store.head_seal" (the same at a writer's clean close).
  *
  * crest_fault_pause(site) holds the calling thread at a step when
  * CREST_FAULT_PAUSE="SITE:FILE" names the site: it creates FILE, then

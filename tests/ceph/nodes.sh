@@ -5,11 +5,15 @@
 #   - a snapshot put on node A restores on node B byte for byte, and B's
 #     put of a changed tree stores only what changed (chunks A stored are
 #     found by B: one store, not two);
-#   - each node sees the other's snapshots (its cache is behind, says so,
-#     and is rebuilt), never a stale listing;
+#   - each node sees the other's snapshots, never a stale listing: a cache
+#     behind a sealed head (its writer closed cleanly) catches up, says so
+#     and reads only what was committed since; one behind an open head (a
+#     writer died) or a gc (a new base) is rebuilt, and says so;
 #   - a writer killed between recording a new generation in its cache and
 #     putting it as the store's head (CREST_FAULT_DIE=store.head_bump)
 #     leaves a cache that is rebuilt, not trusted;
+#   - a writer killed after its put, before it seals the head
+#     (store.head_seal): both nodes rebuild and list the put;
 #   - a put of 160 MiB goes into pack objects of 64 MiB at most;
 #   - a writer killed -9 in the middle of a put on one node leaves a store
 #     the other node writes to, and both verify; its lease runs out
@@ -71,9 +75,12 @@ new=$(json 'd["new_bytes"]' <"$T/p2")
 echo "node b's put: $new new bytes of $total"
 (( new < total / 4 )) || fail "node b stored $new of $total bytes: node a's chunks were not found"
 
-# A's cache is behind B's put: it says so, rebuilds, and lists v2.
+# A's cache is behind B's put, which sealed the head: it catches up (B's
+# put's records, not the store's) and lists v2.
 on a "$CREST" --json ls --store "$S" >"$T/ls" 2>"$T/err" || fail "ls on node a: $(cat "$T/err")"
-grep -q "is behind the store" "$T/err" || fail "node a did not say its index was behind: $(cat "$T/err")"
+grep -q "caught up with what other nodes committed" "$T/err" ||
+	fail "node a did not catch up with node b's put: $(cat "$T/err")"
+grep -q "is behind the store" "$T/err" && fail "node a rebuilt its index after a clean put: $(cat "$T/err")"
 n=$(json 'len(d)' <"$T/ls")
 [ "$n" = 2 ] || fail "node a lists $n snapshots, not 2"
 on a "$CREST" get --store "$S" v2 "$T/r2" >/dev/null 2>&1 || fail "get of v2 on node a"
@@ -89,6 +96,17 @@ on a "$CREST" --json ls --store "$S" >"$T/ls" 2>"$T/err" || fail "ls on node a a
 grep -q "is behind the store" "$T/err" || fail "node a trusted an index the head does not name: $(cat "$T/err")"
 [ "$(json 'len(d)' <"$T/ls")" = 2 ] || fail "node a lists $(json 'len(d)' <"$T/ls") snapshots after the kill, not 2"
 
+# A writer killed at its close, its put committed, the head not yet sealed
+# (CREST_FAULT_DIE=store.head_seal): neither node catches up to an open
+# head; both rebuild and list the put.
+on a env CREST_FAULT_DIE=store.head_seal "$CREST" put --tag v2s --store "$S" "$T/v2" >/dev/null 2>&1
+[ $? = 137 ] || fail "the writer did not die at store.head_seal"
+for n in a b; do
+	on $n "$CREST" --json ls --store "$S" >"$T/ls" 2>"$T/err" || fail "ls on node $n after the kill at the seal: $(cat "$T/err")"
+	grep -q "is behind the store" "$T/err" || fail "node $n did not rebuild after a kill at the seal: $(cat "$T/err")"
+	[ "$(json 'len(d)' <"$T/ls")" = 3 ] || fail "node $n lists $(json 'len(d)' <"$T/ls") snapshots after the kill at the seal, not 3"
+done
+
 # 160 MiB in one put: packs roll over under RADOS's largest object.
 mkdir -p "$T/big"
 head -c $((160 << 20)) /dev/urandom >"$T/big/blob"
@@ -101,6 +119,21 @@ for o in $(timeout 60 rados -p "$pool" -N "$ns" ls | grep '^pack\.'); do
 	packs=$((packs + 1))
 done
 (( packs >= 3 )) || fail "160 MiB went into $packs pack objects"
+
+# B's writer killed -9 with the head open (held at the end of its open,
+# CREST_FAULT_PAUSE): what a dead writer left past its commits may be cut
+# later, so A's cache, sealed by its own ls, is rebuilt, not caught up.
+on a "$CREST" ls --store "$S" >/dev/null 2>&1 || fail "ls on node a before node b's writer dies"
+(CREST_CACHE_DIR=$T/node-b CREST_FAULT_PAUSE=store.write_open:$T/pause exec "$CREST" put --store "$S" "$T/v1" \
+	>/dev/null 2>&1) &
+pid=$!
+for ((i = 0; i < 600; i++)); do [ -e "$T/pause" ] && break; sleep 0.1; done
+[ -e "$T/pause" ] || fail "node b's writer never reached the end of its open"
+kill -9 $pid 2>/dev/null
+wait $pid 2>/dev/null
+rm -f "$T/pause"
+on a "$CREST" --json ls --store "$S" >"$T/ls" 2>"$T/err" || fail "ls on node a after node b's writer died: $(cat "$T/err")"
+grep -q "is behind the store" "$T/err" || fail "node a did not rebuild after node b's writer died: $(cat "$T/err")"
 
 # A writer killed -9 in the middle of a put on B; A then writes.
 head -c $((96 << 20)) /dev/urandom >"$T/big/blob"
@@ -122,7 +155,10 @@ same "$T/v3/" "$T/r3/v3/" "node b's restore of v3"
 
 # gc on B, keeping the last one; A lists and restores what is kept.
 on b "$CASCTL" gc --store "$S" --keep-last 1 >"$T/gc" 2>&1 || fail "gc on node b: $(cat "$T/gc")"
-on a "$CREST" --json ls --store "$S" >"$T/ls" 2>/dev/null || fail "ls on node a after gc"
+# A's cache is sealed, the head too, but gc drew a new base: rebuilt.
+on a "$CREST" --json ls --store "$S" >"$T/ls" 2>"$T/err" || fail "ls on node a after gc: $(cat "$T/err")"
+grep -q "is behind the store" "$T/err" || fail "node a did not rebuild after node b's gc: $(cat "$T/err")"
+grep -q "could not catch up" "$T/err" && fail "node a tried to catch up across node b's gc: $(cat "$T/err")"
 [ "$(json 'len(d)' <"$T/ls")" = 1 ] || fail "node a lists $(json 'len(d)' <"$T/ls") snapshots after gc kept 1"
 rm -rf "$T/r3"
 on a "$CREST" get --store "$S" latest "$T/r3" >/dev/null 2>&1 || fail "get of the kept snapshot on node a"
