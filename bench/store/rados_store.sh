@@ -7,6 +7,9 @@
 #   - on node b (an index cache of its own: CREST_CACHE_DIR), the first
 #     open, which builds b's index from the packs and meta logs, then a
 #     get there;
+#   - node a puts the tree again with RS_MIB/8 MiB more in a new file;
+#     node b's next open catches its index up (what the put committed),
+#     beside node c's first open, a full build of the same store;
 #   - `rados bench` write and sequential read of 4 MiB objects, 16 in
 #     flight, RS_BENCH_S (10) seconds each.
 # Ratios are crest's rate over rados bench's of the same direction. MB/s
@@ -67,7 +70,14 @@ rm -rf "$work/r"
 build_b=$(step b "node b's first open" "$crest" ls --store "$S")
 get_b=$(step b "the get on node b" "$crest" get --store "$S" latest "$work/r")
 cmp -s "$data/blob" "$work/r/data/blob" || { echo "rados_store.sh: node b's get differs" >&2; exit 1; }
-rm -rf "$work/r" "$data"
+rm -rf "$work/r"
+inc=$(( (mib + 7) / 8 ))
+head -c $((inc << 20)) /dev/urandom >"$data/more"
+put3=$(step a "the incremental put" "$crest" --json put --store "$S" "$data")
+catch_b=$(step b "node b's catch-up" "$crest" ls --store "$S")
+grep -q "caught up" "$work/err" || { echo "rados_store.sh: node b did not catch up: $(cat "$work/err")" >&2; exit 1; }
+build_c=$(step c "node c's first open" "$crest" ls --store "$S")
+rm -rf "$data"
 
 # rados bench, the same cluster and pool, after crest's steps.
 run=crest-store-bench-$$
@@ -97,5 +107,8 @@ echo "| crest put, again (all stored) | $pw2 | $(ratio "$pw2" "$rbw") of write |
 echo "| crest get, node a | $ga | $(ratio "$ga" "$rbr") of seq read |"
 echo "| node b's first open: its index built from the packs and logs | $(mbs $bytes "$build_b") | $(python3 -c "print(f'{$build_b / 1e9:.2f} s')") |"
 echo "| crest get, node b | $gb | $(ratio "$gb" "$rbr") of seq read |"
+echo "| node a's put of $inc MiB more | $(mbs $((inc << 20)) "$put3") | $(ratio "$(mbs $((inc << 20)) "$put3")" "$rbw") of write |"
+echo "| node b's open after it: its index caught up | $(python3 -c "print(f'{$catch_b / 1e9:.2f} s')") | $(ratio "$catch_b" "$build_c") of node c's build |"
+echo "| node c's first open: the same store built ($((mib + inc)) MiB) | $(mbs $(((mib + inc) << 20)) "$build_c") | $(python3 -c "print(f'{$build_c / 1e9:.2f} s')") |"
 echo "| rados bench write, 16 in flight | $rbw | 1 |"
 echo "| rados bench seq read, 16 in flight | $rbr | 1 |"
