@@ -20,7 +20,8 @@
  *  - a cache marked at a sealed head whose base is the head's, when the
  *    head is sealed too, catches up: cas_recover_catch_up indexes what
  *    lies past its own ends, which is all committed and none of it cut
- *    since its mark. Anything else that differs (an open head: a writer
+ *    since its mark, from the chunk entries each commit logged beside its
+ *    manifest (store.c's chunks_recs) rather than the packs' bytes. Anything else that differs (an open head: a writer
  *    runs, or one died and left bytes the next may cut; another base; a
  *    cache from before version 2) is rebuilt from the packs and meta logs
  *    (cas_recover, full).

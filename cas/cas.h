@@ -123,6 +123,8 @@ bool cas_store_broken(const struct cas_store *s);
 /* What a writer's open (or a repair) did to put the index right. */
 struct cas_recovery {
 	uint64_t records;       /* chunk records indexed from packs */
+	uint64_t listed;        /* a catch-up: chunk entries indexed from the meta
+				 * logs' records of them (a store on RADOS) */
 	unsigned recovered;     /* snapshots committed again from the meta logs */
 	unsigned dropped;       /* snapshots there that lack a manifest or piece: left out */
 	unsigned damaged;       /* repair: snapshots kept without chunks they lost */

@@ -178,6 +178,15 @@ static const char *meta_rec_check(const uint8_t *r, uint64_t avail, uint64_t *le
 		if (n)
 			return "a delete record with a payload";
 		break;
+	case CAS_META_CHUNKS:
+		if (n % (32 + CAS_LOC_BYTES))
+			return "a chunk-entry record that does not decode";
+		for (uint32_t i = 0; i < n; i += 32 + CAS_LOC_BYTES) {
+			struct cas_loc loc;
+			if (cas_loc_decode(p + i + 32, CAS_LOC_BYTES, &loc) < 0)
+				return "a chunk-entry record that does not decode";
+		}
+		break;
 	default:
 		return "a record of a kind no crest writes";
 	}

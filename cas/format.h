@@ -42,7 +42,10 @@
 #define CAS_PACK_MAGIC "CRESTPAK"
 #define CAS_PACK_VERSION 1
 #define CAS_META_MAGIC "CRESTMET"
-#define CAS_META_VERSION 1
+/* 2: a log of a store on RADOS, which may hold CAS_META_CHUNKS records; a
+ * directory's logs stay at 1. */
+#define CAS_META_VERSION 2
+#define CAS_META_VERSION_DIR 1
 /* File numbers stay below this: index values and names are checked against it. */
 #define CAS_FILE_NUM_MAX 0x7fffffffu
 
@@ -69,6 +72,12 @@ enum cas_meta_kind {
 				  * then the tag's name: put it back */
 	CAS_META_DELETE = 5,     /* gc deleted this id (and the tags naming it).
 				  * Payload: empty */
+	CAS_META_CHUNKS = 6,     /* a store on RADOS: the chunk entries the commit
+				  * of this id added, so that a node's index
+				  * catches up without reading the packs. Payload:
+				  * n x (sha[32], location[CAS_LOC_BYTES] as a 'c'
+				  * value), n >= 0; a commit has none, or all of
+				  * them, in the same append before its manifest */
 };
 
 /* Index key 'd' id[32]: snapshot id is damaged. casctl repair kept it

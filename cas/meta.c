@@ -52,7 +52,7 @@ static int meta_create(struct cas_store *s)
 	if ((rc = cas_obj_create(s->objs, CAS_OBJ_META, num, &f)) < 0)
 		return rc;
 	uint8_t h[CAS_FILE_HEADER];
-	cas_file_header(h, CAS_META_MAGIC, CAS_META_VERSION, num);
+	cas_file_header(h, CAS_META_MAGIC, s->shared ? CAS_META_VERSION : CAS_META_VERSION_DIR, num);
 	rc = cas_obj_write(f, h, sizeof(h), 0);
 	if (rc == 0)
 		rc = cas_obj_sync(f);

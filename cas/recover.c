@@ -44,12 +44,15 @@ struct rec_ctx {
 	size_t n, cap;
 	const struct item **by;   /* the same, by kind then SHA-256 (items_index) */
 	int err;
+	bool chunks;              /* keep CAS_META_CHUNKS records (a catch-up only:
+				   * a rebuild reads the packs, and would hold
+				   * every entry of the store here) */
 };
 
 static int item_cb(const struct cas_meta_item *it, void *arg)
 {
 	struct rec_ctx *c = arg;
-	if (it->kind < CAS_META_MANIFEST || it->kind > CAS_META_DELETE)
+	if (it->kind < CAS_META_MANIFEST || it->kind > CAS_META_CHUNKS || (it->kind == CAS_META_CHUNKS && !c->chunks))
 		return 0;   /* a kind from a newer crest: not ours to act on */
 	if (c->n == c->cap) {
 		const size_t cap = c->cap ? c->cap * 2 : 16;
@@ -247,6 +250,94 @@ struct scan_ctx {
 	struct cas_index_batch *b;
 	uint64_t records;
 };
+
+/* A catch-up's chunk entries from the meta logs (CAS_META_CHUNKS), when
+ * every commit past the index's ends that it recovers has them: indexed
+ * (committed before the manifests are checked against the index), each
+ * pack's end moved to the end of the last record they name (into b, and
+ * into *pv, the ends packs_index then scans from: what lies past them, as
+ * a commit too big for its entries to be logged, is read from the packs).
+ * Without them all, *pv is p as it was and the packs are read. */
+static int chunks_apply(struct cas_store *s, const struct rec_ctx *c, const struct cas_pack_end *p, size_t np,
+			struct cas_index_batch *b, struct cas_pack_end **pv, size_t *npv, uint64_t *listed)
+{
+	*pv = NULL;
+	*npv = 0;
+	*listed = 0;
+	int rc = 0;
+	bool all = true;
+	for (size_t i = 0; i < c->n && all; i++) {
+		const struct item *x = &c->v[i];
+		if (x->kind != CAS_META_MANIFEST || revoked(c, x->sha))
+			continue;
+		size_t vl;
+		char *v = db_value(s, 'm', x->sha, 32, &vl, &rc);
+		free(v);
+		if (rc < 0)
+			return rc;
+		all = v || item_find(c, CAS_META_CHUNKS, x->sha);
+	}
+	struct cas_pack_end *v = malloc((np + 1) * sizeof(*v));
+	if (!v)
+		return crest_errf(-ENOMEM, "catching up the index of %s", s->dir);
+	memcpy(v, p, np * sizeof(*v));
+	size_t n = np, cap = np + 1;
+	if (!all) {
+		*pv = v;
+		*npv = n;
+		return 0;
+	}
+	struct cas_index_batch *cb = cas_batch_new(s, &rc);
+	for (size_t i = 0; rc == 0 && i < c->n; i++) {
+		const struct item *x = &c->v[i];
+		if (x->kind != CAS_META_CHUNKS || revoked(c, x->sha))
+			continue;
+		if (x->len % (32 + CAS_LOC_BYTES))
+			rc = crest_errx(-ESTALE, "a chunk-entry record of the meta logs does not decode");
+		for (size_t off = 0; rc == 0 && off < x->len; off += 32 + CAS_LOC_BYTES) {
+			struct cas_loc loc;
+			if (cas_loc_decode(x->p + off + 32, CAS_LOC_BYTES, &loc) < 0) {
+				rc = crest_errx(-ESTALE, "a chunk entry of the meta logs does not decode");
+				break;
+			}
+			cas_batch_entry(cb, x->p + off, &loc);
+			(*listed)++;
+			const uint64_t end = loc.off + CAS_REC_HEADER + loc.stored;
+			size_t j = 0;
+			while (j < n && v[j].pack != loc.pack)
+				j++;
+			if (j == n) {
+				if (n == cap) {
+					struct cas_pack_end *nv = realloc(v, (cap *= 2) * sizeof(*nv));
+					if (!nv) {
+						rc = crest_errf(-ENOMEM, "catching up the index of %s", s->dir);
+						break;
+					}
+					v = nv;
+				}
+				v[n++] = (struct cas_pack_end){ loc.pack, 0 };
+			}
+			if (end > v[j].end) {
+				v[j].end = end;
+				cas_batch_end(b, 'p', loc.pack, end);
+			}
+			if (cas_index_batch_count(cb) >= 65536) {
+				rc = cas_index_batch_commit(cb, "indexing chunk entries");
+				cas_index_batch_clear(cb);
+			}
+		}
+	}
+	if (rc == 0)
+		rc = cas_index_batch_commit(cb, "indexing chunk entries");
+	cas_index_batch_free(cb);
+	*pv = v;
+	*npv = n;
+	if (rc < 0) {
+		free(v);
+		*pv = NULL;
+	}
+	return rc;
+}
 
 static int scan_cb(const struct cas_scan_rec *r, void *arg)
 {
@@ -607,7 +698,7 @@ static int recover(struct cas_store *s, enum how how, uint32_t *floor)
 	const bool full = how == FULL, catch_up = how == CATCH_UP;
 	struct cas_pack_end *p = NULL, *q = NULL, *qn = NULL;
 	size_t np = 0, nq = 0, nqn = 0;
-	struct rec_ctx c = { .s = s };
+	struct rec_ctx c = { .s = s, .chunks = catch_up };
 	int rc = 0;
 	struct cas_index_batch *b = cas_batch_new(s, &rc);
 	if (!b)
@@ -647,9 +738,14 @@ static int recover(struct cas_store *s, enum how how, uint32_t *floor)
 		want |= rc == 0 && !v;
 		free(v);
 	}
-	uint64_t records = 0;
+	uint64_t records = 0, listed = 0;
+	struct cas_pack_end *pl = NULL;   /* a catch-up's ends, past the logged entries */
+	size_t npl = 0;
+	if (rc == 0 && catch_up)
+		rc = chunks_apply(s, &c, p, np, b, &pl, &npl, &listed);
 	if (rc == 0 && want)
-		rc = packs_index(s, p, np, maxp, full, b, &records);
+		rc = packs_index(s, catch_up ? pl : p, catch_up ? npl : np, maxp, full, b, &records);
+	free(pl);
 	for (size_t i = 0; rc == 0 && want && i < c.n; i++) {
 		const struct item *x = &c.v[i];
 		size_t vl;
@@ -734,7 +830,7 @@ static int recover(struct cas_store *s, enum how how, uint32_t *floor)
 	for (size_t i = 0; i < np; i++)
 		if (p[i].pack >= *floor)
 			*floor = p[i].pack + 1;
-	s->rec = (struct cas_recovery){ .records = records, .recovered = recovered - damaged, .dropped = dropped,
+	s->rec = (struct cas_recovery){ .records = records, .listed = listed, .recovered = recovered - damaged, .dropped = dropped,
 				       .damaged = damaged, .revoked = undone };
 	free(p);
 	free(q);

@@ -761,8 +761,9 @@ static int shared_catch_up(struct cas_store *s, const struct cas_head *head)
 	if (now == 2 && rc == 0) {
 		/* Said, as a rebuild is: a catch-up reads what other nodes wrote. */
 		fprintf(stderr, "crest: store %s: this node's index caught up with what other nodes committed "
-			"(%llu records, %u snapshots, %.2f s)\n", s->dir, (unsigned long long)s->rec.records,
-			s->rec.recovered, (double)(time_now_ns() - t0) / 1e9);
+			"(%u snapshots: %llu chunk entries from the meta logs, %llu records read from packs; "
+			"%.2f s)\n", s->dir, s->rec.recovered, (unsigned long long)s->rec.listed,
+			(unsigned long long)s->rec.records, (double)(time_now_ns() - t0) / 1e9);
 		return 1;
 	}
 	if (now == 1)
@@ -1414,6 +1415,37 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	return rc < 0 ? rc : cas_commit_encoded(s, e, n, &enc, tag, id);
 }
 
+/* A store on RADOS: the commit's new chunk entries as CAS_META_CHUNKS
+ * records, ahead of its manifest in the same append (so a torn append
+ * that has the manifest has them whole), for other nodes' catch-up
+ * (cache.c). A commit whose entries would take more than CHUNKS_MAX bytes
+ * writes none, its append staying under RADOS's 90 MiB write: a catch-up
+ * then reads those records from the packs. */
+#define CHUNKS_REC_MAX 65536                          /* entries a record */
+#define CHUNKS_MAX ((size_t)32 << 20)                  /* payload bytes a commit */
+#define CHUNK_ENTRY (32 + CAS_LOC_BYTES)
+
+static int chunks_recs(struct cas_meta_buf *mb, const struct cas_index_entry *e, size_t n, const uint8_t id[32])
+{
+	if (n * CHUNK_ENTRY > CHUNKS_MAX)
+		return 0;
+	uint8_t *p = malloc((n < CHUNKS_REC_MAX ? n : CHUNKS_REC_MAX) * CHUNK_ENTRY + 1);
+	if (!p)
+		return crest_errf(-ENOMEM, "recording a commit's chunk entries");
+	size_t i = 0;
+	do {
+		const size_t k = n - i < CHUNKS_REC_MAX ? n - i : CHUNKS_REC_MAX;
+		for (size_t j = 0; j < k; j++) {
+			memcpy(p + j * CHUNK_ENTRY, e[i + j].sha, 32);
+			cas_loc_encode(&e[i + j].loc, p + j * CHUNK_ENTRY + 32);
+		}
+		cas_meta_rec(mb, CAS_META_CHUNKS, id, p, k * CHUNK_ENTRY);
+		i += k;
+	} while (i < n);
+	free(p);
+	return 0;
+}
+
 int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n, struct cas_encoded *encp,
 		       const char *tag, const uint8_t id[32])
 {
@@ -1441,6 +1473,8 @@ int cas_commit_encoded(struct cas_store *s, struct cas_index_entry *e, size_t n,
 	}
 	size_t new_pieces = 0, new_piece_bytes = 0;
 	struct cas_meta_buf mb = { 0 };
+	if (rc == 0 && s->shared)
+		rc = chunks_recs(&mb, e, n, id);
 	cas_meta_rec(&mb, CAS_META_MANIFEST, id, enc.buf, enc.len);
 	char k[1 + 256];
 	/* Pieces go in the same batch as the manifest that names them, or

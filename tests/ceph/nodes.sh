@@ -7,7 +7,8 @@
 #     found by B: one store, not two);
 #   - each node sees the other's snapshots, never a stale listing: a cache
 #     behind a sealed head (its writer closed cleanly) catches up, says so
-#     and reads only what was committed since; one behind an open head (a
+#     and reads only what was committed since (the chunk entries a commit
+#     logs, no pack); one behind an open head (a
 #     writer died) or a gc (a new base) is rebuilt, and says so;
 #   - a writer killed between recording a new generation in its cache and
 #     putting it as the store's head (CREST_FAULT_DIE=store.head_bump)
@@ -81,6 +82,9 @@ on a "$CREST" --json ls --store "$S" >"$T/ls" 2>"$T/err" || fail "ls on node a: 
 grep -q "caught up with what other nodes committed" "$T/err" ||
 	fail "node a did not catch up with node b's put: $(cat "$T/err")"
 grep -q "is behind the store" "$T/err" && fail "node a rebuilt its index after a clean put: $(cat "$T/err")"
+# ... from the chunk entries B's commit logged, reading no pack.
+grep -Eq "[1-9][0-9]* chunk entries from the meta logs, 0 records read from packs" "$T/err" ||
+	fail "node a's catch-up did not take node b's entries from the meta log: $(cat "$T/err")"
 n=$(json 'len(d)' <"$T/ls")
 [ "$n" = 2 ] || fail "node a lists $n snapshots, not 2"
 on a "$CREST" get --store "$S" v2 "$T/r2" >/dev/null 2>&1 || fail "get of v2 on node a"
