@@ -259,11 +259,13 @@ struct scan_ctx {
  * a commit too big for its entries to be logged, is read from the packs).
  * Without them all, *pv is p as it was and the packs are read. */
 static int chunks_apply(struct cas_store *s, const struct rec_ctx *c, const struct cas_pack_end *p, size_t np,
-			struct cas_index_batch *b, struct cas_pack_end **pv, size_t *npv, uint64_t *listed)
+			struct cas_index_batch *b, struct cas_pack_end **pv, size_t *npv, uint64_t *listed,
+			bool *logged)
 {
 	*pv = NULL;
 	*npv = 0;
 	*listed = 0;
+	*logged = false;
 	int rc = 0;
 	bool all = true;
 	for (size_t i = 0; i < c->n && all; i++) {
@@ -330,6 +332,7 @@ static int chunks_apply(struct cas_store *s, const struct rec_ctx *c, const stru
 	if (rc == 0)
 		rc = cas_index_batch_commit(cb, "indexing chunk entries");
 	cas_index_batch_free(cb);
+	*logged = rc == 0;
 	*pv = v;
 	*npv = n;
 	if (rc < 0) {
@@ -503,8 +506,8 @@ static int lost_put(struct cas_index_batch *b, const uint8_t id[32], const struc
  * with the byte ranges it lost in *lost ('d', format.h): one bad chunk
  * costs that chunk, not the snapshot. */
 static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const struct item *x, bool keep,
-			  struct cas_index_batch *b, uint64_t *missing, struct cas_lost **lost, size_t *nlost,
-			  char *what, size_t cap)
+			  bool chunks, struct cas_index_batch *b, uint64_t *missing, struct cas_lost **lost,
+			  size_t *nlost, char *what, size_t cap)
 {
 	uint8_t sum[32];
 	struct cas_manifest *m = NULL;
@@ -538,7 +541,7 @@ static int manifest_check(struct cas_store *s, const struct rec_ctx *c, const st
 	uint64_t lost_bytes = 0;
 	char names[512] = "";
 	const bool pieces_ok = !*missing;
-	for (size_t i = 0; rc == 0 && pieces_ok && i < m->nstreams; i++) {
+	for (size_t i = 0; rc == 0 && chunks && pieces_ok && i < m->nstreams; i++) {
 		const struct cas_stream *st = &m->streams[i];
 		uint64_t n = 0, off = 0;
 		for (uint64_t j = 0; rc == 0 && j < st->nextents; off += st->ext[j++].len) {
@@ -741,11 +744,11 @@ static int recover(struct cas_store *s, enum how how, uint32_t *floor)
 	uint64_t records = 0, listed = 0;
 	struct cas_pack_end *pl = NULL;   /* a catch-up's ends, past the logged entries */
 	size_t npl = 0;
+	bool pl_logged = false;           /* every commit it recovers logged its entries */
 	if (rc == 0 && catch_up)
-		rc = chunks_apply(s, &c, p, np, b, &pl, &npl, &listed);
+		rc = chunks_apply(s, &c, p, np, b, &pl, &npl, &listed, &pl_logged);
 	if (rc == 0 && want)
 		rc = packs_index(s, catch_up ? pl : p, catch_up ? npl : np, maxp, full, b, &records);
-	free(pl);
 	for (size_t i = 0; rc == 0 && want && i < c.n; i++) {
 		const struct item *x = &c.v[i];
 		size_t vl;
@@ -759,7 +762,13 @@ static int recover(struct cas_store *s, enum how how, uint32_t *floor)
 		char what[1024];
 		struct cas_lost *lost = NULL;
 		size_t nlost = 0;
-		rc = manifest_check(s, &c, x, full, b, &missing, &lost, &nlost, what, sizeof(what));
+		/* A catch-up whose chunk entries all came from the logs does
+		 * not look up each chunk a snapshot names: that costs what the
+		 * snapshot holds, not what changed (0.5 s of a 1.3 s catch-up,
+		 * 576 MiB named, 64 MiB new), and a sealed head's commits
+		 * name only chunks committed before them. */
+		rc = manifest_check(s, &c, x, full, !(catch_up && pl && pl_logged), b, &missing, &lost, &nlost, what,
+				    sizeof(what));
 		free(lost);
 		char hex[65];
 		hex_encode(x->sha, 32, hex);
@@ -811,6 +820,7 @@ static int recover(struct cas_store *s, enum how how, uint32_t *floor)
 		}
 		free(v);
 	}
+	free(pl);
 	for (size_t i = 0; i < nqn; i++)
 		cas_batch_end(b, 'q', qn[i].pack, qn[i].end);
 	if (rc == 0 && cas_index_batch_count(b))
