@@ -21,10 +21,11 @@
  *    head is sealed too, catches up: cas_recover_catch_up indexes what
  *    lies past its own ends, which is all committed and none of it cut
  *    since its mark, from the chunk entries each commit logged beside its
- *    manifest (store.c's chunks_recs) rather than the packs' bytes. Anything else that differs (an open head: a writer
- *    runs, or one died and left bytes the next may cut; another base; a
- *    cache from before version 2) is rebuilt from the packs and meta logs
- *    (cas_recover, full).
+ *    manifest (store.c's chunks_recs) rather than the packs' bytes.
+ *    Anything else that differs (an open head: a writer runs, or one died
+ *    and left bytes the next may cut; another base; a cache from before
+ *    version 2) is rebuilt from the packs and meta logs (cas_recover,
+ *    full).
  *  - both happen under the store's writer lock, so that nothing changes
  *    in RADOS meanwhile, and record the head they reached.
  * What a crash may leave: a generation recorded in the cache but not put

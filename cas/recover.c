@@ -656,38 +656,45 @@ static int packs_check(struct cas_store *s, const struct cas_pack_end *p, size_t
  * index records, and bytes past each recorded pack's end. A writer with
  * several lanes leaves an uncommitted tail in each lane's last pack, so
  * such tails may lie in packs below the last one recorded (store.c's
- * notes say why no pack below it can lack an end). */
+ * notes say why no pack below it can lack an end). Whatever it could not
+ * cut sets s->uncut: the writer then does not seal a shared store's head. */
 static void packs_reclaim(struct cas_store *s, const struct cas_pack_end *p, size_t np)
 {
 	uint32_t max, last = 0;
 	for (size_t i = 0; i < np; i++)
 		if (p[i].pack > last)
 			last = p[i].pack;
-	if (cas_pack_max_on_disk(s, &max) < 0)
+	if (cas_pack_max_on_disk(s, &max) < 0) {
+		s->uncut = true;
 		return;
+	}
 	/* A pack gc retired ('r') may still be read by a reader that opened
 	 * before gc rewrote it: gc alone unlinks it, once no reader is open. */
 	struct cas_pack_end *r = NULL;
 	size_t nr = 0;
-	if (cas_ends_load(s, 'r', &r, &nr) < 0)
+	if (cas_ends_load(s, 'r', &r, &nr) < 0) {
+		s->uncut = true;
 		return;
+	}
 	for (uint32_t pack = last + 1; pack <= max; pack++) {
 		bool retired = false;
 		for (size_t i = 0; i < nr && !retired; i++)
 			retired = r[i].pack == pack;
 		if (retired)
 			continue;
-		cas_obj_remove(s->objs, CAS_OBJ_PACK, pack);
+		const int rm = cas_obj_remove(s->objs, CAS_OBJ_PACK, pack);
+		s->uncut |= rm < 0 && rm != -ENOENT;   /* left: this writer must not seal (cache.c) */
 	}
 	free(r);
 	for (size_t i = 0; i < np; i++) {
 		uint64_t size;
 		struct cas_obj *f;
-		if (cas_obj_stat(s->objs, CAS_OBJ_PACK, p[i].pack, &size) < 0 || size <= p[i].end ||
-		    cas_obj_open(s->objs, CAS_OBJ_PACK, p[i].pack, true, &f) < 0)
+		if (cas_obj_stat(s->objs, CAS_OBJ_PACK, p[i].pack, &size) < 0 || size <= p[i].end)
 			continue;
-		cas_obj_truncate(f, p[i].end);
-		cas_obj_close(f);
+		const int rc = cas_obj_open(s->objs, CAS_OBJ_PACK, p[i].pack, true, &f);
+		s->uncut |= rc < 0 || cas_obj_truncate(f, p[i].end) < 0;
+		if (rc == 0)
+			cas_obj_close(f);
 	}
 }
 

@@ -1027,6 +1027,7 @@ void cas_close(struct cas_store *s)
 {
 	if (!s)
 		return;
+	const bool opened = s->writer_ready;   /* the writer's open went through: its tails were put right */
 	cas_pack_close_writer(s);
 	if (s->mode == CAS_WRITE && s->broken && cas_ingest_left(s->local))
 		index_after_failed_ingest(s);
@@ -1034,8 +1035,10 @@ void cas_close(struct cas_store *s)
 	cas_meta_close(s);
 	/* A shared store's writer that leaves nothing past its commits seals
 	 * the head, so that other nodes' caches catch up instead of being
-	 * rebuilt (cache.c). Not sealed, they are rebuilt: slower, never wrong. */
-	if (s->shared && s->mode != CAS_READ && s->head_bumped && !s->broken && !s->uncut && s->ix &&
+	 * rebuilt (cache.c): one whose open failed part way (its tails maybe
+	 * not cut), whose commit broke, or whose cuts failed does not. Not
+	 * sealed, they are rebuilt: slower, never wrong. */
+	if (s->shared && s->mode != CAS_READ && opened && s->head_bumped && !s->broken && !s->uncut && s->ix &&
 	    cas_head_seal(s) < 0)
 		fprintf(stderr, "crest: store %s: could not seal its head (%s); other nodes rebuild their index "
 			"of it at their next open\n", s->dir, crest_errmsg());
