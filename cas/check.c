@@ -179,9 +179,9 @@ static const char *meta_rec_check(const uint8_t *r, uint64_t avail, uint64_t *le
 			return "a delete record with a payload";
 		break;
 	case CAS_META_CHUNKS:
-		if (n % (32 + CAS_LOC_BYTES))
+		if (n % CAS_META_CHUNK_ENTRY)
 			return "a chunk-entry record that does not decode";
-		for (uint32_t i = 0; i < n; i += 32 + CAS_LOC_BYTES) {
+		for (uint32_t i = 0; i < n; i += CAS_META_CHUNK_ENTRY) {
 			struct cas_loc loc;
 			if (cas_loc_decode(p + i + 32, CAS_LOC_BYTES, &loc) < 0)
 				return "a chunk-entry record that does not decode";

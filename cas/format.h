@@ -79,6 +79,10 @@ enum cas_meta_kind {
 				  * value), n >= 0; a commit has none, or all of
 				  * them, in the same append before its manifest */
 };
+/* One entry of a CAS_META_CHUNKS payload: sha[32], then the location
+ * (CAS_LOC_BYTES, cas.h). */
+#define CAS_META_CHUNK_ENTRY (32 + CAS_LOC_BYTES)
+
 
 /* Index key 'd' id[32]: snapshot id is damaged. casctl repair kept it
  * without the chunks it lost (their records did not check out), and this

@@ -257,15 +257,13 @@ struct scan_ctx {
  * pack's end moved to the end of the last record they name (into b, and
  * into *pv, the ends packs_index then scans from: what lies past them, as
  * a commit too big for its entries to be logged, is read from the packs).
- * Without them all, *pv is p as it was and the packs are read. */
+ * Without them all, *pv is NULL: the packs are read from p. */
 static int chunks_apply(struct cas_store *s, const struct rec_ctx *c, const struct cas_pack_end *p, size_t np,
-			struct cas_index_batch *b, struct cas_pack_end **pv, size_t *npv, uint64_t *listed,
-			bool *logged)
+			struct cas_index_batch *b, struct cas_pack_end **pv, size_t *npv, uint64_t *listed)
 {
 	*pv = NULL;
 	*npv = 0;
 	*listed = 0;
-	*logged = false;
 	int rc = 0;
 	bool all = true;
 	for (size_t i = 0; i < c->n && all; i++) {
@@ -279,24 +277,21 @@ static int chunks_apply(struct cas_store *s, const struct rec_ctx *c, const stru
 			return rc;
 		all = v || item_find(c, CAS_META_CHUNKS, x->sha);
 	}
+	if (!all)
+		return 0;
 	struct cas_pack_end *v = malloc((np + 1) * sizeof(*v));
 	if (!v)
 		return crest_errf(-ENOMEM, "catching up the index of %s", s->dir);
 	memcpy(v, p, np * sizeof(*v));
-	size_t n = np, cap = np + 1;
-	if (!all) {
-		*pv = v;
-		*npv = n;
-		return 0;
-	}
+	size_t n = np, cap = np + 1, j = 0;
 	struct cas_index_batch *cb = cas_batch_new(s, &rc);
 	for (size_t i = 0; rc == 0 && i < c->n; i++) {
 		const struct item *x = &c->v[i];
 		if (x->kind != CAS_META_CHUNKS || revoked(c, x->sha))
 			continue;
-		if (x->len % (32 + CAS_LOC_BYTES))
+		if (x->len % CAS_META_CHUNK_ENTRY)
 			rc = crest_errx(-ESTALE, "a chunk-entry record of the meta logs does not decode");
-		for (size_t off = 0; rc == 0 && off < x->len; off += 32 + CAS_LOC_BYTES) {
+		for (size_t off = 0; rc == 0 && off < x->len; off += CAS_META_CHUNK_ENTRY) {
 			struct cas_loc loc;
 			if (cas_loc_decode(x->p + off + 32, CAS_LOC_BYTES, &loc) < 0) {
 				rc = crest_errx(-ESTALE, "a chunk entry of the meta logs does not decode");
@@ -305,9 +300,14 @@ static int chunks_apply(struct cas_store *s, const struct rec_ctx *c, const stru
 			cas_batch_entry(cb, x->p + off, &loc);
 			(*listed)++;
 			const uint64_t end = loc.off + CAS_REC_HEADER + loc.stored;
-			size_t j = 0;
-			while (j < n && v[j].pack != loc.pack)
-				j++;
+			/* A commit's entries name a few new packs, appended
+			 * last: the last one found, else from the end. */
+			if (j >= n || v[j].pack != loc.pack) {
+				size_t k = n;
+				while (k > 0 && v[k - 1].pack != loc.pack)
+					k--;
+				j = k ? k - 1 : n;
+			}
 			if (j == n) {
 				if (n == cap) {
 					struct cas_pack_end *nv = realloc(v, (cap *= 2) * sizeof(*nv));
@@ -332,14 +332,13 @@ static int chunks_apply(struct cas_store *s, const struct rec_ctx *c, const stru
 	if (rc == 0)
 		rc = cas_index_batch_commit(cb, "indexing chunk entries");
 	cas_index_batch_free(cb);
-	*logged = rc == 0;
-	*pv = v;
-	*npv = n;
 	if (rc < 0) {
 		free(v);
-		*pv = NULL;
+		return rc;
 	}
-	return rc;
+	*pv = v;
+	*npv = n;
+	return 0;
 }
 
 static int scan_cb(const struct cas_scan_rec *r, void *arg)
@@ -749,13 +748,14 @@ static int recover(struct cas_store *s, enum how how, uint32_t *floor)
 		free(v);
 	}
 	uint64_t records = 0, listed = 0;
-	struct cas_pack_end *pl = NULL;   /* a catch-up's ends, past the logged entries */
+	/* A catch-up's ends past the logged entries: set when every commit
+	 * it recovers logged them. */
+	struct cas_pack_end *pl = NULL;
 	size_t npl = 0;
-	bool pl_logged = false;           /* every commit it recovers logged its entries */
 	if (rc == 0 && catch_up)
-		rc = chunks_apply(s, &c, p, np, b, &pl, &npl, &listed, &pl_logged);
+		rc = chunks_apply(s, &c, p, np, b, &pl, &npl, &listed);
 	if (rc == 0 && want)
-		rc = packs_index(s, catch_up ? pl : p, catch_up ? npl : np, maxp, full, b, &records);
+		rc = packs_index(s, pl ? pl : p, pl ? npl : np, maxp, full, b, &records);
 	for (size_t i = 0; rc == 0 && want && i < c.n; i++) {
 		const struct item *x = &c.v[i];
 		size_t vl;
@@ -774,8 +774,7 @@ static int recover(struct cas_store *s, enum how how, uint32_t *floor)
 		 * snapshot holds, not what changed (0.5 s of a 1.3 s catch-up,
 		 * 576 MiB named, 64 MiB new), and a sealed head's commits
 		 * name only chunks committed before them. */
-		rc = manifest_check(s, &c, x, full, !(catch_up && pl && pl_logged), b, &missing, &lost, &nlost, what,
-				    sizeof(what));
+		rc = manifest_check(s, &c, x, full, !pl, b, &missing, &lost, &nlost, what, sizeof(what));
 		free(lost);
 		char hex[65];
 		hex_encode(x->sha, 32, hex);

@@ -1426,23 +1426,22 @@ int cas_commit(struct cas_store *s, struct cas_index_entry *e, size_t n,
  * then reads those records from the packs. */
 #define CHUNKS_REC_MAX 65536                          /* entries a record */
 #define CHUNKS_MAX ((size_t)32 << 20)                  /* payload bytes a commit */
-#define CHUNK_ENTRY (32 + CAS_LOC_BYTES)
 
 static int chunks_recs(struct cas_meta_buf *mb, const struct cas_index_entry *e, size_t n, const uint8_t id[32])
 {
-	if (n * CHUNK_ENTRY > CHUNKS_MAX)
+	if (n * CAS_META_CHUNK_ENTRY > CHUNKS_MAX)
 		return 0;
-	uint8_t *p = malloc((n < CHUNKS_REC_MAX ? n : CHUNKS_REC_MAX) * CHUNK_ENTRY + 1);
+	uint8_t *p = malloc((n < CHUNKS_REC_MAX ? n : CHUNKS_REC_MAX) * CAS_META_CHUNK_ENTRY + 1);
 	if (!p)
 		return crest_errf(-ENOMEM, "recording a commit's chunk entries");
 	size_t i = 0;
 	do {
 		const size_t k = n - i < CHUNKS_REC_MAX ? n - i : CHUNKS_REC_MAX;
 		for (size_t j = 0; j < k; j++) {
-			memcpy(p + j * CHUNK_ENTRY, e[i + j].sha, 32);
-			cas_loc_encode(&e[i + j].loc, p + j * CHUNK_ENTRY + 32);
+			memcpy(p + j * CAS_META_CHUNK_ENTRY, e[i + j].sha, 32);
+			cas_loc_encode(&e[i + j].loc, p + j * CAS_META_CHUNK_ENTRY + 32);
 		}
-		cas_meta_rec(mb, CAS_META_CHUNKS, id, p, k * CHUNK_ENTRY);
+		cas_meta_rec(mb, CAS_META_CHUNKS, id, p, k * CAS_META_CHUNK_ENTRY);
 		i += k;
 	} while (i < n);
 	free(p);
