@@ -29,7 +29,12 @@ cd "$T"
 seed=${SEED:-$(( $(date +%s%N) % 100000 ))}
 RANDOM=$seed
 NRANKS=$((2 + RANDOM % 3))
-STEPS=150
+# The job must outlast everything the test does to it before the --kill
+# checkpoint: under ASan on a loaded CI machine those five crest runs took
+# rank 0 from step 8 to 135 and more, and a job that ended in between (150
+# steps, about 4 s uninterrupted) failed the next check at random. At 600
+# (about 17 s) the same run stops it near a quarter of its way.
+STEPS=600
 at1=$((8 + RANDOM % 40))
 at2=$((at1 + 20 + RANDOM % 40))
 ms1=$((RANDOM % 30))
@@ -100,6 +105,18 @@ segment() {
 }
 seg0=$(segment "running" $RANKS)
 
+# ran_on SECONDS: every rank logs 3 more steps (within SECONDS), as a job
+# that runs on does; it must still be short of its end, since every check
+# up to the --kill checkpoint needs it running.
+ran_on() {
+	local r n
+	for r in $(seq 0 $((NRANKS - 1))); do
+		n=$(lines job/rank$r.log)
+		[ $((n + 3)) -lt "$STEPS" ] ||
+			fail "rank $r is at step $n of $STEPS before the --kill checkpoint: STEPS too few for this machine's pace"
+		wait_lines job/rank$r.log $((n + 3)) "$1"
+	done
+}
 # running: every process of the job is still there.
 running() {
 	local p
@@ -131,10 +148,7 @@ kill -CONT "$stopped"
 [ "$rc" != 0 ] || fail "a checkpoint with rank pid $stopped stopped (its shim cannot answer) succeeded"
 grep -q "NCCL shim of pid $stopped did not answer within" stopped.err ||
 	{ cat stopped.err >&2; fail "the checkpoint with a stopped rank failed, but not for its shim: $(tail -1 stopped.err)"; }
-for r in $(seq 0 $((NRANKS - 1))); do
-	n=$(lines job/rank$r.log)
-	[ "$n" -ge "$STEPS" ] || wait_lines job/rank$r.log $((n + 3)) 60
-done
+ran_on 60
 echo "ok: with rank pid $stopped stopped, crest gave up (exit $rc: $(grep -o 'the NCCL shim of pid [0-9]* did not answer.*' stopped.err | head -1)); every rank ran on"
 
 # crest killed right after the shim released the communicators (before the
@@ -142,10 +156,7 @@ echo "ok: with rank pid $stopped stopped, crest gave up (exit $rc: $(grep -o 'th
 rc=0
 CREST_FAULT_DIE=capture.shim "$CREST" --store "$S" checkpoint --pid "$INIT" >died.out 2>died.err || rc=$?
 [ "$rc" = 137 ] || { cat died.err >&2; fail "crest checkpoint with CREST_FAULT_DIE=capture.shim: exit $rc, not killed (137)"; }
-for r in $(seq 0 $((NRANKS - 1))); do
-	n=$(lines job/rank$r.log)
-	[ "$n" -ge "$STEPS" ] || wait_lines job/rank$r.log $((n + 3)) 30
-done
+ran_on 30
 echo "ok: crest killed just after the shim's release: every rank ran on (the guard made the communicators again)"
 
 wait_lines job/rank0.log "$at1"
@@ -157,10 +168,7 @@ for k in 1 2 3; do
 	msleep "$ms1"
 	checkpoint live$k
 	# It runs on: each rank logs more steps, with its channel still there.
-	for r in $(seq 0 $((NRANKS - 1))); do
-		n=$(lines job/rank$r.log)
-		[ "$n" -ge "$STEPS" ] || wait_lines job/rank$r.log $((n + 3)) 60
-	done
+	ran_on 60
 	ms1=$((RANDOM % 30))
 done
 check_channel "after the live checkpoint" "$LAUNCHER" $RANKS
