@@ -10,7 +10,10 @@
 # checkpoint, crest checkpoint --huge-pages. Each crest checkpoint returns only
 # once its snapshot is stored, so no ingest runs under the next measurement.
 # Then, on a fresh job each: crest checkpoint --kill, crest restore (timed),
-# with and without --huge-pages on both.
+# with and without --huge-pages on both; and the bare restore the issue holds
+# crest's against (crest-bare-ckpt --kill, then --restore: criu restore from
+# the images on /dev/shm, the driver's restore + unlock), with the machine's
+# setting and with "always" for the restore.
 #
 # The bare flow with "always" sets the system setting itself (crest-bare-ckpt
 # knows nothing of it) and puts the one it found back, on exit too. At the end
@@ -121,6 +124,29 @@ for flag in "" --huge-pages "" --huge-pages; do
 	kill -9 "$JOB" 2>/dev/null
 	sleep 1
 done
+# Bare restores: the same job dumped by criu alone (--kill), restored by criu
+# and the driver alone, in the order asis, always, always, asis.
+i=0
+for setting in asis always always asis; do
+	i=$((i + 1))
+	job_start
+	rm -rf /dev/shm/crest-thp-bare
+	"$RUN" crest-bare-ckpt --kill "$JOB" /dev/shm/crest-thp-bare >"$OUT/bare-kill.json" 2>"$OUT/bare.err" ||
+		{ echo "bare --kill failed: $(tail -1 "$OUT/bare.err")"; exit 1; }
+	wait "$JOB" 2>/dev/null
+	[ "$setting" = asis ] || echo "$setting" >"$THP"
+	j=$("$RUN" crest-bare-ckpt --restore /dev/shm/crest-thp-bare 2>"$OUT/bare.err")
+	echo "$ORIG" >"$THP"
+	[ -n "$j" ] || { echo "bare restore failed: $(tail -1 "$OUT/bare.err")"; exit 1; }
+	record "bare_restore_$setting" "$i" "$j"
+	JOB=$(echo "$j" | python3 -c 'import json,sys; print(json.load(sys.stdin)["pid"])')
+	n=$(wc -l <"$OUT/job.out")
+	timeout 20 sh -c "until [ \$(wc -l <'$OUT/job.out') -gt $n ]; do sleep 0.1; done" \
+		|| { echo "the bare-restored job printed nothing"; exit 1; }
+	kill -9 "$JOB" 2>/dev/null
+	rm -rf /dev/shm/crest-thp-bare
+	sleep 1
+done
 rm -rf "$S"
 
 python3 - "$OUT/thp.jsonl" <<'PY'
@@ -135,7 +161,9 @@ for kind, keys in (("bare_asis", ("stall_seconds", "checkpoint_seconds", "criu_d
                    ("crest", ("stall_seconds", "gpu_checkpoint_seconds", "criu_dump_seconds", "gpu_resume_seconds")),
                    ("crest_hp", ("stall_seconds", "gpu_checkpoint_seconds", "criu_dump_seconds", "gpu_resume_seconds")),
                    ("restore", ("seconds", "stream_seconds", "criu_seconds", "gpu_seconds")),
-                   ("restore_hp", ("seconds", "stream_seconds", "criu_seconds", "gpu_seconds"))):
+                   ("restore_hp", ("seconds", "stream_seconds", "criu_seconds", "gpu_seconds")),
+                   ("bare_restore_asis", ("restore_seconds", "criu_restore_seconds", "driver_restore_unlock_seconds")),
+                   ("bare_restore_always", ("restore_seconds", "criu_restore_seconds", "driver_restore_unlock_seconds"))):
     for k in keys:
         m, v = med(kind, k)
         print("%-14s %-26s %.3f (%s)" % (kind, k, m, " ".join("%.3f" % x for x in v)))
@@ -143,5 +171,9 @@ b = med("bare_asis", "stall_seconds")[0]
 for kind in ("bare_always", "crest", "crest_hp"):
     print("ratio %s / bare_asis stall: %.3f" % (kind, med(kind, "stall_seconds")[0] / b))
 print("ratio restore_hp / restore: %.3f" % (med("restore_hp", "seconds")[0] / med("restore", "seconds")[0]))
+br = med("bare_restore_asis", "restore_seconds")[0]
+for kind in ("restore", "restore_hp"):
+    print("ratio %s / bare_restore_asis: %.3f" % (kind, med(kind, "seconds")[0] / br))
+print("ratio bare_restore_always / bare_restore_asis: %.3f" % (med("bare_restore_always", "restore_seconds")[0] / br))
 PY
 echo "thp.sh: setting at the end: $(thp_now) (at the start: $ORIG)"
