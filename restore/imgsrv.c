@@ -1,5 +1,6 @@
 /* imgsrv.c - CRIU's images served from the store; see imgsrv.h. */
 #include "restore/imgsrv.h"
+#include "os/criustream.h"
 #include "util/err.h"
 
 #include <errno.h>
@@ -13,10 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
-
-#define REQ_MAX 4096    /* a request: a file name, well under PATH_MAX */
 
 struct sender {
 	struct imgsrv *s;
@@ -97,158 +95,19 @@ static void *sender_main(void *arg)
 	return NULL;
 }
 
-/* Reads exactly n bytes; 0 at a clean end before any byte (*eof set). */
-static int read_full(int fd, void *buf, size_t n, bool *eof)
-{
-	*eof = false;
-	for (size_t got = 0; got < n;) {
-		const ssize_t r = read(fd, (uint8_t *)buf + got, n - got);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0)
-			return crest_errf(-errno, "reading criu's image request");
-		if (r == 0) {
-			if (got == 0) {
-				*eof = true;
-				return 0;
-			}
-			return crest_errx(-EPROTO, "criu's image request ended after %zu of %zu bytes", got, n);
-		}
-		got += (size_t)r;
-	}
-	return 0;
-}
-
-static int write_full(int fd, const void *buf, size_t n)
-{
-	for (size_t put = 0; put < n;) {
-		const ssize_t r = send(fd, (const uint8_t *)buf + put, n - put, MSG_NOSIGNAL);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return crest_errf(r < 0 ? -errno : -EIO, "answering criu's image request");
-		put += (size_t)r;
-	}
-	return 0;
-}
-
-/* A protobuf varint at p[*i] (of n bytes) into *v; -EPROTO past the end or
- * past 64 bits. */
-static int varint(const uint8_t *p, size_t n, size_t *i, uint64_t *v)
-{
-	*v = 0;
-	for (unsigned sh = 0;; sh += 7) {
-		if (*i >= n || sh > 63)
-			return crest_errx(-EPROTO, "criu's image request is malformed");
-		*v |= (uint64_t)(p[*i] & 0x7f) << sh;
-		if (!(p[(*i)++] & 0x80))
-			return 0;
-	}
-}
-
-/* The file name of an img_streamer_request_entry: field 1, a string (tag
- * 0x0a, a varint length, the bytes). Unknown fields are skipped as
- * protobuf says; the name must be there, without NUL or '/'. */
-static int request_name(const uint8_t *p, size_t n, char *name, size_t cap)
-{
-	bool have = false;
-	for (size_t i = 0; i < n;) {
-		uint64_t key, v;
-		int rc = varint(p, n, &i, &key);
-		if (rc < 0)
-			return rc;
-		const unsigned wt = key & 7;
-		if (wt == 0 || wt == 2) {
-			if ((rc = varint(p, n, &i, &v)) < 0)
-				return rc;
-		} else if (wt == 1 || wt == 5) {
-			v = wt == 1 ? 8 : 4;
-			if (v > n - i)
-				return crest_errx(-EPROTO, "criu's image request is malformed");
-			i += v;
-			continue;
-		} else {
-			return crest_errx(-EPROTO, "criu's image request is malformed (wire type %u)", wt);
-		}
-		if (wt == 0)
-			continue;
-		if (v > n - i)
-			return crest_errx(-EPROTO, "criu's image request is malformed");
-		if (key >> 3 == 1) {
-			if (v >= cap || memchr(p + i, 0, v) || memchr(p + i, '/', v) || v == 0)
-				return crest_errx(-EPROTO, "criu asked for an image by an unusable name");
-			memcpy(name, p + i, v);
-			name[v] = 0;
-			have = true;
-		}
-		i += v;
-	}
-	return have ? 0 : crest_errx(-EPROTO, "criu's image request names no file");
-}
-
-/* The pipe CRIU passes with one byte of data. */
-static int recv_pipe(int conn, int *fd)
-{
-	char byte;
-	struct iovec iov = { &byte, 1 };
-	union {
-		struct cmsghdr h;
-		char buf[CMSG_SPACE(sizeof(int))];
-	} u;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			     .msg_controllen = sizeof(u.buf) };
-	ssize_t r;
-	do
-		r = recvmsg(conn, &mh, MSG_CMSG_CLOEXEC);
-	while (r < 0 && errno == EINTR);
-	if (r <= 0)
-		return crest_errf(r < 0 ? -errno : -EPROTO, "receiving the pipe for an image from criu");
-	const struct cmsghdr *ch = CMSG_FIRSTHDR(&mh);
-	const bool rights = ch && ch->cmsg_level == SOL_SOCKET && ch->cmsg_type == SCM_RIGHTS;
-	if (!rights || ch->cmsg_len != CMSG_LEN(sizeof(int)) || (mh.msg_flags & MSG_CTRUNC)) {
-		/* Whatever fds did arrive are ours to close. */
-		for (size_t k = 0; rights && k < (ch->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++) {
-			int got;
-			memcpy(&got, CMSG_DATA(ch) + k * sizeof(int), sizeof(int));
-			close(got);
-		}
-		return crest_errx(-EPROTO, "criu sent no pipe for an image");
-	}
-	memcpy(fd, CMSG_DATA(ch), sizeof(int));
-	return 0;
-}
-
 /* One request: the answer, and for an image that exists its sender. */
 static int serve_one(struct imgsrv *s, int conn, bool *eof)
 {
-	uint32_t len;
-	int rc = read_full(conn, &len, sizeof(len), eof);
+	char name[NAME_MAX + 1];
+	int rc = criustream_request(conn, name, eof);
 	if (rc < 0 || *eof)
 		return rc;
-	if (len == 0 || len > REQ_MAX)
-		return crest_errx(-EPROTO, "criu's image request has a length of %u bytes", len);
-	uint8_t req[REQ_MAX];
-	char name[NAME_MAX + 1];
-	bool end;
-	rc = read_full(conn, req, len, &end);
-	if (rc == 0 && end)
-		rc = crest_errx(-EPROTO, "criu's image request ended early");
-	if (rc == 0)
-		rc = request_name(req, len, name, sizeof(name));
-	if (rc < 0)
-		return rc;
 	const struct cas_stream *st = image_find(s->m, name);
-	/* img_streamer_reply_entry { required bool exists = 1; } */
-	const uint32_t rlen = 2;
-	uint8_t reply[6];
-	memcpy(reply, &rlen, 4);
-	reply[4] = 0x08;
-	reply[5] = st ? 1 : 0;
-	rc = write_full(conn, reply, sizeof(reply));
+	rc = criustream_reply(conn, st != NULL);
 	if (rc < 0 || !st)
 		return rc;
 	int fd = -1;
-	rc = recv_pipe(conn, &fd);
+	rc = criustream_recv_pipe(conn, &fd);
 	if (rc < 0)
 		return rc;
 	struct sender *w = calloc(1, sizeof(*w));
@@ -335,9 +194,6 @@ int imgsrv_start(const struct restore_ctx *c, const struct cas_manifest *m, cons
 		 struct imgsrv **out)
 {
 	*out = NULL;
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	if (snprintf(a.sun_path, sizeof(a.sun_path), "%s/%s", dir, IMGSRV_SOCKET) >= (int)sizeof(a.sun_path))
-		return crest_errx(-ENAMETOOLONG, "%s/%s: too long for a unix socket's path", dir, IMGSRV_SOCKET);
 	struct imgsrv *s = calloc(1, sizeof(*s));
 	if (!s)
 		return crest_errf(-ENOMEM, "serving images");
@@ -354,15 +210,8 @@ int imgsrv_start(const struct restore_ctx *c, const struct cas_manifest *m, cons
 		s->c.reader = s->rd;
 	if (rc == 0 && pipe2(s->stop, O_CLOEXEC) < 0)
 		rc = crest_errf(-errno, "serving images");
-	if (rc == 0) {
-		s->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (s->lfd < 0)
-			rc = crest_errf(-errno, "making a socket for criu's images");
-	}
-	if (rc == 0 && bind(s->lfd, (const struct sockaddr *)&a, sizeof(a)) < 0)
-		rc = crest_errf(-errno, "cannot bind %s", a.sun_path);
-	if (rc == 0 && listen(s->lfd, 4) < 0)
-		rc = crest_errf(-errno, "cannot listen on %s", a.sun_path);
+	if (rc == 0)
+		rc = criustream_listen(dir, CRIUSTREAM_SERVE_SOCKET, &s->lfd);
 	if (rc == 0) {
 		const int prc = pthread_create(&s->t, NULL, server_main, s);
 		if (prc != 0)

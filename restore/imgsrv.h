@@ -8,16 +8,10 @@
  * reading and checking the rest of it: the two overlap, and nothing of the
  * images is kept but one window a thread.
  *
- * CRIU's image-streamer protocol (CRIU 3.16 and later: criu/img-streamer.c,
- * images/img-streamer.proto). CRIU connects to DIR/streamer-serve.sock. For
- * each image it wants it sends a request: a u32 length (host order), then
- * an img_streamer_request_entry, whose field 1 is the file's name. The
- * server answers with a u32 length and an img_streamer_reply_entry, whose
- * field 1 says whether the image exists. When it does, CRIU passes the write
- * end of a pipe (SCM_RIGHTS, one byte of data) and reads the image from the
- * other end, in order. CRIU's processes share the one connection, taking
- * turns under a lock, and may read several images at once: each image is
- * written by a thread of its own.
+ * CRIU's image-streamer protocol (os/criustream.h), restore side: CRIU
+ * asks for each image it wants by name and reads it from a pipe it passes;
+ * it may read several images at once: each image is written by a thread of
+ * its own.
  *
  * Every byte is checked as restore_stream_to_pipe checks it. A damaged chunk
  * ends its image early, CRIU fails on the short image, and imgsrv_finish
@@ -33,11 +27,9 @@
 
 #include "restore/restore.h"
 
-#define IMGSRV_SOCKET "streamer-serve.sock"
-
 struct imgsrv;
 
-/* Listens on dir/IMGSRV_SOCKET and serves the image streams of m (by their
+/* Listens on dir/CRIUSTREAM_SERVE_SOCKET and serves the image streams of m (by their
  * base names) from a thread of its own until imgsrv_finish. c's progress
  * line, if any, is driven by the thread sending the largest image. */
 int imgsrv_start(const struct restore_ctx *c, const struct cas_manifest *m, const char *dir,
