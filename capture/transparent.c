@@ -152,6 +152,13 @@ static void thp_lower(struct tp_capture *c)
  * the job is never left stopped, nor ended without a stored snapshot. */
 static void tp_capture_free(struct tp_capture *c)
 {
+	if (c->stream) {
+		char msg[1024];
+		crest_errcpy(msg, sizeof(msg));
+		imgstream_finish(c->stream, NULL, NULL);   /* CRIU has exited, or never ran */
+		c->stream = NULL;
+		crest_errset_str(msg);
+	}
 	if (c->stopped) {
 		char msg[1024];
 		crest_errcpy(msg, sizeof(msg));
@@ -460,7 +467,7 @@ static int wd_measure(const char *dir, const char *name, uint64_t limit, uint64_
 /* Every check that can fail without harm comes first: the pid exists, we
  * are root, no process of the tree holds an io_uring, the driver has the
  * checkpoint API when CUDA is in use, CRIU can dump the tree's sockets. */
-static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
+static int tp_capture_run(const struct tp_opts *o, struct engine_snap *snap, struct tp_capture *c)
 {
 	memset(c, 0, sizeof(*c));
 	int rc = proc_tree_get(o->pid, &c->tree);
@@ -606,6 +613,17 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 		return rc;
 	}
 	c->locked = true;
+	/* Streamed, CRIU's images go into snap while it dumps (imgstream.h);
+	 * the directory holds only its socket and CRIU's log. */
+	if (snap) {
+		rc = imgstream_start(snap, c->dir, 0, &c->stream);
+		if (rc < 0) {
+			crest_errctx(rc, "nothing was frozen, and pid %d runs on", (int)o->pid);
+			tp_capture_free(c);
+			return rc;
+		}
+		c->streamed = true;
+	}
 	snprintf(c->files_dir, sizeof(c->files_dir), "%s.files", c->dir);
 	if (mkdir(c->files_dir, 0700) < 0) {
 		rc = crest_errf(-errno, "cannot create %s", c->files_dir);
@@ -758,6 +776,7 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 					.action_script = hook, .mntns = c->mntns, .external = ext,
 					.nexternal = next, .netns = c->netns,
 					.tcp_established = c->tcp_established, .tcp_close = c->tcp_close,
+					.stream = c->streamed,
 					.ghost_limit = o->file_limit ? o->file_limit : TP_FILE_LIMIT_DEFAULT };
 	rc = criu_dump(o->criu, &dopts);
 	uint64_t t2 = time_now_ns();
@@ -786,6 +805,18 @@ static int tp_capture_run(const struct tp_opts *o, struct tp_capture *c)
 	}
 	c->stall_ns = time_now_ns() - t0;
 	thp_lower(c);
+	/* CRIU has exited: the last images are read (the engine may still be
+	 * working on them). A failure here is the snapshot's, not the job's:
+	 * tp_capture_ingest fails it, and the job is treated as after any
+	 * store that failed (runs on; --kill: resumed). */
+	if (c->stream) {
+		const int src = imgstream_finish(c->stream, &c->image_bytes, NULL);
+		c->stream = NULL;
+		if (src < 0 && rc == 0) {
+			c->stream_rc = src;
+			crest_errcpy(c->stream_msg, sizeof(c->stream_msg));
+		}
+	}
 	/* The dump is whole but a process stays in the driver's hands: its
 	 * images are stored (tp_checkpoint), then the job is ended. The guard
 	 * stays armed until then: crest dying meanwhile leaves it to the
@@ -923,10 +954,11 @@ static int label_extfds(struct cas_manifest *m, const struct proc_extfds *x)
 	return rc;
 }
 
-/* Queues the capture as a snapshot of kind "process" and seals it. The
- * images stay on tmpfs until tp_capture_free. */
-static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const char *tag, const char *branch,
-			     const uint8_t *parent_id, struct cas_manifest *parent, struct engine_snap **out)
+/* Begins the snapshot of kind "process" a capture goes into: before the
+ * freeze when its images are streamed into it, after it otherwise. Takes
+ * parent (a manifest, or NULL). */
+static int snap_begin(struct engine *e, const char *tag, const uint8_t *parent_id, struct cas_manifest *parent,
+		      struct engine_snap **out)
 {
 	struct engine_snap *s;
 	int rc = engine_snapshot_begin(e, "process", &s);
@@ -938,8 +970,22 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 		engine_snapshot_set_parent(s, parent_id, parent);
 	else
 		cas_manifest_free(parent);
-	if (tag)
-		rc = engine_snapshot_set_tag(s, tag);
+	if (tag && (rc = engine_snapshot_set_tag(s, tag)) < 0) {
+		engine_snapshot_abort(s);
+		return rc;
+	}
+	*out = s;
+	return 0;
+}
+
+/* Adds the rest of the capture to s (its labels; its images, unless they
+ * were streamed in already; its files) and seals it; on failure s is
+ * aborted. The images stay on tmpfs until tp_capture_free. */
+static int tp_capture_ingest(struct engine_snap *s, const struct tp_capture *c, const char *branch)
+{
+	int rc = 0;
+	if (c->stream_rc < 0)
+		rc = crest_errx(c->stream_rc, "%s", c->stream_msg);
 	struct cas_manifest *m = engine_snapshot_manifest(s);
 	if (rc == 0 && cas_manifest_set_branch(m, branch ? branch : CAS_BRANCH_DEFAULT) < 0)
 		rc = crest_errf(-ENOMEM, "labelling the snapshot");
@@ -985,14 +1031,16 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 	if (rc == 0 && c->gpus)
 		rc = cas_manifest_label(m, "gpus", c->gpus);
 
-	/* CRIU's images, in name order so manifests of the same job line up. */
-	DIR *d = rc == 0 ? opendir(c->dir) : NULL;
-	if (rc == 0 && !d)
+	/* CRIU's images, in name order so manifests of the same job line up
+	 * (streamed, they are in the order CRIU wrote them, the same for the
+	 * same job). */
+	DIR *d = rc == 0 && !c->streamed ? opendir(c->dir) : NULL;
+	if (rc == 0 && !c->streamed && !d)
 		rc = crest_errf(-errno, "cannot read %s", c->dir);
 	char **names = NULL;
 	size_t n = 0;
 	struct dirent *de;
-	while (rc == 0 && (de = readdir(d))) {
+	while (rc == 0 && d && (de = readdir(d))) {
 		size_t l = strlen(de->d_name);
 		if (de->d_name[0] == '.' || (l > 4 && !strcmp(de->d_name + l - 4, ".log")))
 			continue;
@@ -1053,7 +1101,6 @@ static int tp_capture_ingest(struct engine *e, const struct tp_capture *c, const
 		return rc;
 	}
 	engine_snapshot_seal(s);
-	*out = s;
 	return 0;
 }
 
@@ -1411,10 +1458,39 @@ int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opt
 	const char *watch = st->watch_path;
 	memset(st, 0, sizeof(*st));
 	st->watch_path = watch;
+	/* The parent's chunk lists let unchanged pages skip the index. */
+	struct cas_manifest *pm = NULL;
+	if (parent && cas_manifest_load(store, parent, &pm) < 0)
+		pm = NULL;
+	crest_errset_str("");
+	/* Streamed, the snapshot takes the images as CRIU dumps: begun first.
+	 * CREST_CHECKPOINT_IMAGES=stream|files sets the default, as
+	 * CREST_RESTORE_IMAGES does a restore's. */
+	struct engine_snap *s = NULL;
+	int rc = 0;
+	const char *how = getenv("CREST_CHECKPOINT_IMAGES");
+	bool stream = o->stream_images || (how && !strcmp(how, "stream"));
+	if (how && *how && strcmp(how, "stream") && strcmp(how, "files")) {
+		cas_manifest_free(pm);
+		return crest_errx(-EINVAL, "CREST_CHECKPOINT_IMAGES is '%s': it must be 'files' (the default) or "
+				  "'stream'; nothing was frozen, and pid %d runs on", how, (int)o->pid);
+	}
+	if (stream) {
+		rc = snap_begin(e, tag, pm ? parent : NULL, pm, &s);
+		pm = NULL;
+		if (rc < 0) {
+			crest_errctx(rc, "nothing was frozen, and pid %d runs on", (int)o->pid);
+			return rc;
+		}
+	}
 	struct tp_capture cap;
-	int rc = tp_capture_run(o, &cap);
-	if (rc < 0)
+	rc = tp_capture_run(o, s, &cap);
+	if (rc < 0) {
+		if (s)
+			engine_snapshot_abort(s);
+		cas_manifest_free(pm);
 		return rc;
+	}
 	st->stall_ns = cap.stall_ns;
 	st->gpu_lock_ns = cap.gpu_lock_ns;
 	st->gpu_ckpt_ns = cap.gpu_ckpt_ns;
@@ -1432,13 +1508,12 @@ int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opt
 	if (h->resumed)
 		h->resumed(h->arg, o, &cap);
 
-	/* The parent's chunk lists let unchanged pages skip the index. */
-	struct cas_manifest *pm = NULL;
-	if (parent && cas_manifest_load(store, parent, &pm) < 0)
+	if (!s) {
+		rc = snap_begin(e, tag, pm ? parent : NULL, pm, &s);
 		pm = NULL;
-	crest_errset_str("");
-	struct engine_snap *s;
-	rc = tp_capture_ingest(e, &cap, tag, o->branch, pm ? parent : NULL, pm, &s);
+	}
+	if (rc == 0)
+		rc = tp_capture_ingest(s, &cap, o->branch);
 	if (rc == 0) {
 		if (h->ingesting)
 			h->ingesting(h->arg, s);
@@ -1451,7 +1526,7 @@ int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opt
 	if (cap.stranded[0]) {
 		char why[1024], kept[PATH_MAX + 16], hex[65];
 		crest_errcpy(why, sizeof(why));
-		tp_capture_strand(&cap, rc < 0, kept, sizeof(kept));
+		tp_capture_strand(&cap, rc < 0 && !cap.streamed, kept, sizeof(kept));
 		for (int i = 0; i < 32; i++)
 			snprintf(hex + 2 * i, 3, "%02x", st->id[i]);
 		const char *what = cap.stranded_nccl ? "NCCL communicators could not be made again"
@@ -1486,7 +1561,7 @@ int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opt
 			 * again. Ended, its images kept (the only copy). */
 			char msg[1024], kept[PATH_MAX + 16];
 			crest_errcpy(msg, sizeof(msg));
-			tp_capture_strand(&cap, true, kept, sizeof(kept));
+			tp_capture_strand(&cap, !cap.streamed, kept, sizeof(kept));
 			crest_errx(rc, "nothing stored (%s), and then %s: the job could never run again, so crest ended "
 				   "it (pid %d); its images are %s%s", why, msg, (int)o->pid, kept[0] ? "kept in " : "lost",
 				   kept);

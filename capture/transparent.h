@@ -8,11 +8,17 @@
  * writing are copied from inside CRIU's freeze, and the job resumes at once
  * (driver restore + unlock) unless it is to be killed. Only then does
  * tp_capture_ingest hand the images to the engine, which stores them in the
- * background: a failure there never touches the job.
+ * background: a failure there never touches the job. With stream_images
+ * CRIU's images go into the engine as CRIU writes them (imgstream.h): the
+ * snapshot is begun before the freeze, the engine chunks and hashes during
+ * the dump, and nothing of the images is on tmpfs; the commit still comes
+ * only after the job runs again, and a failure of the store still fails
+ * only the snapshot.
  *
  * A job to be killed (--kill) is left stopped by CRIU, not killed: it is
  * ended by tp_capture_kill only once its snapshot is committed. Until then
- * the images on tmpfs are its only copy, and they go with tp_capture_free;
+ * the images on tmpfs (streamed: the stopped job itself) are its only
+ * copy, and they go with tp_capture_free;
  * a failed store resumes it instead (tp_capture_resume), so no failure can
  * leave the job neither running nor stored.
  */
@@ -25,6 +31,7 @@
 #include <sys/types.h>
 
 #include "capture/guard.h"
+#include "capture/imgstream.h"
 #include "gpu/shimctl.h"
 #include "os/criu.h"
 #include "os/proc.h"
@@ -67,6 +74,9 @@ struct tp_opts {
 				    * GPUs, which the driver may not restore (gpu/gpuckpt.h) */
 	bool huge_pages;           /* --huge-pages: the machine's huge page setting "always"
 				    * from before the freeze until the job runs again (os/thp.h) */
+	/* --stream-images: CRIU's images streamed into the engine while it
+	 * dumps (capture/imgstream.h) instead of written to tmpdir first. */
+	bool stream_images;
 	const char *workdir;       /* --workdir: absolute, free of symlinks; NULL: none */
 	uint64_t workdir_limit;    /* bytes of regular files in it; 0: TP_WORKDIR_LIMIT_DEFAULT */
 };
@@ -114,6 +124,13 @@ struct tp_capture {
 	uint64_t shim_rebuild_ns;
 	bool stranded_nccl;        /* stranded: by its NCCL, not by the driver */
 	bool thp;                  /* the huge page setting raised (tp_opts.huge_pages) */
+	/* tp_opts.stream_images: CRIU's images went into the snapshot as it
+	 * dumped (capture/imgstream.h), none is in dir. stream_rc: what went
+	 * wrong taking them, which fails the snapshot. */
+	bool streamed;
+	struct imgstream *stream;
+	int stream_rc;
+	char stream_msg[1024];
 	/* Set when, after the dump, the driver could not give a CUDA process
 	 * back (it stays checkpointed or locked, and can never run again): what
 	 * it said. The images are stored all the same, then the job is ended

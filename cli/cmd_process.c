@@ -131,6 +131,10 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			o.multi_gpu = true;
 			continue;
 		}
+		if (!strcmp(a, "--stream-images")) {
+			o.stream_images = true;
+			continue;
+		}
 		if (!strcmp(a, "--huge-pages")) {
 			o.huge_pages = true;
 			continue;

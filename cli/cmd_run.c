@@ -114,6 +114,10 @@ int cmd_run(struct cli *c, int argc, char **argv)
 			shim = true;
 			continue;
 		}
+		if (!strcmp(a, "--stream-images")) {
+			o.stream_images = true;
+			continue;
+		}
 		if (!strcmp(a, "--huge-pages")) {
 			o.huge_pages = true;
 			continue;

@@ -128,7 +128,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	{ "crest", "checkpoint",
 	  "--pid PID [--tag TAG] [--branch BRANCH] [--every DURATION [--count N]] [--kill] [--file-limit SIZE] "
 	  "[--workdir DIR [--workdir-limit SIZE]] [--tmpdir DIR] [--lock-timeout MS] [--lock-within DURATION] "
-	  "[--multi-gpu-process] [--huge-pages] [--tcp-close] [--metrics ADDR] [--metrics-file FILE]",
+	  "[--multi-gpu-process] [--huge-pages] [--stream-images] [--tcp-close] [--metrics ADDR] [--metrics-file FILE]",
 	  "snapshot a running process",
 	  "Checkpoints process PID and its children with CRIU (as root), GPU state included, into "
 	  "one snapshot; the job runs on as soon as its state is copied out, while crest stores it. "
@@ -165,6 +165,9 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		  "before the freeze until the job runs again, so that the memory the driver stages a CUDA "
 		  "process's device memory in is faulted in 2 MiB pages; then put back (by the guard if crest is "
 		  "killed). Every process on the machine sees the setting meanwhile; needs root" },
+		{ "--stream-images", NULL, NULL, "take CRIU's images into the store as CRIU dumps them (through "
+		  "a 256 MiB ring) instead of staging them in --tmpdir first: no copy of the job's memory on "
+		  "tmpfs (CREST_CHECKPOINT_IMAGES=stream makes it the default)" },
 		{ "--tcp-close", NULL, NULL, "checkpoint a job with connections to peers outside it: a restore "
 		  "gives the job every TCP connection closed (for a server whose clients reconnect)" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
@@ -208,7 +211,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "head. " SNAP_NAMES,
 	  "NAME SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--workdir DIR [--workdir-limit SIZE]] "
-	  "[--tmpdir DIR] [--tcp-close] [--cuda-shim] [--huge-pages] [--metrics ADDR] [--metrics-file FILE] [--] COMMAND "
+	  "[--tmpdir DIR] [--tcp-close] [--cuda-shim] [--huge-pages] [--stream-images] [--metrics ADDR] [--metrics-file FILE] [--] COMMAND "
 	  "[ARG...]",
 	  "run a job in a pid namespace of its own, checkpointed",
 	  "Runs COMMAND as root in a new pid namespace, so that it can be restored with the same "
@@ -224,6 +227,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--workdir-limit", NULL, "SIZE", "the most --workdir may hold (default 1G): larger is refused before the job is frozen" },
 		{ "--tmpdir", NULL, "DIR", "with --every: where CRIU's images are staged" },
 		{ "--tcp-close", NULL, NULL, "with --every: as checkpoint's, drop TCP connections to peers outside the job" },
+		{ "--stream-images", NULL, NULL, "with --every: as checkpoint's, CRIU's images into the store as "
+		  "CRIU dumps them, not staged on tmpfs" },
 		{ "--huge-pages", NULL, NULL, "with --every: as checkpoint's, the machine's huge pages \"always\" for "
 		  "each checkpoint's window" },
 		{ "--cuda-shim", NULL, NULL, "preload crest's NCCL shim into the job (LD_PRELOAD): each checkpoint ends its "

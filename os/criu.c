@@ -605,7 +605,7 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 	if (o->nexternal > 64)
 		return crest_errx(-E2BIG, "criu dump of pid %d: %zu external files, at most 64", (int)o->pid,
 				  o->nexternal);
-	const char *argv[28 + 2 * 64];
+	const char *argv[29 + 2 * 64];
 	int n = 0;
 	argv[n++] = c->path;
 	argv[n++] = "dump";
@@ -616,6 +616,8 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 	argv[n++] = "-o";
 	argv[n++] = "dump.log";
 	argv[n++] = "--file-locks";
+	if (o->stream)
+		argv[n++] = "--stream";
 	if (o->leave_running)
 		argv[n++] = "--leave-running";
 	else if (o->leave_stopped)

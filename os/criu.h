@@ -76,6 +76,9 @@ struct criu_dump_opts {
 	 * criu's --ghost-limit. 0: criu's own default, 1 MiB, which such a
 	 * job fails ("Can't dump ghost file ... increase limit"). */
 	uint64_t ghost_limit;
+	/* The images go to an image streamer on dir's streamer-capture.sock
+	 * (os/criustream.h, capture/imgstream.h), not into files in dir. */
+	bool stream;
 };
 int criu_dump(const struct criu *c, const struct criu_dump_opts *o);
 

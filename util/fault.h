@@ -27,7 +27,10 @@
  * restore in place, its --workdir swapped in, before CRIU runs),
  * "store.head_bump" (a writer's open of a store on RADOS, its new
  * generation recorded in this node's index, not yet put as the head:
- * cas/cache.c), "store.head_seal" (the same at a writer's clean close).
+ * cas/cache.c), "store.head_seal" (the same at a writer's clean close),
+ * "capture.imgstream" (a checkpoint with its images streamed: the first
+ * full window of an image taken, CRIU waiting to write the rest, the job
+ * frozen; capture/imgstream.h).
  *
  * crest_fault_pause(site) holds the calling thread at a step when
  * CREST_FAULT_PAUSE="SITE:FILE" names the site: it creates FILE, then
@@ -45,7 +48,7 @@
  * synced in the destination, before the commit that lists it),
  * "capture.thp" (a checkpoint with --huge-pages: the setting raised under
  * the guard, nothing frozen yet), "restore.thp" (the same for a restore:
- * before CRIU runs).
+ * before CRIU runs), "capture.imgstream" (as for crest_fault_die).
  */
 #ifndef CREST_UTIL_FAULT_H
 #define CREST_UTIL_FAULT_H
