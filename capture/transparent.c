@@ -1465,15 +1465,15 @@ int tp_checkpoint(struct cas_store *store, struct engine *e, const struct tp_opt
 	crest_errset_str("");
 	/* Streamed, the snapshot takes the images as CRIU dumps: begun first.
 	 * CREST_CHECKPOINT_IMAGES=stream|files sets the default, as
-	 * CREST_RESTORE_IMAGES does a restore's. */
+	 * CREST_RESTORE_IMAGES does a restore's; --stage-images is files. */
 	struct engine_snap *s = NULL;
 	int rc = 0;
 	const char *how = getenv("CREST_CHECKPOINT_IMAGES");
-	bool stream = o->stream_images || (how && !strcmp(how, "stream"));
+	const bool stream = !o->stage_images && !(how && !strcmp(how, "files"));
 	if (how && *how && strcmp(how, "stream") && strcmp(how, "files")) {
 		cas_manifest_free(pm);
-		return crest_errx(-EINVAL, "CREST_CHECKPOINT_IMAGES is '%s': it must be 'files' (the default) or "
-				  "'stream'; nothing was frozen, and pid %d runs on", how, (int)o->pid);
+		return crest_errx(-EINVAL, "CREST_CHECKPOINT_IMAGES is '%s': it must be 'stream' (the default) or "
+				  "'files'; nothing was frozen, and pid %d runs on", how, (int)o->pid);
 	}
 	if (stream) {
 		rc = snap_begin(e, tag, pm ? parent : NULL, pm, &s);

@@ -8,7 +8,7 @@
  * writing are copied from inside CRIU's freeze, and the job resumes at once
  * (driver restore + unlock) unless it is to be killed. Only then does
  * tp_capture_ingest hand the images to the engine, which stores them in the
- * background: a failure there never touches the job. With stream_images
+ * background: a failure there never touches the job. Unless stage_images,
  * CRIU's images go into the engine as CRIU writes them (imgstream.h): the
  * snapshot is begun before the freeze, the engine chunks and hashes during
  * the dump, and nothing of the images is on tmpfs; the commit still comes
@@ -74,9 +74,13 @@ struct tp_opts {
 				    * GPUs, which the driver may not restore (gpu/gpuckpt.h) */
 	bool huge_pages;           /* --huge-pages: the machine's huge page setting "always"
 				    * from before the freeze until the job runs again (os/thp.h) */
-	/* --stream-images: CRIU's images streamed into the engine while it
-	 * dumps (capture/imgstream.h) instead of written to tmpdir first. */
-	bool stream_images;
+	/* --stage-images: CRIU's images written to tmpdir first, stored once
+	 * the job runs again, instead of streamed into the engine while CRIU
+	 * dumps (capture/imgstream.h). Streamed, the stall was the same on the
+	 * H200 (bench/RESULTS.md), the snapshot durable 2-3 s sooner after
+	 * it, and tmpfs held 0.27 GB instead of the job's 7.8 GB; staged, a
+	 * store slower than CRIU's dump cannot lengthen the stall. */
+	bool stage_images;
 	const char *workdir;       /* --workdir: absolute, free of symlinks; NULL: none */
 	uint64_t workdir_limit;    /* bytes of regular files in it; 0: TP_WORKDIR_LIMIT_DEFAULT */
 };
@@ -124,7 +128,7 @@ struct tp_capture {
 	uint64_t shim_rebuild_ns;
 	bool stranded_nccl;        /* stranded: by its NCCL, not by the driver */
 	bool thp;                  /* the huge page setting raised (tp_opts.huge_pages) */
-	/* tp_opts.stream_images: CRIU's images went into the snapshot as it
+	/* Not tp_opts.stage_images: CRIU's images went into the snapshot as it
 	 * dumped (capture/imgstream.h), none is in dir. stream_rc: what went
 	 * wrong taking them, which fails the snapshot. */
 	bool streamed;

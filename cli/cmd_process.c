@@ -131,8 +131,8 @@ int cmd_checkpoint(struct cli *c, int argc, char **argv)
 			o.multi_gpu = true;
 			continue;
 		}
-		if (!strcmp(a, "--stream-images")) {
-			o.stream_images = true;
+		if (!strcmp(a, "--stage-images")) {
+			o.stage_images = true;
 			continue;
 		}
 		if (!strcmp(a, "--huge-pages")) {

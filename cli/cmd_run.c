@@ -114,8 +114,8 @@ int cmd_run(struct cli *c, int argc, char **argv)
 			shim = true;
 			continue;
 		}
-		if (!strcmp(a, "--stream-images")) {
-			o.stream_images = true;
+		if (!strcmp(a, "--stage-images")) {
+			o.stage_images = true;
 			continue;
 		}
 		if (!strcmp(a, "--huge-pages")) {

@@ -128,7 +128,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	{ "crest", "checkpoint",
 	  "--pid PID [--tag TAG] [--branch BRANCH] [--every DURATION [--count N]] [--kill] [--file-limit SIZE] "
 	  "[--workdir DIR [--workdir-limit SIZE]] [--tmpdir DIR] [--lock-timeout MS] [--lock-within DURATION] "
-	  "[--multi-gpu-process] [--huge-pages] [--stream-images] [--tcp-close] [--metrics ADDR] [--metrics-file FILE]",
+	  "[--multi-gpu-process] [--huge-pages] [--stage-images] [--tcp-close] [--metrics ADDR] [--metrics-file FILE]",
 	  "snapshot a running process",
 	  "Checkpoints process PID and its children with CRIU (as root), GPU state included, into "
 	  "one snapshot; the job runs on as soon as its state is copied out, while crest stores it. "
@@ -152,7 +152,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--workdir", NULL, "DIR", "a directory the job writes by path (logs, event files, its own checkpoints): "
 		  "stored whole with each snapshot, put back exactly by restore, copied for each clone" },
 		{ "--workdir-limit", NULL, "SIZE", "the most --workdir may hold (default 1G): larger is refused before the job is frozen" },
-		{ "--tmpdir", NULL, "DIR", "where CRIU's images are staged" },
+		{ "--tmpdir", NULL, "DIR", "CRIU's working directory, and where its images are staged with --stage-images" },
 		{ "--lock-timeout", NULL, "MS", "how long each try waits to lock the job's GPU state: milliseconds, or a "
 		  "duration (2s), up to 1h (default 10s); the CUDA processes are locked all at once" },
 		{ "--lock-within", NULL, "DURATION", "how long crest keeps trying to lock every CUDA process at once "
@@ -165,9 +165,10 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		  "before the freeze until the job runs again, so that the memory the driver stages a CUDA "
 		  "process's device memory in is faulted in 2 MiB pages; then put back (by the guard if crest is "
 		  "killed). Every process on the machine sees the setting meanwhile; needs root" },
-		{ "--stream-images", NULL, NULL, "take CRIU's images into the store as CRIU dumps them (through "
-		  "a 256 MiB ring) instead of staging them in --tmpdir first: no copy of the job's memory on "
-		  "tmpfs (CREST_CHECKPOINT_IMAGES=stream makes it the default)" },
+		{ "--stage-images", NULL, NULL, "write CRIU's images to --tmpdir first and store them once the job "
+		  "runs again, as crest did before it streamed them into the store as CRIU dumps (the default): "
+		  "a store too slow to take them as fast as CRIU writes then cannot lengthen the stall, but tmpfs "
+		  "holds a copy of the job's memory meanwhile (CREST_CHECKPOINT_IMAGES=files makes it the default)" },
 		{ "--tcp-close", NULL, NULL, "checkpoint a job with connections to peers outside it: a restore "
 		  "gives the job every TCP connection closed (for a server whose clients reconnect)" },
 		{ "--metrics", NULL, "ADDR", "with --every: serve Prometheus metrics at http://ADDR/metrics "
@@ -211,7 +212,7 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 	  "head. " SNAP_NAMES,
 	  "NAME SNAPSHOT", false, { { NULL, NULL, NULL, NULL } } },
 	{ "crest", "run", "[--every DURATION] [--branch BRANCH] [--file-limit SIZE] [--workdir DIR [--workdir-limit SIZE]] "
-	  "[--tmpdir DIR] [--tcp-close] [--cuda-shim] [--huge-pages] [--stream-images] [--metrics ADDR] [--metrics-file FILE] [--] COMMAND "
+	  "[--tmpdir DIR] [--tcp-close] [--cuda-shim] [--huge-pages] [--stage-images] [--metrics ADDR] [--metrics-file FILE] [--] COMMAND "
 	  "[ARG...]",
 	  "run a job in a pid namespace of its own, checkpointed",
 	  "Runs COMMAND as root in a new pid namespace, so that it can be restored with the same "
@@ -227,8 +228,8 @@ const struct cli_cmd_doc cli_cmd_docs[] = {
 		{ "--workdir-limit", NULL, "SIZE", "the most --workdir may hold (default 1G): larger is refused before the job is frozen" },
 		{ "--tmpdir", NULL, "DIR", "with --every: where CRIU's images are staged" },
 		{ "--tcp-close", NULL, NULL, "with --every: as checkpoint's, drop TCP connections to peers outside the job" },
-		{ "--stream-images", NULL, NULL, "with --every: as checkpoint's, CRIU's images into the store as "
-		  "CRIU dumps them, not staged on tmpfs" },
+		{ "--stage-images", NULL, NULL, "with --every: as checkpoint's, CRIU's images staged in --tmpdir "
+		  "first, not streamed into the store as CRIU dumps them" },
 		{ "--huge-pages", NULL, NULL, "with --every: as checkpoint's, the machine's huge pages \"always\" for "
 		  "each checkpoint's window" },
 		{ "--cuda-shim", NULL, NULL, "preload crest's NCCL shim into the job (LD_PRELOAD): each checkpoint ends its "

@@ -548,10 +548,10 @@ demo_check demo
 # it where they do not fire (a VM that drops debug registers: os/criu.c,
 # hw_breakpoints_fire): a CUDA job dumped and restored that way too.
 demo_check demo_nobp CRIU_FAULT=130
-# 3a'. The same with CRIU's images streamed into the engine as it dumps
-# (issue 36, item 2: capture/imgstream.h), none staged on tmpfs: every
-# checkpoint of the demo streamed, the restore's output compared as above.
-demo_check demo_stream CREST_CHECKPOINT_IMAGES=stream
+# 3a'. The same with CRIU's images staged on tmpfs (--stage-images), as
+# before they were streamed into the engine as CRIU dumps (issue 36, item 2:
+# capture/imgstream.h, the default that demo and demo_nobp take).
+demo_check demo_staged CREST_CHECKPOINT_IMAGES=files
 
 # 3b. A CUDA job moved to another GPU (issue 10, item 7): checkpointed on
 # GPU 0, killed, restored with `--gpu 1` and again with the partial map

@@ -1,13 +1,14 @@
 #!/bin/bash
 # Issue 36, item 2: the transparent stall with CRIU's images streamed into
-# the engine (--stream-images) beside the same checkpoint staged on tmpfs
+# the engine (the default) beside the same checkpoint staged on tmpfs
 # and beside the bare flow (driver lock + checkpoint, CRIU dump into
 # /dev/shm, driver restore + unlock: crest-bare-ckpt), one CUDA job of
 # $GPU_MIB MiB of device memory (default 8192), all in one run.
 #
 # Per round (ROUNDS, default 3; the order reversed in every other round):
-# bare, crest --huge-pages, crest --huge-pages --stream-images, crest,
-# crest --stream-images. Each kind of crest checkpoint has a store of its
+# bare, crest --huge-pages --stage-images, crest --huge-pages, crest
+# --stage-images, crest (kinds crest_hp, crest_hp_stream, crest,
+# crest_stream). Each kind of crest checkpoint has a store of its
 # own, so that its round 1 is a first checkpoint (everything new) and the
 # later rounds are incremental ones; each returns only once its snapshot
 # is stored, so no ingest runs under the next measurement. A store lives
@@ -60,7 +61,7 @@ one() {  # one ROUND KIND
 	*)
 		local flags=
 		case $2 in *hp*) flags="--huge-pages" ;; esac
-		case $2 in *stream*) flags="$flags --stream-images" ;; esac
+		case $2 in *stream*) ;; *) flags="$flags --stage-images" ;; esac
 		j=$("$RUN" crest --store "$SD/crest-ss-$2" --json checkpoint --pid "$JOB" $flags 2>"$OUT/err") || j= ;;
 	esac
 	[ -n "$j" ] || { echo "$2 failed in round $1: $(tail -2 "$OUT/err")"; exit 1; }
