@@ -6,9 +6,7 @@
 #include "util/fault.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -16,7 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 /* A window is one engine segment: full windows fall on the stream's
@@ -57,16 +54,9 @@ struct reader {
 struct imgstream {
 	struct engine_snap *s;
 	struct ring *ring;
-	int lfd, conn;
-	int stop[2];                /* imgstream_finish writes a byte: the server ends */
-	pthread_t th;
-	bool running;
-	pthread_mutex_t lock;       /* readers, conn, the server's failure */
-	struct reader *readers;
-	unsigned images;
+	struct criustream_server srv; /* its failure: the protocol's, a thread's */
+	struct reader *readers;     /* the server thread's until it is stopped */
 	atomic_bool faulted;        /* the fault sites passed once */
-	int rc;
-	char msg[1024];
 };
 
 static void ring_free(struct ring *r)
@@ -213,19 +203,10 @@ static void *reader_main(void *arg)
 	return NULL;
 }
 
-static void srv_fail(struct imgstream *t, int rc)
-{
-	pthread_mutex_lock(&t->lock);
-	if (!t->rc) {
-		t->rc = rc;
-		crest_errcpy(t->msg, sizeof(t->msg));
-	}
-	pthread_mutex_unlock(&t->lock);
-}
-
 /* One image: its stream and its reader. */
-static int take_one(struct imgstream *t, int conn, bool *eof)
+static int take_one(void *arg, int conn, bool *eof)
 {
+	struct imgstream *t = arg;
 	char name[NAME_MAX + 1];
 	int rc = criustream_request(conn, name, eof);
 	if (rc < 0 || *eof)
@@ -253,15 +234,11 @@ static int take_one(struct imgstream *t, int conn, bool *eof)
 		rd->st = NULL;
 		rd->rc = rc;   /* drained, and reported by imgstream_finish */
 	}
-	pthread_mutex_lock(&t->lock);
 	const int prc = pthread_create(&rd->th, NULL, reader_main, rd);
 	if (prc == 0) {
 		rd->next = t->readers;
 		t->readers = rd;
-		t->images++;
-	}
-	pthread_mutex_unlock(&t->lock);
-	if (prc != 0) {
+	} else {
 		if (rd->st)
 			engine_stream_close(rd->st);
 		close(fd);
@@ -271,81 +248,22 @@ static int take_one(struct imgstream *t, int conn, bool *eof)
 	return 0;
 }
 
-/* Waits for fd to be readable; false when imgstream_finish said stop. */
-static bool wait_for(struct imgstream *t, int fd)
-{
-	for (;;) {
-		struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = t->stop[0], .events = POLLIN } };
-		if (poll(p, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			return false;
-		}
-		if (p[0].revents)
-			return true;   /* what CRIU sent is read before a stop is heeded */
-		if (p[1].revents)
-			return false;
-	}
-}
-
-static void *server_main(void *arg)
-{
-	struct imgstream *t = arg;
-	if (!wait_for(t, t->lfd))
-		return NULL;
-	int conn;
-	do
-		conn = accept4(t->lfd, NULL, NULL, SOCK_CLOEXEC);
-	while (conn < 0 && errno == EINTR);
-	if (conn < 0) {
-		srv_fail(t, crest_errf(-errno, "accepting criu's connection for images"));
-		return NULL;
-	}
-	pthread_mutex_lock(&t->lock);
-	t->conn = conn;
-	pthread_mutex_unlock(&t->lock);
-	/* CRIU's processes share the connection; it ends when CRIU is done. */
-	while (wait_for(t, conn)) {
-		bool eof = false;
-		const int rc = take_one(t, conn, &eof);
-		if (rc < 0) {
-			srv_fail(t, rc);
-			break;   /* closing the connection fails CRIU's next image */
-		}
-		if (eof)
-			break;
-	}
-	pthread_mutex_lock(&t->lock);
-	t->conn = -1;
-	close(conn);
-	pthread_mutex_unlock(&t->lock);
-	return NULL;
-}
-
-int imgstream_start(struct engine_snap *s, const char *dir, size_t ring_bytes, struct imgstream **out)
+int imgstream_start(struct engine_snap *s, const char *dir, struct imgstream **out)
 {
 	*out = NULL;
 	struct imgstream *t = calloc(1, sizeof(*t));
 	if (!t)
 		return crest_errf(-ENOMEM, "streaming images");
 	t->s = s;
-	t->lfd = t->conn = t->stop[0] = t->stop[1] = -1;
-	pthread_mutex_init(&t->lock, NULL);
-	int rc = ring_new(ring_bytes ? ring_bytes : IMGSTREAM_RING_BYTES, &t->ring);
-	if (rc == 0 && pipe2(t->stop, O_CLOEXEC) < 0)
-		rc = crest_errf(-errno, "streaming images");
+	int rc = ring_new(IMGSTREAM_RING_BYTES, &t->ring);
+	/* Dump side: an image CRIU wrote whole into its pipe before it exited
+	 * is still to be taken when the stop comes. */
 	if (rc == 0)
-		rc = criustream_listen(dir, CRIUSTREAM_CAPTURE_SOCKET, &t->lfd);
-	if (rc == 0) {
-		const int prc = pthread_create(&t->th, NULL, server_main, t);
-		if (prc != 0)
-			rc = crest_errf(-prc, "starting the images' reader");
-		t->running = prc == 0;
-	}
+		rc = criustream_server_start(&t->srv, dir, CRIUSTREAM_CAPTURE_SOCKET, take_one, t, true);
 	if (rc < 0) {
 		char msg[1024];
 		crest_errcpy(msg, sizeof(msg));
-		imgstream_finish(t, NULL, NULL);
+		imgstream_finish(t, NULL);
 		crest_errset_str(msg);
 		return rc;
 	}
@@ -353,31 +271,15 @@ int imgstream_start(struct engine_snap *s, const char *dir, size_t ring_bytes, s
 	return 0;
 }
 
-int imgstream_finish(struct imgstream *t, uint64_t *bytes, unsigned *images)
+int imgstream_finish(struct imgstream *t, uint64_t *bytes)
 {
 	if (bytes)
 		*bytes = 0;
-	if (images)
-		*images = 0;
 	if (!t)
 		return 0;
-	if (t->running) {
-		const char b = 1;
-		ssize_t w;
-		do
-			w = write(t->stop[1], &b, 1);
-		while (w < 0 && errno == EINTR);
-		/* CRIU has exited: a request it left half sent must not hold the
-		 * server in read(). */
-		pthread_mutex_lock(&t->lock);
-		if (t->conn >= 0)
-			shutdown(t->conn, SHUT_RDWR);
-		pthread_mutex_unlock(&t->lock);
-		pthread_join(t->th, NULL);
-	}
-	int rc = t->rc;
+	int rc = criustream_server_stop(&t->srv);
 	char msg[1400];
-	snprintf(msg, sizeof(msg), "%s", t->msg);
+	snprintf(msg, sizeof(msg), "%s", rc < 0 ? t->srv.msg : "");
 	uint64_t sum = 0;
 	for (struct reader *rd = t->readers, *next; rd; rd = next) {
 		next = rd->next;
@@ -391,16 +293,8 @@ int imgstream_finish(struct imgstream *t, uint64_t *bytes, unsigned *images)
 	}
 	if (bytes)
 		*bytes = sum;
-	if (images)
-		*images = t->images;
 	if (t->ring)
 		ring_close(t->ring);
-	if (t->lfd >= 0)
-		close(t->lfd);
-	for (int i = 0; i < 2; i++)
-		if (t->stop[i] >= 0)
-			close(t->stop[i]);
-	pthread_mutex_destroy(&t->lock);
 	free(t);
 	if (rc < 0)
 		crest_errset_str(msg);

@@ -37,16 +37,17 @@
 struct imgstream;
 
 /* Listens on dir/CRIUSTREAM_CAPTURE_SOCKET and, from a thread of its own,
- * takes every image CRIU sends into s until imgstream_finish. The ring is
- * allocated and faulted in here, before anything is frozen. */
-int imgstream_start(struct engine_snap *s, const char *dir, size_t ring_bytes, struct imgstream **out);
+ * takes every image CRIU sends into s until imgstream_finish. The ring
+ * (IMGSTREAM_RING_BYTES) is allocated and faulted in here, before anything
+ * is frozen. */
+int imgstream_start(struct engine_snap *s, const char *dir, struct imgstream **out);
 
 /* Once CRIU has exited (or was never run): stops listening, waits for the
  * images still being read and frees t; NULL is a no-op. Returns 0, or the
  * first failure (a protocol error, an image that could not be queued). An
- * image cut short by CRIU's own failure is none: CRIU says why. *bytes and
- * *images (each may be NULL): what was read. No stream may be added to s
- * until this returns. */
-int imgstream_finish(struct imgstream *t, uint64_t *bytes, unsigned *images);
+ * image cut short by CRIU's own failure is none: CRIU says why. *bytes (may
+ * be NULL): the image bytes read. No stream may be added to s until this
+ * returns. */
+int imgstream_finish(struct imgstream *t, uint64_t *bytes);
 
 #endif

@@ -155,7 +155,7 @@ static void tp_capture_free(struct tp_capture *c)
 	if (c->stream) {
 		char msg[1024];
 		crest_errcpy(msg, sizeof(msg));
-		imgstream_finish(c->stream, NULL, NULL);   /* CRIU has exited, or never ran */
+		imgstream_finish(c->stream, NULL);   /* CRIU has exited, or never ran */
 		c->stream = NULL;
 		crest_errset_str(msg);
 	}
@@ -616,7 +616,7 @@ static int tp_capture_run(const struct tp_opts *o, struct engine_snap *snap, str
 	/* Streamed, CRIU's images go into snap while it dumps (imgstream.h);
 	 * the directory holds only its socket and CRIU's log. */
 	if (snap) {
-		rc = imgstream_start(snap, c->dir, 0, &c->stream);
+		rc = imgstream_start(snap, c->dir, &c->stream);
 		if (rc < 0) {
 			crest_errctx(rc, "nothing was frozen, and pid %d runs on", (int)o->pid);
 			tp_capture_free(c);
@@ -810,7 +810,7 @@ static int tp_capture_run(const struct tp_opts *o, struct engine_snap *snap, str
 	 * tp_capture_ingest fails it, and the job is treated as after any
 	 * store that failed (runs on; --kill: resumed). */
 	if (c->stream) {
-		const int src = imgstream_finish(c->stream, &c->image_bytes, NULL);
+		const int src = imgstream_finish(c->stream, &c->image_bytes);
 		c->stream = NULL;
 		if (src < 0 && rc == 0) {
 			c->stream_rc = src;

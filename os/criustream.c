@@ -3,6 +3,9 @@
 #include "util/err.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -179,4 +182,132 @@ int criustream_recv_pipe(int conn, int *fd)
 	}
 	memcpy(fd, CMSG_DATA(ch), sizeof(int));
 	return 0;
+}
+
+static void srv_fail(struct criustream_server *s, int rc)
+{
+	pthread_mutex_lock(&s->lock);
+	if (!s->rc) {
+		s->rc = rc;
+		crest_errcpy(s->msg, sizeof(s->msg));
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Waits for fd to be readable; false when criustream_server_stop said stop. */
+static bool wait_for(struct criustream_server *s, int fd)
+{
+	for (;;) {
+		struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = s->stop[0], .events = POLLIN } };
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return false;
+		}
+		if (s->drain && p[0].revents)
+			return true;
+		if (p[1].revents)
+			return false;
+		if (p[0].revents)
+			return true;
+	}
+}
+
+static void *server_main(void *arg)
+{
+	struct criustream_server *s = arg;
+	/* A reader gone is EPIPE, not a signal that ends crest: blocked here,
+	 * and so in every thread serve starts. */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	/* CRIU connects once, early; its processes share that connection,
+	 * which ends when the last of them has exited or become the job. */
+	if (!wait_for(s, s->lfd))
+		return NULL;
+	int conn;
+	do
+		conn = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+	while (conn < 0 && errno == EINTR);
+	if (conn < 0) {
+		srv_fail(s, crest_errf(-errno, "accepting criu's connection for images"));
+		return NULL;
+	}
+	pthread_mutex_lock(&s->lock);
+	s->conn = conn;   /* criustream_server_stop shuts it down: a read cut short ends */
+	pthread_mutex_unlock(&s->lock);
+	while (wait_for(s, conn)) {
+		bool eof = false;
+		const int rc = s->serve(s->arg, conn, &eof);
+		if (rc < 0) {
+			srv_fail(s, rc);
+			break;   /* closing the connection fails CRIU's next request */
+		}
+		if (eof)
+			break;
+	}
+	pthread_mutex_lock(&s->lock);
+	s->conn = -1;
+	close(conn);
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+int criustream_server_start(struct criustream_server *s, const char *dir, const char *sock,
+			    int (*serve)(void *arg, int conn, bool *eof), void *arg, bool drain)
+{
+	*s = (struct criustream_server){ .serve = serve, .arg = arg, .drain = drain, .lfd = -1, .conn = -1,
+					 .stop = { -1, -1 } };
+	pthread_mutex_init(&s->lock, NULL);
+	int rc = 0;
+	if (pipe2(s->stop, O_CLOEXEC) < 0)
+		rc = crest_errf(-errno, "serving criu's images");
+	if (rc == 0)
+		rc = criustream_listen(dir, sock, &s->lfd);
+	if (rc == 0) {
+		const int prc = pthread_create(&s->t, NULL, server_main, s);
+		if (prc != 0)
+			rc = crest_errf(-prc, "starting the server for criu's images");
+		s->running = prc == 0;
+	}
+	if (rc < 0) {
+		char msg[1024];
+		crest_errcpy(msg, sizeof(msg));
+		criustream_server_stop(s);
+		crest_errset_str(msg);
+	}
+	return rc;
+}
+
+int criustream_server_stop(struct criustream_server *s)
+{
+	if (!s->serve)
+		return 0;   /* never started, or stopped already */
+	if (s->running) {
+		const char b = 1;
+		ssize_t w;
+		do
+			w = write(s->stop[1], &b, 1);
+		while (w < 0 && errno == EINTR);
+		/* CRIU has exited; a request it left half sent (its length and
+		 * body are two writes) must not hold the server in read(). */
+		pthread_mutex_lock(&s->lock);
+		if (s->conn >= 0)
+			shutdown(s->conn, SHUT_RDWR);
+		pthread_mutex_unlock(&s->lock);
+		pthread_join(s->t, NULL);
+		s->running = false;
+	}
+	if (s->lfd >= 0)
+		close(s->lfd);
+	for (int i = 0; i < 2; i++)
+		if (s->stop[i] >= 0)
+			close(s->stop[i]);
+	s->lfd = s->stop[0] = s->stop[1] = -1;
+	pthread_mutex_destroy(&s->lock);
+	s->serve = NULL;
+	if (s->rc < 0)
+		crest_errset_str(s->msg);
+	return s->rc;
 }

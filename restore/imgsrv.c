@@ -4,16 +4,13 @@
 #include "util/err.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <limits.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 struct sender {
@@ -32,27 +29,11 @@ struct imgsrv {
 	const struct cas_manifest *m;
 	const struct cas_stream *largest;
 	struct cas_reader *rd;       /* shared by every image's threads */
-	int lfd;                     /* listening */
-	int stop[2];                 /* imgsrv_finish writes a byte: the server ends */
-	pthread_t t;
-	bool running;
-	pthread_mutex_t lock;        /* senders, the server's error, conn */
-	int conn;                    /* CRIU's connection, -1 before and after */
+	struct criustream_server srv; /* its failure: the protocol's, a thread's */
+	pthread_mutex_t lock;        /* senders */
 	struct sender *senders;
-	int rc;                      /* the server's own failure (protocol, threads) */
-	char msg[1024];
 	atomic_uint_fast64_t bytes;
 };
-
-static void srv_fail(struct imgsrv *s, int rc)
-{
-	pthread_mutex_lock(&s->lock);
-	if (!s->rc) {
-		s->rc = rc;
-		crest_errcpy(s->msg, sizeof(s->msg));
-	}
-	pthread_mutex_unlock(&s->lock);
-}
 
 static const char *base_of(const char *name)
 {
@@ -96,8 +77,9 @@ static void *sender_main(void *arg)
 }
 
 /* One request: the answer, and for an image that exists its sender. */
-static int serve_one(struct imgsrv *s, int conn, bool *eof)
+static int serve_one(void *arg, int conn, bool *eof)
 {
+	struct imgsrv *s = arg;
 	char name[NAME_MAX + 1];
 	int rc = criustream_request(conn, name, eof);
 	if (rc < 0 || *eof)
@@ -137,59 +119,6 @@ static int serve_one(struct imgsrv *s, int conn, bool *eof)
 	return 0;
 }
 
-/* Waits for fd to be readable; false when imgsrv_finish said stop. */
-static bool wait_for(struct imgsrv *s, int fd)
-{
-	for (;;) {
-		struct pollfd p[2] = { { .fd = fd, .events = POLLIN }, { .fd = s->stop[0], .events = POLLIN } };
-		if (poll(p, 2, -1) < 0) {
-			if (errno == EINTR)
-				continue;
-			return false;
-		}
-		if (p[1].revents)
-			return false;
-		if (p[0].revents)
-			return true;
-	}
-}
-
-static void *server_main(void *arg)
-{
-	struct imgsrv *s = arg;
-	block_sigpipe();
-	/* CRIU connects once, early; its processes share that connection,
-	 * which ends when the last of them has exited or become the job. */
-	if (!wait_for(s, s->lfd))
-		return NULL;
-	int conn;
-	do
-		conn = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
-	while (conn < 0 && errno == EINTR);
-	if (conn < 0) {
-		srv_fail(s, crest_errf(-errno, "accepting criu's connection for images"));
-		return NULL;
-	}
-	pthread_mutex_lock(&s->lock);
-	s->conn = conn;   /* imgsrv_finish shuts it down: a read cut short ends */
-	pthread_mutex_unlock(&s->lock);
-	while (wait_for(s, conn)) {
-		bool eof = false;
-		const int rc = serve_one(s, conn, &eof);
-		if (rc < 0) {
-			srv_fail(s, rc);
-			break;   /* closing the connection fails CRIU's next request */
-		}
-		if (eof)
-			break;
-	}
-	pthread_mutex_lock(&s->lock);
-	s->conn = -1;
-	close(conn);
-	pthread_mutex_unlock(&s->lock);
-	return NULL;
-}
-
 int imgsrv_start(const struct restore_ctx *c, const struct cas_manifest *m, const char *dir,
 		 struct imgsrv **out)
 {
@@ -199,8 +128,6 @@ int imgsrv_start(const struct restore_ctx *c, const struct cas_manifest *m, cons
 		return crest_errf(-ENOMEM, "serving images");
 	s->c = *c;
 	s->m = m;
-	s->lfd = s->conn = -1;
-	s->stop[0] = s->stop[1] = -1;
 	pthread_mutex_init(&s->lock, NULL);
 	for (size_t i = 0; i < m->nstreams; i++)
 		if (m->streams[i].type == CAS_STREAM_IMAGE && (!s->largest || m->streams[i].size > s->largest->size))
@@ -208,18 +135,14 @@ int imgsrv_start(const struct restore_ctx *c, const struct cas_manifest *m, cons
 	int rc = c->reader ? 0 : cas_reader_open(c->store, &s->rd);
 	if (rc == 0 && !c->reader)
 		s->c.reader = s->rd;
-	if (rc == 0 && pipe2(s->stop, O_CLOEXEC) < 0)
-		rc = crest_errf(-errno, "serving images");
+	/* Restore side: once CRIU is gone, what it asked for is nobody's. */
 	if (rc == 0)
-		rc = criustream_listen(dir, CRIUSTREAM_SERVE_SOCKET, &s->lfd);
-	if (rc == 0) {
-		const int prc = pthread_create(&s->t, NULL, server_main, s);
-		if (prc != 0)
-			rc = crest_errf(-prc, "starting the image server");
-		s->running = prc == 0;
-	}
+		rc = criustream_server_start(&s->srv, dir, CRIUSTREAM_SERVE_SOCKET, serve_one, s, false);
 	if (rc < 0) {
+		char msg[1024];
+		crest_errcpy(msg, sizeof(msg));
 		imgsrv_finish(s, NULL);
+		crest_errset_str(msg);
 		return rc;
 	}
 	*out = s;
@@ -232,25 +155,12 @@ int imgsrv_finish(struct imgsrv *s, uint64_t *bytes)
 		*bytes = 0;
 	if (!s)
 		return 0;
-	if (s->running) {
-		const char b = 1;
-		ssize_t w;
-		do
-			w = write(s->stop[1], &b, 1);
-		while (w < 0 && errno == EINTR);
-		/* CRIU has exited; a request it left half sent (its length and
-		 * body are two writes) must not hold the server in read(). */
-		pthread_mutex_lock(&s->lock);
-		if (s->conn >= 0)
-			shutdown(s->conn, SHUT_RDWR);
-		pthread_mutex_unlock(&s->lock);
-		pthread_join(s->t, NULL);
-	}
 	/* CRIU has exited, so every pipe's reader is closed: each sender ends,
-	 * done or with EPIPE. The first real failure is the one to report. */
-	int rc = s->rc;
+	 * done or with EPIPE. The first real failure is the one to report:
+	 * the server's own, else a sender's. */
+	int rc = criustream_server_stop(&s->srv);
 	char msg[1400];
-	snprintf(msg, sizeof(msg), "%s", s->msg);
+	snprintf(msg, sizeof(msg), "%s", rc < 0 ? s->srv.msg : "");
 	for (struct sender *w = s->senders, *next; w; w = next) {
 		next = w->next;
 		pthread_join(w->t, NULL);
@@ -265,11 +175,6 @@ int imgsrv_finish(struct imgsrv *s, uint64_t *bytes)
 	}
 	if (bytes)
 		*bytes = atomic_load(&s->bytes);
-	if (s->lfd >= 0)
-		close(s->lfd);
-	for (int i = 0; i < 2; i++)
-		if (s->stop[i] >= 0)
-			close(s->stop[i]);
 	if (s->rd)
 		cas_reader_close(s->rd);
 	pthread_mutex_destroy(&s->lock);
