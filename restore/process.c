@@ -14,6 +14,7 @@
 #include "util/fs.h"
 #include "util/progress.h"
 
+#include <assert.h>
 #include <dirent.h>
 #include <errno.h>
 #include <signal.h>
@@ -1323,8 +1324,16 @@ static bool jobfile_in(const struct cas_stream *st, const char *wdl)
 	return wdl && meta_get(st->meta, "path", path, sizeof(path)) && wd_holds(wdl, path);
 }
 
-int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, const struct criu *criu,
-		    const struct rp_opts *o, struct rp_result *r)
+/* restore_attempt's answer when CRIU failed on streamed images that were
+ * all whole: the attempt has undone everything (restore_process). */
+#define RP_AGAIN_FROM_FILES 1
+
+/* One restore of the snapshot, from streamed images or (from_files) from image
+ * files written out first. *job_lock: the restore lock, taken here where
+ * in place and not yet held, and left held for the caller. */
+static int restore_attempt(const struct restore_ctx *c, const struct cas_manifest *m, const struct criu *criu,
+			   const struct rp_opts *o, struct rp_result *r, bool from_files, int *job_lock, char *why,
+			   size_t whycap)
 {
 	memset(r, 0, sizeof(*r));
 	uint64_t t0 = time_now_ns();
@@ -1395,11 +1404,11 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 					"namespace is not possible", c->snapshot);
 	}
 	/* In place: the lock, then the checks under it (restore_lock). */
-	int job_lock = -1;
-	if (rc == 0 && !o->beside)
-		rc = restore_lock(&job_lock);
-	if (rc == 0 && !o->beside)
-		crest_fault_pause("restore.lock");   /* tests only: util/fault.h */
+	if (rc == 0 && !o->beside && *job_lock < 0) {
+		rc = restore_lock(job_lock);
+		if (rc == 0)
+			crest_fault_pause("restore.lock");   /* tests only: util/fault.h */
+	}
 	if (rc == 0 && pidns && !o->beside && pidns_holds(pids[0], pidns))
 		rc = crest_errx(-EBUSY, "cannot restore %s in place: the job it was taken from still runs "
 				"(pid %d) and would lose its files; end it first, or run a copy beside it "
@@ -1430,7 +1439,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	 * CREST_RESTORE_IMAGES=files written out first (every byte verified
 	 * before it is written either way). Served, CRIU's reading overlaps
 	 * the store's, and tmpfs holds no copy of the job's memory. */
-	const char *how = getenv("CREST_RESTORE_IMAGES");
+	const char *how = from_files ? "files" : getenv("CREST_RESTORE_IMAGES");
 	bool serve = !how || !*how || !strcmp(how, "stream");
 	if (rc == 0 && !serve && strcmp(how, "files"))
 		rc = crest_errx(-EINVAL, "CREST_RESTORE_IMAGES is '%s': it must be 'stream' (the default) or 'files'",
@@ -1592,7 +1601,7 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 					.inherit = inh, .ninherit = ninh,
 					.action_script = wdl && o->beside ? bind_sh : NULL,
 					.started = guard.pid ? rp_guard_started : NULL, .started_arg = &guard };
-	bool ran_criu = false;
+	bool ran_criu = false, again = false;
 	if (rc == 0) {
 		ran_criu = true;
 		rc = criu_restore(criu, &ro);
@@ -1613,28 +1622,17 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 		} else if (src < 0) {
 			rc = crest_errctx(src, "snapshot %s", c->snapshot);
 		} else if (rc < 0 && !criu_restored(dir)) {
-			/* Every image was whole, and CRIU failed anyway (with no
-			 * tree up: one that came up must not get a second). Its
+			/* Every image was whole, and CRIU failed anyway, with no
+			 * tree fully up (one that is must not get a second). Its
 			 * --stream restore is less trodden than its restore from
-			 * files: a job built with AddressSanitizer (its shadow
-			 * mappings) dies in it of SIGSEGV with CRIU 4.1.1, and comes
-			 * back from files. So the images are written out and CRIU
-			 * runs once more, the way it did before streaming. */
-			if (o->notes)
-				fprintf(o->notes, "criu could not restore from streamed images (%s); restoring from "
-					"image files instead\n", cmsg);
-			reap_failed(pids, npids, pidns != 0);
-			uint64_t wrote = 0;
-			rc = images_write(c, m, dir, &wrote);
-			r->bytes = r->bytes - sent + wrote;
-			ro.stream = false;
-			if (rc == 0)
-				rc = criu_restore(criu, &ro);
-			if (rc < 0) {
-				char msg[1024];
-				crest_errcpy(msg, sizeof(msg));
-				crest_errx(rc, "%s (and from streamed images before: %s)", msg, cmsg);
-			}
+			 * files: a process built with AddressSanitizer (its shadow
+			 * mappings) dies in it of SIGSEGV with CRIU 4.1.1, and
+			 * comes back from files. It can fail after the tree has
+			 * resumed, too (in CI, a copy's log held a line its tree
+			 * wrote before CRIU ended it), so the attempt is undone
+			 * whole below, and restore_process makes a new one. */
+			snprintf(why, whycap, "%s", cmsg);
+			again = true;
 		}
 	}
 	uint64_t t2 = time_now_ns();
@@ -1723,13 +1721,49 @@ int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, c
 	rp_guard_disarm(&guard);
 	if (dir[0])
 		fs_workdir_release(dir, dir_lock);
-	restore_unlock(job_lock);
 	free(pids);
 	free(cuda);
 	free(cuda_in);
 	free(gmap);
 	free(inh);
 	extfds_free(ext, next);
+	r->total_ns = time_now_ns() - t0;
+	return again ? RP_AGAIN_FROM_FILES : rc;
+}
+
+/*
+ * A restore from streamed images that CRIU failed on, every image whole,
+ * is made again from image files (restore_attempt). Not by running CRIU
+ * once more on what the first attempt set up: CRIU can fail after the
+ * tree has resumed, and the tree may then have written to the job's files
+ * (a line appended to a log by path, seen in CI) before CRIU ended it, so
+ * a second CRIU on the same files would go on from the snapshot over
+ * files already past it. The failed attempt undoes itself as any failed
+ * restore does (the tree reaped, the job's files put back as they were,
+ * a copy's files removed), and the new one stages every file from the
+ * snapshot again: as if the job had died just after its restore and were
+ * restored once more. The restore lock is held across both.
+ */
+int restore_process(const struct restore_ctx *c, const struct cas_manifest *m, const struct criu *criu,
+		    const struct rp_opts *o, struct rp_result *r)
+{
+	const uint64_t t0 = time_now_ns();
+	int job_lock = -1;
+	char why[1024] = "";
+	int rc = restore_attempt(c, m, criu, o, r, false, &job_lock, why, sizeof(why));
+	if (rc == RP_AGAIN_FROM_FILES) {
+		if (o->notes)
+			fprintf(o->notes, "criu could not restore from streamed images (%s); restoring from image "
+				"files instead\n", why);
+		rc = restore_attempt(c, m, criu, o, r, true, &job_lock, why, sizeof(why));
+		if (rc < 0) {
+			char msg[1024];
+			crest_errcpy(msg, sizeof(msg));
+			crest_errx(rc, "%s (and from streamed images before: %s)", msg, why);
+		}
+		assert(rc <= 0);   /* from files, nothing is tried again */
+	}
+	restore_unlock(job_lock);
 	r->total_ns = time_now_ns() - t0;
 	return rc;
 }
