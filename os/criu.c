@@ -177,7 +177,8 @@ static int run_wait(char *const argv[], char *const envp[], const char *out_path
 		return crest_errx(-ESRCH, "%s had not finished %d s after process %d ended: stopped it",
 				  argv[0], CRIU_GRACE_MS / 1000, (int)watch);
 	if (WIFSIGNALED(st))
-		return crest_errx(-EINTR, "%s was killed by signal %d", argv[0], WTERMSIG(st));
+		return crest_errx(-EINTR, "%s was killed by signal %d (%s)", argv[0], WTERMSIG(st),
+				  strsignal(WTERMSIG(st)));
 	return WEXITSTATUS(st);
 }
 
@@ -588,6 +589,19 @@ static int log_cause(const char *log, const char *dir, pid_t pid, char *buf, siz
 }
 
 /* A failed criu's message: the cause crest can tell, else criu's errors. */
+/* criu did not exit: a signal ended it (its own abort on one of its BUG()
+ * checks, the OOM killer) or crest stopped it. Its log's errors say why,
+ * where it wrote any: a BUG names the check that failed. */
+static int criu_died(const char *log, const char *what, int rc)
+{
+	char msg[1024], errs[2048];
+	crest_errcpy(msg, sizeof(msg));
+	log_errors(log, errs, sizeof(errs));
+	if (!errs[0])
+		return crest_errx(rc, "%s: %s", what, msg);
+	return crest_errx(rc, "%s: %s (criu: %s)", what, msg, errs);
+}
+
 static int criu_failed(const char *log, const char *what, const char *dir, pid_t pid, int status)
 {
 	char errs[2048], cause[1024], seen[1024];
@@ -669,11 +683,11 @@ int criu_dump(const struct criu *c, const struct criu_dump_opts *o)
 	criu_env_free(env);
 	if (rc == 0)
 		return 0;
-	if (rc < 0)
-		return rc;
 	char what[64];
 	snprintf(log, sizeof(log), "%s/dump.log", o->dir);
 	snprintf(what, sizeof(what), "criu dump of pid %d", (int)o->pid);
+	if (rc < 0)
+		return criu_died(log, what, rc);
 	return criu_failed(log, what, o->dir, o->pid, rc);
 }
 
@@ -819,9 +833,9 @@ int criu_restore(const struct criu *c, const struct criu_restore_opts *o)
 	if (net_fd >= 0)
 		close(net_fd);
 	if (rc != 0) {
-		if (rc < 0)
-			return rc;
 		snprintf(log, sizeof(log), "%s/restore.log", o->dir);
+		if (rc < 0)
+			return criu_died(log, "criu restore", rc);
 		return criu_failed(log, "criu restore", o->dir, 0, rc);
 	}
 	if (o->pid_out)
