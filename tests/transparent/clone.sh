@@ -11,14 +11,7 @@ cd "$T"
 	</dev/null >job.out 2>run.err &
 RUN=$!
 PIDS+=("$RUN")
-deadline=$((SECONDS + 30))
-until grep -q '^crest: snapshot' run.err; do
-	[ $SECONDS -lt $deadline ] || { cat run.err >&2; fail "crest run took no snapshot in 30 s"; }
-	sleep 0.1
-done
-INIT=$(sed -n 's/.* runs as pid \([0-9]*\) .*/\1/p' run.err)
-PIDS+=("$INIT")
-SNAP=$(sed -n '0,/^crest: snapshot/s/^crest: snapshot \([0-9a-f]*\) .*/\1/p' run.err)
+wait_run run.err
 "$CREST" --store "$S" clone "$SNAP" --branch exp --count 2 >clone.out || fail "clone: $(cat clone.out)"
 cat clone.out
 P1=$(sed -n 's/^clone 1 of .*: pid \([0-9]*\), branch exp-1$/\1/p' clone.out)

@@ -63,6 +63,20 @@ small_store() {
 	mount -t tmpfs -o size=8m tmpfs small 2>/dev/null || { echo "SKIP: cannot mount a small tmpfs here"; exit 77; }
 	trap 'umount "$T/small" 2>/dev/null; cleanup' EXIT
 }
+# wait_run ERR [N]: waits up to 30 s until the crest run whose stderr is
+# ERR has taken N snapshots (1 unless told); sets INIT, the job's pid
+# (added to PIDS), and SNAP, its first snapshot's id.
+wait_run() {
+	local err=$1 n=${2:-1} deadline=$((SECONDS + 30)) got
+	# (ERR not there yet counts as no snapshot: the wait goes on.)
+	while got=$(grep -c '^crest: snapshot' "$err" 2>/dev/null) || true; [ "${got:-0}" -lt "$n" ]; do
+		[ $SECONDS -lt $deadline ] || { cat "$err" >&2; fail "crest run took no $([ "$n" = 1 ] && echo snapshot || echo "$n snapshots") in 30 s"; }
+		sleep 0.1
+	done
+	INIT=$(sed -n 's/.* runs as pid \([0-9]*\) .*/\1/p' "$err")
+	PIDS+=("$INIT")
+	SNAP=$(grep '^crest: snapshot' "$err" | sed -n '1s/^crest: snapshot \([0-9a-f]*\) .*/\1/p')
+}
 # A command must fail with exactly one line on stderr containing $1.
 expect_error() {
 	local want=$1; shift

@@ -83,14 +83,7 @@ ref() { for ((k = 1; k <= $1; k++)); do echo "step $k"; done; }
 "$CREST" --store "$S" run --every 1s --workdir "$T/w" -- sh -c "$JOB" "$T/w" </dev/null >job2.out 2>run.err &
 RUN=$!
 PIDS+=("$RUN")
-deadline=$((SECONDS + 30))
-until grep -q '^crest: snapshot' run.err; do
-	[ $SECONDS -lt $deadline ] || { cat run.err >&2; fail "crest run took no snapshot in 30 s"; }
-	sleep 0.1
-done
-INIT=$(sed -n 's/.* runs as pid \([0-9]*\) .*/\1/p' run.err)
-PIDS+=("$INIT")
-SNAP=$(grep '^crest: snapshot' run.err | sed -n '1s/^crest: snapshot \([0-9a-f]*\) .*/\1/p')
+wait_run run.err
 again "clone" "$CREST" --store "$S" clone "$SNAP" --branch copy
 CPID=$(sed -n 's/^clone 1 of .*: pid \([0-9]*\),.*/\1/p' again.out)
 [ -n "$CPID" ] || fail "clone printed no pid"
